@@ -1,0 +1,35 @@
+# Two commands do everything on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+# The CPU build of torch 2.13.0 lies in /opt/wheels on these machines; a plain index would
+# serve a multi-GB CUDA build.
+WHEELS := $(wildcard /opt/wheels)
+PIP_FLAGS := $(if $(WHEELS),--find-links $(WHEELS),--extra-index-url https://download.pytorch.org/whl/cpu)
+ARGS ?= model=ocr quant=int8
+
+.PHONY: run test bench train-ocr clean-cache setup
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(PIP_FLAGS) "torch==2.13.0"
+	$(PY) -m pip install -q $(PIP_FLAGS) -e ".[test]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+run: setup  ## compile, gate and publish the OCR model as INT8
+	$(PY) -m pipeline $(ARGS)
+
+test: setup  ## the test suite (a few minutes on 2 cores)
+	$(PY) -m pytest -q
+
+bench: setup  ## the numbers the issues ask for, written to bench.json
+	$(PY) -m pipeline.bench --out bench.json
+
+train-ocr: setup  ## retrain the committed OCR checkpoint (about 25 min on 2 cores)
+	$(PY) -m pipeline.models.ocr_train --steps 6000 --out pipeline/models/checkpoints/ocr_crnn.safetensors
+
+clean-cache:  ## drop cached stage outputs and reports (the registry is kept)
+	rm -rf artifacts/cache artifacts/runs

@@ -1,0 +1,79 @@
+"""An artifact: a folder of files plus ``artifact.json`` describing where it came from.
+
+In: a folder written by a stage. Out: an ``Artifact`` with the sha256 of every file, the stage's
+metadata (metrics, timings, config) and its lineage (parent and reference digests). The digest of
+an artifact is a sha256 over its files' names and digests, so two stages that write the same bytes
+produce the same digest. Reading re-hashes the files: a cache entry whose bytes changed is
+reported as corrupt rather than trusted.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.errors import StageError
+
+MANIFEST = "artifact.json"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def digest_files(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): sha256_file(p)
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST}
+
+
+def content_digest(files: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(sorted(files.items())).encode()).hexdigest()
+
+
+@dataclass
+class Artifact:
+    path: Path
+    stage: str
+    key: str                      # the cache key it was built under
+    digest: str                   # sha256 over its files
+    files: dict[str, str]
+    meta: dict = field(default_factory=dict)   # metrics, counts, parity, timings ...
+    parent: str | None = None     # parent artifact digest
+    refs: dict[str, str] = field(default_factory=dict)  # other inputs by role -> digest
+    config: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def model(self) -> Path:
+        return self.path / "model.onnx"
+
+    def to_json(self) -> dict:
+        return {"stage": self.stage, "key": self.key, "digest": self.digest, "files": self.files,
+                "parent": self.parent, "refs": self.refs, "config": self.config,
+                "seconds": self.seconds, "meta": self.meta}
+
+    def write(self) -> None:
+        (self.path / MANIFEST).write_text(json.dumps(self.to_json(), indent=2, sort_keys=True))
+
+    @classmethod
+    def read(cls, path: Path, verify: bool = True) -> "Artifact":
+        try:
+            data = json.loads((path / MANIFEST).read_text())
+        except (OSError, ValueError) as e:
+            raise StageError(f"artifact {path}: unreadable {MANIFEST} ({e})") from None
+        art = cls(path=path, stage=data["stage"], key=data["key"], digest=data["digest"],
+                  files=data["files"], meta=data.get("meta", {}), parent=data.get("parent"),
+                  refs=data.get("refs", {}), config=data.get("config", {}),
+                  seconds=data.get("seconds", 0.0))
+        if verify:
+            actual = digest_files(path)
+            if actual != art.files:
+                changed = sorted(set(actual.items()) ^ set(art.files.items()))
+                raise StageError(f"artifact {path} is corrupt: {changed[0][0]} does not match its "
+                                 "recorded sha256")
+        return art

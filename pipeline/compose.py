@@ -1,0 +1,97 @@
+"""Compose the config from ``conf/`` and the command line, turning Hydra's errors into one line.
+
+In: override strings (``quant=int8``, ``gate.max_accuracy_drop=0.5``). Out: a validated
+``Config``. Hydra's compose API does the work; we call it instead of ``@hydra.main`` so that the
+runner, not Hydra, owns the output folders, and so that every mistake ends with one line naming the
+key, the bad value and the valid choices (exit code 2) instead of a multi-line report.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.config import GROUPS, Config, register
+from pipeline.errors import ConfigError
+
+NULLABLE = {"registry"}  # groups whose stage is optional
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def group_options(group: str, conf_dir: Path = CONF_DIR) -> list[str]:
+    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+
+
+def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> Config:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    overrides = list(overrides or [])
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as e:
+        raise ConfigError(f"cannot parse override: {_first_line(e)}") from None
+    dropped = []  # groups set to null: their stage is dropped (Hydra itself wants `~group`)
+    for ov in parsed:
+        key = ov.key_or_group
+        if key in GROUPS and not ov.is_delete():
+            value = ov.value()
+            options = group_options(key, conf_dir)
+            if value is None:
+                if key not in NULLABLE:
+                    raise ConfigError(f"{key}=null: {key} cannot be dropped; valid choices: "
+                                      f"{', '.join(options)}")
+                dropped.append(key)
+            elif value not in options:
+                raise ConfigError(f"{key}={value}: no such option; valid choices: "
+                                  f"{', '.join(options)}")
+    overrides = [o for o, ov in zip(overrides, parsed) if ov.key_or_group not in dropped]
+    overrides += [f"~{g}" for g in dropped]
+    register()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            cfg = hydra_compose(config_name="config", overrides=overrides)
+        result = OmegaConf.to_object(cfg)
+        for group in dropped:
+            setattr(result, group, None)
+        return result
+    except ConfigError:
+        raise
+    except ValueError as e:
+        raise ConfigError(_first_line(e)) from None
+    except OmegaConfBaseException as e:
+        raise ConfigError(_describe(e)) from None
+    except HydraException as e:
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, OmegaConfBaseException):
+            raise ConfigError(_describe(cause)) from None
+        raise ConfigError(_first_line(e)) from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _describe(e) -> str:
+    """'key=value: reason (valid choices)' from an OmegaConf error."""
+    key = getattr(e, "full_key", None)
+    msg = str(getattr(e, "msg", e)).splitlines()[0]
+    if "not in" in msg and key:  # unknown key: list the keys the group does have
+        parent = key.rsplit(".", 1)[0] if "." in key else ""
+        schema = GROUPS.get(parent) or (Config if not parent else None)
+        if schema is not None:
+            valid = ", ".join(schema.__dataclass_fields__)
+            return f"{key}: no such key; valid keys: {valid}"
+    value = getattr(e, "value", None)
+    where = f"{key}={value!r}" if key else "config"
+    if "could not be converted" in msg.lower():
+        expected = msg.rsplit(" to ", 1)[-1]
+        return f"{where}: not a valid {expected}"
+    return f"{where}: {msg}"
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__

@@ -1,0 +1,67 @@
+"""The environment a result was produced in: tool versions, CPU model and flags, threads.
+
+In: nothing (reads /proc/cpuinfo and package metadata). Out: plain dicts for manifests, and a
+short hardware fingerprint that goes into the cache key of every hardware-dependent stage, so a
+benchmark is never reused on a different CPU or thread setting. Package versions come from
+metadata, not imports, so the cached path stays fast.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from functools import lru_cache
+from importlib import metadata
+
+TOOLS = ("torch", "onnx", "onnxruntime", "onnxscript", "numpy", "datasets", "hydra-core")
+# The flags that decide which kernels ONNX Runtime and oneDNN pick.
+CPU_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+             "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_int8", "amx_tile")
+
+
+@lru_cache(maxsize=1)
+def tool_versions() -> dict[str, str]:
+    out = {}
+    for name in TOOLS:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    out["python"] = platform.python_version()
+    return out
+
+
+@lru_cache(maxsize=1)
+def cpu_info() -> dict:
+    model, flags = platform.processor() or "unknown", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model in ("unknown", ""):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    return {"model": model, "flags": [f for f in CPU_FLAGS if f in flags],
+            "logical_cores": os.cpu_count(), "machine": platform.machine(),
+            "kernel": platform.release()}
+
+
+def environment(hardware) -> dict:
+    return {"tools": tool_versions(), "cpu": cpu_info(), "provider": hardware.provider,
+            "threads": {"intra_op": hardware.intra_op_threads,
+                        "inter_op": hardware.inter_op_threads,
+                        "global_pool": True}}
+
+
+def hardware_fingerprint(hardware) -> str:
+    cpu = cpu_info()
+    blob = {"cpu": [cpu["model"], cpu["flags"], cpu["logical_cores"], cpu["machine"]],
+            "provider": hardware.provider, "threads": [hardware.intra_op_threads,
+                                                       hardware.inter_op_threads]}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,24 @@
+"""Expected failures, each with the exit code ``python -m pipeline`` ends with.
+
+Anything raised as a ``PipelineError`` is printed as one readable line, without a traceback.
+Anything else is a bug and keeps its traceback.
+"""
+
+
+class PipelineError(Exception):
+    exit_code = 3
+
+
+class ConfigError(PipelineError):
+    """A bad config value or override: nothing has run yet."""
+    exit_code = 2
+
+
+class StageError(PipelineError):
+    """A stage failed (bad input, runtime crash, parity mismatch); nothing half-written is kept."""
+    exit_code = 3
+
+
+class GateFailed(PipelineError):
+    """The candidate was built and measured but does not pass; it and its report are kept."""
+    exit_code = 1

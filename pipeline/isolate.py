@@ -1,0 +1,63 @@
+"""Run a function in a child process, so that a crashing runtime fails a stage, not the pipeline.
+
+In: a picklable function and arguments. Out: its return value, or a ``StageError`` that names
+the stage and the signal (for a segfault) or the child's exception. ONNX Runtime has been seen to
+segfault while creating a session for an FP16 model with an LSTM on the CPU provider; every session
+on a candidate model is therefore created in a child. ``forkserver`` gives each child a clean
+process (no inherited thread pools) while preloading the heavy imports once.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import traceback
+
+from pipeline.errors import PipelineError, StageError
+
+_ctx = None
+
+
+def _context():
+    global _ctx
+    if _ctx is None:
+        _ctx = mp.get_context("forkserver")
+        _ctx.set_forkserver_preload(["numpy", "onnx", "onnxruntime"])
+    return _ctx
+
+
+def _child(conn, fn, args, kwargs):
+    try:
+        conn.send(("ok", fn(*args, **kwargs)))
+    except PipelineError as e:
+        conn.send(("expected", (type(e).__name__, str(e))))
+    except BaseException as e:  # noqa: BLE001 - reported to the parent with its traceback
+        conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+    finally:
+        conn.close()
+
+
+def call(what: str, fn, *args, **kwargs):
+    """Run ``fn(*args, **kwargs)`` in a child; ``what`` names the work in error messages."""
+    ctx = _context()
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(child, fn, args, kwargs), daemon=False)
+    proc.start()
+    child.close()
+    try:
+        status, payload = parent.recv()
+    except EOFError:
+        proc.join()
+        code = proc.exitcode
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name
+            raise StageError(f"{what}: the runtime crashed ({name}) in its child process") from None
+        raise StageError(f"{what}: child process exited with code {code} without a result") from None
+    finally:
+        parent.close()
+    proc.join()
+    if status == "ok":
+        return payload
+    if status == "expected":
+        raise StageError(f"{what}: {payload[1]}")
+    last = payload.strip().splitlines()
+    raise StageError(f"{what}: {payload.splitlines()[0]}" + (f" (at {last[-2].strip()})" if len(last) > 2 else ""))

@@ -1,0 +1,110 @@
+"""The OCR task as the pipeline sees it: network, data sets, decoding and metric.
+
+In: a ``ModelConfig``. Out: the torch network (weights from safetensors, never pickles), the
+calibration and evaluation sets as Hugging Face ``datasets`` built from the line generator with
+fixed seeds, batches for a runtime, and scores (sequence accuracy, CER). Sets are saved under
+``<data_dir>/ocr/`` with a sha256 over their samples; a set whose digest no longer matches is
+rebuilt, never trusted. Deliberately not handled: loading real scans or any hub data.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import StageError
+from pipeline.models import ocr_data
+from pipeline.models.ocr_decode import greedy_decode, score
+
+NAME = "ocr"
+PRIMARY_METRIC = "sequence_accuracy"   # higher is better; the accuracy gate is judged on it
+METRICS = ("sequence_accuracy", "cer")
+INPUT_NAME, OUTPUT_NAME = "image", "logits"
+SEEDS = {"calibration": 1, "evaluation": 2}  # training uses 1000+: no set overlaps another
+GENERATOR_VERSION = 1  # bump when ocr_data changes what a seed renders
+RANDOM_INIT_SEED = 0
+
+
+def build_network(widths, hidden, weights: dict | None = None):
+    import torch
+
+    from pipeline.models.ocr_net import CRNN
+
+    torch.manual_seed(RANDOM_INIT_SEED)
+    net = CRNN(tuple(widths), hidden)
+    if weights is not None:
+        try:
+            net.load_state_dict(weights, strict=True)
+        except RuntimeError as e:
+            raise StageError(f"checkpoint does not fit CRNN(widths={list(widths)}, hidden={hidden}): "
+                             f"{str(e).splitlines()[0]}") from None
+    return net.eval()
+
+
+def example_input(batch: int = 2, width: int = 128) -> np.ndarray:
+    return np.zeros((batch, 1, ocr_data.HEIGHT, width), dtype=np.float32)
+
+
+def decode(logits) -> list[str]:
+    return greedy_decode(logits)
+
+
+def metrics(predictions: list[str], labels: list[str]) -> dict[str, float]:
+    return score(predictions, labels)
+
+
+def dataset(split: str, count: int, data_dir: str | Path):
+    """Load (or build) a split; returns (datasets.Dataset, sha256 over its samples)."""
+    import datasets
+    from datasets import Dataset, load_from_disk
+
+    datasets.disable_progress_bars()  # the pipeline prints its own one line per stage
+
+    if split not in SEEDS:
+        raise StageError(f"unknown OCR split {split!r}; valid: {', '.join(SEEDS)}")
+    folder = Path(data_dir) / NAME / f"{split}-seed{SEEDS[split]}-n{count}-v{GENERATOR_VERSION}"
+    if folder.exists():
+        try:
+            ds = load_from_disk(str(folder))
+            recorded = json.loads((folder / "digest.json").read_text())["sha256"]
+            if sample_digest(ds) == recorded:
+                return ds, recorded
+        except Exception:  # noqa: BLE001 - any damage means: rebuild from the seed
+            pass
+        shutil.rmtree(folder)
+    samples = list(ocr_data.generate(SEEDS[split], count))
+    ds = Dataset.from_dict({k: [s[k] for s in samples] for k in ("image", "width", "text")})
+    digest = sample_digest(ds)
+    tmp = folder.with_name(f".tmp-{folder.name}-{uuid.uuid4().hex[:8]}")
+    ds.save_to_disk(str(tmp))
+    (tmp / "digest.json").write_text(json.dumps({"sha256": digest, "split": split,
+                                                 "seed": SEEDS[split], "count": count}))
+    try:
+        tmp.rename(folder)
+    except OSError:  # another run built it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return load_from_disk(str(folder)), digest
+
+
+def sample_hashes(ds) -> list[str]:
+    return [hashlib.sha256(img + b"\0" + txt.encode()).hexdigest()
+            for img, txt in zip(ds["image"], ds["text"])]
+
+
+def sample_digest(ds) -> str:
+    return hashlib.sha256("".join(sample_hashes(ds)).encode()).hexdigest()
+
+
+def batches(ds, batch_size: int, sort_by_width: bool = True):
+    """Yield (indices, float32 images, labels). Sorting by width keeps padding small."""
+    widths = np.asarray(ds["width"])
+    order = np.argsort(widths, kind="stable") if sort_by_width else np.arange(len(widths))
+    for k in range(0, len(order), batch_size):
+        idx = [int(i) for i in order[k:k + batch_size]]
+        rows = ds.select(idx)
+        images = [ocr_data.to_array(r) for r in rows]
+        yield idx, ocr_data.collate(images), [r["text"] for r in rows]

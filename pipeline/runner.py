@@ -1,0 +1,101 @@
+"""The runner: runs a stage once per distinct input, caches the result, records lineage.
+
+In: a stage (a small dataclass with ``name``, ``version``, ``hardware_dependent`` and
+``run(parent, out_dir, **refs) -> dict``), its parent artifact and any reference artifacts.
+Out: an ``Artifact`` under ``<workdir>/cache/<stage>/<key>``. The key is a full sha256 over the
+parent's and references' digests, the stage name and version, the stage's resolved config, the
+tool versions and, for stages that measure or depend on the machine, the hardware fingerprint.
+The stage writes into a temporary sibling folder inside a child process; only a completed folder is
+renamed into place, so a killed run leaves nothing that a later run would trust.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+from pipeline import isolate
+from pipeline.artifact import Artifact, content_digest, digest_files
+from pipeline.env import hardware_fingerprint, tool_versions
+from pipeline.errors import StageError
+
+
+def plain(obj):
+    """Dataclasses and enums as JSON-ready values (for keys and manifests)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): plain(v) for k, v in obj.items()}
+    return obj
+
+
+class Runner:
+    def __init__(self, workdir: str | Path, hardware, log=print):
+        self.cache = Path(workdir) / "cache"
+        self.hardware = hardware
+        self.log = log
+        self.record: list[dict] = []  # one row per stage call: label, stage, reused, seconds
+
+    def key(self, stage, parent: Artifact | None, refs: dict[str, Artifact]) -> str:
+        blob = {
+            "stage": stage.name, "version": stage.version, "config": plain(stage),
+            "parent": parent.digest if parent else None,
+            "refs": {k: v.digest for k, v in sorted(refs.items())},
+            "tools": tool_versions(),
+            "hardware": hardware_fingerprint(self.hardware) if stage.hardware_dependent else None,
+        }
+        return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
+
+    def run(self, stage, parent: Artifact | None = None, label: str | None = None,
+            **refs: Artifact) -> Artifact:
+        label = label or stage.name
+        key = self.key(stage, parent, refs)
+        final = self.cache / stage.name / key
+        if final.exists():
+            try:
+                art = Artifact.read(final)
+                self._note(label, stage.name, True, 0.0, art)
+                return art
+            except StageError as e:
+                self.log(f"  ! {label}: {e}; rebuilding")
+                shutil.move(str(final), str(final.with_name(f".corrupt-{key}-{uuid.uuid4().hex[:6]}")))
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f".tmp-{key[:16]}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+        tmp.mkdir()
+        t0 = time.time()
+        try:
+            meta = isolate.call(f"stage {label}", stage.run, parent, tmp, **refs)
+            files = digest_files(tmp)
+            art = Artifact(path=final, stage=stage.name, key=key, digest=content_digest(files),
+                           files=files, meta=meta or {}, parent=parent.digest if parent else None,
+                           refs={k: v.digest for k, v in refs.items()}, config=plain(stage),
+                           seconds=round(time.time() - t0, 3))
+            art.path = tmp
+            art.write()
+            try:
+                tmp.rename(final)
+            except OSError:  # an identical concurrent run finished first: use its result
+                shutil.rmtree(tmp, ignore_errors=True)
+                return Artifact.read(final)
+            art.path = final
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._note(label, stage.name, False, art.seconds, art)
+        return art
+
+    def _note(self, label, stage, reused, seconds, art):
+        self.record.append({"label": label, "stage": stage, "reused": reused,
+                            "seconds": seconds, "digest": art.digest, "path": str(art.path)})
+        self.log(f"  {'reused' if reused else 'built '} {label:<22} {seconds:7.1f} s  "
+                 f"{art.digest[:12]}")

@@ -1,0 +1,72 @@
+"""fp16: the FP16 baseline (and ``quant=fp16`` candidate), safe to load on the target.
+
+In: an ``optimize`` artifact. Out: ``model.onnx`` with weights and ops in FP16 except the op types
+kept in FP32; inputs and outputs stay FP32 so callers see no change. onnxruntime's
+``float16.convert_float_to_float16`` does the conversion.
+
+Which op types stay FP32 is found, not assumed: each op type is converted on its own and the
+result loaded and run in a child process. ONNX Runtime's CPU provider segfaults while creating a
+session for some FP16 graphs (seen here with an LSTM, and with the Transpose before it); those op
+types stay FP32 and the report names them. Ops in ``quant.fp16_keep_float32`` are never tried.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline import isolate
+from pipeline.errors import StageError
+from pipeline.stages.parity import compare, node_counts
+
+
+def _convert(src: Path, dst: Path, block: list[str]) -> None:
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True,
+                                     op_block_list=sorted(block))
+    onnx.save(model, str(dst))
+
+
+def _load_and_run(model: Path, example, hardware) -> None:
+    from pipeline import ort
+
+    ort.run(ort.session(model, hardware), example)
+
+
+@dataclass(frozen=True)
+class ToFp16:
+    task: str
+    keep_float32: tuple[str, ...]
+    parity_samples: int
+    data_dir: str
+    hardware: object
+    name = "fp16"
+    version = 1
+    hardware_dependent = True  # which kernels exist (and crash) depends on the target
+
+    def run(self, parent, out_dir: Path) -> dict:
+        from pipeline import ort
+        from pipeline.models import task
+
+        t = task(self.task)
+        example = t.example_input()
+        all_ops = set(node_counts(parent.model))
+        kept = {op: "configured" for op in self.keep_float32 if op in all_ops}
+        probe = out_dir / "probe.onnx"
+        for op in sorted(all_ops - set(kept)):
+            _convert(parent.model, probe, [o for o in all_ops if o != op])
+            try:
+                isolate.call(f"fp16 probe {op}", _load_and_run, probe, example, self.hardware)
+            except StageError as e:
+                kept[op] = str(e).split(": ", 1)[-1]
+        probe.unlink(missing_ok=True)
+        target = out_dir / "model.onnx"
+        _convert(parent.model, target, list(kept))
+        # The combination can still fail where each op alone did not: check it, isolated.
+        isolate.call("fp16 model", _load_and_run, target, example, self.hardware)
+
+        ds, _ = t.dataset("evaluation", self.parity_samples, self.data_dir)
+        ref, cand = ort.session(parent.model, self.hardware), ort.session(target, self.hardware)
+        parity = compare(lambda x: ort.run(ref, x), lambda x: ort.run(cand, x), t, ds)
+        return {"kept_float32": kept, "nodes": node_counts(target), "parity_vs_fp32": parity}

@@ -1,0 +1,26 @@
+"""Parity between two forward functions on the same real inputs: the check run after every
+conversion (export, optimize, FP16). In: two callables images -> logits, a task and a data set.
+Out: max absolute logit difference and the share of identical decoded strings."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def compare(reference, candidate, task, ds, batch_size: int = 16) -> dict:
+    max_diff, same, total = 0.0, 0, 0
+    for _, images, _ in task.batches(ds, batch_size):
+        a, b = reference(images), candidate(images)
+        max_diff = max(max_diff, float(np.max(np.abs(a.astype(np.float64) - b))))
+        da, db = task.decode(a), task.decode(b)
+        same += sum(x == y for x, y in zip(da, db))
+        total += len(da)
+    return {"max_abs_diff": max_diff, "decoded_agreement": same / total, "samples": total}
+
+
+def node_counts(model_path) -> dict[str, int]:
+    import onnx
+
+    counts: dict[str, int] = {}
+    for node in onnx.load(str(model_path), load_external_data=False).graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items()))
