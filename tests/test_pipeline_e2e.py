@@ -1,0 +1,146 @@
+"""The whole command line on the tiny network: every stage's output, the cache, the gate,
+publishing, and failures that must end cleanly. One full run is shared by the tests (conftest)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from pipeline.artifact import Artifact, sha256_file
+from tests.conftest import run_cli, tiny_args
+
+
+def report(workdir: Path) -> dict:
+    return json.loads((workdir / "runs" / "latest" / "report.json").read_text())
+
+
+def artifact(workdir: Path, role: str) -> Artifact:
+    return Artifact.read(Path(report(workdir)["lineage"][role]["path"]))
+
+
+def test_first_run_builds_every_stage_and_publishes(tiny_run):
+    workdir, proc = tiny_run
+    rep = report(workdir)
+    assert [s["reused"] for s in rep["stages"]] == [False] * len(rep["stages"])
+    assert [r["role"] for r in rep["rows"]] == ["export", "fp32", "fp16", "candidate"]
+    assert rep["verdict"]["passed"] and "published" in rep
+    assert (workdir / "runs" / "latest" / "report.md").read_text().count("\n|") >= 5
+    published = Path(rep["published"])
+    manifest = json.loads((published / "manifest.json").read_text())
+    assert manifest["files"]["model.onnx"] == sha256_file(published / "model.onnx")
+    for key in ("config", "lineage", "verdict", "metrics", "environment", "calibration_set"):
+        assert manifest[key], key
+    env = manifest["environment"]
+    assert env["tools"]["onnxruntime"] and env["cpu"]["model"] and env["threads"]["intra_op"] == 2
+    assert manifest["config"]["quant"]["mode"] == "int8"
+
+
+def test_export_is_dynamic_and_matches_torch(tiny_run):
+    import onnxruntime as ort
+
+    exp = artifact(tiny_run[0], "export")
+    model = onnx.load(str(exp.model))
+    assert model.opset_import[0].version >= 17
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    assert dims[0].dim_param and dims[3].dim_param, "batch and width must be dynamic"
+    assert exp.meta["parity_vs_torch"]["max_abs_diff"] <= 1e-3
+    assert exp.meta["parity_vs_torch"]["decoded_agreement"] == 1.0
+    sess = ort.InferenceSession(str(exp.model), providers=["CPUExecutionProvider"])
+    for batch, width in ((1, 64), (3, 200)):
+        out = sess.run(None, {"image": np.zeros((batch, 1, 32, width), np.float32)})[0]
+        assert out.shape == (batch, width // 4, 37)
+
+
+def test_optimize_folds_batchnorm_and_keeps_parity(tiny_run):
+    opt = artifact(tiny_run[0], "fp32")
+    assert opt.meta["nodes_before"].get("BatchNormalization", 0) > 0
+    assert "BatchNormalization" not in opt.meta["nodes"]
+    assert sum(opt.meta["nodes"].values()) < sum(opt.meta["nodes_before"].values())
+    assert opt.meta["parity_vs_export"]["decoded_agreement"] == 1.0
+
+
+def test_fp16_keeps_float32_io_and_lstm(tiny_run):
+    fp16 = artifact(tiny_run[0], "fp16")
+    model = onnx.load(str(fp16.model))
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    conv_weights = {n.input[1] for n in model.graph.node if n.op_type == "Conv"}
+    inits = {i.name: i.data_type for i in model.graph.initializer}
+    assert {inits[w] for w in conv_weights if w in inits} == {onnx.TensorProto.FLOAT16}
+    assert fp16.meta["kept_float32"]["LSTM"] == "configured"
+
+
+def test_quantize_writes_per_channel_qdq(tiny_run):
+    q = artifact(tiny_run[0], "candidate")
+    model = onnx.load(str(q.model))
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("QuantizeLinear") > 0 and ops.count("DequantizeLinear") > 0
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    weight_dq = [n for n in model.graph.node if n.op_type == "DequantizeLinear"
+                 and inits.get(n.input[0]) is not None and inits[n.input[0]].ndim == 4]
+    assert weight_dq and all(inits[n.input[1]].size == inits[n.input[0]].shape[0] for n in weight_dq)
+    assert len(q.meta["calibration_set"]) == 64
+
+
+def test_evaluate_records_metrics_and_output_hash(tiny_run):
+    ev = Artifact.read(Path(next(s["path"] for s in report(tiny_run[0])["stages"]
+                                 if s["label"] == "evaluate[candidate]")))
+    preds = json.loads((ev.path / "predictions.json").read_text())
+    assert len(preds) == ev.meta["samples"] == 64
+    assert ev.meta["output_sha256"] == hashlib.sha256("\n".join(preds).encode()).hexdigest()
+    assert set(ev.meta["metrics"]) == {"sequence_accuracy", "cer"}
+
+
+def test_benchmark_reports_percentiles_and_aa_check(tiny_run):
+    rep = report(tiny_run[0])
+    bench = Artifact.read(Path(next(s["path"] for s in rep["stages"] if s["label"] == "benchmark")))
+    for b in ("1", "8"):
+        at = bench.meta["batches"][b]
+        for stats in at["latency_ms"].values():
+            assert 0 < stats["p50"] <= stats["p99"] <= stats["p999"] and stats["runs"] == 20
+        lo, hi = at["speedup_vs_fastest_float"]["ci95"]
+        assert lo <= at["speedup_vs_fastest_float"]["median"] <= hi
+        assert at["fastest_float"] in ("fp32", "fp16") and "median" in at["aa_check"]
+
+
+def test_second_run_reuses_every_stage(tiny_run):
+    workdir, _ = tiny_run
+    proc = run_cli(*tiny_args(workdir))
+    assert proc.returncode == 0, proc.stderr
+    assert all(s["reused"] for s in report(workdir)["stages"])
+    assert "10 of 10 reused" in proc.stdout
+
+
+def test_changed_quant_option_reruns_only_quantize_and_after(tiny_run):
+    workdir, _ = tiny_run
+    proc = run_cli(*tiny_args(workdir, "quant.per_channel=false"))
+    assert proc.returncode == 0, proc.stderr
+    rebuilt = {s["label"] for s in report(workdir)["stages"] if not s["reused"]}
+    assert rebuilt == {"quantize", "evaluate[candidate]", "benchmark"}
+
+
+def test_failed_gate_exits_1_keeps_report_and_publishes_nothing(tiny_run):
+    workdir, _ = tiny_run
+    before = sorted((workdir / "registry").rglob("*"))
+    proc = run_cli(*tiny_args(workdir, "gate.min_speedup=1000"))
+    assert proc.returncode == 1
+    assert "gate failed" in proc.stderr and "Traceback" not in proc.stderr
+    rep = report(workdir)
+    assert rep["verdict"]["passed"] is False and "published" not in rep
+    assert sorted((workdir / "registry").rglob("*")) == before
+
+
+@pytest.mark.parametrize("content", [None, b"not a safetensors file"])
+def test_missing_or_corrupt_checkpoint_is_one_clear_line(tmp_path, content):
+    ckpt = tmp_path / "ckpt.safetensors"
+    if content is not None:
+        ckpt.write_bytes(content)
+    proc = run_cli(*tiny_args(tmp_path, f"model.checkpoint={ckpt}"))
+    assert proc.returncode == 3
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(ckpt) in lines[0], proc.stderr
+    assert not list(tmp_path.rglob("artifact.json")), "nothing may be left for a later run to trust"
