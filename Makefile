@@ -3,9 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 # The CPU build of torch 2.13.0 lies in /opt/wheels on these machines; a plain index would
-# serve a multi-GB CUDA build.
+# serve a multi-GB CUDA build. Elsewhere, point PIP_FLAGS at a CPU wheel index of your own.
 WHEELS := $(wildcard /opt/wheels)
-PIP_FLAGS := $(if $(WHEELS),--find-links $(WHEELS),--extra-index-url https://download.pytorch.org/whl/cpu)
+PIP_FLAGS ?= $(if $(WHEELS),--find-links $(WHEELS),)
 ARGS ?= model=ocr quant=int8
 
 .PHONY: run test bench train-ocr clean-cache setup
