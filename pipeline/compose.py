@@ -88,7 +88,7 @@ def _describe(e) -> str:
     where = f"{key}={value!r}" if key else "config"
     if "could not be converted" in msg.lower():
         expected = msg.rsplit(" to ", 1)[-1]
-        return f"{where}: not a valid {expected}"
+        return f"{where}: expected a {expected.lower()}"
     return f"{where}: {msg}"
 
 

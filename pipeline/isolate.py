@@ -54,7 +54,11 @@ def call(what: str, fn, *args, **kwargs):
         raise StageError(f"{what}: child process exited with code {code} without a result") from None
     finally:
         parent.close()
-    proc.join()
+        # On success the child is already leaving; on an interrupt it must not outlive us.
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
     if status == "ok":
         return payload
     if status == "expected":

@@ -47,8 +47,12 @@ class Runner:
         self.record: list[dict] = []  # one row per stage call: label, stage, reused, seconds
 
     def key(self, stage, parent: Artifact | None, refs: dict[str, Artifact]) -> str:
+        config = plain(stage)
+        if not stage.hardware_dependent:
+            # Such stages use the hardware only to run checks; their output does not depend on it.
+            config.pop("hardware", None)
         blob = {
-            "stage": stage.name, "version": stage.version, "config": plain(stage),
+            "stage": stage.name, "version": stage.version, "config": config,
             "parent": parent.digest if parent else None,
             "refs": {k: v.digest for k, v in sorted(refs.items())},
             "tools": tool_versions(),

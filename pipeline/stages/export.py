@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import StageError
 from pipeline.stages.load import network_from
-from pipeline.stages.parity import compare, node_counts
+from pipeline.stages.parity import compare, node_counts, require
 
 
 @dataclass(frozen=True)
@@ -54,9 +53,6 @@ class Export:
         with torch.inference_mode():
             parity = compare(lambda x: net(torch.from_numpy(x)).numpy(),
                              lambda x: ort.run(sess, x), t, ds)
-        if parity["max_abs_diff"] > self.tolerance or parity["decoded_agreement"] < 1.0:
-            raise StageError(f"ONNX export differs from torch: max |logit diff| "
-                             f"{parity['max_abs_diff']:.2e} (tolerance {self.tolerance:.0e}), "
-                             f"decoded agreement {parity['decoded_agreement']:.1%}")
+        require(parity, self.tolerance, "ONNX export differs from torch")
         return {"opset": self.opset, "parity_vs_torch": parity, "parity_set": digest,
                 "nodes": node_counts(target)}

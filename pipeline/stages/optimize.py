@@ -15,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import StageError
-from pipeline.stages.parity import compare, node_counts
+from pipeline.stages.parity import compare, node_counts, require
 
 
 @dataclass(frozen=True)
@@ -52,9 +51,6 @@ class Optimize:
         before = ort.session(parent.model, self.hardware)
         after = ort.session(out_dir / "model.onnx", self.hardware)
         parity = compare(lambda x: ort.run(before, x), lambda x: ort.run(after, x), t, ds)
-        if parity["max_abs_diff"] > self.tolerance or parity["decoded_agreement"] < 1.0:
-            raise StageError(f"optimized model differs from the export: max |logit diff| "
-                             f"{parity['max_abs_diff']:.2e}, decoded agreement "
-                             f"{parity['decoded_agreement']:.1%}")
+        require(parity, self.tolerance, "optimized model differs from the export")
         return {"nodes_before": node_counts(parent.model), "nodes": node_counts(out_dir / "model.onnx"),
                 "parity_vs_export": parity}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipeline.errors import StageError
+
 
 def compare(reference, candidate, task, ds, batch_size: int = 16) -> dict:
     max_diff, same, total = 0.0, 0, 0
@@ -15,6 +17,14 @@ def compare(reference, candidate, task, ds, batch_size: int = 16) -> dict:
         same += sum(x == y for x, y in zip(da, db))
         total += len(da)
     return {"max_abs_diff": max_diff, "decoded_agreement": same / total, "samples": total}
+
+
+def require(parity: dict, tolerance: float, what: str) -> dict:
+    """Fail the stage, with the numbers, when a lossless conversion changed the outputs."""
+    if parity["max_abs_diff"] > tolerance or parity["decoded_agreement"] < 1.0:
+        raise StageError(f"{what}: max |logit diff| {parity['max_abs_diff']:.2e} (tolerance "
+                         f"{tolerance:.0e}), decoded agreement {parity['decoded_agreement']:.1%}")
+    return parity
 
 
 def node_counts(model_path) -> dict[str, int]:
