@@ -22,3 +22,18 @@ class StageError(PipelineError):
 class GateFailed(PipelineError):
     """The candidate was built and measured but does not pass; it and its report are kept."""
     exit_code = 1
+
+
+class RegistryError(PipelineError):
+    """A registry failed or refused an operation (unreachable, missing version, bad reply)."""
+    exit_code = 3
+
+
+class CorruptBlob(RegistryError):
+    """Bytes read from a registry do not match their digest; nothing was handed out."""
+    exit_code = 3
+
+
+class PromotionRefused(RegistryError):
+    """An alias was asked to point at a version whose gate failed, without ``--force``."""
+    exit_code = 1

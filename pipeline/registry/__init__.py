@@ -1,12 +1,37 @@
-"""Registry backends by ``registry.backend``: where gated artifacts are published."""
+"""Registry backends by ``registry.backend``: where gated artifacts are published and pulled from.
+
+In: a ``RegistryConfig`` and, for ``publish``, the candidate artifact plus the evidence that
+``python -m pipeline`` gathered. Out: a ``Published`` record (printable: ``name:version@digest``
+and where). The backends are a plain dict; the OCI and MLflow ones import ``oras`` and ``mlflow``
+only when chosen, so the local default needs neither. The version name is the quant mode plus the
+artifact's content digest: the same model is never published under two names.
+"""
 from __future__ import annotations
 
 from pipeline.errors import ConfigError
 
+BACKENDS = {"local": "pipeline.registry.local:LocalStore",
+            "oci": "pipeline.registry.oci:OciRegistry",
+            "mlflow": "pipeline.registry.mlflow_backend:MlflowRegistry"}
 
-def publish(registry_cfg, **kwargs):
-    if registry_cfg.backend == "local":
-        from pipeline.registry.local import publish as local_publish
 
-        return local_publish(registry_cfg.root, **kwargs)
-    raise ConfigError(f"registry.backend={registry_cfg.backend!r}: unknown; valid choices: local")
+def open_backend(registry_cfg):
+    """The backend object for a ``RegistryConfig``."""
+    import importlib
+
+    kind = getattr(registry_cfg.backend, "value", registry_cfg.backend)
+    if kind not in BACKENDS:
+        raise ConfigError(f"registry.backend={kind!r}: unknown; valid choices: "
+                          f"{', '.join(BACKENDS)}")
+    module, cls = BACKENDS[kind].split(":")
+    backend = getattr(importlib.import_module(module), cls)
+    return backend(registry_cfg.root) if kind == "local" else backend(registry_cfg)
+
+
+def publish(registry_cfg, model_name: str, mode: str, candidate, manifest: dict):
+    """Push the candidate (``.model``, ``.digest``) with its evidence as one immutable version."""
+    from pipeline.registry.package import build
+
+    backend = open_backend(registry_cfg)
+    pkg = build(model_name, f"{mode}-{candidate.digest[:16]}", candidate.model, manifest)
+    return backend.push(pkg)
