@@ -1,0 +1,26 @@
+"""The bill: memory, compute and capacity, before anyone buys a card (SEED-NOTES sections 1-3).
+
+In: a decoder-only LLM's shape, or any ONNX artifact with a batch size and an input shape; a
+hardware profile (``conf/hardware``); service targets (``conf/slo``). Out: plain dicts and tables:
+weights, KV cache and activations against device memory, FLOPs, a roofline bound on latency, and
+the instances and cost a target needs. One module per question: ``llm`` (the LLM formulas),
+``onnx_cost`` and ``shapes`` (what an ONNX graph costs), ``roofline``, ``capacity``, ``artifact``
+(the bill of a model file or of a pipeline run), ``render`` (tables), ``probe`` (measure this CPU),
+``__main__`` (``python -m pipeline.bill``). Deliberately not handled: multi-device splits, and any
+number that was not either computed from a formula here or measured.
+"""
+from __future__ import annotations
+
+
+def artifact_bill(model_path, batch, input_shape, hardware) -> dict:
+    """See ``pipeline.bill.artifact.artifact_bill`` (imported lazily: onnx is heavy)."""
+    from pipeline.bill.artifact import artifact_bill as bill
+
+    return bill(model_path, batch, input_shape, hardware)
+
+
+def markdown(bill: dict) -> str:
+    """The '## Bill' section of a run report, as Markdown text."""
+    from pipeline.bill.render import markdown as lines
+
+    return "\n".join(lines(bill))

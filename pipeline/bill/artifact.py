@@ -1,0 +1,88 @@
+"""The bill of an ONNX artifact, alone or for every model of a pipeline run.
+
+In: a ``model.onnx``, a batch size, one sample's input shape and a ``HardwareConfig``
+(``artifact_bill``); or the recipe's ``Outcome`` and the run's ``Config`` (``run_bill``). Out:
+JSON-ready dicts: the artifact's cost (``pipeline.bill.onnx_cost``), its roofline on the hardware
+profile (``pipeline.bill.roofline``) and whether weights plus peak activations fit the device
+memory; for a run, one entry per report row with the measured p50 beside the roofline, the source
+network's parameter count, and a capacity plan for the candidate (``pipeline.bill.capacity``).
+The run's bill is priced at the gate's batch size on the padded widths the benchmark really timed,
+so the roofline and the measured latency describe the same work.
+Deliberately not handled: models with several inputs of dynamic size (only the first input's
+shape can be given).
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from pipeline.bill import capacity, onnx_cost, roofline
+
+# One sample's input when nothing better is known: a text line of height 32 and width 164, the
+# median width of the OCR evaluation lines (first 400 of seed 2, measured with ocr_data.generate).
+REPRESENTATIVE = {"ocr": [1, 32, 164]}
+
+
+def artifact_bill(model_path: str | Path, batch: int, input_shape, hardware) -> dict:
+    """Cost, memory and roofline of one inference of ``model_path`` at ``batch``; ``input_shape``
+    is one sample's shape without the batch (None: the model's static sizes)."""
+    cost = onnx_cost.analyse(model_path, batch, input_shape)
+    ops = cost.pop("ops")
+    out = {**cost, "batch": batch, "hardware": hardware.name,
+           "roofline": roofline.estimate(ops, cost["compulsory_bytes"], hardware)}
+    # What must be resident: weights and other constants, plus the activations alive at once.
+    out["memory_bytes"] = (cost["parameter_bytes"] + cost["other_constant_bytes"]
+                           + cost["activations"]["peak_bytes"])
+    if hardware.memory_gb is not None:
+        out["fits"] = out["memory_bytes"] <= hardware.memory_gb * 1e9
+    return out
+
+
+def sample_shape(task_name: str, widths: list[int] | None = None) -> list[int] | None:
+    """The task's representative sample; its width replaced by the median of ``widths``."""
+    shape = list(REPRESENTATIVE.get(task_name, [])) or None
+    if shape is not None and widths:
+        shape[-1] = int(4 * round(statistics.median(widths) / 4))  # the CRNN wants multiples of 4
+    return shape
+
+
+def run_bill(outcome, cfg) -> dict:
+    """The bill section of a pipeline report: every report row's model at the gate's batch."""
+    batch = cfg.gate.speedup_batch_size
+    batches = outcome.bench.meta["batches"]
+    timed = batches[str(batch)]
+    widths = _widths(timed)
+    shape = sample_shape(cfg.model.name, widths)
+    models = {}
+    for role, art in outcome.models.items():
+        bill = artifact_bill(art.model, batch, shape, cfg.hardware)
+        p50 = timed["latency_ms"].get(role, {}).get("p50")
+        bound = bill["roofline"]["bound_ms"]
+        bill["measured_p50_ms"] = p50
+        bill["measured_over_bound"] = p50 / bound if p50 and bound else None
+        models[role] = bill
+    measured = {int(b): {"p99_ms": at["latency_ms"]["candidate"]["p99"],
+                         "throughput": at["latency_ms"]["candidate"]["throughput"]}
+                for b, at in batches.items()}
+    widest = max((w for at in batches.values() for w in _widths(at)), default=None)
+    return {"batch": batch, "input_shape": [batch, *shape] if shape else None,
+            "width_from": ("median padded width of the benchmarked batches" if widths
+                           else "the task's representative sample"),
+            "hardware": _hardware_summary(cfg.hardware),
+            "source_parameters": outcome.source.meta.get("parameters"),
+            "models": models,
+            "capacity": capacity.plan(measured, cfg.slo, cfg.hardware.price_per_hour, widest)}
+
+
+def _widths(timed: dict) -> list[int]:
+    """The padded input widths the benchmark timed at one batch size."""
+    if "input_widths" in timed:
+        return list(timed["input_widths"])
+    return [r["width"] for r in timed.get("per_width", {}).get("candidate", [])]
+
+
+def _hardware_summary(hw) -> dict:
+    return {"name": hw.name, "kind": hw.kind.value, "memory_gb": hw.memory_gb,
+            "memory_bandwidth_gbs": hw.memory_bandwidth_gbs,
+            "peak_tflops": {k: v for k, v in vars(hw.peak_tflops).items() if v is not None},
+            "price_per_hour": hw.price_per_hour, "source": hw.source}

@@ -1,0 +1,128 @@
+"""The bill of a decoder-only LLM: memory, compute and speed limits from its shape alone.
+
+In: an ``LlmConfig`` (parameters, layers, heads, KV heads, head dim), a ``BillConfig`` (batch,
+sequence length, weight and KV precision, margin) and a ``HardwareConfig``. Out: a plain dict:
+weights, KV cache, margin and total in GB; whether it fits the device and by how much; the largest
+batch that fits; FLOPs per token; the decode ceiling from memory bandwidth and the prefill time
+bound from compute. Plain arithmetic, the article's own estimator (SEED-NOTES section 1):
+``weights = params * bits / 8``, ``kv = batch * seq * layers * kv_heads * head_dim * 2 * bytes``,
+``total = weights + kv + margin``. GB are decimal (1e9 B), as in the article; GiB are shown too.
+Deliberately not handled: tensor parallelism across cards, paged-KV fragmentation, speculative
+decoding, mixture-of-experts (active parameters differ from stored ones) and prefix caching.
+"""
+from __future__ import annotations
+
+import math
+
+from pipeline.config import Precision
+
+GB, GIB = 1e9, 2 ** 30
+BYTES = {Precision.fp32: 4.0, Precision.fp16: 2.0, Precision.int8: 1.0, Precision.int4: 0.5}
+# The throughput peak a precision computes at. INT4 here means weight-only quantization (AWQ,
+# GPTQ): weights are widened to FP16 before the matrix multiply, so FP16 tensor cores do the
+# work. INT8 means W8A8 (SmoothQuant-style), which runs on the INT8 path where the device has one.
+COMPUTE = {Precision.fp32: "fp32", Precision.fp16: "fp16", Precision.int8: "int8",
+           Precision.int4: "fp16"}
+
+
+def weight_bytes(params_b: float, precision: Precision) -> float:
+    return params_b * 1e9 * BYTES[precision]
+
+
+def kv_bytes(llm, batch: int, seq: int, precision: Precision) -> float:
+    """K and V for every layer, KV head and position: why GQA (fewer KV heads) saves memory."""
+    return batch * seq * llm.layers * llm.kv_heads * llm.head_dim * 2 * BYTES[precision]
+
+
+def flops_per_token(params_b: float) -> float:
+    """About 2 FLOPs (one multiply-add) per parameter per generated token."""
+    return 2 * params_b * 1e9
+
+
+def prefill_flops(llm, batch: int, seq: int) -> float:
+    """Dense layers (2 * params per token) plus causal attention: QK^T and AV each cost
+    seq^2/2 * head_dim multiply-adds per query head and layer."""
+    dense = flops_per_token(llm.params_b) * batch * seq
+    attention = 2 * llm.layers * batch * seq * seq * llm.attention_heads * llm.head_dim
+    return dense + attention
+
+
+def usable_bytes(hardware, bill) -> float:
+    return hardware.memory_gb * GB * (1 - bill.keep_free)
+
+
+def max_batch(llm, bill, hardware, weights_precision: Precision | None = None) -> int:
+    """The most sequences of ``bill.seq`` tokens whose KV cache fits beside weights and margin."""
+    p = weights_precision or bill.precision
+    free = usable_bytes(hardware, bill) - weight_bytes(llm.params_b, p) - bill.margin_gb * GB
+    per_seq = kv_bytes(llm, 1, bill.seq, bill.kv_precision)
+    return max(0, math.floor(free / per_seq + 1e-9))
+
+
+def llm_bill(llm, bill, hardware, precision: Precision | None = None) -> dict:
+    from pipeline.bill.roofline import peak_flops
+
+    p = precision or bill.precision
+    kvp = bill.kv_precision
+    w = weight_bytes(llm.params_b, p)
+    kv = kv_bytes(llm, bill.batch, bill.seq, kvp)
+    mha_kv = kv * llm.attention_heads / llm.kv_heads
+    total = w + kv + bill.margin_gb * GB
+    out = {
+        "model": {"params_b": llm.params_b, "layers": llm.layers,
+                  "attention_heads": llm.attention_heads, "kv_heads": llm.kv_heads,
+                  "head_dim": llm.head_dim, "hidden": llm.attention_heads * llm.head_dim,
+                  "vocab": llm.vocab, "max_context": llm.max_context},
+        "setting": {"batch": bill.batch, "seq": bill.seq, "precision": p.value,
+                    "kv_precision": kvp.value, "margin_gb": bill.margin_gb,
+                    "keep_free": bill.keep_free},
+        "memory": {"weights_gb": w / GB, "kv_cache_gb": kv / GB, "kv_cache_gib": kv / GIB,
+                   "kv_bytes_per_token": kv / (bill.batch * bill.seq),
+                   "margin_gb": bill.margin_gb, "total_gb": total / GB,
+                   "weights_gib": w / GIB, "total_gib": total / GIB},
+        "gqa": {"kv_heads": llm.kv_heads, "attention_heads": llm.attention_heads,
+                "kv_cache_if_mha_gb": mha_kv / GB, "kv_saving_gb": (mha_kv - kv) / GB,
+                "kv_saving_factor": llm.attention_heads / llm.kv_heads},
+        "compute": {"flops_per_token": flops_per_token(llm.params_b),
+                    "target_tokens_per_s": bill.tokens_per_s,
+                    "tflops_for_target": flops_per_token(llm.params_b) * bill.tokens_per_s / 1e12},
+        "hardware": hardware.name,
+    }
+    if hardware.memory_gb is not None:
+        usable = usable_bytes(hardware, bill)
+        out["fit"] = {"device_gb": hardware.memory_gb, "usable_gb": usable / GB,
+                      "fits": total <= usable, "headroom_gb": (usable - total) / GB,
+                      "max_batch": max_batch(llm, bill, hardware, p),
+                      # Split across devices (tensor parallel) it needs at least this many; the
+                      # traffic between them is not billed (see hardware.interconnect).
+                      "devices_needed": math.ceil(total / usable - 1e-9),
+                      "max_seq_at_batch": min(llm.max_context, max(0, math.floor(
+                          (usable - w - bill.margin_gb * GB)
+                          / kv_bytes(llm, bill.batch, 1, kvp) + 1e-9)))}
+    bw = hardware.memory_bandwidth_gbs
+    peak, peak_dtype = peak_flops(hardware, COMPUTE[p])
+    decode: dict = {}
+    if bw is not None:
+        # Every decode step streams all weights once (shared by the batch) and each sequence's
+        # KV cache; the single-stream ceiling is the article's bandwidth / weight bytes.
+        decode["tokens_per_s_single_stream"] = bw * GB / w
+        step_bytes = w + kv
+        decode["tokens_per_s_at_batch"] = bill.batch * bw * GB / step_bytes
+    if peak is not None:
+        decode["compute_tokens_per_s"] = peak / flops_per_token(llm.params_b)
+        if "tokens_per_s_at_batch" in decode:
+            decode["tokens_per_s_at_batch"] = min(decode["tokens_per_s_at_batch"],
+                                                  decode["compute_tokens_per_s"])
+    if decode:
+        decode["bound_by"] = ("memory bandwidth" if peak is None or bw is None or
+                              bill.batch * flops_per_token(llm.params_b) / peak
+                              < (w + kv) / (bw * GB) else "compute")
+        out["decode"] = decode
+    if peak is not None:
+        fl = prefill_flops(llm, bill.batch, bill.seq)
+        seconds = fl / peak
+        if bw is not None:
+            seconds = max(seconds, w / (bw * GB))
+        out["prefill"] = {"tokens": bill.batch * bill.seq, "flops": fl, "seconds_bound": seconds,
+                          "peak_tflops": peak / 1e12, "peak_precision": peak_dtype}
+    return out

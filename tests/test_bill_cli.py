@@ -1,0 +1,75 @@
+"""``python -m pipeline.bill`` and the compile pipeline's refusals: real command lines, exit codes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import onnxruntime
+import pytest
+
+from pipeline.compose import group_options
+from tests.conftest import ROOT, run_cli
+
+
+def bill_cli(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "pipeline.bill", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_default_bill_is_the_articles_example_as_a_table():
+    proc = bill_cli("hardware=l4")
+    assert proc.returncode == 0, proc.stderr
+    assert "14.00" in proc.stdout and "8.59 (8.00)" in proc.stdout and "24.09" in proc.stdout
+    assert "NO, 0.09 GB short" in proc.stdout
+
+
+def test_compare_hardware_as_json_has_every_profile():
+    proc = bill_cli("model=llm_7b_gqa", "--compare", "hardware", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["compare"] == "hardware" and set(out["bills"]) == set(group_options("hardware"))
+    assert all(round(b["memory"]["kv_cache_gb"], 2) == 2.15 for b in out["bills"].values())
+
+
+def test_capacity_from_the_command_line_with_a_price():
+    proc = bill_cli("capacity", "--p99-ms", "40", "--throughput", "400", "--batch", "8",
+                    "hardware.price_per_hour=2", "slo.peak_qps=500",
+                    "slo.requests_per_day=20000000", "--json")
+    assert proc.returncode == 0, proc.stderr
+    cap = json.loads(proc.stdout)
+    assert cap["choice"]["instances"] == 2 and cap["cost_per_million"] > 0
+
+
+@pytest.mark.parametrize("args, key", [
+    (["bill.batch=0"], "bill.batch=0"),
+    (["--compare", "colour"], "--compare"),
+    (["--nonsense"], "--nonsense"),
+    (["hardware=tpu"], "hardware=tpu"),
+    (["capacity", "--p99-ms", "10"], "--p99-ms and --throughput"),
+])
+def test_bad_values_exit_2_with_one_line(args, key):
+    proc = bill_cli(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and key in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_pipeline_refuses_an_llm_description(tmp_path):
+    proc = run_cli("model=llm_7b", f"workdir={tmp_path}")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bill-only" in lines[0] and "ocr, ocr_tiny" in lines[0]
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.skipif("CUDAExecutionProvider" in onnxruntime.get_available_providers(),
+                    reason="this onnxruntime has CUDA")
+def test_pipeline_refuses_a_gpu_profile_without_its_provider(tmp_path):
+    proc = run_cli("hardware=h100", f"workdir={tmp_path}")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "CUDAExecutionProvider is not available" in lines[0]
+    assert not any(tmp_path.iterdir())
