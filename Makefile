@@ -7,14 +7,20 @@ PY     := $(VENV)/bin/python
 WHEELS := $(wildcard /opt/wheels)
 PIP_FLAGS ?= $(if $(WHEELS),--find-links $(WHEELS),)
 ARGS ?= model=ocr quant=int8
+# `make push` / `make pull`: which registry (conf/registry: local, oci, mlflow), its overrides
+# (e.g. REGISTRY_ARGS="registry.url=https://registry.example"), and for pull the ref and folder.
+REGISTRY ?= local
+REGISTRY_ARGS ?=
+REF ?= ocr:production
+OUT ?= artifacts/pulled/$(subst :,-,$(REF))
 
-.PHONY: run test bench train-ocr clean-cache setup
+.PHONY: run test bench train-ocr clean-cache setup push pull
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(PIP_FLAGS) "torch==2.13.0"
-	$(PY) -m pip install -q $(PIP_FLAGS) -e ".[test]"
+	$(PY) -m pip install -q $(PIP_FLAGS) -e ".[test,registry]"
 	touch $@
 
 setup: $(VENV)/.installed
@@ -33,3 +39,9 @@ train-ocr: setup  ## retrain the committed OCR checkpoint (about 25 min on 2 cor
 
 clean-cache:  ## drop cached stage outputs and reports (the registry is kept)
 	rm -rf artifacts/cache artifacts/runs
+
+push: setup  ## publish the model to REGISTRY: the run's stages are reused from the cache
+	$(PY) -m pipeline $(ARGS) registry=$(REGISTRY) $(REGISTRY_ARGS)
+
+pull: setup  ## fetch REF from REGISTRY into OUT, every blob re-hashed
+	$(PY) -m pipeline.registry pull $(REF) --out $(OUT) registry=$(REGISTRY) $(REGISTRY_ARGS)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 import time
 
-from pipeline.compose import compose
-from pipeline.errors import GateFailed, PipelineError
+from pipeline.compose import compilable_models, compose
+from pipeline.errors import ConfigError, GateFailed, PipelineError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,10 +25,39 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
 
 
+def _preflight(cfg) -> None:
+    """What composing cannot know: whether this model compiles and this runtime has the provider.
+    Checked before anything is written, so such a mistake ends like any other config error."""
+    if cfg.model.llm is not None:
+        raise ConfigError(f"model={cfg.model.name}: a bill-only LLM description (python -m "
+                          f"pipeline.bill model={cfg.model.name}); compilable models: "
+                          f"{', '.join(compilable_models())}")
+    import onnxruntime
+
+    available = onnxruntime.get_available_providers()
+    if cfg.hardware.provider not in available:
+        raise ConfigError(f"hardware={cfg.hardware.name}: provider {cfg.hardware.provider} is not "
+                          f"available in this onnxruntime ({', '.join(available)}); the profile "
+                          "is data for python -m pipeline.bill")
+
+
+def _bill(out, cfg) -> dict:
+    """The report's bill section: informational, so a model it cannot read is noted, not fatal."""
+    from pipeline.bill.artifact import run_bill
+
+    try:
+        return run_bill(out, cfg)
+    except PipelineError as e:
+        print(f"bill: not computed ({e})")
+        return {"error": str(e)}
+
+
 def _run(argv: list[str]) -> int:
     cfg = compose(argv)
+    _preflight(cfg)
     from pipeline import report as rep
     from pipeline.env import environment
+    from pipeline.gate import table as gate_table
     from pipeline.recipe import recipe
     from pipeline.registry import publish
     from pipeline.runner import Runner, plain
@@ -36,12 +65,13 @@ def _run(argv: list[str]) -> int:
     t0 = time.time()
     print(f"pipeline: model={cfg.model.name} quant={cfg.quant.mode.value} "
           f"hardware={cfg.hardware.name}")
-    runner = Runner(cfg.workdir, cfg.hardware)
+    runner = Runner(cfg.workdir, cfg.hardware.runtime())
     out = recipe(cfg, runner)
     env = environment(cfg.hardware)
     mode = cfg.quant.mode.value
     body = {"model": cfg.model.name, "quant": mode, "config": plain(cfg), "environment": env,
             "verdict": out.verdict, "rows": rep.rows(out, mode), "aa_check": rep.aa_checks(out),
+            "timing": rep.timing(out), "bill": _bill(out, cfg),
             "stages": runner.record,
             "lineage": {role: {"digest": a.digest, "stage": a.stage, "parent": a.parent,
                                "path": str(a.path)} for role, a in
@@ -52,13 +82,22 @@ def _run(argv: list[str]) -> int:
                     "metrics": {k: cand[k] for k in ("sequence_accuracy", "cer",
                                                      "agreement_with_fp16", "output_sha256")},
                     "latency": cand["latency"], "environment": env,
+                    "input_contract": out.bench.meta.get("input_contract"),
                     "evaluation_set": out.evals["candidate"].meta["evaluation_set"],
                     "calibration_set": out.models["candidate"].meta.get("calibration_set")}
         body["published"] = str(publish(cfg.registry, model_name=cfg.model.name, mode=mode,
                                         candidate=out.models["candidate"], manifest=manifest))
-    path = rep.write(cfg.workdir, body)
+    from pipeline import plots
+
+    figures = {"latency_cdf.png": lambda p: plots.latency_cdf(out.bench.path / "times.json", p)}
+    if out.load is not None:
+        body["load"] = out.load.meta
+        if cfg.bench.mode.value == "load":
+            figures["load_curve.png"] = lambda p: plots.load_curve(out.load.meta, p)
+    path = rep.write(cfg.workdir, body, figures)
     reused = sum(s["reused"] for s in runner.record)
     print(f"stages: {reused} of {len(runner.record)} reused; {time.time() - t0:.1f} s")
+    print(gate_table(out.verdict))
     print(f"gate: {out.verdict['summary']}")
     if body.get("published"):
         print(f"published: {body['published']}")

@@ -7,9 +7,11 @@ key, the bad value and the valid choices (exit code 2) instead of a multi-line r
 """
 from __future__ import annotations
 
+import typing
+from dataclasses import is_dataclass
 from pathlib import Path
 
-from pipeline.config import GROUPS, Config, register
+from pipeline.config import APPS, GROUPS, register
 from pipeline.errors import ConfigError
 
 NULLABLE = {"registry"}  # groups whose stage is optional
@@ -20,7 +22,17 @@ def group_options(group: str, conf_dir: Path = CONF_DIR) -> list[str]:
     return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
 
 
-def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> Config:
+def compilable_models(conf_dir: Path = CONF_DIR) -> list[str]:
+    """Model options the compile pipeline can run (kind: task); LLM shapes are for the bill."""
+    from omegaconf import OmegaConf
+
+    return [o for o in group_options("model", conf_dir)
+            if OmegaConf.load(conf_dir / "model" / f"{o}.yaml").get("kind", "task") == "task"]
+
+
+def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR,
+            config_name: str = "config"):
+    """A validated ``Config`` (or ``BillApp`` for ``config_name="bill"``) from the overrides."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -30,6 +42,8 @@ def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> Co
     from omegaconf.errors import OmegaConfBaseException
 
     overrides = list(overrides or [])
+    schema = APPS[config_name]
+    groups = [g for g in GROUPS if g in schema.__dataclass_fields__]
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as e:
@@ -37,6 +51,9 @@ def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> Co
     dropped = []  # groups set to null: their stage is dropped (Hydra itself wants `~group`)
     for ov in parsed:
         key = ov.key_or_group
+        if key in GROUPS and key not in groups:
+            raise ConfigError(f"{key}={ov.value()}: not a config group of this command; its "
+                              f"groups: {', '.join(groups)}")
         if key in GROUPS and not ov.is_delete():
             value = ov.value()
             options = group_options(key, conf_dir)
@@ -54,7 +71,7 @@ def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> Co
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
-            cfg = hydra_compose(config_name="config", overrides=overrides)
+            cfg = hydra_compose(config_name=config_name, overrides=overrides)
         result = OmegaConf.to_object(cfg)
         for group in dropped:
             setattr(result, group, None)
@@ -64,23 +81,35 @@ def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> Co
     except ValueError as e:
         raise ConfigError(_first_line(e)) from None
     except OmegaConfBaseException as e:
-        raise ConfigError(_describe(e)) from None
+        raise ConfigError(_describe(e, schema)) from None
     except HydraException as e:
         cause = e.__cause__ or e.__context__
         if isinstance(cause, OmegaConfBaseException):
-            raise ConfigError(_describe(cause)) from None
+            raise ConfigError(_describe(cause, schema)) from None
         raise ConfigError(_first_line(e)) from None
     finally:
         GlobalHydra.instance().clear()
 
 
-def _describe(e) -> str:
+def _schema_at(root, path: str):
+    """The dataclass at a dotted path of the root schema ('' = root), or None."""
+    node = root
+    for part in filter(None, path.split(".")):
+        hint = typing.get_type_hints(node).get(part)
+        hint = next((a for a in typing.get_args(hint) if is_dataclass(a)), hint)  # Optional[X]
+        if not is_dataclass(hint):
+            return None
+        node = hint
+    return node
+
+
+def _describe(e, root) -> str:
     """'key=value: reason (valid choices)' from an OmegaConf error."""
     key = getattr(e, "full_key", None)
     msg = str(getattr(e, "msg", e)).splitlines()[0]
     if "not in" in msg and key:  # unknown key: list the keys the group does have
         parent = key.rsplit(".", 1)[0] if "." in key else ""
-        schema = GROUPS.get(parent) or (Config if not parent else None)
+        schema = _schema_at(root, parent)
         if schema is not None:
             valid = ", ".join(schema.__dataclass_fields__)
             return f"{key}: no such key; valid keys: {valid}"

@@ -3,7 +3,9 @@
 In: the YAML files under ``conf/`` plus command-line overrides. Out: a plain ``Config`` object
 (``OmegaConf.to_object``) that code below ``__main__`` uses; nothing else sees a ``DictConfig``.
 Hydra and OmegaConf do the merging and type checks; ``__post_init__`` adds the range checks they
-cannot express. Closed choices are enums so a typo names the valid values.
+cannot express. Closed choices are enums so a typo names the valid values. Two applications
+share the groups: ``Config`` (``conf/config.yaml``, the compile pipeline) and ``BillApp``
+(``conf/bill.yaml``, ``python -m pipeline.bill``, which uses only model, hardware and slo).
 """
 from __future__ import annotations
 
@@ -31,9 +33,50 @@ class IntType(str, Enum):
     uint8 = "uint8"
 
 
+class ModelKind(str, Enum):
+    task = "task"    # a network the pipeline compiles: a module in pipeline.models.TASKS
+    llm = "llm"      # a decoder-only LLM described by its shape, for the bill only
+
+
+class HardwareKind(str, Enum):
+    cpu = "cpu"
+    gpu = "gpu"
+
+
+class Precision(str, Enum):
+    """Storage precision of weights or KV cache in the bill (bytes per value: 4, 2, 1, 0.5)."""
+    fp32 = "fp32"
+    fp16 = "fp16"
+    int8 = "int8"
+    int4 = "int4"
+
+
+@dataclass
+class LlmConfig:
+    """The shape of a decoder-only transformer: all the bill needs, no weights."""
+    params_b: float = 7.0                   # parameters, in billions (the model card's count)
+    layers: int = 32                        # transformer blocks
+    attention_heads: int = 32               # query heads
+    kv_heads: int = 32                      # key/value heads: < attention_heads is grouped-query
+    head_dim: int = 128                     # per head; hidden size = attention_heads * head_dim
+    vocab: int = 32000
+    max_context: int = 4096                 # tokens the model was trained to attend over
+
+    def __post_init__(self):
+        if self.params_b <= 0:
+            raise ConfigError(f"model.llm.params_b={self.params_b}: must be > 0")
+        _positive(self, "model.llm", "layers", "attention_heads", "kv_heads", "head_dim", "vocab",
+                  "max_context")
+        if self.attention_heads % self.kv_heads:
+            raise ConfigError(f"model.llm.kv_heads={self.kv_heads}: must divide "
+                              f"attention_heads={self.attention_heads}")
+
+
 @dataclass
 class ModelConfig:
-    name: str = "ocr"                       # key into pipeline.models.TASKS
+    name: str = "ocr"                       # key into pipeline.models.TASKS (kind=task)
+    kind: ModelKind = ModelKind.task        # llm: a shape for `python -m pipeline.bill` only
+    llm: Optional[LlmConfig] = None         # the LLM's shape; required when kind=llm
     checkpoint: Optional[str] = None        # safetensors file; null = seeded random init (smoke tests)
     widths: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 256])  # conv channels
     hidden: int = 128                       # LSTM hidden size per direction
@@ -47,6 +90,9 @@ class ModelConfig:
                   "parity_samples", "hidden")
         if len(self.widths) != 5 or any(w <= 0 for w in self.widths):
             raise ConfigError(f"model.widths={self.widths}: expected 5 positive channel counts")
+        if (self.kind == ModelKind.llm) != (self.llm is not None):
+            raise ConfigError(f"model.kind={self.kind.value}: model.llm must be "
+                              f"{'set' if self.kind == ModelKind.llm else 'null'}")
 
 
 @dataclass
@@ -65,49 +111,196 @@ class QuantConfig:
 
 
 @dataclass
+class PeakThroughput:
+    """Dense peak per precision (no 2:4 sparsity): TFLOP/s for floats, TOPS for integers.
+    null = not known for this device; the roofline then falls back to a wider precision."""
+    fp32: Optional[float] = None
+    fp16: Optional[float] = None
+    bf16: Optional[float] = None
+    int8: Optional[float] = None
+    int4: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class HardwareRuntime:
+    """What the compile pipeline's stages see of a hardware profile: how to run, not what it is.
+    Stage cache keys are built from this, so editing a profile's datasheet numbers (the bill's
+    data) never invalidates a cached evaluation or benchmark."""
+    name: str
+    provider: str
+    intra_op_threads: int
+    inter_op_threads: int
+    affinity: Optional[tuple[int, ...]] = None  # CPU ids measurements are pinned to
+
+
+@dataclass
 class HardwareConfig:
     name: str = "cpu"
-    provider: str = "CPUExecutionProvider"  # ONNX Runtime execution provider
+    kind: HardwareKind = HardwareKind.cpu
+    provider: str = "CPUExecutionProvider"  # ONNX Runtime execution provider (checked at run time)
     intra_op_threads: int = 2               # the process-global pool every session shares
     inter_op_threads: int = 1
+    affinity: Optional[list[int]] = None    # CPU ids benchmarks are pinned to; null = all
+    memory_gb: Optional[float] = None       # device memory (host RAM for a CPU), decimal GB
+    memory_bandwidth_gbs: Optional[float] = None  # GB/s; bounds decode speed, small batches
+    peak_tflops: PeakThroughput = field(default_factory=PeakThroughput)
+    interconnect: str = ""                  # links to other devices or the host, in words
+    interconnect_gbs: Optional[float] = None  # the fastest of those links, GB/s
+    power_w: Optional[float] = None         # board power limit (TDP)
+    price_per_hour: Optional[float] = None  # USD per instance-hour; enables cost per request
+    source: str = ""                        # where the numbers come from (datasheet or probe)
 
     def __post_init__(self):
         _positive(self, "hardware", "intra_op_threads", "inter_op_threads")
-        if self.provider != "CPUExecutionProvider":
-            raise ConfigError(f"hardware.provider={self.provider!r}: only CPUExecutionProvider is "
-                              "supported so far")
+        for key in ("memory_gb", "memory_bandwidth_gbs", "interconnect_gbs", "power_w"):
+            value = getattr(self, key)
+            if value is not None and value <= 0:
+                raise ConfigError(f"hardware.{key}={value}: must be > 0 (or null if unknown)")
+        for key, value in vars(self.peak_tflops).items():
+            if value is not None and value <= 0:
+                raise ConfigError(f"hardware.peak_tflops.{key}={value}: must be > 0 (or null)")
+        if self.price_per_hour is not None and self.price_per_hour < 0:
+            raise ConfigError(f"hardware.price_per_hour={self.price_per_hour}: must be >= 0")
+
+    def runtime(self) -> HardwareRuntime:
+        return HardwareRuntime(self.name, self.provider, self.intra_op_threads,
+                               self.inter_op_threads,
+                               tuple(self.affinity) if self.affinity is not None else None)
+
+
+@dataclass
+class SloConfig:
+    """The service targets that decide the hardware (SEED-NOTES section 2)."""
+    p99_ms: float = 200.0                   # a request's latency target, 99th percentile
+    peak_qps: float = 50.0                  # requests per second at the busiest time
+    max_input: int = 512                    # largest input a request may carry (OCR: line width
+                                            # in pixels; LLM: prompt tokens)
+    requests_per_day: int = 1_000_000       # daily volume: turns instance-hours into cost
+    utilization: float = 0.7                # share of measured throughput planned for: an
+                                            # instance run at 100 % queues without bound
+
+    def __post_init__(self):
+        for key in ("p99_ms", "peak_qps"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"slo.{key}={getattr(self, key)}: must be > 0")
+        _positive(self, "slo", "max_input", "requests_per_day")
+        if not 0 < self.utilization <= 1:
+            raise ConfigError(f"slo.utilization={self.utilization}: must be in (0, 1]")
+        if self.requests_per_day / 86400 > self.peak_qps:
+            raise ConfigError(f"slo.requests_per_day={self.requests_per_day}: averages "
+                              f"{self.requests_per_day / 86400:.1f} requests/s, above "
+                              f"slo.peak_qps={self.peak_qps}")
+
+
+class BenchMode(str, Enum):
+    latency = "latency"  # interleaved A/B timing of every artifact (always done)
+    load = "load"        # plus open-loop Poisson load through a dynamic batcher
+    soak = "soak"        # plus minutes at a fixed rate, watching memory and p99
+
+
+@dataclass
+class LoadConfig:
+    max_batch: int = 8                      # dynamic batcher: largest batch it forms ...
+    max_wait_ms: float = 4.0                # ... and longest the oldest request waits for more
+    steps: int = 8                          # QPS steps, geometric, from each model's capacity
+    step_seconds: float = 5.0               # duration of each QPS step
+    soak_seconds: float = 120.0             # soak duration (the article: 30-60 min in production)
+    soak_qps: Optional[float] = None        # soak rate; null = half the batch-1 capacity
+    leak_mb_per_min: float = 2.0            # RSS growth above this, sustained, is a leak
+
+    def __post_init__(self):
+        _positive(self, "bench.load", "max_batch", "steps")
+        for name in ("max_wait_ms", "step_seconds", "soak_seconds", "leak_mb_per_min"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"bench.load.{name}={getattr(self, name)}: must be > 0")
 
 
 @dataclass
 class BenchConfig:
+    mode: BenchMode = BenchMode.latency
     batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
-    warmup_runs: int = 10                   # per model and batch size, before timing
-    runs: int = 200                         # timed runs per model and batch size, interleaved
+    min_rounds: int = 200                   # interleaved rounds per batch size before stopping
+    max_seconds: float = 60.0               # per batch size: keep measuring while CIs are wide
+    rel_ci: float = 0.03                    # target half-width of each ratio's 95 % CI
+    block: int = 1                          # runs per model per round (>1 across runtimes)
+    width_buckets: int = 4                  # input shape classes from the evaluation set
+    batches_per_bucket: int = 2             # distinct real batches per shape class
+    warmup_window: int = 10                 # warm-up ends when two windows' medians agree ...
+    warmup_tolerance: float = 0.05          # ... within this fraction
+    warmup_max_runs: int = 300
+    aa_tolerance: float = 0.03              # the A/A ratio must read 1.00 +- this
+    cold_start_repeats: int = 3             # fresh processes per model; 0 skips cold start
+    load: LoadConfig = field(default_factory=LoadConfig)    # used by mode=load and mode=soak
 
     def __post_init__(self):
-        _positive(self, "bench", "runs")
+        _positive(self, "bench", "min_rounds", "block", "width_buckets", "batches_per_bucket",
+                  "warmup_window", "warmup_max_runs")
         if not self.batch_sizes or any(b <= 0 for b in self.batch_sizes):
             raise ConfigError(f"bench.batch_sizes={self.batch_sizes}: expected positive sizes")
+        for name in ("max_seconds", "rel_ci", "warmup_tolerance", "aa_tolerance"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"bench.{name}={getattr(self, name)}: must be > 0")
+        if self.cold_start_repeats < 0:
+            raise ConfigError(f"bench.cold_start_repeats={self.cold_start_repeats}: must be >= 0")
 
 
 @dataclass
 class GateConfig:
     max_accuracy_drop: float = 0.3          # points of sequence accuracy below the FP16 baseline
-    min_speedup: float = 1.0                # vs the fastest float baseline: never promote slower
+    min_output_agreement: float = 0.95      # share of outputs identical to the FP16 baseline's
+    min_speedup: float = 1.0                # lower 95 % bound vs the fastest float: never slower
     speedup_batch_size: int = 8             # the batch size the speed gate is judged at
+    require_aa_check: bool = True           # refuse timings whose A/A self-check was off
+    check_slo_p99: bool = True              # candidate p99 at the gate's batch <= slo.p99_ms
+    max_model_mb: Optional[float] = None    # size limit of the shipped file; null = none
 
     def __post_init__(self):
         if self.max_accuracy_drop < 0:
             raise ConfigError(f"gate.max_accuracy_drop={self.max_accuracy_drop}: must be >= 0")
         if self.min_speedup < 0:
             raise ConfigError(f"gate.min_speedup={self.min_speedup}: must be >= 0")
+        if not 0 <= self.min_output_agreement <= 1:
+            raise ConfigError(f"gate.min_output_agreement={self.min_output_agreement}: must be "
+                              "in [0, 1]")
+        if self.max_model_mb is not None and self.max_model_mb <= 0:
+            raise ConfigError(f"gate.max_model_mb={self.max_model_mb}: must be > 0 or null")
         _positive(self, "gate", "speedup_batch_size")
+
+
+class RegistryBackend(str, Enum):
+    local = "local"      # content-addressed OCI image layout under `root`
+    oci = "oci"          # an OCI registry (CNCF Distribution, Harbor, GHCR ...) through oras
+    mlflow = "mlflow"    # an MLflow tracking server and its model registry
 
 
 @dataclass
 class RegistryConfig:
-    backend: str = "local"
-    root: str = "artifacts/registry"        # relative to the project's working directory
+    backend: RegistryBackend = RegistryBackend.local
+    root: str = "artifacts/registry"        # local store, relative to the working directory
+    url: Optional[str] = None               # oci: http(s)://host:port; mlflow: tracking server
+    repository: str = "pipeline"            # oci: <repository>/<model>; mlflow: the experiment
+    timeout_s: float = 60.0                 # per request to a remote registry
+
+    def __post_init__(self):
+        from urllib.parse import urlsplit
+
+        from pipeline.registry.names import check_repository
+
+        check_repository(self.repository)
+        if self.timeout_s <= 0:
+            raise ConfigError(f"registry.timeout_s={self.timeout_s}: must be > 0")
+        if self.backend != RegistryBackend.local and not self.url:
+            raise ConfigError(f"registry.url is required for registry.backend="
+                              f"{self.backend.value}, e.g. http://127.0.0.1:5000")
+        if self.url:
+            parts = urlsplit(self.url)
+            if "@" in parts.netloc:  # never echo it: the part before '@' is a secret
+                raise ConfigError("registry.url: credentials in the URL are refused (config and "
+                                  "manifests are published); set PIPELINE_REGISTRY_USERNAME and "
+                                  "PIPELINE_REGISTRY_PASSWORD or a netrc entry")
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+                raise ConfigError(f"registry.url={self.url!r}: expected http(s)://host[:port]"
+                                  "[/path]")
 
 
 @dataclass
@@ -115,6 +308,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     quant: QuantConfig = field(default_factory=QuantConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
     gate: GateConfig = field(default_factory=GateConfig)
     registry: Optional[RegistryConfig] = field(default_factory=RegistryConfig)  # null: no publish
     bench: BenchConfig = field(default_factory=BenchConfig)
@@ -127,8 +321,51 @@ class Config:
                               f"benchmarked; bench.batch_sizes={self.bench.batch_sizes}")
 
 
+@dataclass
+class BillConfig:
+    """The situation the bill prices: how many sequences, how long, stored how."""
+    batch: int = 8                          # concurrent sequences (LLM) or batch size (artifact)
+    seq: int = 2048                         # tokens per sequence held in the KV cache
+    precision: Precision = Precision.fp16   # weight storage
+    kv_precision: Precision = Precision.fp16  # KV-cache storage
+    margin_gb: float = 1.5                  # activations, workspace, I/O buffers (the article's)
+    keep_free: float = 0.0                  # share of device memory never planned for (allocator
+                                            # fragmentation, runtime context); 0 = the article's sum
+    tokens_per_s: float = 100.0             # a decode rate to size compute for
+    input_shape: Optional[list[int]] = None  # artifact: one sample's input shape, without the
+                                            # batch; null = the task's (OCR: 1 x 32 x 160)
+
+    def __post_init__(self):
+        _positive(self, "bill", "batch", "seq")
+        if self.margin_gb < 0:
+            raise ConfigError(f"bill.margin_gb={self.margin_gb}: must be >= 0")
+        if not 0 <= self.keep_free < 1:
+            raise ConfigError(f"bill.keep_free={self.keep_free}: must be in [0, 1)")
+        if self.tokens_per_s <= 0:
+            raise ConfigError(f"bill.tokens_per_s={self.tokens_per_s}: must be > 0")
+        if self.input_shape is not None and any(d <= 0 for d in self.input_shape):
+            raise ConfigError(f"bill.input_shape={self.input_shape}: expected positive sizes")
+
+
+@dataclass
+class BillApp:
+    """``python -m pipeline.bill``: shares the model, hardware and slo groups with the pipeline."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
+    bill: BillConfig = field(default_factory=BillConfig)
+    workdir: str = "artifacts"              # where the pipeline's runs/latest report is read
+
+    def __post_init__(self):
+        llm = self.model.llm
+        if llm is not None and self.bill.seq > llm.max_context:
+            raise ConfigError(f"bill.seq={self.bill.seq}: longer than model.llm.max_context="
+                              f"{llm.max_context}")
+
+
 GROUPS = {"model": ModelConfig, "quant": QuantConfig, "hardware": HardwareConfig,
-          "gate": GateConfig, "registry": RegistryConfig}
+          "slo": SloConfig, "gate": GateConfig, "registry": RegistryConfig}
+APPS = {"config": Config, "bill": BillApp}  # config name -> its schema (stored as schema[_name])
 
 
 def _positive(obj, group: str, *names: str) -> None:
@@ -143,6 +380,7 @@ def register() -> None:
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
-    cs.store(name="schema", node=Config)
+    for name, node in APPS.items():
+        cs.store(name="schema" if name == "config" else f"schema_{name}", node=node)
     for group, node in GROUPS.items():
         cs.store(group=group, name=f"schema_{group}", node=node)

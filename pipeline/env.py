@@ -56,12 +56,29 @@ def environment(hardware) -> dict:
     return {"tools": tool_versions(), "cpu": cpu_info(), "provider": hardware.provider,
             "threads": {"intra_op": hardware.intra_op_threads,
                         "inter_op": hardware.inter_op_threads,
-                        "global_pool": True}}
+                        "global_pool": True},
+            "affinity": list(hardware.affinity) if hardware.affinity is not None
+            else sorted(os.sched_getaffinity(0))}
 
 
 def hardware_fingerprint(hardware) -> str:
     cpu = cpu_info()
     blob = {"cpu": [cpu["model"], cpu["flags"], cpu["logical_cores"], cpu["machine"]],
             "provider": hardware.provider, "threads": [hardware.intra_op_threads,
-                                                       hardware.inter_op_threads]}
+                                                       hardware.inter_op_threads],
+            "affinity": list(hardware.affinity) if hardware.affinity is not None else None}
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
+
+
+def differences(a: dict, b: dict) -> list[str]:
+    """What differs between two recorded environments (tools, CPU, provider, threads, affinity):
+    results from different environments are not comparable, and callers warn or refuse."""
+    out = []
+    for key in ("tools", "cpu", "provider", "threads", "affinity"):
+        va, vb = a.get(key), b.get(key)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += [f"{key}.{k}: {va.get(k)!r} vs {vb.get(k)!r}"
+                    for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k)]
+        elif va != vb:
+            out.append(f"{key}: {va!r} vs {vb!r}")
+    return out

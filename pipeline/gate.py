@@ -1,50 +1,90 @@
-"""The gate: may this candidate ship? Accuracy against the FP16 baseline, speed against the
-fastest float baseline. In: evaluate artifacts by role, the benchmark artifact, ``GateConfig``.
-Out: a machine-readable verdict with one entry per check. It fails closed: a missing or
-non-finite measurement is a failed check, never a pass. Cheap and uncached, so changing a
-threshold re-judges cached measurements without re-running them."""
+"""The gate: may this candidate ship? Each check has a value, a limit and a verdict.
+
+In: evaluate artifacts by role, the benchmark artifact, the candidate artifact, ``GateConfig``
+and ``SloConfig``. Out: a machine-readable verdict (also written as ``verdict.json`` by the
+report) and a short table for the terminal. Checks: accuracy drop against the FP16 baseline,
+agreement of outputs with it, the lower bound of the speedup's 95 % interval against the fastest
+float baseline, the A/A self-check of the timing, that the timings were taken in this
+environment (a baseline measured elsewhere is refused), the candidate's p99 against the SLO, and
+the model's size. It fails closed: a missing or non-finite measurement fails its check. Cheap and
+uncached, so changing a threshold re-judges cached measurements without re-running them.
+"""
 from __future__ import annotations
 
 import math
 
+from pipeline.env import differences
 from pipeline.stages.evaluate import agreement
+
+NAN = float("nan")
 
 
 def _check(name, value, limit, ok, detail) -> dict:
-    finite = isinstance(value, (int, float)) and math.isfinite(value)
-    return {"check": name, "value": value, "limit": limit, "passed": bool(finite and ok(value)),
-            "detail": detail if finite else f"{detail}: no valid measurement (fails closed)"}
+    finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return {"check": name, "value": value if finite else None, "limit": limit,
+            "passed": bool(finite and ok(value)),
+            "detail": detail if finite else f"{name}: no valid measurement (fails closed)"}
 
 
-def judge(evals: dict, bench, gate, primary_metric: str) -> dict:
-    checks = []
+def _get(fn, default=NAN):
     try:
-        ref = evals["fp16"].meta["metrics"][primary_metric]
-        cand = evals["candidate"].meta["metrics"][primary_metric]
-        drop = ref - cand
-    except (KeyError, TypeError):
-        ref = cand = drop = float("nan")
-    checks.append(_check("accuracy_drop", drop, gate.max_accuracy_drop,
-                         lambda v: v <= gate.max_accuracy_drop + 1e-9,
-                         f"{primary_metric} {cand:.2f} vs FP16 baseline {ref:.2f}: drop of "
-                         f"{drop:.2f} points (max {gate.max_accuracy_drop})"))
-    try:
-        at = bench.meta["batches"][str(gate.speedup_batch_size)]
-        sp = at["speedup_vs_fastest_float"]
-        speed, ci, fastest = sp["median"], sp["ci95"], at["fastest_float"]
-    except (KeyError, TypeError, AttributeError):
-        speed, ci, fastest = float("nan"), [float("nan")] * 2, "?"
-    checks.append(_check("speedup", speed, gate.min_speedup, lambda v: v >= gate.min_speedup,
-                         f"{speed:.2f}x (95% CI {ci[0]:.2f}-{ci[1]:.2f}) vs the fastest float "
-                         f"baseline ({fastest}) at batch {gate.speedup_batch_size} "
-                         f"(min {gate.min_speedup}x)"))
-    info = {}
-    try:
-        info["agreement_with_fp16"] = agreement(evals["candidate"], evals["fp16"])
-        info["aa_check"] = bench.meta["batches"][str(gate.speedup_batch_size)]["aa_check"]
-    except (KeyError, OSError, ValueError):
-        pass
+        return fn()
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError, OSError):
+        return default
+
+
+def judge(evals: dict, bench, gate, primary_metric: str, slo=None, candidate=None,
+          environment: dict | None = None) -> dict:
+    g = gate
+    ref = _get(lambda: evals["fp16"].meta["metrics"][primary_metric])
+    cand = _get(lambda: evals["candidate"].meta["metrics"][primary_metric])
+    drop = ref - cand
+    checks = [_check("accuracy_drop", drop, g.max_accuracy_drop,
+                     lambda v: v <= g.max_accuracy_drop + 1e-9,
+                     f"{primary_metric} {cand:.2f} vs FP16 {ref:.2f}: drop {drop:.2f} points")]
+    agree = _get(lambda: agreement(evals["candidate"], evals["fp16"]))
+    checks.append(_check("output_agreement", agree, g.min_output_agreement,
+                         lambda v: v >= g.min_output_agreement,
+                         f"{agree:.2%} of outputs identical to FP16's"))
+    at = _get(lambda: bench.meta["batches"][str(g.speedup_batch_size)], {})
+    sp = at.get("speedup_vs_fastest_float", {})
+    lo = _get(lambda: sp["ci95"][0])
+    checks.append(_check("speedup_ci_low", lo, g.min_speedup, lambda v: v >= g.min_speedup,
+                         f"{_get(lambda: sp['median']):.2f}x (95% CI {lo:.2f}-"
+                         f"{_get(lambda: sp['ci95'][1]):.2f}) vs {at.get('fastest_float', '?')} "
+                         f"at batch {g.speedup_batch_size}"
+                         + (" [noisy]" if at.get("noisy") else "")))
+    if g.require_aa_check:
+        aa = at.get("aa_check", {})
+        dev = abs(_get(lambda: aa["median"]) - 1.0)
+        tol = aa.get("tolerance", NAN)
+        checks.append(_check("aa_check", dev, tol, lambda v: v <= tol,
+                             f"FP32 vs itself read {_get(lambda: aa['median']):.3f} "
+                             f"(must be 1.00 +- {tol})"))
+    if environment is not None:
+        diffs = _get(lambda: differences(bench.meta["environment"], environment), ["unrecorded"])
+        checks.append(_check("same_environment", float(len(diffs)), 0, lambda v: v == 0,
+                             "timings taken in this environment" if not diffs else
+                             "timings taken elsewhere: " + "; ".join(diffs[:3])))
+    if g.check_slo_p99 and slo is not None:
+        p99 = _get(lambda: at["latency_ms"]["candidate"]["p99"])
+        checks.append(_check("slo_p99_ms", p99, slo.p99_ms, lambda v: v <= slo.p99_ms,
+                             f"p99 {p99:.2f} ms at batch {g.speedup_batch_size}"))
+    if g.max_model_mb is not None:
+        mb = _get(lambda: candidate.model.stat().st_size / 1e6)
+        checks.append(_check("model_mb", mb, g.max_model_mb, lambda v: v <= g.max_model_mb,
+                             f"{mb:.2f} MB"))
     passed = all(c["passed"] for c in checks)
     failed = [c["detail"] for c in checks if not c["passed"]]
-    return {"passed": passed, "checks": checks, **info,
+    return {"passed": passed, "checks": checks,
             "summary": "PASS" if passed else "FAIL: " + "; ".join(failed)}
+
+
+def table(verdict: dict) -> str:
+    """The verdict as a few aligned lines for the terminal."""
+    lines = [f"{'check':<18} {'value':>10} {'limit':>8}  verdict  detail"]
+    for c in verdict["checks"]:
+        value = "-" if c["value"] is None else f"{c['value']:.3f}"
+        lines.append(f"{c['check']:<18} {value:>10} {c['limit']!s:>8}  "
+                     f"{'pass' if c['passed'] else 'FAIL':<7}  {c['detail']}")
+    return "\n".join(lines)

@@ -6,12 +6,14 @@ the gate verdict. Publishing and the report are done by ``__main__`` with what t
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import gate
 from pipeline.artifact import sha256_file
-from pipeline.config import Config, QuantMode
+from pipeline.env import environment
+from pipeline.config import BenchMode, Config, LoadConfig, QuantMode
 from pipeline.errors import StageError
 from pipeline.models import task
 from pipeline.stages.benchmark import Benchmark
@@ -19,6 +21,7 @@ from pipeline.stages.evaluate import Evaluate
 from pipeline.stages.export import Export
 from pipeline.stages.fp16 import ToFp16
 from pipeline.stages.load import Load
+from pipeline.stages.loadtest import LoadTest
 from pipeline.stages.optimize import Optimize
 from pipeline.stages.quantize import Quantize
 
@@ -32,10 +35,11 @@ class Outcome:
     bench: object
     verdict: dict
     source: object      # the load artifact
+    load: object = None  # the loadtest artifact (bench.mode=load or soak)
 
 
 def recipe(cfg: Config, runner) -> Outcome:
-    m, hw = cfg.model, cfg.hardware
+    m, hw = cfg.model, cfg.hardware.runtime()  # stages see how to run, not the datasheet
     t = task(m.name)
     checkpoint_sha = None
     if m.checkpoint is not None:
@@ -57,8 +61,14 @@ def recipe(cfg: Config, runner) -> Outcome:
     evaluate = Evaluate(m.name, m.eval_samples, m.eval_batch_size, cfg.data_dir, hw)
     evals = {role: runner.run(evaluate, art, label=f"evaluate[{role}]")
              for role, art in models.items()}
-    bench = runner.run(Benchmark(m.name, tuple(cfg.bench.batch_sizes), cfg.bench.warmup_runs,
-                                 cfg.bench.runs, m.eval_samples, cfg.data_dir, hw),
+    # The benchmark's key covers only what shapes its numbers, not the load-test settings.
+    timed = dataclasses.replace(cfg.bench, mode=BenchMode.latency, load=LoadConfig())
+    bench = runner.run(Benchmark(m.name, timed, m.eval_samples, cfg.data_dir, hw),
                        candidate, fp32=fp32, fp16=fp16, export=exported)
-    verdict = gate.judge(evals, bench, cfg.gate, t.PRIMARY_METRIC)
-    return Outcome(models, evals, bench, verdict, source)
+    load = None
+    if cfg.bench.mode.value != "latency":
+        load = runner.run(LoadTest(m.name, cfg.bench.mode.value, cfg.bench.load, cfg.slo.p99_ms,
+                                   m.eval_samples, cfg.data_dir, hw), candidate, fp32=fp32)
+    verdict = gate.judge(evals, bench, cfg.gate, t.PRIMARY_METRIC, cfg.slo, candidate,
+                         environment(hw))
+    return Outcome(models, evals, bench, verdict, source, load)

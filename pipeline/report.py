@@ -55,7 +55,7 @@ def markdown(report: dict) -> str:
              "|" + "---|" * (6 + 2 * len(bs))]
     for r in report["rows"]:
         cells = [r["step"], f"{r['size_mb']:.2f}", str(r["nodes"]), f"{r['sequence_accuracy']:.2f}",
-                 f"{r['cer']:.2f}", f"{100 * r['agreement_with_fp16']:.1f}"]
+                 f"{r['cer']:.2f}", f"{100 * r['agreement_with_fp16']:.2f}"]
         for b in bs:
             lat = r["latency"][b]
             cells += [f"{lat['p50']:.2f} / {lat['p99']:.2f}", f"{lat['speedup_vs_fastest_float']:.2f}x"]
@@ -65,6 +65,57 @@ def markdown(report: dict) -> str:
     for b, aa in report["aa_check"].items():
         lines.append(f"A/A check at batch {b} (FP32 against a second copy of itself): "
                      f"{aa['median']:.3f} (95 % CI {aa['ci95'][0]:.3f}-{aa['ci95'][1]:.3f}).")
+    lines += ["", "## Gate", "", "| check | value | limit | verdict | detail |", "|---|---|---|---|---|"]
+    for c in report["verdict"]["checks"]:
+        value = "–" if c["value"] is None else f"{c['value']:.3f}"
+        lines.append(f"| {c['check']} | {value} | {c['limit']} | "
+                     f"{'pass' if c['passed'] else '**FAIL**'} | {c['detail']} |")
+    timing = report.get("timing", {})
+    if timing:
+        lines += ["", "## Timing", ""]
+        for b, t in timing.get("batches", {}).items():
+            lines.append(f"- batch {b}: {t['rounds']} interleaved rounds in {t['seconds']} s"
+                         f"{' — **noisy**: CI still wider than the bound' if t['noisy'] else ''}; "
+                         f"widths timed: {', '.join(str(w['width']) for w in t['per_width'])}")
+            for o in t["shape_outliers"]:
+                lines.append(f"  - slow shape: {o['model']} at width {o['width']}: p50 "
+                             f"{o['p50']:.2f} ms where its other shapes predict "
+                             f"{o['expected_p50']:.2f} ms")
+        for role, cold in timing.get("cold_start_ms", {}).items():
+            if "error" in cold:
+                lines.append(f"- cold start {role}: failed ({cold['error']})")
+            else:
+                lines.append(f"- cold start {role}: {cold['total_ms']:.0f} ms to first result "
+                             f"(import {cold['import_ms']:.0f}, session {cold['session_ms']:.0f}, "
+                             f"first inference {cold['first_inference_ms']:.0f})")
+        if timing.get("input_contract"):
+            shape = timing["input_contract"]["shape"]
+            lines.append("- input contract (measured): " + " x ".join(
+                f"{d['min']}" if d["min"] == d["max"] else f"{d['min']}..{d['max']}" for d in shape))
+    if report.get("bill"):
+        from pipeline.bill.render import markdown as bill_markdown
+
+        lines += ["", *bill_markdown(report["bill"])]
+    load = report.get("load")
+    if load:
+        lines += ["", f"## Load test (open-loop Poisson, p99 target {load['slo_p99_ms']} ms)", "",
+                  "| model | policy | max QPS within target | throughput there | steps |",
+                  "|---|---|---|---|---|"]
+        for role, entry in load["models"].items():
+            for policy in ("dynamic", "batch1"):
+                if policy in entry:
+                    e = entry[policy]
+                    lines.append(f"| {role} | {policy} | {e['max_qps_within_slo']:.0f} | "
+                                 f"{e['throughput_at_max']:.0f}/s | {len(e['steps'])} |")
+            if "soak" in entry:
+                mem = entry["soak"]["memory"]
+                slope = mem.get("slope_mb_per_min")
+                lines.append(f"| {role} | soak {entry['soak']['seconds']:.0f} s at "
+                             f"{entry['soak']['qps']:.0f}/s | RSS slope "
+                             f"{'n/a' if slope is None else f'{slope:.2f} MB/min'} | "
+                             f"{'**LEAK**' if mem.get('leak') else 'no leak'} | |")
+    for fname, status in report.get("figures", {}).items():
+        lines += ["", f"![{fname}]({fname})" if status == "ok" else f"{fname}: {status}"]
     lines += ["", "## Stages", "", "| stage | status | seconds | digest |", "|---|---|---|---|"]
     for s in report["stages"]:
         lines.append(f"| {s['label']} | {'reused' if s['reused'] else 'built'} | "
@@ -79,15 +130,24 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(workdir: str, report: dict) -> Path:
+def write(workdir: str, report: dict, figures: dict | None = None) -> Path:
+    """Write report.json, report.md, verdict.json and the figures (name -> draw(path))."""
     runs = Path(workdir) / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     name = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
     tmp = runs / f".tmp-{name}"
     tmp.mkdir()
     try:
+        report["figures"] = {}
+        for fname, draw in (figures or {}).items():
+            try:
+                draw(tmp / fname)
+                report["figures"][fname] = "ok"
+            except Exception as e:  # noqa: BLE001 - a picture must not cost the evidence
+                report["figures"][fname] = f"failed: {type(e).__name__}: {e}"
         (tmp / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True, default=str))
         (tmp / "report.md").write_text(markdown(report))
+        (tmp / "verdict.json").write_text(json.dumps(report["verdict"], indent=2))
         tmp.rename(runs / name)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -101,4 +161,14 @@ def write(workdir: str, report: dict) -> Path:
 
 def aa_checks(outcome) -> dict:
     return {b: at["aa_check"] for b, at in outcome.bench.meta["batches"].items()}
+
+
+def timing(outcome) -> dict:
+    """How the latencies were measured: rounds, noise, shapes, cold start, input contract."""
+    meta = outcome.bench.meta
+    return {"batches": {b: {"rounds": at["rounds"], "seconds": at["seconds"], "noisy": at["noisy"],
+                            "per_width": at["per_width"]["candidate"],
+                            "shape_outliers": at["shape_outliers"]}
+                        for b, at in meta["batches"].items()},
+            "cold_start_ms": meta.get("cold_start_ms", {}), "input_contract": meta.get("input_contract")}
 

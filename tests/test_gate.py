@@ -4,37 +4,80 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from pipeline.config import GateConfig
-from pipeline.gate import judge
+from pipeline.config import GateConfig, SloConfig
+from pipeline.gate import judge, table
 
 
 def ev(tmp_path, name, acc, preds):
     path = tmp_path / name
-    path.mkdir()
+    path.mkdir(parents=True)
     (path / "predictions.json").write_text(json.dumps(preds))
     return SimpleNamespace(path=path, meta={"metrics": {"sequence_accuracy": acc}})
 
 
-def bench(speedup):
+def bench(speedup, aa=1.0, p99=5.0, halfwidth=0.1):
     return SimpleNamespace(meta={"batches": {"8": {
-        "speedup_vs_fastest_float": {"median": speedup, "ci95": [speedup - 0.1, speedup + 0.1]},
-        "fastest_float": "fp32", "aa_check": {"median": 1.0, "ci95": [0.99, 1.01]}}}})
+        "speedup_vs_fastest_float": {"median": speedup,
+                                     "ci95": [speedup - halfwidth, speedup + halfwidth]},
+        "fastest_float": "fp32", "aa_check": {"median": aa, "tolerance": 0.03},
+        "latency_ms": {"candidate": {"p99": p99}}}}})
+
+
+def evals(tmp_path, fp16_acc=98.5, cand_acc=98.3, cand_preds=("A",) * 99 + ("C",)):
+    return {"fp16": ev(tmp_path, "a", fp16_acc, ["A"] * 100),
+            "candidate": ev(tmp_path, "b", cand_acc, list(cand_preds))}
+
+
+def failed(v):
+    return {c["check"] for c in v["checks"] if not c["passed"]}
 
 
 def test_pass_and_each_failure(tmp_path):
-    evals = {"fp16": ev(tmp_path, "a", 98.5, ["A", "B"]), "candidate": ev(tmp_path, "b", 98.3, ["A", "C"])}
-    v = judge(evals, bench(1.9), GateConfig(), "sequence_accuracy")
-    assert v["passed"] and v["agreement_with_fp16"] == 0.5
-    v = judge(evals, bench(0.95), GateConfig(), "sequence_accuracy")
-    assert not v["passed"] and "0.95x" in v["summary"]
-    v = judge(evals, bench(2.0), GateConfig(max_accuracy_drop=0.1), "sequence_accuracy")
-    assert not v["passed"] and "drop of 0.20" in v["summary"]
+    e = evals(tmp_path)
+    v = judge(e, bench(1.9), GateConfig(), "sequence_accuracy", SloConfig())
+    assert v["passed"], v["summary"]
+    assert "accuracy_drop" in table(v) and "pass" in table(v)
+    assert failed(judge(e, bench(0.95), GateConfig(), "sequence_accuracy")) == {"speedup_ci_low"}
+    # A median above 1 whose interval reaches below it is not proof of a speedup.
+    assert failed(judge(e, bench(1.05, halfwidth=0.1), GateConfig(), "sequence_accuracy")) == {"speedup_ci_low"}
+    v = judge(e, bench(2.0), GateConfig(max_accuracy_drop=0.1), "sequence_accuracy")
+    assert failed(v) == {"accuracy_drop"} and "drop 0.20" in v["summary"]
+    assert failed(judge(e, bench(2.0, aa=1.08), GateConfig(), "sequence_accuracy")) == {"aa_check"}
+    assert failed(judge(e, bench(2.0, p99=500), GateConfig(), "sequence_accuracy",
+                        SloConfig(p99_ms=100))) == {"slo_p99_ms"}
+    low_agreement = judge(evals(tmp_path / "x", cand_preds=["B"] * 10 + ["A"] * 90), bench(2.0),
+                          GateConfig(), "sequence_accuracy")
+    assert failed(low_agreement) == {"output_agreement"}
 
 
 def test_fails_closed_on_missing_measurements(tmp_path):
-    evals = {"fp16": ev(tmp_path, "a", 98.5, ["A"]), "candidate": ev(tmp_path, "b", float("nan"), ["A"])}
-    assert not judge(evals, bench(2.0), GateConfig(), "sequence_accuracy")["passed"]
-    good = {"fp16": evals["fp16"], "candidate": ev(tmp_path, "c", 98.5, ["A"])}
+    e = evals(tmp_path, cand_acc=float("nan"))
+    assert "accuracy_drop" in failed(judge(e, bench(2.0), GateConfig(), "sequence_accuracy"))
     broken_bench = SimpleNamespace(meta={"batches": {}})
-    v = judge(good, broken_bench, GateConfig(), "sequence_accuracy")
-    assert not v["passed"] and "fails closed" in v["summary"]
+    v = judge(evals(tmp_path / "y"), broken_bench, GateConfig(), "sequence_accuracy")
+    assert {"speedup_ci_low", "aa_check"} <= failed(v) and "fails closed" in v["summary"]
+
+
+def test_shape_outliers_flag_only_the_jump():
+    from pipeline.stages.benchmark import shape_outliers
+
+    rows = [{"width": w, "p50": 1.0 + 0.01 * w} for w in (100, 150, 200, 250, 300)]
+    assert shape_outliers({"m": rows}) == []
+    rows[2]["p50"] = 10.0  # a slow kernel at width 200
+    flagged = shape_outliers({"m": rows})
+    assert [f["width"] for f in flagged] == [200]
+
+
+def test_timings_from_another_environment_are_refused(tmp_path):
+    from pipeline.config import HardwareConfig
+    from pipeline.env import environment
+
+    here = environment(HardwareConfig().runtime())
+    b = bench(2.0)
+    b.meta["environment"] = here
+    assert "same_environment" not in failed(judge(evals(tmp_path), b, GateConfig(),
+                                                  "sequence_accuracy", environment=here))
+    elsewhere = {**here, "cpu": {**here["cpu"], "model": "Some Other CPU"}}
+    b.meta["environment"] = elsewhere
+    v = judge(evals(tmp_path / "z"), b, GateConfig(), "sequence_accuracy", environment=here)
+    assert failed(v) == {"same_environment"} and "Some Other CPU" in v["summary"]

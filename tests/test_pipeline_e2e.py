@@ -22,14 +22,18 @@ def artifact(workdir: Path, role: str) -> Artifact:
     return Artifact.read(Path(report(workdir)["lineage"][role]["path"]))
 
 
-def test_first_run_builds_every_stage_and_publishes(tiny_run):
+def test_first_run_builds_every_stage_and_publishes(tiny_run, tmp_path):
+    from pipeline.registry.local import LocalStore
+    from pipeline.registry.names import parse_ref
+
     workdir, proc = tiny_run
     rep = report(workdir)
     assert [s["reused"] for s in rep["stages"]] == [False] * len(rep["stages"])
     assert [r["role"] for r in rep["rows"]] == ["export", "fp32", "fp16", "candidate"]
     assert rep["verdict"]["passed"] and "published" in rep
     assert (workdir / "runs" / "latest" / "report.md").read_text().count("\n|") >= 5
-    published = Path(rep["published"])
+    name, ref = parse_ref(rep["published"].split()[0])  # name:version@sha256:...
+    _, published = LocalStore(workdir / "registry").pull(name, ref, tmp_path / "pulled")
     manifest = json.loads((published / "manifest.json").read_text())
     assert manifest["files"]["model.onnx"] == sha256_file(published / "model.onnx")
     for key in ("config", "lineage", "verdict", "metrics", "environment", "calibration_set"):
@@ -101,10 +105,18 @@ def test_benchmark_reports_percentiles_and_aa_check(tiny_run):
     for b in ("1", "8"):
         at = bench.meta["batches"][b]
         for stats in at["latency_ms"].values():
-            assert 0 < stats["p50"] <= stats["p99"] <= stats["p999"] and stats["runs"] == 20
+            assert 0 < stats["p50"] <= stats["p99"] <= stats["p999"]
+            assert stats["runs"] == at["rounds"] >= 20
         lo, hi = at["speedup_vs_fastest_float"]["ci95"]
         assert lo <= at["speedup_vs_fastest_float"]["median"] <= hi
         assert at["fastest_float"] in ("fp32", "fp16") and "median" in at["aa_check"]
+        assert {r["bucket"] for r in at["per_width"]["candidate"]} == {0, 1}  # two width buckets
+    contract = bench.meta["input_contract"]["shape"]
+    assert contract[0] == {"min": 1, "max": 8} and contract[2] == {"min": 32, "max": 32}
+    assert contract[3]["min"] < contract[3]["max"]
+    for role in ("candidate", "fp32", "fp16", "export"):
+        cold = bench.meta["cold_start_ms"][role]
+        assert cold["total_ms"] > cold["session_ms"] > 0 and cold["first_inference_ms"] > 0
 
 
 def test_second_run_reuses_every_stage(tiny_run):
@@ -144,3 +156,22 @@ def test_missing_or_corrupt_checkpoint_is_one_clear_line(tmp_path, content):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and str(ckpt) in lines[0], proc.stderr
     assert not list(tmp_path.rglob("artifact.json")), "nothing may be left for a later run to trust"
+
+
+def test_load_mode_adds_only_the_load_test(tiny_run):
+    workdir, _ = tiny_run
+    proc = run_cli(*tiny_args(workdir, "bench.mode=load", "bench.load.steps=2",
+                              "bench.load.step_seconds=0.5", "slo.p99_ms=50"))
+    assert proc.returncode == 0, proc.stderr
+    rep = report(workdir)
+    assert {s["label"] for s in rep["stages"] if not s["reused"]} == {"loadtest"}
+    for role in ("candidate", "fp32"):
+        for policy in ("dynamic", "batch1"):
+            steps = rep["load"]["models"][role][policy]["steps"]
+            assert 1 <= len(steps) <= 2 and all(s["requests"] > 0 for s in steps)
+    assert rep["figures"] == {"latency_cdf.png": "ok", "load_curve.png": "ok"}
+    assert (workdir / "runs" / "latest" / "load_curve.png").stat().st_size > 1000
+    verdict = json.loads((workdir / "runs" / "latest" / "verdict.json").read_text())
+    assert verdict["passed"] and {c["check"] for c in verdict["checks"]} >= {
+        "accuracy_drop", "output_agreement", "speedup_ci_low", "aa_check", "same_environment",
+        "slo_p99_ms"}

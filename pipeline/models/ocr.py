@@ -99,6 +99,14 @@ def sample_digest(ds) -> str:
     return hashlib.sha256("".join(sample_hashes(ds)).encode()).hexdigest()
 
 
+def stack(requests: list[np.ndarray]) -> np.ndarray:
+    """Join single-line inputs [1, 1, H, W_i] into one batch, edge-padded to the widest
+    (the same padding ``collate`` uses), as a serving batcher must."""
+    w_max = max(r.shape[-1] for r in requests)
+    return np.concatenate([np.pad(r, ((0, 0), (0, 0), (0, 0), (0, w_max - r.shape[-1])), mode="edge")
+                           for r in requests])
+
+
 def batches(ds, batch_size: int, sort_by_width: bool = True):
     """Yield (indices, float32 images, labels). Sorting by width keeps padding small."""
     widths = np.asarray(ds["width"])

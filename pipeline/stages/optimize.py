@@ -9,12 +9,14 @@ Why two passes, in this order: onnxscript's optimizer folds the exporter's decom
 what only its shape inference sees. Only the basic level is saved: the extended level writes
 ONNX Runtime-only ops (FusedConv), which other runtimes cannot load and the quantizer cannot read.
 ONNX Runtime still fuses Conv+ReLU when it loads the saved model on the target.
+Compute nodes are renamed after the PyTorch modules they came from (``names.py``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.stages.names import rename_like_export
 from pipeline.stages.parity import compare, node_counts, require
 
 
@@ -26,7 +28,7 @@ class Optimize:
     hardware: object
     tolerance: float = 1e-3
     name = "optimize"
-    version = 1
+    version = 2
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
@@ -44,6 +46,9 @@ class Optimize:
         so.optimized_model_filepath = str(out_dir / "model.onnx")
         onnxruntime.InferenceSession(str(folded), so, providers=["CPUExecutionProvider"])
         folded.unlink()
+        model = onnx.load(str(out_dir / "model.onnx"))
+        modules = rename_like_export(onnx.load(str(parent.model)), model)
+        onnx.save(model, str(out_dir / "model.onnx"))
         onnx.checker.check_model(str(out_dir / "model.onnx"))
 
         t = task(self.task)
@@ -53,4 +58,4 @@ class Optimize:
         parity = compare(lambda x: ort.run(before, x), lambda x: ort.run(after, x), t, ds)
         require(parity, self.tolerance, "optimized model differs from the export")
         return {"nodes_before": node_counts(parent.model), "nodes": node_counts(out_dir / "model.onnx"),
-                "parity_vs_export": parity}
+                "parity_vs_export": parity, "modules": modules}

@@ -1,0 +1,96 @@
+"""Timing primitives for comparing models on a noisy shared machine.
+
+In: callables (one per model) that run one inference on a given input. Out: per-model arrays of
+milliseconds, measured in interleaved rounds, and ratio statistics (median of per-round ratios
+with a bootstrap 95 % interval). Pure numpy and ``time.perf_counter_ns``; runtimes are the
+caller's business.
+
+Why it is built this way (all measured on these 2-core machines):
+- A fixed warm-up count is either too short (first runs allocate and pick kernels) or wasteful;
+  warm-up here ends when the median of a window of runs stops moving.
+- Timing models one after another lets the machine's drift land on one of them; each round runs
+  every model on the same input, in a rotated order.
+- Across different runtimes, spinning worker threads of the one just run slow the next; ``block``
+  runs each model several times in a row and keeps the block's median.
+- One short run can be 30 % off; rounds continue until the interval of every ratio that matters is
+  narrower than ``rel_ci`` or the time limit is reached, and then the result is flagged noisy.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+
+def clock_ms(fn: Callable, x) -> float:
+    t0 = time.perf_counter_ns()
+    fn(x)
+    return (time.perf_counter_ns() - t0) / 1e6
+
+
+def warm_up(fn: Callable, inputs: Sequence, window: int = 10, tolerance: float = 0.05,
+            max_runs: int = 300) -> int:
+    """Run until two consecutive windows' medians agree within ``tolerance``; returns runs done."""
+    previous, runs = None, 0
+    while runs < max_runs:
+        med = float(np.median([clock_ms(fn, inputs[(runs + k) % len(inputs)]) for k in range(window)]))
+        runs += window
+        if previous is not None and abs(med - previous) <= tolerance * previous:
+            break
+        previous = med
+    return runs
+
+
+def ratio_ci(num: np.ndarray, den: np.ndarray, seed: int = 0, resamples: int = 2000) -> dict:
+    """Median of per-round ratios num/den with a bootstrap 95 % confidence interval."""
+    ratios = np.asarray(num) / np.asarray(den)
+    rng = np.random.default_rng(seed)
+    boots = np.median(rng.choice(ratios, size=(resamples, ratios.size)), axis=1)
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    return {"median": float(np.median(ratios)), "ci95": [float(lo), float(hi)]}
+
+
+def rel_width(ci: dict) -> float:
+    """Half-width of the interval relative to the median."""
+    return (ci["ci95"][1] - ci["ci95"][0]) / 2 / ci["median"]
+
+
+def percentiles(ms: np.ndarray, batch: int) -> dict:
+    ms = np.asarray(ms)
+    return {"p50": float(np.percentile(ms, 50)), "p90": float(np.percentile(ms, 90)),
+            "p99": float(np.percentile(ms, 99)), "p999": float(np.percentile(ms, 99.9)),
+            "mean": float(ms.mean()), "throughput": float(batch * 1000.0 / ms.mean()),
+            "runs": int(ms.size)}
+
+
+def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tuple[str, str]],
+                min_rounds: int, max_seconds: float, rel_ci: float, block: int = 1,
+                check_every: int = 50) -> tuple[dict[str, np.ndarray], dict]:
+    """Time every model once per round (``block`` runs each, median kept), rotating the order.
+
+    Stops after ``min_rounds`` once every (num, den) ratio in ``pairs`` has a 95 % interval
+    narrower than ``rel_ci`` (relative half-width), or when ``max_seconds`` have passed.
+    Returns the per-round times by model and {"rounds", "seconds", "noisy", "widest"}.
+    """
+    roles = list(fns)
+    times: dict[str, list[float]] = {r: [] for r in roles}
+    t_start, rounds = time.monotonic(), 0
+    widest = float("inf")
+    while True:
+        x = inputs[rounds % len(inputs)]
+        shift = rounds % len(roles)
+        for role in roles[shift:] + roles[:shift]:
+            times[role].append(float(np.median([clock_ms(fns[role], x) for _ in range(block)])))
+        rounds += 1
+        if rounds >= min_rounds and rounds % check_every == 0:
+            arrays = {r: np.asarray(v) for r, v in times.items()}
+            widest = max(rel_width(ratio_ci(arrays[a], arrays[b])) for a, b in pairs)
+            if widest <= rel_ci:
+                break
+            if time.monotonic() - t_start > max_seconds:
+                break
+    seconds = time.monotonic() - t_start
+    return ({r: np.asarray(v) for r, v in times.items()},
+            {"rounds": rounds, "seconds": round(seconds, 2), "noisy": bool(widest > rel_ci),
+             "widest_rel_ci": widest})
