@@ -1,0 +1,123 @@
+"""``make bench`` section for quantization: ours against onnxruntime's defaults, side by side.
+
+In: the lineage of a finished ``model=ocr quant=int8`` run (its optimized FP32 model, its
+candidate, its prepared model). Out: a dict for bench.json:
+- the pipeline's INT8 against onnxruntime's default ``quantize_static`` (QDQ, per-tensor, signed
+  8-bit activations, MinMax, no pre-processing) on the same FP32 model and calibration lines: both
+  accuracies, and their speed against FP32 timed in one process, interleaved (``timing``);
+- ``quant=mixed`` with a 0.05-point budget: full evaluations used against the 2·log2(N)+3 limit,
+  and its speed;
+- calibration peak memory with 64 and with 1,024 lines (streamed: should not grow).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+
+def _default_quantize(fp32_model: Path, out: Path, task_name: str, samples: int, data_dir: str) -> None:
+    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+
+    from pipeline.models import task
+
+    t = task(task_name)
+    ds, _ = t.dataset("calibration", samples, data_dir)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = (({t.INPUT_NAME: x}) for _, x, _ in t.batches(ds, 32, sort_by_width=False))
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(str(fp32_model), str(out), Reader())  # every option at its default
+
+
+def _timed(models: dict, cfg, batch: int) -> dict:
+    from pipeline import ort, timing
+    from pipeline.models import task
+
+    hw = cfg.hardware.target()
+    t = task(cfg.model.name)
+    ds, _ = t.dataset("evaluation", cfg.model.eval_samples, cfg.data_dir)
+    inputs = [next(t.batches(ds.select(range(k * batch, (k + 1) * batch)), batch))[1] for k in range(8)]
+    fns = {role: (lambda x, s=ort.session(path, hw): ort.run(s, x)) for role, path in models.items()}
+    for fn in fns.values():
+        timing.warm_up(fn, inputs)
+    pairs = [("fp32", r) for r in models if r != "fp32"]
+    times, info = timing.interleaved(fns, inputs, pairs, 300, 60, 0.02)
+    return {"speedup_vs_fp32": {r: timing.ratio_ci(times["fp32"], times[r]) for r in models if r != "fp32"},
+            "p50_ms": {r: float(sorted(v)[len(v) // 2]) for r, v in times.items()}, **info}
+
+
+def _evaluate(model: Path, cfg) -> dict:
+    from pipeline.stages.evaluate import Evaluate
+
+    m = cfg.model
+    with tempfile.TemporaryDirectory() as out:
+        return Evaluate(m.name, m.eval_samples, m.eval_batch_size, cfg.data_dir,
+                        cfg.hardware.target()).run(SimpleNamespace(model=model), Path(out))["metrics"]
+
+
+def _calibration_rss(prepared: Path, cfg, samples: int) -> float:
+    from pipeline import isolate
+    from pipeline.stages.calibrate import Calibrate
+
+    m = cfg.model
+    stage = Calibrate(m.name, "percentile", samples, 32, cfg.data_dir)
+    with tempfile.TemporaryDirectory(dir="artifacts") as out:
+        meta = isolate.call(f"calibrate {samples}", stage.run, SimpleNamespace(model=prepared), Path(out))
+    return meta["peak_rss_mb"]
+
+
+def quantization(lineage: dict, stages: list[dict]) -> dict:
+    from pipeline import isolate
+    from pipeline.compose import compose
+
+    cfg = compose(["model=ocr", "quant=int8"])
+    fp32 = Path(lineage["fp32"]["path"]) / "model.onnx"
+    ours = Path(lineage["candidate"]["path"]) / "model.onnx"
+    prepared = Path(next(s["path"] for s in stages if s["label"] == "prepare")) / "model.onnx"
+    out: dict = {}
+    with tempfile.TemporaryDirectory(dir="artifacts") as tmp:
+        default = Path(tmp) / "ort_default.onnx"
+        isolate.call("onnxruntime default quantize_static", _default_quantize, fp32, default,
+                     cfg.model.name, cfg.model.calibration_samples, cfg.data_dir)
+        out["accuracy"] = {"pipeline_int8": isolate.call("evaluate ours", _evaluate, ours, cfg),
+                           "ort_default_int8": isolate.call("evaluate default", _evaluate, default, cfg),
+                           "fp32": isolate.call("evaluate fp32", _evaluate, fp32, cfg)}
+        models = {"fp32": fp32, "pipeline_int8": ours, "ort_default_int8": default}
+        out["timing"] = {str(b): isolate.call(f"timing b{b}", _timed, models, cfg, b) for b in (1, 8)}
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "model=ocr", "quant=mixed",
+                           "quant.max_accuracy_drop=0.05", "registry=null"], capture_output=True, text=True)
+    import json
+
+    rep = json.loads((Path("artifacts") / "runs" / "latest" / "report.json").read_text())
+    search = rep.get("quantization", {}).get("search") or {}
+    cand = next(r for r in rep["rows"] if r["role"] == "candidate")
+    out["mixed"] = {"exit_code": proc.returncode, "verdict": search.get("verdict"),
+                    "speedup_vs_fastest_float_b8": cand["latency"]["8"]["speedup_vs_fastest_float"]}
+    rss64 = _calibration_rss(prepared, cfg, 64)
+    rss1024 = _calibration_rss(prepared, cfg, 1024)
+    out["calibration_peak_rss_mb"] = {"64": rss64, "1024": rss1024, "ratio": rss1024 / rss64}
+    acc = out["accuracy"]
+    sp8 = out["timing"]["8"]["speedup_vs_fp32"]
+    v = search.get("verdict") or {}
+    drop = acc["fp32"]["sequence_accuracy"] - acc["pipeline_int8"]["sequence_accuracy"]
+    out["targets"] = {
+        "int8 >= 2.5x faster than fp32 at batch 8": [sp8["pipeline_int8"]["median"],
+                                                     sp8["pipeline_int8"]["median"] >= 2.5],
+        "int8 drop <= 0.2 points (vs fp32 here; the gate uses fp16)": [drop, drop <= 0.2],
+        "faster than onnxruntime's default quantize_static": [
+            [sp8["pipeline_int8"]["median"], sp8["ort_default_int8"]["median"]],
+            sp8["pipeline_int8"]["ci95"][0] > sp8["ort_default_int8"]["ci95"][1]],
+        "mixed 0.05 budget met within 2 log2 N + 3 full evaluations": [
+            [v.get("full_evaluations"), v.get("evaluation_limit")], bool(v.get("met") and v.get("within_limit"))],
+        "mixed faster than fp32": [out["mixed"]["speedup_vs_fastest_float_b8"],
+                                   out["mixed"]["speedup_vs_fastest_float_b8"] > 1.0],
+        "calibration RSS with 1024 lines within 10 % of 64": [rss1024 / rss64, rss1024 <= 1.1 * rss64],
+    }
+    return out

@@ -1,0 +1,107 @@
+"""The quantization part of the report: settings, explanation, per-layer table, search trace.
+
+In: the ``QuantInfo`` from ``quantization.py``. Out: a JSON-ready dict for report.json, Markdown
+lines for report.md and two pictures (a bar chart of per-node sensitivity and the mixed search's
+accuracy-versus-latency trace).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+
+def as_dict(info) -> dict:
+    return asdict(info)
+
+
+def layer_rows(q: dict) -> list[dict]:
+    """One row per node of the final model: module, ops, precision, SQNR, effect, times."""
+    sens = {r["node"]: r for r in q.get("sensitivity", [])}
+    rows = []
+    for r in (q.get("explain") or {}).get("nodes", []):
+        if r["precision"] == "float" and r["node"] not in sens:
+            continue
+        s = sens.get(r["node"], {})
+        rows.append({"module": r["node"], "op": r["fp32_op"], "int8_kernel": r["int8_op"],
+                     "precision": r["precision"], "sqnr_db": s.get("sqnr_db"),
+                     "metric_effect": s.get("metric_effect"), "fp32_ms": r["fp32_ms"],
+                     "int8_ms": r["int8_ms"], "gain_ms": r["gain_ms"]})
+    return rows
+
+
+def _fmt(v, spec):
+    return "–" if v is None else format(v, spec)
+
+
+def markdown(q: dict) -> list[str]:
+    ex = q.get("explain") or {}
+    s = q["settings"]
+    lines = ["", "## Quantization", "",
+             f"- settings: activations {s['activation_type']}, weights {s['weight_type']}, "
+             f"reduce_range {s['reduce_range']}, format {s['format']} ({s['reason']})",
+             f"- calibration: {q['calibration']}"
+             + ("; ranked on the hardest lines: " + ", ".join(
+                 f"{k} {v:.2f}" for k, v in q["calibration_ranking"].items())
+                if q.get("calibration_ranking") else "")]
+    if ex:
+        lines.append(f"- on this target: {ex['unfused_quantize']} QuantizeLinear and "
+                     f"{ex['unfused_dequantize']} DequantizeLinear left unfused; INT8 kernels "
+                     f"{', '.join(ex['int8_kernels']) or 'none'}; still float: "
+                     f"{', '.join(ex['float_compute']) or 'nothing'}")
+        lines.append(f"- profile at batch {ex['batch_size']}: FP32 {ex['fp32_total_ms']:.2f} ms, "
+                     f"INT8 {ex['int8_total_ms']:.2f} ms (Q/DQ {ex['qdq_overhead_ms']:.2f} ms)")
+    if q.get("latency_exclusions"):
+        lines.append(f"- kept float because INT8 ran slower here: {', '.join(q['latency_exclusions'])}")
+    rows = layer_rows(q)
+    if rows:
+        lines += ["", "| module | op | precision | SQNR dB | accuracy effect | FP32 ms | INT8 ms | gain ms |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            lines.append(f"| {r['module']} | {r['op']} → {r['int8_kernel']} | {r['precision']} | "
+                         f"{_fmt(r['sqnr_db'], '.1f')} | {_fmt(r['metric_effect'], '+.2f')} | "
+                         f"{r['fp32_ms']:.3f} | {r['int8_ms']:.3f} | {r['gain_ms']:+.3f} |")
+    search = q.get("search")
+    if search:
+        v = search["verdict"]
+        lines += ["", f"**Mixed precision: {v['summary']}** ({v['full_evaluations']} full evaluations, "
+                  f"limit {v['evaluation_limit']:.1f} for {v['quantizable_nodes']} nodes)", "",
+                  "| float nodes | accuracy | drop | within budget | est. ms |", "|---|---|---|---|---|"]
+        for r in search["trace"]:
+            lines.append(f"| {', '.join(r['float_nodes']) or '(none)'} | {r['accuracy']:.2f} | "
+                         f"{r['drop']:.2f} | {'yes' if r['within_budget'] else 'no'} | "
+                         f"{r['estimated_ms']:.2f} |")
+    return lines
+
+
+def sensitivity_chart(q: dict, out: Path) -> None:
+    from pipeline.plots import _plt
+
+    plt = _plt()
+    rows = [r for r in layer_rows(q) if r["sqnr_db"] is not None]
+    fig, ax = plt.subplots(figsize=(7, 0.35 * max(len(rows), 3) + 1))
+    ax.barh([r["module"] for r in rows], [r["sqnr_db"] for r in rows], color="tab:blue")
+    ax.set_xlabel("output SQNR (dB, higher = less quantization error)")
+    ax.invert_yaxis()
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def search_chart(q: dict, out: Path) -> None:
+    from pipeline.plots import _plt
+
+    plt = _plt()
+    trace = q["search"]["trace"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([r["estimated_ms"] for r in trace], [r["drop"] for r in trace], "o-")
+    for k, r in enumerate(trace):
+        ax.annotate(str(k + 1), (r["estimated_ms"], r["drop"]), fontsize=8)
+    ax.axhline(q["search"]["verdict"]["budget_points"], color="red", lw=1, label="budget")
+    ax.set_xlabel("estimated latency (ms, from the per-node profile)")
+    ax.set_ylabel("accuracy drop vs FP16 (points)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,119 @@
+"""The INT8 sub-recipe: calibrate, quantize, explain, keep float what got slower, search a mix.
+
+In: the config, the runner, the optimized FP32 artifact and the evaluations of the float
+baselines (FP32 for the ranking subset of hardest samples, FP16 as the accuracy reference).
+Out: the candidate artifact and a ``QuantInfo`` record for the report: hardware-aware settings,
+the calibration chosen (and, with ``auto``, how each method scored), the explanation of the
+final model (profile, unfused Q/DQ, float ops), per-node sensitivity and the mixed-precision
+search trace. Every step is a cached stage, so a re-run with a changed budget repeats only the
+evaluations it needs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipeline import quant_defaults
+from pipeline.config import CalibrationMethod, QuantMode
+from pipeline.env import cpu_info
+from pipeline.stages.calibrate import Calibrate
+from pipeline.stages.evaluate import Evaluate, hardest
+from pipeline.stages.explain import Explain
+from pipeline.stages.prepare import Prepare
+from pipeline.stages.quantize import Quantize
+
+METHODS = ("minmax", "entropy", "percentile")
+
+
+@dataclass
+class QuantInfo:
+    settings: dict
+    calibration: str
+    calibration_ranking: dict = field(default_factory=dict)   # method -> ranking-subset metric
+    explain: dict | None = None
+    latency_exclusions: list = field(default_factory=list)
+    sensitivity: list = field(default_factory=list)
+    search: dict | None = None
+
+
+class Quantizer:
+    def __init__(self, cfg, runner, fp32, fp32_eval, fp16_eval, primary_metric: str):
+        self.cfg, self.runner, self.fp32 = cfg, runner, fp32
+        self.fp16_eval, self.metric = fp16_eval, primary_metric
+        m, q = cfg.model, cfg.quant
+        self.hw = cfg.hardware.target()
+        self.settings = quant_defaults.resolve(q, cpu_info()["flags"])
+        self.prepared = runner.run(Prepare(), fp32)
+        self.subset = hardest(fp32_eval, min(q.ranking_samples, m.eval_samples))
+        self.static = None if q.mode != QuantMode.dynamic else ()
+        if q.static_op_types is not None:
+            self.static = tuple(q.static_op_types)
+        self.calibrations: dict = {}
+
+    # -- building blocks -------------------------------------------------------------------
+    def calibration(self, method: str):
+        if method not in self.calibrations:
+            m, q = self.cfg.model, self.cfg.quant
+            self.calibrations[method] = self.runner.run(
+                Calibrate(m.name, method, m.calibration_samples, q.calibration_batch_size,
+                          self.cfg.data_dir), self.prepared, label=f"calibrate[{method}]")
+        return self.calibrations[method]
+
+    def quantize(self, method: str, exclude=(), label="quantize"):
+        q = self.cfg.quant
+        stage = Quantize(tuple(sorted(self.settings.items())), q.per_channel, method,
+                         self.static, tuple(q.dynamic_op_types), tuple(sorted(exclude)))
+        if self.static == ():  # dynamic only: nothing to calibrate
+            return self.runner.run(stage, self.prepared, label=label)
+        return self.runner.run(stage, self.prepared, label=label,
+                               calibration=self.calibration(method))
+
+    def score(self, art, label: str, subset=True) -> float:
+        m = self.cfg.model
+        ev = self.runner.run(Evaluate(m.name, m.eval_samples, m.eval_batch_size, self.cfg.data_dir,
+                                      self.hw, self.subset if subset else ()), art, label=label)
+        return ev.meta["metrics"][self.metric]
+
+    def explain(self, art, label="explain"):
+        m, q = self.cfg.model, self.cfg.quant
+        return self.runner.run(Explain(m.name, self.cfg.gate.speedup_batch_size, q.profile_runs,
+                                       m.eval_samples, self.cfg.data_dir, self.hw), art,
+                               label=label, fp32=self.fp32)
+
+    # -- the recipe --------------------------------------------------------------------------
+    def run(self):
+        q = self.cfg.quant
+        info = QuantInfo(settings=self.settings, calibration=q.calibration.value)
+        method = q.calibration.value
+        if self.static == ():
+            method = "none (dynamic)"
+        elif q.calibration == CalibrationMethod.auto:
+            for candidate_method in METHODS:
+                art = self.quantize(candidate_method, q.exclude, label=f"quantize[{candidate_method}]")
+                info.calibration_ranking[candidate_method] = self.score(
+                    art, f"rank[{candidate_method}]")
+            # Best on the hardest lines; ties go to the cheaper, simpler method (list order).
+            method = max(METHODS, key=lambda k: (info.calibration_ranking[k], -METHODS.index(k)))
+        info.calibration = method
+        exclude = set(q.exclude)
+        art = self.quantize(method, exclude)
+        expl = self.explain(art)
+        if q.latency_aware and expl.meta["slower_in_int8"]:
+            # Nodes whose INT8 kernel lost to float on this machine: keep them float.
+            info.latency_exclusions = list(expl.meta["slower_in_int8"])
+            exclude |= set(info.latency_exclusions)
+            art = self.quantize(method, exclude, label="quantize[latency-aware]")
+            expl = self.explain(art, label="explain[latency-aware]")
+        if q.mode == QuantMode.mixed:
+            from pipeline.mixed import search
+
+            art, info.sensitivity, info.search = search(self, method, exclude, art)
+            expl = self.explain(art, label="explain[mixed]")
+        info.explain = expl.meta
+        if not info.sensitivity:  # the per-layer table still gets each node's output SQNR
+            from pipeline.stages.sensitivity import Sqnr
+
+            m = self.cfg.model
+            sqnr = self.runner.run(Sqnr(m.name, self.subset, m.eval_samples, self.cfg.data_dir,
+                                        self.hw), art, fp32=self.fp32).meta["sqnr_db"]
+            info.sensitivity = [{"node": n, "sqnr_db": v} for n, v in sqnr.items()]
+        return art, info

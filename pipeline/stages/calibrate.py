@@ -1,0 +1,83 @@
+"""calibrate: activation ranges of the prepared model, from the calibration set, streamed.
+
+In: a ``prepare`` artifact, a method (minmax, entropy, percentile) and the calibration set.
+Out: ``calibration.json`` (onnxruntime's ``TensorsData``, which ``quantize_static`` reads back
+through ``calibration_cache_path``), the set's digest and the stage's peak memory.
+
+Why streamed: onnxruntime's histogram calibrators keep every intermediate output of every batch
+until the end (3.5 GB on a real recognizer). Its calibrators merge ranges and histograms across
+``collect_data`` calls, so this stage feeds them one batch per call and memory stays at one
+batch's activations whatever the number of samples. Defaults (bins, percentile, symmetry) are
+onnxruntime's own, so the ranges equal what ``quantize_static`` would have computed.
+"""
+from __future__ import annotations
+
+import resource
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import StageError
+
+
+class _Chunk:
+    """onnxruntime's CalibrationDataReader protocol over a few batches."""
+
+    def __init__(self, feeds: list[dict]):
+        self._it = iter(feeds)
+
+    def get_next(self):
+        return next(self._it, None)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@dataclass(frozen=True)
+class Calibrate:
+    task: str
+    method: str
+    samples: int
+    batch_size: int
+    data_dir: str
+    # Batches per collect_data call: the memory bound. One, because the histogram calibrators
+    # stack a call's outputs into one array, which fails when batch widths differ.
+    chunk: int = 1
+    name = "calibrate"
+    version = 2
+    hardware_dependent = False
+
+    def run(self, parent, out_dir: Path) -> dict:
+        from onnxruntime.quantization import CalibrationMethod
+        from onnxruntime.quantization.calibrate import create_calibrator, save_tensors_data
+
+        from pipeline.models import task
+
+        methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+                   "percentile": CalibrationMethod.Percentile}
+        t = task(self.task)
+        ds, digest = t.dataset("calibration", self.samples, self.data_dir)
+        rss_before = peak_rss_mb()
+        with tempfile.TemporaryDirectory(dir=out_dir.parent) as tmp:
+            calibrator = create_calibrator(str(parent.model), None,
+                                           augmented_model_path=str(Path(tmp) / "augmented.onnx"),
+                                           calibrate_method=methods[self.method])
+            feeds, chunks = [], 0
+            for _, images, _ in t.batches(ds, self.batch_size, sort_by_width=False):
+                feeds.append({t.INPUT_NAME: images})
+                if len(feeds) == self.chunk:
+                    calibrator.collect_data(_Chunk(feeds))
+                    feeds, chunks = [], chunks + 1
+            if feeds:
+                calibrator.collect_data(_Chunk(feeds))
+                chunks += 1
+            try:
+                ranges = calibrator.compute_data()
+            except ValueError as e:
+                raise StageError(f"{self.method} calibration produced no ranges: {e}") from None
+            del calibrator
+        save_tensors_data(ranges, out_dir / "calibration.json")
+        return {"method": self.method, "calibration_set": digest, "samples": len(ds),
+                "chunks": chunks, "tensors": len(list(ranges.keys())),
+                "peak_rss_mb": peak_rss_mb(), "rss_before_mb": rss_before}

@@ -1,0 +1,166 @@
+"""explain: why the INT8 model is as fast as it is, before anyone deploys it.
+
+In: a ``quantize`` artifact and the FP32 baseline (``fp32``). Out: what ONNX Runtime makes of the
+INT8 model on this target (Q/DQ pairs left unfused after its graph optimizations, compute ops
+still running in float) and a per-node profile of both models on the same real batch: each
+node's time in FP32 and in INT8, the gain, and the nodes that run *slower* in INT8. The recipe
+keeps those nodes in float (``quant.latency_aware``) and the report shows the table.
+
+Profiles come from onnxruntime's own profiler (``enable_profiling``) with the deployed graph
+optimizations; fused kernels keep the name of the node they came from plus a ``_token_N``
+suffix, which is stripped so FP32 and INT8 timings of the same module line up.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+INT8_KERNELS = ("QLinear", "ConvInteger", "MatMulInteger", "DynamicQuantize", "MatMulIntegerToFloat")
+FORMAT_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+SHAPE_OPS = ("Shape", "Gather", "Slice", "Concat", "Reshape", "Squeeze", "Unsqueeze", "Expand",
+             "Transpose", "Cast", "Identity", "Constant", "ReorderInput", "ReorderOutput")
+SLOWER_MARGIN = 1.05  # 5 %: below that, profile noise, not a slower kernel
+
+
+ACTIVATIONS = ("Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh")
+
+
+def base_name(profiled: str) -> str:
+    name = profiled[:-len("_kernel_time")] if profiled.endswith("_kernel_time") else profiled
+    return re.sub(r"(_token_\d+)+$", "", name)
+
+
+def namer(model: Path):
+    """Map a profiled kernel name back to the model's own node name.
+
+    ONNX Runtime renames what it rewrites: NCHWc kernels are named after their output tensor
+    plus ``_nchwc`` (for Conv+ReLU, the ReLU's output), and the dynamic quantizer names nodes
+    ``<node>_quant``. Both are traced back to the node (for a fused activation, the conv feeding
+    it) so FP32 and INT8 times of one module line up.
+    """
+    import onnx
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    names = {n.name for n in graph.node}
+    producer = {o: n for n in graph.node for o in n.output}
+
+    def resolve(name: str) -> str:
+        if name.endswith("_quant"):  # the dynamic quantizer's rename of a float node
+            return name[:-len("_quant")]
+        if name in names:
+            return name
+        for suffix in ("_nchwc",):
+            if name.endswith(suffix):
+                stem = name[:-len(suffix)]
+                if stem in names:
+                    return stem
+                node = producer.get(stem)
+                if node is not None:
+                    if node.op_type in ACTIVATIONS and node.input[0] in producer:
+                        node = producer[node.input[0]]
+                    return node.name
+        return name
+    return resolve
+
+
+def profile(model: Path, hardware, batch, runs: int) -> dict[str, dict]:
+    """Mean kernel time per (base) node name, with its op type, in ms."""
+    import onnxruntime as ort
+
+    from pipeline import ort as pipeline_ort
+
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.log_severity_level = 3
+    so.intra_op_num_threads = hardware.intra_op_threads
+    so.profile_file_prefix = str(model.parent.parent / f".profile-{model.parent.name[:12]}")
+    sess = ort.InferenceSession(str(model), so, providers=[hardware.provider])
+    for _ in range(3):  # warm-up, excluded below by taking the last `runs` calls
+        pipeline_ort.run(sess, batch)
+    for _ in range(runs):
+        pipeline_ort.run(sess, batch)
+    path = Path(sess.end_profiling())
+    events = json.loads(path.read_text())
+    path.unlink()
+    per: dict[str, list] = defaultdict(list)
+    ops = {}
+    resolve = namer(model)
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            name = resolve(base_name(e["name"]))
+            per[name].append(e["dur"] / 1000.0)
+            ops[name] = e["args"].get("op_name", "?")
+    # Each node ran 3 + runs times: keep the last `runs` (after warm-up).
+    return {n: {"op": ops[n], "ms": float(np.mean(v[-runs:]))} for n, v in per.items()}
+
+
+def optimized_graph_summary(model: Path, hardware) -> dict:
+    import onnx
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(model.parent.parent / f".explain-{model.parent.name[:12]}.onnx")
+    ort.InferenceSession(str(model), so, providers=[hardware.provider])
+    path = Path(so.optimized_model_filepath)
+    graph = onnx.load(str(path)).graph
+    path.unlink()
+    float_ops = sorted({f"{n.name} ({n.op_type})" for n in graph.node
+                        if not n.op_type.startswith(INT8_KERNELS) and n.op_type not in FORMAT_OPS
+                        and n.op_type not in SHAPE_OPS})
+    return {"unfused_quantize": sum(n.op_type == "QuantizeLinear" for n in graph.node),
+            "unfused_dequantize": sum(n.op_type == "DequantizeLinear" for n in graph.node),
+            "int8_kernels": sorted({n.op_type for n in graph.node if n.op_type.startswith(INT8_KERNELS)}),
+            "float_compute": float_ops}
+
+
+@dataclass(frozen=True)
+class Explain:
+    task: str
+    batch_size: int
+    runs: int
+    eval_samples: int
+    data_dir: str
+    hardware: object
+    name = "explain"
+    version = 4
+    hardware_dependent = True
+
+    def run(self, parent, out_dir: Path, fp32) -> dict:
+        from pipeline.models import task
+
+        t = task(self.task)
+        ds, _ = t.dataset("evaluation", self.eval_samples, self.data_dir)
+        pick = list(range(0, len(ds), max(1, len(ds) // self.batch_size)))[:self.batch_size]
+        batch = next(t.batches(ds.select(pick), self.batch_size))[1]
+        f32 = profile(fp32.model, self.hardware, batch, self.runs)
+        i8 = profile(parent.model, self.hardware, batch, self.runs)
+        precision = parent.meta.get("precision", {})
+        fp32_total = sum(r["ms"] for r in f32.values())
+        nodes = []
+        for name, row in i8.items():
+            if row["op"] in FORMAT_OPS or name not in f32:
+                continue
+            a, b = f32[name]["ms"], row["ms"]
+            # Slower: by more than the margin and by more than 0.5 % of the whole model, so
+            # profiler noise on a microsecond-sized node does not count; only nodes the
+            # quantizer made INT8 can be handed back to float.
+            slower = (b > a * SLOWER_MARGIN and b - a > 0.005 * fp32_total
+                      and precision.get(name, "float").startswith("int8"))
+            nodes.append({"node": name, "fp32_op": f32[name]["op"], "int8_op": row["op"],
+                          "precision": precision.get(name, "float"),
+                          "fp32_ms": a, "int8_ms": b, "gain_ms": a - b, "slower_in_int8": slower})
+        nodes.sort(key=lambda r: -r["fp32_ms"])
+        result = {"batch_size": self.batch_size, "runs": self.runs, "fp32_total_ms": fp32_total,
+                  "int8_total_ms": sum(r["ms"] for r in i8.values()),
+                  "qdq_overhead_ms": sum(r["ms"] for r in i8.values() if r["op"] in FORMAT_OPS),
+                  "nodes": nodes, "slower_in_int8": [r["node"] for r in nodes if r["slower_in_int8"]],
+                  **optimized_graph_summary(parent.model, self.hardware)}
+        (out_dir / "explain.json").write_text(json.dumps(result, indent=2))
+        return result

@@ -1,0 +1,154 @@
+"""INT8 that earns its speed: hardware defaults, streamed calibration, the explanation, the
+per-op-type plan, and the mixed-precision search's logic."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from pipeline.config import QuantConfig
+from pipeline.mixed import search
+from pipeline.quant_defaults import resolve
+from tests.conftest import run_cli, tiny_args
+
+
+def test_hardware_defaults_follow_vnni():
+    q = QuantConfig()
+    assert resolve(q, ["avx2", "avx512f", "avx512_vnni"])["reduce_range"] is False
+    assert resolve(q, ["avx2", "fma"])["reduce_range"] is True
+    assert resolve(q, ["avx2", "amx_int8"])["vnni"] is True
+    forced = resolve(QuantConfig(reduce_range=True), ["avx512_vnni"])
+    assert forced["reduce_range"] is True and "set by config" in forced["reason"]
+
+
+def report(workdir: Path) -> dict:
+    return json.loads((workdir / "runs" / "latest" / "report.json").read_text())
+
+
+def stage_meta(rep: dict, label: str) -> dict:
+    from pipeline.artifact import Artifact
+
+    return Artifact.read(Path(next(s["path"] for s in rep["stages"] if s["label"] == label))).meta
+
+
+def test_int8_plan_explanation_and_names(tiny_run):
+    rep = report(tiny_run[0])
+    labels = [s["label"] for s in rep["stages"]]
+    assert {"prepare", "calibrate[minmax]", "quantize", "explain", "sqnr"} <= set(labels)
+    q = rep["quantization"]
+    assert q["settings"]["activation_type"] == "uint8" and "reason" in q["settings"]
+    precision = stage_meta(rep, "quantize")["precision"]
+    # Module names from the export, the LSTM dynamic, the convolutions static.
+    assert precision["rnn"] == "int8-dynamic"
+    assert precision["cnn.0"] == precision["cnn.4"] == "int8-static"
+    ex = q["explain"]
+    assert {"unfused_quantize", "unfused_dequantize", "float_compute", "int8_kernels"} <= set(ex)
+    convs = {r["node"]: r for r in ex["nodes"] if r["fp32_op"] == "Conv"}
+    assert "cnn.0" in convs and convs["cnn.0"]["fp32_ms"] > 0 and convs["cnn.0"]["int8_ms"] > 0
+    sqnr = {r["node"]: r["sqnr_db"] for r in q["sensitivity"]}
+    from pipeline.artifact import Artifact
+
+    final = Artifact.read(Path(rep["lineage"]["candidate"]["path"])).meta["precision"]
+    assert set(sqnr) == {n for n, p in final.items() if p.startswith("int8")}
+    assert all(v is None or v > 0 for v in sqnr.values())
+    # What was profiled slower in INT8 is float in the candidate.
+    assert all(final[n] == "float" for n in q["latency_exclusions"])
+    assert "## Quantization" in (tiny_run[0] / "runs" / "latest" / "report.md").read_text()
+
+
+def test_streamed_calibration_equals_onnxruntimes_own(tiny_run, tmp_path):
+    """The ranges our chunked calibration caches are the ones quantize_static computes itself."""
+    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+    from onnxruntime.quantization.calibrate import load_tensors_data
+
+    from pipeline.models import ocr
+
+    rep = report(tiny_run[0])
+    cal = next(s for s in rep["stages"] if s["label"] == "calibrate[minmax]")
+    prepared = next(s for s in rep["stages"] if s["label"] == "prepare")
+    ours = load_tensors_data(Path(cal["path"]) / "calibration.json")
+    ds, _ = ocr.dataset("calibration", 32, tiny_run[0] / "data")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"image": x} for _, x, _ in ocr.batches(ds, 32, sort_by_width=False)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    cache = tmp_path / "theirs.json"
+    quantize_static(str(Path(prepared["path"]) / "model.onnx"), str(tmp_path / "q.onnx"), Reader(),
+                    calibration_cache_path=str(cache))
+    theirs = load_tensors_data(cache)
+    assert set(ours.keys()) == set(theirs.keys())
+    for k in theirs.keys():
+        np.testing.assert_allclose(np.asarray(ours[k].range_value, dtype=np.float64),
+                                   np.asarray(theirs[k].range_value, dtype=np.float64), rtol=1e-6)
+    assert stage_meta(rep, "calibrate[minmax]")["chunks"] >= 1
+
+
+def test_dynamic_mode_needs_no_calibration(tiny_run):
+    workdir, _ = tiny_run
+    proc = run_cli(*tiny_args(workdir, "quant=dynamic"))
+    assert proc.returncode == 0, proc.stderr
+    rep = report(workdir)
+    labels = {s["label"] for s in rep["stages"]}
+    assert not any(label.startswith("calibrate") for label in labels)
+    precision = stage_meta(rep, "quantize")["precision"]
+    assert precision["rnn"] == precision["head"] == "int8-dynamic"
+    assert precision["cnn.0"] == "float"
+
+
+# -- the search, on a model of known sensitivities ---------------------------------------------
+
+class FakeQuantizer:
+    """Accuracy = 99 - sum of harms of the nodes left INT8; each node saves `gain` ms in INT8."""
+
+    def __init__(self, harms: dict, gains: dict, budget: float, floor: float = 0.0):
+        self.harms, self.gains, self.floor = harms, gains, floor
+        self.metric = "sequence_accuracy"
+        self.fp16_eval = SimpleNamespace(meta={"metrics": {self.metric: 99.0}})
+        self.cfg = SimpleNamespace(quant=SimpleNamespace(max_accuracy_drop=budget),
+                                   model=SimpleNamespace(name="ocr", eval_samples=100), data_dir="d")
+        self.subset, self.hw, self.fp32 = (), None, None
+        self.runner = SimpleNamespace(run=lambda *a, **k: SimpleNamespace(
+            meta={"sqnr_db": {n: 30.0 for n in harms}}))
+        self.full = 0
+
+    def quantize(self, method, exclude, label=""):
+        return SimpleNamespace(floated=frozenset(exclude),
+                               meta={"precision": {n: "int8-static" for n in self.harms}})
+
+    def score(self, art, label, subset=True):
+        self.full += not subset
+        return 99.0 - self.floor - sum(h for n, h in self.harms.items() if n not in art.floated)
+
+    def explain(self, art, label=""):
+        return SimpleNamespace(meta={"int8_total_ms": 10.0, "nodes": [
+            {"node": n, "fp32_op": "Conv", "gain_ms": g} for n, g in self.gains.items()]})
+
+
+def test_search_finds_the_few_harmful_nodes_in_log_evaluations():
+    names = [f"n{i}" for i in range(16)]
+    harms = {n: (0.4 if n in ("n3", "n11") else 0.001) for n in names}
+    gains = {n: 1.0 for n in names}
+    fq = FakeQuantizer(harms, gains, budget=0.1)
+    art, table, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()))
+    v = trace["verdict"]
+    assert v["met"] and set(v["chosen_float_nodes"]) >= {"n3", "n11"}
+    assert v["drop"] <= 0.1 and art.floated == frozenset(v["chosen_float_nodes"])
+    assert v["full_evaluations"] == fq.full <= 2 * math.log2(16) + 3
+    assert table[0]["node"] in ("n3", "n11") and table[1]["node"] in ("n3", "n11")
+
+
+def test_search_keeps_the_best_and_says_so_when_the_budget_cannot_be_met():
+    names = [f"n{i}" for i in range(8)]
+    fq = FakeQuantizer({n: 0.2 for n in names}, {n: 1.0 for n in names}, budget=0.05, floor=0.5)
+    art, _, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()))
+    v = trace["verdict"]
+    assert not v["met"] and "not met" in v["summary"]
+    assert v["drop"] == pytest.approx(min(r["drop"] for r in trace["trace"]))
