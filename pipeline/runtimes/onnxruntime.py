@@ -1,0 +1,128 @@
+"""The ONNX Runtime backend: sessions created the one way this project allows.
+
+In: an ONNX file and the target's settings (provider, thread counts). Out: a loaded model whose
+``run`` returns the first output, and whose ``describe`` names the provider, the thread settings
+and, from one profiled run of ONNX Runtime's own profiler, the input type each compute kernel
+executed with (``QLinearConv`` on uint8 is INT8; ``Conv`` on float is FP32, even in an FP16 model,
+where ONNX Runtime inserts casts around its FP32 kernels).
+
+Every session in a process shares one process-global thread pool. With a pool per session, two
+sessions timed alternately on 2 cores slow each other through spinning workers (two identical
+models read 0.67x against each other, measured here); with one shared pool they read 1.00x.
+Call only inside a child process (``pipeline.isolate``): the pool size can be set once per process.
+ONNX Runtime's CPU provider computes float ops in FP32 (no BF16 or FP16 inference precision on
+x86), so ``precision`` other than fp32 is refused.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+NAME = "onnxruntime"
+_pool_set = False
+# Input element types in ONNX Runtime's profile -> the precision the kernel computed in.
+_TYPES = {"uint8": "int8", "int8": "int8", "float": "fp32", "float16": "fp16",
+          "bfloat16": "bf16", "double": "fp64"}
+
+
+def version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("onnxruntime")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def precisions() -> tuple[str, ...]:
+    return ("fp32",)
+
+
+def _options(hardware, optimize: bool = True):
+    import onnxruntime as ort
+    from onnxruntime.capi._pybind_state import set_global_thread_pool_sizes
+
+    global _pool_set
+    if not _pool_set:
+        set_global_thread_pool_sizes(hardware.intra_op_threads, hardware.inter_op_threads)
+        _pool_set = True
+    so = ort.SessionOptions()
+    so.use_per_session_threads = False
+    so.log_severity_level = 3  # warnings about unused initializers are noise here
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return so
+
+
+def session(model: Path, hardware, optimize: bool = True):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(model), _options(hardware, optimize),
+                                providers=[hardware.provider])
+
+
+def run(sess, images):
+    """Logits for one float32 batch."""
+    return sess.run(None, {sess.get_inputs()[0].name: images})[0]
+
+
+class OrtModel:
+    def __init__(self, model: Path, settings):
+        self.model, self.settings = model, settings
+        self.sess = session(model, settings)
+        self._input = self.sess.get_inputs()[0].name
+
+    def run(self, batch):
+        return self.sess.run(None, {self._input: batch})[0]
+
+    def describe(self, example=None) -> dict:
+        s = self.settings
+        out = {"runtime": NAME, "version": version(), "precision": "fp32",
+               "settings": {"provider": s.provider, "intra_op_threads": s.intra_op_threads,
+                            "inter_op_threads": s.inter_op_threads, "global_thread_pool": True}}
+        if example is not None:
+            out["executed"] = executed(self.model, s, example)
+        return out
+
+
+def executed(model: Path, settings, example) -> dict:
+    """Per compute op type, the precision its kernels ran in: one profiled run of a separate
+    session with the same options (profiling slows every run, so never the timed session)."""
+    from pipeline.runtimes import COMPUTE_OPS, executed_summary
+
+    import onnxruntime as ort
+
+    so = _options(settings)
+    so.enable_profiling = True
+    with tempfile.TemporaryDirectory(prefix="ort-profile-") as tmp:
+        so.profile_file_prefix = os.path.join(tmp, "profile")
+        sess = ort.InferenceSession(str(model), so, providers=[settings.provider])
+        sess.run(None, {sess.get_inputs()[0].name: example})
+        events = json.loads(Path(sess.end_profiling()).read_text())
+    ops: dict[str, dict[str, int]] = {}
+    for e in events:
+        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
+            continue
+        op = e["args"].get("op_name", "")
+        base = op.removeprefix("QLinear").removeprefix("Fused").replace("Integer", "")
+        base = base.replace("ToFloat", "").removeprefix("DynamicQuantize")
+        if base not in COMPUTE_OPS:
+            continue
+        types = e["args"].get("input_type_shape") or [{}]
+        dtype = _TYPES.get(next(iter(types[0]), ""), next(iter(types[0]), "?"))
+        if op.startswith("DynamicQuantize"):  # float in, quantized inside the kernel
+            dtype = "int8"
+        ops.setdefault(op, {}).setdefault(dtype, 0)
+        ops[op][dtype] += 1
+    return executed_summary(ops)
+
+
+def load(model: Path, settings) -> OrtModel:
+    from pipeline.runtimes import RuntimeFailure
+
+    if settings.precision != "fp32":
+        raise RuntimeFailure(f"{NAME} {settings.precision}: its CPU provider computes float ops "
+                             "in fp32 only")
+    return OrtModel(model, settings)
