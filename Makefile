@@ -31,7 +31,8 @@ run: setup  ## compile, gate and publish the OCR model as INT8
 test: setup  ## the test suite (a few minutes on 2 cores)
 	$(PY) -m pytest -q
 
-bench: setup  ## the numbers the issues ask for, written to bench.json
+bench: setup  ## the numbers the issues ask for, written to bench.json (installs the bench extra)
+	$(PY) -m pip install -q $(PIP_FLAGS) -e ".[bench]"
 	$(PY) -m pipeline.bench --out bench.json
 
 train-ocr: setup  ## retrain the committed OCR checkpoint (about 25 min on 2 cores)

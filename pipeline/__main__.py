@@ -39,6 +39,13 @@ def _preflight(cfg) -> None:
         raise ConfigError(f"hardware={cfg.hardware.name}: provider {cfg.hardware.provider} is not "
                           f"available in this onnxruntime ({', '.join(available)}); the profile "
                           "is data for python -m pipeline.bill")
+    from pipeline import runtimes
+
+    runtimes.check(cfg.hardware, cfg.quant.mode)  # runtime installed, precision on this CPU
+    if cfg.prune.method.value != "none":  # ignored names, whole layers removed, the trace
+        from pipeline.stages.prune import preflight
+
+        preflight(cfg)
 
 
 def _bill(out, cfg) -> dict:
@@ -55,6 +62,7 @@ def _bill(out, cfg) -> dict:
 def _run(argv: list[str]) -> int:
     cfg = compose(argv)
     _preflight(cfg)
+    from pipeline import quant_report
     from pipeline import report as rep
     from pipeline.env import environment
     from pipeline.gate import table as gate_table
@@ -65,7 +73,7 @@ def _run(argv: list[str]) -> int:
     t0 = time.time()
     print(f"pipeline: model={cfg.model.name} quant={cfg.quant.mode.value} "
           f"hardware={cfg.hardware.name}")
-    runner = Runner(cfg.workdir, cfg.hardware.runtime())
+    runner = Runner(cfg.workdir, cfg.hardware.target())
     out = recipe(cfg, runner)
     env = environment(cfg.hardware)
     mode = cfg.quant.mode.value
@@ -76,6 +84,20 @@ def _run(argv: list[str]) -> int:
             "lineage": {role: {"digest": a.digest, "stage": a.stage, "parent": a.parent,
                                "path": str(a.path)} for role, a in
                         {"source": out.source, **out.models}.items()}}
+    if out.quant is not None:
+        body["quantization"] = quant_report.as_dict(out.quant)
+    if out.pruning is not None:
+        from pipeline import pruning_report
+
+        body["pruning"] = pruning_report.as_dict(out)
+        body["lineage"]["unpruned"] = {"digest": out.pruning["load"].digest, "stage": "load",
+                                       "parent": None, "path": str(out.pruning["load"].path)}
+    if out.load is not None:
+        body["load"] = out.load.meta
+    body["runtimes"] = out.runtimes
+    deployed = out.runtimes["deployed"]
+    if (deployed["runtime"], deployed["precision"]) != ("onnxruntime", "fp32"):
+        mode = f"{mode}.{deployed['runtime']}-{deployed['precision']}"  # the version says so
     if out.verdict["passed"] and cfg.registry is not None:
         cand = next(r for r in body["rows"] if r["role"] == "candidate")
         manifest = {"config": body["config"], "lineage": body["lineage"], "verdict": out.verdict,
@@ -84,16 +106,27 @@ def _run(argv: list[str]) -> int:
                     "latency": cand["latency"], "environment": env,
                     "input_contract": out.bench.meta.get("input_contract"),
                     "evaluation_set": out.evals["candidate"].meta["evaluation_set"],
-                    "calibration_set": out.models["candidate"].meta.get("calibration_set")}
+                    "calibration_set": out.models["candidate"].meta.get("calibration_set"),
+                    "quantization": {k: body["quantization"][k] for k in
+                                     ("settings", "calibration", "latency_exclusions")}
+                    if out.quant is not None else None,
+                    # what ships is the pruned network; unpruned manifests stay as they were
+                    **({"pruning": body["pruning"]} if "pruning" in body else {}),
+                    # what was gated is what ships: engine, precision, threads, executed kernels
+                    "runtime": {"deployed": deployed, "mode": out.runtimes["mode"],
+                                "choice": {b: {k: v for k, v in c.items() if k != "considered"}
+                                           for b, c in out.runtimes["choice"].items()}}}
         body["published"] = str(publish(cfg.registry, model_name=cfg.model.name, mode=mode,
                                         candidate=out.models["candidate"], manifest=manifest))
     from pipeline import plots
 
     figures = {"latency_cdf.png": lambda p: plots.latency_cdf(out.bench.path / "times.json", p)}
-    if out.load is not None:
-        body["load"] = out.load.meta
-        if cfg.bench.mode.value == "load":
-            figures["load_curve.png"] = lambda p: plots.load_curve(out.load.meta, p)
+    if out.load is not None and cfg.bench.mode.value == "load":
+        figures["load_curve.png"] = lambda p: plots.load_curve(out.load.meta, p)
+    if out.quant is not None:
+        figures["sensitivity.png"] = lambda p: quant_report.sensitivity_chart(body["quantization"], p)
+        if out.quant.search:
+            figures["mixed_search.png"] = lambda p: quant_report.search_chart(body["quantization"], p)
     path = rep.write(cfg.workdir, body, figures)
     reused = sum(s["reused"] for s in runner.record)
     print(f"stages: {reused} of {len(runner.record)} reused; {time.time() - t0:.1f} s")

@@ -8,6 +8,14 @@ Sections (each one records its own error and the others still run):
   (outside the cache): do the two speedups agree within 5 %?
 - ``load``: ``bench.mode=load`` on the same artifacts: the highest QPS within a p99 target for
   INT8 and FP32, with dynamic batching and with batch-1 serving.
+- ``pruning``: the unpruned and the pruned (``prune=channels prune.ratio=0.3``) pipelines side by
+  side, and pruned INT8 against unpruned INT8 at batch 8 timed head to head in one process
+  (``pipeline/pruning_bench.py``).
+- ``runtimes``: ``hardware.runtime=auto`` (every runtime and precision, the fastest that passes
+  the accuracy gate per batch size), then that choice at batch 1 and 8 against ONNX Runtime's
+  default ``quantize_static``, NNCF's INT8 and OpenVINO's default compile, each with its accuracy
+  under its deployed settings, timed in one process in blocks with an A/A check
+  (``pipeline/peers.py``).
 Each target is listed with its measured value and whether it was met. A benchmark, not a test:
 nothing here asserts, and the numbers only compare with ones from the same ``environment``.
 """
@@ -21,6 +29,8 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+
+from pipeline.bench_quant import quantization
 
 LOAD_P99_MS = 20.0  # an interactive OCR service's per-line budget, for the load section
 
@@ -60,7 +70,7 @@ def spine(base: list[str]) -> dict:
         "first_run_seconds": round(first_s, 1), "second_run_seconds": round(second_s, 1),
         "second_run_reused": f"{sum(reused)} of {len(reused)}",
         "verdict": rep["verdict"]["summary"], "environment": rep["environment"],
-        "lineage": rep["lineage"],
+        "lineage": rep["lineage"], "stages": rep["stages"],
         "targets": {
             "fp16 sequence accuracy >= 98 %": [fp16["sequence_accuracy"], fp16["sequence_accuracy"] >= 98],
             "int8 drop <= 0.3 points": [drop, drop <= 0.3],
@@ -80,7 +90,7 @@ def repeatability(lineage: dict) -> dict:
     cfg = compose(["model=ocr", "quant=int8"])
     arts = {role: Artifact.read(Path(lineage[role]["path"])) for role in ("candidate", "fp32", "fp16", "export")}
     stage = Benchmark(cfg.model.name, cfg.bench, cfg.model.eval_samples, cfg.data_dir,
-                      cfg.hardware.runtime())
+                      cfg.hardware.target())
     runs = []
     for k in range(2):
         with tempfile.TemporaryDirectory() as out:
@@ -116,17 +126,36 @@ def load(base: list[str]) -> dict:
     return out
 
 
+def pruning(base: list[str]) -> dict:
+    from pipeline.pruning_bench import section
+
+    return section(base, _cli)
+
+
+def runtimes(base: list[str]) -> dict:
+    from pipeline.peers import section
+
+    return section(base, _cli)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("bench.json"))
-    ap.add_argument("--sections", default="spine,repeatability,load")
+    ap.add_argument("--sections",
+                    default="spine,repeatability,quantization,load,pruning,runtimes")
     args, overrides = ap.parse_known_args(argv)
-    base = ["model=ocr", "quant=int8", *overrides]
+    # A fresh measurement for this bench run (cached timings may come from a busier moment);
+    # both spine runs share it, so the second one still reuses every stage.
+    base = ["model=ocr", "quant=int8", f"bench.nonce={time.strftime('%Y%m%dT%H%M%S')}", *overrides]
     results: dict = {}
     wanted = args.sections.split(",")
     sections = {"spine": lambda: spine(base),
+                "quantization": lambda: quantization(results["spine"]["lineage"],
+                                                     results["spine"]["stages"]),
                 "repeatability": lambda: repeatability(results["spine"]["lineage"]),
-                "load": lambda: load(base)}
+                "load": lambda: load(base),
+                "pruning": lambda: pruning(base),
+                "runtimes": lambda: runtimes(base)}
     for name in wanted:
         try:
             results[name] = sections[name]()

@@ -20,12 +20,16 @@ class QuantMode(str, Enum):
     none = "none"    # ship the optimized FP32 model
     fp16 = "fp16"    # weights and most ops in FP16, I/O stays FP32
     int8 = "int8"    # static INT8, QDQ format, calibrated
+    dynamic = "dynamic"  # dynamic INT8 for MatMul/Gemm/LSTM, everything else float
+    mixed = "mixed"  # INT8 with the most harmful nodes kept float, under an accuracy budget
+    bf16 = "bf16"    # the FP32 model run at BF16 inference precision (a runtime that has it)
 
 
 class CalibrationMethod(str, Enum):
     minmax = "minmax"
     entropy = "entropy"
     percentile = "percentile"
+    auto = "auto"    # calibrate with each, keep the best on the ranking subset
 
 
 class IntType(str, Enum):
@@ -41,6 +45,25 @@ class ModelKind(str, Enum):
 class HardwareKind(str, Enum):
     cpu = "cpu"
     gpu = "gpu"
+
+
+class RuntimeName(str, Enum):
+    """The inference engine that runs (and is gated on) the model: ``pipeline.runtimes``."""
+    onnxruntime = "onnxruntime"  # ONNX Runtime, the provider in ``hardware.provider``
+    openvino = "openvino"        # OpenVINO's CPU plugin, compiling the same ONNX files
+    auto = "auto"                # time every runtime and precision, keep the fastest that passes
+
+
+class InferencePrecision(str, Enum):
+    """Precision a runtime computes float ops in (checked against the CPU flags at run time)."""
+    fp32 = "fp32"
+    bf16 = "bf16"    # AVX512-BF16 or AMX-BF16
+    fp16 = "fp16"    # AVX512-FP16 or AMX-FP16
+
+
+class PerformanceHint(str, Enum):
+    latency = "latency"        # one stream: each request uses every thread
+    throughput = "throughput"  # several streams, for many concurrent requests
 
 
 class Precision(str, Enum):
@@ -101,13 +124,57 @@ class QuantConfig:
     per_channel: bool = True                # per-output-channel weight scales (needs opset >= 13)
     weight_type: IntType = IntType.int8     # signed weights: what the x86 int8 GEMM kernels expect
     activation_type: IntType = IntType.uint8  # u8 activations x s8 weights hit VNNI's fast path
-    reduce_range: bool = False              # 7-bit weights: only for CPUs without VNNI
+    reduce_range: Optional[bool] = None     # 7-bit weights; null = from the CPU (true without VNNI)
     calibration: CalibrationMethod = CalibrationMethod.minmax
     calibration_batch_size: int = 32        # batches are streamed; memory follows this, not the set
+    static_op_types: Optional[list[str]] = None  # null = every op type the quantizer supports
+    dynamic_op_types: list[str] = field(default_factory=lambda: ["LSTM"])  # no calibration needed
+    exclude: list[str] = field(default_factory=list)  # node (module) names kept float
+    latency_aware: bool = True              # keep float the nodes profiled slower in INT8
+    ranking_samples: int = 200              # hardest evaluation lines, for cheap comparisons
+    max_accuracy_drop: float = 0.1          # mixed: budget vs the FP16 baseline, in points
+    profile_runs: int = 20                  # profiled runs per model when explaining INT8
     fp16_keep_float32: list[str] = field(default_factory=lambda: ["LSTM"])  # ops left in FP32 by fp16
 
     def __post_init__(self):
-        _positive(self, "quant", "calibration_batch_size")
+        _positive(self, "quant", "calibration_batch_size", "ranking_samples", "profile_runs")
+        if self.max_accuracy_drop < 0:
+            raise ConfigError(f"quant.max_accuracy_drop={self.max_accuracy_drop}: must be >= 0")
+
+
+class PruneMethod(str, Enum):
+    none = "none"            # no pruning: the recipe is exactly the unpruned one
+    channels = "channels"    # structured channel pruning, then a recovery fine-tune
+
+
+class PruneImportance(str, Enum):
+    l1 = "l1"                # sum of |weight| over everything a channel group touches
+    l2 = "l2"                # the same with squares
+    bn_scale = "bn_scale"    # |gamma| of the BatchNorm after a conv
+
+
+@dataclass
+class PruneConfig:
+    method: PruneMethod = PruneMethod.none
+    ratio: float = 0.3                      # share of each layer's channels removed, in [0, 1)
+    importance: PruneImportance = PruneImportance.l1
+    round_to: int = 8                       # kept channels rounded down to a multiple of this
+    ignored: list[str] = field(default_factory=lambda: ["cnn.0", "head"])  # widths kept as is
+    recover_steps: int = 300                # fine-tune steps on freshly generated lines
+    recover_lr: float = 5e-4                # peak of the one-cycle schedule
+    recover_batch_size: int = 32
+    eval_samples: int = 500                 # held-out lines scored before and after recovery
+    seed: int = 0                           # recovery data stream and initialisation
+
+    def __post_init__(self):
+        if not 0 <= self.ratio < 1:
+            raise ConfigError(f"prune.ratio={self.ratio}: must be in [0, 1) (the share of each "
+                              "layer's channels removed)")
+        _positive(self, "prune", "round_to", "recover_batch_size", "eval_samples")
+        if self.recover_steps < 0:
+            raise ConfigError(f"prune.recover_steps={self.recover_steps}: must be >= 0")
+        if self.recover_lr <= 0:
+            raise ConfigError(f"prune.recover_lr={self.recover_lr}: must be > 0")
 
 
 @dataclass
@@ -131,6 +198,11 @@ class HardwareRuntime:
     intra_op_threads: int
     inter_op_threads: int
     affinity: Optional[tuple[int, ...]] = None  # CPU ids measurements are pinned to
+    # The runtime settings; at their defaults they stay out of cache keys (keys made before
+    # runtimes existed remain valid), otherwise they enter them (pipeline.runner.plain).
+    runtime: str = field(default="onnxruntime", metadata={"key_omit_default": True})
+    precision: str = field(default="fp32", metadata={"key_omit_default": True})
+    performance_hint: str = field(default="latency", metadata={"key_omit_default": True})
 
 
 @dataclass
@@ -141,6 +213,9 @@ class HardwareConfig:
     intra_op_threads: int = 2               # the process-global pool every session shares
     inter_op_threads: int = 1
     affinity: Optional[list[int]] = None    # CPU ids benchmarks are pinned to; null = all
+    runtime: RuntimeName = RuntimeName.onnxruntime  # what runs, and is gated on, the model
+    precision: InferencePrecision = InferencePrecision.fp32  # float ops of the candidate
+    performance_hint: PerformanceHint = PerformanceHint.latency  # OpenVINO's PERFORMANCE_HINT
     memory_gb: Optional[float] = None       # device memory (host RAM for a CPU), decimal GB
     memory_bandwidth_gbs: Optional[float] = None  # GB/s; bounds decode speed, small batches
     peak_tflops: PeakThroughput = field(default_factory=PeakThroughput)
@@ -162,10 +237,14 @@ class HardwareConfig:
         if self.price_per_hour is not None and self.price_per_hour < 0:
             raise ConfigError(f"hardware.price_per_hour={self.price_per_hour}: must be >= 0")
 
-    def runtime(self) -> HardwareRuntime:
+    def target(self) -> HardwareRuntime:
+        """The stages' view: hardware plus runtime plus runtime settings (named ``target``
+        because ``runtime`` is the field that picks the engine)."""
         return HardwareRuntime(self.name, self.provider, self.intra_op_threads,
                                self.inter_op_threads,
-                               tuple(self.affinity) if self.affinity is not None else None)
+                               tuple(self.affinity) if self.affinity is not None else None,
+                               self.runtime.value, self.precision.value,
+                               self.performance_hint.value)
 
 
 @dataclass
@@ -231,6 +310,7 @@ class BenchConfig:
     aa_tolerance: float = 0.03              # the A/A ratio must read 1.00 +- this
     cold_start_repeats: int = 3             # fresh processes per model; 0 skips cold start
     load: LoadConfig = field(default_factory=LoadConfig)    # used by mode=load and mode=soak
+    nonce: str = ""                         # any new value forces a fresh measurement (make bench)
 
     def __post_init__(self):
         _positive(self, "bench", "min_rounds", "block", "width_buckets", "batches_per_bucket",
@@ -307,6 +387,7 @@ class RegistryConfig:
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     quant: QuantConfig = field(default_factory=QuantConfig)
+    prune: PruneConfig = field(default_factory=PruneConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     slo: SloConfig = field(default_factory=SloConfig)
     gate: GateConfig = field(default_factory=GateConfig)
@@ -363,8 +444,9 @@ class BillApp:
                               f"{llm.max_context}")
 
 
-GROUPS = {"model": ModelConfig, "quant": QuantConfig, "hardware": HardwareConfig,
-          "slo": SloConfig, "gate": GateConfig, "registry": RegistryConfig}
+GROUPS = {"model": ModelConfig, "quant": QuantConfig, "prune": PruneConfig,
+          "hardware": HardwareConfig, "slo": SloConfig, "gate": GateConfig,
+          "registry": RegistryConfig}
 APPS = {"config": Config, "bill": BillApp}  # config name -> its schema (stored as schema[_name])
 
 

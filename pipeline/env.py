@@ -58,7 +58,12 @@ def environment(hardware) -> dict:
                         "inter_op": hardware.inter_op_threads,
                         "global_pool": True},
             "affinity": list(hardware.affinity) if hardware.affinity is not None
-            else sorted(os.sched_getaffinity(0))}
+            else sorted(os.sched_getaffinity(0)),
+            "runtime": {"name": _value(getattr(hardware, "runtime", "onnxruntime")),
+                        "precision": _value(getattr(hardware, "precision", "fp32")),
+                        "performance_hint": _value(getattr(hardware, "performance_hint",
+                                                           "latency")),
+                        "versions": runtime_versions()}}
 
 
 def hardware_fingerprint(hardware) -> str:
@@ -67,7 +72,26 @@ def hardware_fingerprint(hardware) -> str:
             "provider": hardware.provider, "threads": [hardware.intra_op_threads,
                                                        hardware.inter_op_threads],
             "affinity": list(hardware.affinity) if hardware.affinity is not None else None}
+    runtime = _value(getattr(hardware, "runtime", "onnxruntime"))
+    if runtime != "onnxruntime":  # absent for the default, so its keys stay as they were
+        blob["runtime"] = [runtime, runtime_versions()]
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
+
+
+def _value(x):
+    return getattr(x, "value", x)
+
+
+@lru_cache(maxsize=1)
+def runtime_versions() -> dict[str, str]:
+    """Versions of the inference engines ``pipeline.runtimes`` can use ("absent" if missing)."""
+    out = {}
+    for name in ("onnxruntime", "openvino"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
 
 
 def differences(a: dict, b: dict) -> list[str]:

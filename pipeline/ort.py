@@ -1,33 +1,12 @@
-"""ONNX Runtime sessions created the one way this project allows.
+"""ONNX Runtime sessions for the stages that check conversions (export, optimize, fp16).
 
-Every session in a process shares one process-global thread pool. With a pool per session, two
-sessions timed alternately on 2 cores slow each other through spinning workers (two identical
-models read 0.67x against each other, measured here); with one shared pool they read 1.00x.
-Call only inside a child process (``pipeline.isolate``): the pool size can be set once per process.
+The sessions themselves are made by the onnxruntime backend of ``pipeline.runtimes``: one
+process-global thread pool shared by every session in the process (per-session pools make two
+identical models read 0.67x against each other on 2 cores). Stages that evaluate or time a model
+on its target runtime use ``pipeline.runtimes.load`` instead. Call only inside a child process.
 """
 from __future__ import annotations
 
-from pathlib import Path
+from pipeline.runtimes.onnxruntime import run, session
 
-_pool_set = False
-
-
-def session(model: Path, hardware, optimize: bool = True):
-    import onnxruntime as ort
-    from onnxruntime.capi._pybind_state import set_global_thread_pool_sizes
-
-    global _pool_set
-    if not _pool_set:
-        set_global_thread_pool_sizes(hardware.intra_op_threads, hardware.inter_op_threads)
-        _pool_set = True
-    so = ort.SessionOptions()
-    so.use_per_session_threads = False
-    so.log_severity_level = 3  # warnings about unused initializers are noise here
-    if not optimize:
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(str(model), so, providers=[hardware.provider])
-
-
-def run(sess, images):
-    """Logits for one float32 batch."""
-    return sess.run(None, {sess.get_inputs()[0].name: images})[0]
+__all__ = ["run", "session"]

@@ -1,6 +1,8 @@
 """The recipe: the order of work, top to bottom. Config only picks options.
 
-load -> export -> optimize -> (fp16 baseline) -> (quantize) -> evaluate each -> benchmark -> gate.
+load -> (prune) -> export -> optimize -> fp16 baseline -> evaluate the floats -> (INT8: prepare,
+calibrate, quantize, explain, keep float what got slower, mixed search; see quantization.py) ->
+evaluate the candidate -> benchmark -> (load test) -> gate.
 In: a ``Config`` and a ``Runner``. Out: the artifacts by role, the evaluations, the benchmark and
 the gate verdict. Publishing and the report are done by ``__main__`` with what this returns.
 """
@@ -13,7 +15,7 @@ from pathlib import Path
 from pipeline import gate
 from pipeline.artifact import sha256_file
 from pipeline.env import environment
-from pipeline.config import BenchMode, Config, LoadConfig, QuantMode
+from pipeline.config import BenchMode, Config, LoadConfig, PruneMethod, QuantMode
 from pipeline.errors import StageError
 from pipeline.models import task
 from pipeline.stages.benchmark import Benchmark
@@ -23,7 +25,10 @@ from pipeline.stages.fp16 import ToFp16
 from pipeline.stages.load import Load
 from pipeline.stages.loadtest import LoadTest
 from pipeline.stages.optimize import Optimize
-from pipeline.stages.quantize import Quantize
+from pipeline.stages.prune import Prune
+from pipeline.quantization import Quantizer
+from pipeline.runtimes import PRIMARY, settings_for
+from pipeline.runtimes.plan import Plan
 
 OPSET = 18  # torch's exporter implements 18 natively; >= 13 is needed for per-channel QDQ
 
@@ -34,12 +39,15 @@ class Outcome:
     evals: dict         # role -> evaluate Artifact
     bench: object
     verdict: dict
-    source: object      # the load artifact
+    source: object      # the network export starts from: load, or prune when pruning
     load: object = None  # the loadtest artifact (bench.mode=load or soak)
+    quant: object = None  # QuantInfo: settings, calibration, explanation, sensitivity, search
+    runtimes: dict | None = None  # targets per artifact, failures, the choice (runtimes.plan)
+    pruning: dict | None = None  # prune=channels: the load, prune and unpruned export artifacts
 
 
 def recipe(cfg: Config, runner) -> Outcome:
-    m, hw = cfg.model, cfg.hardware.runtime()  # stages see how to run, not the datasheet
+    m, hw = cfg.model, cfg.hardware.target()  # stages see how to run, not the datasheet
     t = task(m.name)
     checkpoint_sha = None
     if m.checkpoint is not None:
@@ -47,28 +55,47 @@ def recipe(cfg: Config, runner) -> Outcome:
             raise StageError(f"model.checkpoint={m.checkpoint}: file not found")
         checkpoint_sha = sha256_file(Path(m.checkpoint))
     source = runner.run(Load(m.name, m.checkpoint, checkpoint_sha, tuple(m.widths), m.hidden))
+    pruning = None
+    if cfg.prune.method == PruneMethod.channels:  # off: no stage, so every key stays as it was
+        pruning = {"load": source, "prune": runner.run(Prune(m.name, cfg.prune), source)}
+        source = pruning["prune"]  # the same format as load: later stages see a smaller network
     exported = runner.run(Export(m.name, OPSET, m.parity_samples, cfg.data_dir, hw), source)
+    if pruning:  # the unpruned export (shared with unpruned runs' cache) for the size row
+        pruning["unpruned_export"] = runner.run(
+            Export(m.name, OPSET, m.parity_samples, cfg.data_dir, hw), pruning["load"],
+            label="export[unpruned]")
     fp32 = runner.run(Optimize(m.name, m.parity_samples, cfg.data_dir, hw), exported)
+    # fp16 probes ONNX Runtime's kernels whatever the target: its key ignores the runtime.
     fp16 = runner.run(ToFp16(m.name, tuple(cfg.quant.fp16_keep_float32), m.parity_samples,
-                             cfg.data_dir, hw), fp32)
-    if cfg.quant.mode == QuantMode.int8:
-        candidate = runner.run(Quantize(m.name, cfg.quant, m.calibration_samples, cfg.data_dir),
-                               fp32)
-    else:
-        candidate = {QuantMode.none: fp32, QuantMode.fp16: fp16}[cfg.quant.mode]
-    models = {"export": exported, "fp32": fp32, "fp16": fp16, "candidate": candidate}
-
+                             cfg.data_dir, settings_for(hw, PRIMARY)), fp32)
+    plan = Plan(hw, cfg.quant.mode)  # which runtime and precision each artifact runs on
     evaluate = Evaluate(m.name, m.eval_samples, m.eval_batch_size, cfg.data_dir, hw)
-    evals = {role: runner.run(evaluate, art, label=f"evaluate[{role}]")
-             for role, art in models.items()}
+    evals = {role: runner.run(plan.evaluation(evaluate, role), art, label=f"evaluate[{role}]")
+             for role, art in (("export", exported), ("fp32", fp32), ("fp16", fp16))}
+    quant_info = None
+    if cfg.quant.mode in (QuantMode.int8, QuantMode.dynamic, QuantMode.mixed):
+        candidate, quant_info = Quantizer(cfg, runner, fp32, evals["fp32"], evals["fp16"],
+                                          t.PRIMARY_METRIC).run()
+    else:
+        candidate = {QuantMode.none: fp32, QuantMode.fp16: fp16,
+                     QuantMode.bf16: fp32}[cfg.quant.mode]  # bf16: a precision, not a file
+    models = {"export": exported, "fp32": fp32, "fp16": fp16, "candidate": candidate}
+    evals["candidate"] = runner.run(plan.evaluation(evaluate, "candidate"), candidate,
+                                    label="evaluate[candidate]")
+    plan.evaluate_others(runner, evaluate, models)  # runtime=auto: every target, per artifact
     # The benchmark's key covers only what shapes its numbers, not the load-test settings.
     timed = dataclasses.replace(cfg.bench, mode=BenchMode.latency, load=LoadConfig())
-    bench = runner.run(Benchmark(m.name, timed, m.eval_samples, cfg.data_dir, hw),
+    bench = runner.run(Benchmark(m.name, timed, m.eval_samples, cfg.data_dir, plan.hw,
+                                 plan.bench_options()),
                        candidate, fp32=fp32, fp16=fp16, export=exported)
+    # runtime=auto picks the target here; the gate and the report see the chosen one.
+    evals, bench, targets, deployed = plan.decide(evals, bench, cfg.gate, t.PRIMARY_METRIC,
+                                                  cfg.gate.speedup_batch_size)
     load = None
     if cfg.bench.mode.value != "latency":
         load = runner.run(LoadTest(m.name, cfg.bench.mode.value, cfg.bench.load, cfg.slo.p99_ms,
-                                   m.eval_samples, cfg.data_dir, hw), candidate, fp32=fp32)
+                                   m.eval_samples, cfg.data_dir, deployed, cfg.bench.nonce),
+                          candidate, fp32=fp32)
     verdict = gate.judge(evals, bench, cfg.gate, t.PRIMARY_METRIC, cfg.slo, candidate,
                          environment(hw))
-    return Outcome(models, evals, bench, verdict, source, load)
+    return Outcome(models, evals, bench, verdict, source, load, quant_info, targets, pruning)

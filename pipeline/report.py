@@ -26,6 +26,9 @@ def rows(outcome, mode: str) -> list[dict]:
         art = outcome.models[role]
         if role == "candidate":
             title = f"{art.stage} ({mode}, candidate)"
+            dep = (getattr(outcome, "runtimes", None) or {}).get("deployed")
+            if dep and (dep["runtime"], dep["precision"]) != ("onnxruntime", "fp32"):
+                title += f" on {dep['runtime']} {dep['precision']}"
         ev = outcome.evals[role].meta
         row = {"role": role, "step": title, "digest": art.digest,
                "size_mb": art.model.stat().st_size / 1e6,
@@ -92,10 +95,22 @@ def markdown(report: dict) -> str:
             shape = timing["input_contract"]["shape"]
             lines.append("- input contract (measured): " + " x ".join(
                 f"{d['min']}" if d["min"] == d["max"] else f"{d['min']}..{d['max']}" for d in shape))
+    if report.get("runtimes"):
+        from pipeline.runtimes.render import markdown as runtimes_markdown
+
+        lines += ["", *runtimes_markdown(report["runtimes"])]
     if report.get("bill"):
         from pipeline.bill.render import markdown as bill_markdown
 
         lines += ["", *bill_markdown(report["bill"])]
+    if report.get("pruning"):
+        from pipeline.pruning_report import markdown as pruning_markdown
+
+        lines += pruning_markdown(report["pruning"])
+    if report.get("quantization"):
+        from pipeline.quant_report import markdown as quant_markdown
+
+        lines += quant_markdown(report["quantization"])
     load = report.get("load")
     if load:
         lines += ["", f"## Load test (open-loop Poisson, p99 target {load['slo_p99_ms']} ms)", "",
@@ -123,7 +138,10 @@ def markdown(report: dict) -> str:
     env = report["environment"]
     lines += ["", "## Environment", "", f"- CPU: {env['cpu']['model']} "
               f"({env['cpu']['logical_cores']} logical cores; {', '.join(env['cpu']['flags'])})",
-              f"- Provider: {env['provider']}, threads {env['threads']}",
+              f"- Provider: {env['provider']}, threads {env['threads']}"
+              + (f"; runtime {env['runtime']['name']}, precision {env['runtime']['precision']} "
+                 f"({', '.join(f'{k} {v}' for k, v in env['runtime']['versions'].items())})"
+                 if env.get("runtime") else ""),
               "- Tools: " + ", ".join(f"{k} {v}" for k, v in env["tools"].items())]
     if report.get("published"):
         lines += ["", f"Published to `{report['published']}`."]

@@ -29,7 +29,10 @@ from pipeline.errors import StageError
 def plain(obj):
     """Dataclasses and enums as JSON-ready values (for keys and manifests)."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        # A field marked key_omit_default is left out at its default, so adding such a field
+        # (a runtime setting) keeps every key made before it valid.
+        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not (f.metadata.get("key_omit_default") and getattr(obj, f.name) == f.default)}
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, (list, tuple)):
@@ -56,7 +59,9 @@ class Runner:
             "parent": parent.digest if parent else None,
             "refs": {k: v.digest for k, v in sorted(refs.items())},
             "tools": tool_versions(),
-            "hardware": hardware_fingerprint(self.hardware) if stage.hardware_dependent else None,
+            # The stage's own target when it has one: one run measures several runtimes.
+            "hardware": hardware_fingerprint(getattr(stage, "hardware", None) or self.hardware)
+            if stage.hardware_dependent else None,
         }
         return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
 

@@ -66,12 +66,15 @@ def percentiles(ms: np.ndarray, batch: int) -> dict:
 
 def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tuple[str, str]],
                 min_rounds: int, max_seconds: float, rel_ci: float, block: int = 1,
-                check_every: int = 50) -> tuple[dict[str, np.ndarray], dict]:
+                check_every: int = 50, runs: dict | None = None
+                ) -> tuple[dict[str, np.ndarray], dict]:
     """Time every model once per round (``block`` runs each, median kept), rotating the order.
 
     Stops after ``min_rounds`` once every (num, den) ratio in ``pairs`` has a 95 % interval
     narrower than ``rel_ci`` (relative half-width), or when ``max_seconds`` have passed.
     Returns the per-round times by model and {"rounds", "seconds", "noisy", "widest"}.
+    ``runs``, when given, receives every single run's time by model (a block's tail latencies
+    would be hidden by its median).
     """
     roles = list(fns)
     times: dict[str, list[float]] = {r: [] for r in roles}
@@ -81,7 +84,10 @@ def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tupl
         x = inputs[rounds % len(inputs)]
         shift = rounds % len(roles)
         for role in roles[shift:] + roles[:shift]:
-            times[role].append(float(np.median([clock_ms(fns[role], x) for _ in range(block)])))
+            ms = [clock_ms(fns[role], x) for _ in range(block)]
+            times[role].append(float(np.median(ms)))
+            if runs is not None:
+                runs.setdefault(role, []).extend(ms)
         rounds += 1
         if rounds >= min_rounds and rounds % check_every == 0:
             arrays = {r: np.asarray(v) for r, v in times.items()}

@@ -27,9 +27,9 @@ def test_registry_can_be_dropped():
 
 
 @pytest.mark.parametrize("override, expected", [
-    ("quant=int9", "quant=int9: no such option; valid choices: fp16, int8, none"),
+    ("quant=int9", "quant=int9: no such option; valid choices: bf16, dynamic, fp16, int8, mixed, none"),
     ("gate.max_accuracy_drop=abc", "gate.max_accuracy_drop='abc'"),
-    ("quant.calibration=median", "expected one of [minmax, entropy, percentile]"),
+    ("quant.calibration=median", "expected one of [minmax, entropy, percentile, auto]"),
     ("gate.max_acuracy_drop=1", "valid keys: max_accuracy_drop"),
     ("gate.max_accuracy_drop=-1", "must be >= 0"),
     ("gate.speedup_batch_size=4", "is not benchmarked"),

@@ -72,7 +72,7 @@ def test_timings_from_another_environment_are_refused(tmp_path):
     from pipeline.config import HardwareConfig
     from pipeline.env import environment
 
-    here = environment(HardwareConfig().runtime())
+    here = environment(HardwareConfig().target())
     b = bench(2.0)
     b.meta["environment"] = here
     assert "same_environment" not in failed(judge(evals(tmp_path), b, GateConfig(),

@@ -1,5 +1,6 @@
 """Tasks the pipeline knows, by ``model.name``. A task module provides: ``build_network``,
-``example_input``, ``dataset``, ``batches``, ``decode``, ``metrics``, ``PRIMARY_METRIC``,
+``example_input``, ``dataset``, ``batches``, ``stack``, ``decode``, ``margins``, ``metrics``,
+``PRIMARY_METRIC``,
 ``INPUT_NAME`` and ``OUTPUT_NAME``. Bring your own model by adding a module with these and a line
 here (see the README)."""
 from __future__ import annotations

@@ -53,6 +53,16 @@ def decode(logits) -> list[str]:
     return greedy_decode(logits)
 
 
+def margins(logits) -> list[float]:
+    """Per sample, the smallest gap between the best and second-best class over its frames
+    (log-softmax): small means one frame nearly decoded differently."""
+    x = np.asarray(logits, dtype=np.float64)
+    x = x - x.max(axis=-1, keepdims=True)
+    logp = x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+    top2 = np.sort(logp, axis=-1)[..., -2:]
+    return [float(v) for v in (top2[..., 1] - top2[..., 0]).min(axis=-1)]
+
+
 def metrics(predictions: list[str], labels: list[str]) -> dict[str, float]:
     return score(predictions, labels)
 

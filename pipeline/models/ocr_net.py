@@ -5,7 +5,9 @@ class 0 being the CTC blank. Sized like a production line recognizer (about 2 M 
 the convolutions carry nearly all of the compute, which is what INT8 accelerates; the LSTM is
 kept narrow because static INT8 in ONNX Runtime leaves it in float.
 ``widths`` makes the channel counts explicit so a pruned network can be rebuilt from its
-safetensors file plus this list, without pickles.
+safetensors file plus this list, without pickles: five conv blocks, and optionally a sixth entry
+for the height-collapsing conv, whose output a pruner may narrow independently (default: the
+fifth block's width).
 """
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ class CRNN(nn.Module):
         super().__init__()
         layers: list[nn.Module] = []
         c_in = 1
+        if len(widths) not in (len(POOLS), len(POOLS) + 1):
+            raise ValueError(f"widths={list(widths)}: expected {len(POOLS)} conv widths, plus "
+                             "optionally the collapse conv's")
         for c_out, pool in zip(widths, POOLS):
             layers += [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
                        nn.ReLU(inplace=True)]
@@ -35,9 +40,10 @@ class CRNN(nn.Module):
         self.cnn = nn.Sequential(*layers)
         # Height is 2 after the last pool; a (2, 1) conv folds it into channels, which keeps
         # the vertical layout information a mean over height would throw away.
-        self.collapse = nn.Sequential(nn.Conv2d(c_in, c_in, (2, 1), bias=False),
-                                      nn.BatchNorm2d(c_in), nn.ReLU(inplace=True))
-        self.rnn = nn.LSTM(c_in, hidden, batch_first=True, bidirectional=True)
+        c_out = widths[len(POOLS)] if len(widths) > len(POOLS) else c_in
+        self.collapse = nn.Sequential(nn.Conv2d(c_in, c_out, (2, 1), bias=False),
+                                      nn.BatchNorm2d(c_out), nn.ReLU(inplace=True))
+        self.rnn = nn.LSTM(c_out, hidden, batch_first=True, bidirectional=True)
         self.head = nn.Linear(2 * hidden, NUM_CLASSES)
         self.widths = tuple(widths)
         self.hidden = hidden

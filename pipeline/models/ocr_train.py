@@ -6,6 +6,9 @@ generated on the fly from the seed, so no data set is stored and the run is repr
 machine with the same torch build and thread count. Usage (what `make train-ocr` runs):
 
     python -m pipeline.models.ocr_train --steps 6000 --out pipeline/models/checkpoints/ocr_crnn.safetensors
+
+``fit`` is the loop itself (AdamW, one-cycle schedule, CTC loss, bf16 autocast); the ``prune``
+stage reuses it for its recovery fine-tune on a different seed stream.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Callable, Iterator
 
 import torch
 from safetensors.torch import save_file
@@ -41,17 +45,55 @@ def targets(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def evaluate(model: CRNN, seed: int, count: int, batch_size: int = 64) -> dict[str, float]:
+    return evaluate_samples(model, list(generate(seed, count)), batch_size)
+
+
+def evaluate_samples(model: CRNN, samples: list[dict], batch_size: int = 64) -> dict[str, float]:
+    """Sequence accuracy and CER on given samples; leaves the model in training mode."""
     model.eval()
     preds, labels = [], []
-    samples = list(generate(seed, count))
     with torch.inference_mode():
-        for k in range(0, count, batch_size):
+        for k in range(0, len(samples), batch_size):
             chunk = samples[k:k + batch_size]
             x = torch.from_numpy(collate([to_array(s) for s in chunk]))
             preds += greedy_decode(model(x).numpy())
             labels += [s["text"] for s in chunk]
     model.train()
     return score(preds, labels)
+
+
+def fit(model: CRNN, data: Iterator[list[dict]], steps: int, lr: float, bf16: bool = True,
+        on_step: Callable[[int, float], None] | None = None) -> float:
+    """Train ``model`` in place for ``steps`` batches from ``data``; returns the last loss.
+
+    AdamW with a one-cycle schedule peaking at ``lr``: the warm-up protects a freshly pruned
+    network as much as a random one. ``on_step(step, loss)`` is called after every step.
+    """
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+    ctc = torch.nn.CTCLoss(blank=0, zero_infinity=True)
+    loss = torch.zeros(())
+    for step in range(1, steps + 1):
+        samples = next(data)
+        x = torch.from_numpy(collate([to_array(s) for s in samples], multiple=TRAIN_WIDTH_BUCKET))
+        tgt, tgt_len = targets([s["text"] for s in samples])
+        # bfloat16 autocast halves the step time on CPUs with AVX512-BF16/AMX; weights and
+        # optimizer state stay float32, and the loss is computed in float32.
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x)
+        logp = logits.float().log_softmax(-1).permute(1, 0, 2)  # CTC wants [T, N, C]
+        in_len = torch.full((x.shape[0],), logp.shape[0], dtype=torch.long)
+        loss = ctc(logp, tgt, in_len, tgt_len)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        opt.step()
+        sched.step()
+        if on_step is not None:
+            on_step(step, loss.item())
+    model.eval()
+    return float(loss.item())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,33 +109,16 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(args.seed)
     model = CRNN()
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.steps,
-                                                pct_start=0.1)
-    ctc = torch.nn.CTCLoss(blank=0, zero_infinity=True)
     t0 = time.time()
-    data = batches(TRAIN_SEED + args.seed, args.batch_size)
-    for step in range(1, args.steps + 1):
-        samples = next(data)
-        x = torch.from_numpy(collate([to_array(s) for s in samples], multiple=TRAIN_WIDTH_BUCKET))
-        tgt, tgt_len = targets([s["text"] for s in samples])
-        # bfloat16 autocast halves the step time on CPUs with AVX512-BF16/AMX; weights and
-        # optimizer state stay float32, and the loss is computed in float32.
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-            logits = model(x)
-        logp = logits.float().log_softmax(-1).permute(1, 0, 2)  # CTC wants [T, N, C]
-        in_len = torch.full((x.shape[0],), logp.shape[0], dtype=torch.long)
-        loss = ctc(logp, tgt, in_len, tgt_len)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-        opt.step()
-        sched.step()
+
+    def log(step: int, loss: float) -> None:
         if step % 100 == 0 or step == args.steps:
             rate = step / (time.time() - t0)
-            print(f"step {step}/{args.steps} loss {loss.item():.4f} ({rate:.1f} steps/s)", flush=True)
+            print(f"step {step}/{args.steps} loss {loss:.4f} ({rate:.1f} steps/s)", flush=True)
         if step % 1000 == 0 and step < args.steps:
             print(f"  held-out (500): {evaluate(model, 2, 500)}", flush=True)
+
+    fit(model, batches(TRAIN_SEED + args.seed, args.batch_size), args.steps, args.lr, args.bf16, log)
 
     metrics = evaluate(model, 2, args.eval_count)
     print(f"held-out ({args.eval_count} lines, evaluation seed 2): {metrics}")

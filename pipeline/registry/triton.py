@@ -9,8 +9,11 @@ counts the latency was measured with. Triton version folders are integers, so th
 and digest are kept in the version folder's ``manifest.json`` and in a comment of the config; an
 export of a digest that is already there is a no-op. Writes are atomic: a new model folder, or a
 new version folder, is built beside the repository and renamed in, and ``config.pbtxt`` is replaced
-by rename, so a Triton polling the repository never loads half a model. Not handled: ensembles,
-other backends (TensorRT plans), and inputs whose first dim is not the batch.
+by rename, so a Triton polling the repository never loads half a model. The backend follows the
+runtime the version was gated on (``runtime.deployed`` in the evidence): ``onnxruntime`` with its
+thread counts, or Triton's ``openvino`` backend reading ``model.onnx`` with the same threads,
+performance hint and, for bf16, ``HINT_BF16`` (a comment records engine, version and precision).
+Not handled: ensembles, TensorRT plans, and inputs whose first dim is not the batch.
 """
 from __future__ import annotations
 
@@ -81,9 +84,22 @@ def export(pulled: Path, name: str, repository: Path, ref: str, digest: str,
 
 def config_pbtxt(name, inputs, outputs, max_batch_size, instances, kind, evidence, origin) -> str:
     batched = max_batch_size > 0
+    target = deployed(evidence)
+    openvino = target["runtime"] == "openvino"
     lines = [f"# {origin}, written by python -m pipeline.registry export-triton",
-             f'name: "{name}"', 'platform: "onnxruntime_onnx"', 'backend: "onnxruntime"',
-             f"max_batch_size: {max_batch_size}"]
+             f"# gated on: {target['runtime']} {target.get('version') or ''}, precision "
+             f"{target['precision']}, {target.get('intra_op_threads', '?')} threads"
+             + (f", hint {target['performance_hint']}" if openvino else ""),
+             f'name: "{name}"']
+    if openvino:  # Triton's openvino backend reads ONNX files too
+        lines += ['backend: "openvino"', 'default_model_filename: "model.onnx"']
+        if target["precision"] == "fp32":
+            lines.append("# INFERENCE_PRECISION_HINT f32 was gated, and this backend has no key "
+                         "for it (only HINT_BF16): on a CPU with AVX512-BF16 or AMX OpenVINO's "
+                         "default is bf16, so serve this where it computes f32 or re-gate in bf16")
+    else:
+        lines += ['platform: "onnxruntime_onnx"', 'backend: "onnxruntime"']
+    lines.append(f"max_batch_size: {max_batch_size}")
     for title, tensors in (("input", inputs), ("output", outputs)):
         lines.append(f"{title} [")
         for i, (tname, ttype, dims) in enumerate(tensors):
@@ -105,12 +121,35 @@ def config_pbtxt(name, inputs, outputs, max_batch_size, instances, kind, evidenc
     lines += ["instance_group [", "  {", f"    count: {instances}", f"    kind: {kind}", "  }",
               "]"]
     threads = ((evidence.get("config") or {}).get("hardware") or {})
+    if openvino:  # the compile settings the accuracy and latency were measured with
+        params = {"INFERENCE_NUM_THREADS": threads.get("intra_op_threads"), "NUM_STREAMS": 1,
+                  "PERFORMANCE_HINT": str(target["performance_hint"]).upper()}
+        if target["precision"] == "bf16":
+            params["HINT_BF16"] = "YES"
+        for key, value in params.items():
+            if value is not None:
+                lines += ["parameters {", f'  key: "{key}"',
+                          f'  value: {{ string_value: "{value}" }}', "}"]
+        return "\n".join(lines) + "\n"
     for key, field in (("intra_op_thread_count", "intra_op_threads"),
                        ("inter_op_thread_count", "inter_op_threads")):
         if isinstance(threads.get(field), int):  # as benchmarked, so the latency carries over
             lines += ["parameters {", f'  key: "{key}"',
                       f'  value: {{ string_value: "{threads[field]}" }}', "}"]
     return "\n".join(lines) + "\n"
+
+
+def deployed(evidence: dict) -> dict:
+    """The runtime the version was gated on (``runtime.deployed`` in its evidence); evidence
+    from before runtimes were recorded was ONNX Runtime in fp32."""
+    hw = (evidence.get("config") or {}).get("hardware") or {}
+    target = ((evidence.get("runtime") or {}).get("deployed") or {})
+    return {"runtime": target.get("runtime", "onnxruntime"),
+            "precision": target.get("precision", "fp32"),
+            "performance_hint": target.get("performance_hint", hw.get("performance_hint",
+                                                                       "latency")),
+            "intra_op_threads": target.get("intra_op_threads", hw.get("intra_op_threads")),
+            "version": target.get("version")}
 
 
 def _signature(model: Path):

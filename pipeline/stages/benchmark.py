@@ -14,21 +14,32 @@ bucket of the evaluation set, so the numbers describe the input distribution, no
 The ``fp32`` model is loaded twice: the ratio between the copies (the A/A check) must read
 1.00 +- ``aa_tolerance`` or the timing is not trusted. Rounds continue while the intervals are
 wider than ``rel_ci``, up to ``max_seconds``; a result still wide then is flagged noisy.
+
+Runtimes (``pipeline.runtimes``): each model runs on its target (the candidate at the target's
+precision, baselines in fp32; ``runtime=auto`` times every artifact on every target, each under
+its own label, see ``runtimes.plan``). A target that cannot load a model is recorded in
+``failures`` and the others are timed. When the timed set mixes runtimes, per-run alternation is
+spoiled by the other engine's spinning workers, so models alternate in blocks of ``MIXED_BLOCK``
+runs: ratios compare block medians, percentiles use every single run.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from pipeline import timing
+from pipeline.errors import StageError
 
 FLOAT_ROLES = ("fp32", "fp16")
 AA_ROLE = "fp32 (A/A copy)"
 OUTLIER_FACTOR = 1.5  # an input 1.5x slower than its shape predicts is flagged
+MIXED_BLOCK = 20      # runs per model per round when the timed set mixes runtimes
+MIN_BLOCK_ROUNDS = 10  # rounds of blocks before the CI may stop the timing
 
 
 def width_buckets(widths: np.ndarray, n: int) -> list[np.ndarray]:
@@ -61,28 +72,47 @@ class Benchmark:
     bench: object          # BenchConfig
     eval_samples: int
     data_dir: str
-    hardware: object
+    hardware: object       # the target (runtime=auto: see ``options``)
+    # runtime=auto: every (runtime, precision) each artifact is also timed on; () otherwise
+    options: tuple = field(default=(), metadata={"key_omit_default": True})
     name = "benchmark"
     version = 3
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, **baselines) -> dict:
-        from pipeline import coldstart, ort
+        from pipeline import coldstart, runtimes
         from pipeline.env import environment
         from pipeline.models import task
+        from pipeline.runtimes import plan
 
         cfg, hw = self.bench, self.hardware
         if hw.affinity:
             os.sched_setaffinity(0, hw.affinity)
         t = task(self.task)
         ds, _ = t.dataset("evaluation", self.eval_samples, self.data_dir)
-        models = {"candidate": parent.model, **{r: a.model for r, a in baselines.items()}}
-        models[AA_ROLE] = baselines["fp32"].model
-        sessions = {role: ort.session(path, hw) for role, path in models.items()}
-        fns = {role: (lambda x, s=s: ort.run(s, x)) for role, s in sessions.items()}
+        paths = {"candidate": parent.model, **{r: a.model for r, a in baselines.items()}}
+        entries = plan.timed(hw, self.options, list(paths), AA_ROLE)
+        models, failures = {}, {}
+        for lab, (role, target) in entries.items():
+            try:
+                models[lab] = runtimes.load(paths[role], runtimes.settings_for(hw, target))
+            except runtimes.RuntimeFailure as e:  # recorded per runtime; the others still run
+                failures[lab] = str(e)
+        missing = [r for r in ("candidate", "fp32", AA_ROLE) if r not in models]
+        if missing:
+            raise StageError(f"cannot time {', '.join(missing)}: "
+                             + "; ".join(failures[m] for m in missing))
+        fns = {lab: m.run for lab, m in models.items()}
+        block, min_rounds, check_every = _blocking(cfg, {entries[lab][1].runtime for lab in models})
         buckets = width_buckets(np.asarray(ds["width"]), cfg.width_buckets)
         rng = np.random.default_rng(0)
-        result: dict = {"batches": {}, "affinity": sorted(os.sched_getaffinity(0))}
+        result: dict = {"batches": {}, "affinity": sorted(os.sched_getaffinity(0)),
+                        "targets": {lab: {"role": entries[lab][0], "runtime": entries[lab][1].runtime,
+                                          "precision": entries[lab][1].precision}
+                                    for lab in models},
+                        "failures": failures}
+        floats = [lab for lab in models if lab != AA_ROLE and plan.is_float_baseline(*entries[lab])]
+        candidates = [lab for lab in models if entries[lab][0] == "candidate"]
         shapes, raw = [], {}
         for b in cfg.batch_sizes:
             inputs, bucket_of = [], []
@@ -92,42 +122,56 @@ class Benchmark:
                     inputs.append(next(t.batches(ds.select(pick), b))[1])
                     bucket_of.append(k)
             shapes += [x.shape for x in inputs]
-            warm = {role: timing.warm_up(fn, inputs, cfg.warmup_window, cfg.warmup_tolerance,
-                                         cfg.warmup_max_runs) for role, fn in fns.items()}
-            floats = [r for r in FLOAT_ROLES if r in fns]
-            pairs = [(f, "candidate") for f in floats] + [("fp32", AA_ROLE)]
-            times, run_info = timing.interleaved(fns, inputs, pairs, cfg.min_rounds,
-                                                 cfg.max_seconds, cfg.rel_ci, cfg.block)
-            stats = {role: timing.percentiles(v, b) for role, v in times.items()}
-            raw[str(b)] = {role: [round(float(ms), 4) for ms in v] for role, v in times.items()}
+            warm = {lab: timing.warm_up(fn, inputs, cfg.warmup_window, cfg.warmup_tolerance,
+                                        cfg.warmup_max_runs) for lab, fn in fns.items()}
+            pairs = [(f, c) for f in floats for c in candidates] + [("fp32", AA_ROLE)]
+            single: dict = {}
+            times, run_info = timing.interleaved(fns, inputs, pairs, min_rounds, cfg.max_seconds,
+                                                 cfg.rel_ci, block, check_every, runs=single)
+            stats = {lab: timing.percentiles(single[lab], b) for lab in times}
+            raw[str(b)] = {lab: [round(float(ms), 4) for ms in v] for lab, v in times.items()}
             fastest = min(floats, key=lambda r: stats[r]["p50"])
             used = np.arange(run_info["rounds"]) % len(inputs)
-            per_width = {role: sorted(({"width": int(x.shape[-1]), "bucket": bucket_of[i],
-                                        "p50": float(np.median(v[used == i]))}
-                                       for i, x in enumerate(inputs) if np.any(used == i)),
-                                      key=lambda r: r["width"])
-                         for role, v in times.items()}
+            per_width = {lab: sorted(({"width": int(x.shape[-1]), "bucket": bucket_of[i],
+                                       "p50": float(np.median(v[used == i]))}
+                                      for i, x in enumerate(inputs) if np.any(used == i)),
+                                     key=lambda r: r["width"])
+                         for lab, v in times.items()}
             aa = timing.ratio_ci(times["fp32"], times[AA_ROLE])
             result["batches"][str(b)] = {
                 "latency_ms": stats,
-                "speedup": {role: timing.ratio_ci(times[role], times["candidate"])
-                            for role in times if role != "candidate"},
+                "speedup": {lab: timing.ratio_ci(times[lab], times["candidate"])
+                            for lab in times if lab != "candidate"},
                 "fastest_float": fastest,
                 "speedup_vs_fastest_float": timing.ratio_ci(times[fastest], times["candidate"]),
+                "speedup_vs_fastest_float_by_label": {
+                    lab: timing.ratio_ci(times[fastest], times[lab]) for lab in candidates},
                 "aa_check": {**aa, "tolerance": cfg.aa_tolerance,
                              "ok": abs(aa["median"] - 1.0) <= cfg.aa_tolerance},
-                "warmup_runs": warm, **run_info,
+                "warmup_runs": warm, **run_info, "block": block,
                 "per_width": per_width, "shape_outliers": shape_outliers(per_width),
             }
         result["input_contract"] = contract(t, shapes)
         result["environment"] = environment(hw)
-        if cfg.cold_start_repeats:
-            result["cold_start_ms"] = {role: coldstart.measure(path, hw, cfg.cold_start_repeats,
-                                                                 t.example_input(1).shape)
-                                       for role, path in models.items() if role != AA_ROLE}
+        if cfg.cold_start_repeats:  # per runtime: what a fresh replica pays on each target
+            result["cold_start_ms"] = {
+                lab: coldstart.measure(paths[role], runtimes.settings_for(hw, target),
+                                       cfg.cold_start_repeats, t.example_input(1).shape)
+                for lab, (role, target) in entries.items()
+                if lab in models and lab != AA_ROLE and (lab == role or role == "candidate")}
         (out_dir / "latency.json").write_text(json.dumps(result, indent=2))
         (out_dir / "times.json").write_text(json.dumps(raw))  # per-round ms, for the CDF plot
         return result
+
+
+def _blocking(cfg, runtimes_timed: set) -> tuple[int, int, int]:
+    """(block, min rounds, rounds between CI checks). Across runtimes, one engine's spinning
+    workers slow the next one's first runs: alternate in blocks of MIXED_BLOCK runs, and count
+    rounds so that each model still gets about ``min_rounds`` runs."""
+    block = max(cfg.block, MIXED_BLOCK) if len(runtimes_timed) > 1 else cfg.block
+    if block == 1:
+        return 1, cfg.min_rounds, 50
+    return block, max(MIN_BLOCK_ROUNDS, math.ceil(cfg.min_rounds / block)), MIN_BLOCK_ROUNDS
 
 
 def contract(t, shapes: list[tuple]) -> dict:

@@ -10,10 +10,12 @@ reported as a leak.
 
 The QPS steps are derived from each model's own measured service time (batch 1 and max batch), so
 a slow model is not flooded and a fast one is pushed to its limit; steps stop after the first one
-that misses the target or saturates.
+that misses the target or saturates. Models run on ``hardware``'s runtime and settings: with
+``runtime=auto``, the target chosen for the gate's batch size (``pipeline.runtimes.plan``).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +53,7 @@ class LoadTest:
     eval_samples: int
     data_dir: str
     hardware: object
+    nonce: str = ""        # a new value forces a fresh measurement
     name = "loadtest"
     version = 1
     hardware_dependent = True
@@ -58,7 +61,7 @@ class LoadTest:
     def run(self, parent, out_dir: Path, fp32) -> dict:
         import os
 
-        from pipeline import ort, timing
+        from pipeline import runtimes, timing
         from pipeline.models import task
 
         cfg, hw = self.load, self.hardware
@@ -72,8 +75,9 @@ class LoadTest:
         models = {"candidate": parent.model} if self.mode == "soak" else \
             {"candidate": parent.model, "fp32": fp32.model}
         for role, path in models.items():
-            sess = ort.session(path, hw)
-            run = lambda x, s=sess: ort.run(s, x)  # noqa: E731
+            # On the deployed target: the candidate at its precision, the FP32 baseline in fp32.
+            run = runtimes.load(path, hw if role == "candidate" else
+                                dataclasses.replace(hw, precision="fp32")).run
             full = t.stack([pool[k % len(pool)] for k in range(cfg.max_batch)])
             timing.warm_up(run, [pool[0], full])
             ms_b1 = float(np.median([timing.clock_ms(run, pool[k]) for k in range(20)]))

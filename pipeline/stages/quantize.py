@@ -1,85 +1,112 @@
-"""quantize: static INT8 in QDQ format, calibrated on the task's calibration set.
+"""quantize: INT8 from the prepared float model: static QDQ where it pays, dynamic where asked.
 
-In: an ``optimize`` artifact and the quant config. Out: ``model.onnx`` with QuantizeLinear /
-DequantizeLinear pairs around the quantized ops (per-channel weights), the calibration set's digest
-and node counts. onnxruntime.quantization does the work: ``quant_pre_process`` (shape inference and
-its own optimizations; retried without symbolic shape inference, which fails on some graphs), then
-``quantize_static``. Calibration batches are streamed from the ``datasets`` set one at a time.
-Typed config fields map to onnxruntime's options in exactly one function, ``_ort_options``.
-Deliberately not handled here: per-layer precision choices and accuracy-driven search.
+In: a ``prepare`` artifact, the ``calibrate`` artifact (activation ranges), the resolved settings
+(types, ``reduce_range``, per-channel), which op types go static and which dynamic, and which nodes
+stay float. Out: ``model.onnx`` and, per node, the precision it ended in. onnxruntime.quantization
+does the work: ``quantize_static`` with the cached ranges (``calibration_cache_path``: nothing is
+re-calibrated here), then ``quantize_dynamic`` for the dynamic op types (LSTM, MatMul, Gemm: their
+activations are quantized per call, so they need no calibration). Typed settings map to
+onnxruntime's options in exactly one function, ``_static_options``.
+Deliberately not handled here: which nodes to keep float (the recipe decides, from profiling and
+sensitivity) and accuracy checks (the evaluate stage).
 """
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import StageError
 from pipeline.stages.parity import node_counts
 
+QUANTIZED_OPS = ("QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
+                 "DynamicQuantizeLSTM", "DynamicQuantizeMatMul")
+FORMAT_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
 
-def _ort_options(quant) -> dict:
+
+def _static_options(s: dict, per_channel: bool, method: str) -> dict:
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType
 
     types = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
     methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
                "percentile": CalibrationMethod.Percentile}
-    return {"quant_format": QuantFormat.QDQ, "per_channel": quant.per_channel,
-            "reduce_range": quant.reduce_range,
-            "weight_type": types[quant.weight_type.value],
-            "activation_type": types[quant.activation_type.value],
-            "calibrate_method": methods[quant.calibration.value],
+    return {"quant_format": QuantFormat.QDQ, "per_channel": per_channel,
+            "reduce_range": s["reduce_range"], "weight_type": types[s["weight_type"]],
+            "activation_type": types[s["activation_type"]], "calibrate_method": methods[method],
             "extra_options": {"WeightSymmetric": True, "ActivationSymmetric": False}}
 
 
-class _Reader:
-    """onnxruntime's CalibrationDataReader protocol over a streamed data set."""
+def precisions(model_path: Path) -> dict[str, str]:
+    """Per compute node: 'int8-static' (fed by DequantizeLinear), 'int8-dynamic', or 'float'."""
+    import onnx
 
-    def __init__(self, task, ds, batch_size: int):
-        self._batches = task.batches(ds, batch_size, sort_by_width=False)
-        self._input = task.INPUT_NAME
+    from pipeline.stages.names import COMPUTE_OPS
 
-    def get_next(self):
-        batch = next(self._batches, None)
-        return None if batch is None else {self._input: batch[1]}
-
-    def rewind(self):  # not needed: each calibrator pass builds a new reader
-        raise NotImplementedError
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    from_dq = {o for n in graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    to_q = {i for n in graph.node if n.op_type == "QuantizeLinear" for i in n.input}
+    out = {}
+    for n in graph.node:
+        if n.op_type in ("DynamicQuantizeLSTM", "DynamicQuantizeMatMul", "MatMulInteger", "ConvInteger"):
+            # The dynamic quantizer renames the node <name>_quant; report (and exclude) it by
+            # the name it has in the float model.
+            out[n.name[:-len("_quant")] if n.name.endswith("_quant") else n.name] = "int8-dynamic"
+        elif n.op_type in COMPUTE_OPS:
+            # Static INT8 = dequantized inputs *and* a quantized output: the pattern the CPU
+            # provider fuses into one QLinear kernel. Anything else computes in float.
+            quantized = any(i in from_dq for i in n.input) and any(o in to_q for o in n.output)
+            out[n.name] = "int8-static" if quantized else "float"
+    return out
 
 
 @dataclass(frozen=True)
 class Quantize:
-    task: str
-    quant: object
-    calibration_samples: int
-    data_dir: str
+    settings: tuple          # resolved hardware-aware settings, as sorted (key, value) pairs
+    per_channel: bool
+    method: str              # must equal the calibration's
+    static_op_types: tuple | None   # None: every op type the static quantizer supports
+    dynamic_op_types: tuple
+    exclude: tuple = ()      # node names kept float
     name = "quantize"
-    version = 1
+    version = 4
     hardware_dependent = False
 
-    def run(self, parent, out_dir: Path) -> dict:
-        from onnxruntime.quantization import quantize_static
-        from onnxruntime.quantization.shape_inference import quant_pre_process
+    def run(self, parent, out_dir: Path, calibration=None) -> dict:
+        import logging
 
-        from pipeline.models import task
+        from onnxruntime.quantization import QuantType, quantize_dynamic, quantize_static
 
-        t = task(self.task)
-        ds, digest = t.dataset("calibration", self.calibration_samples, self.data_dir)
-        prepared = out_dir / "prepared.onnx"
-        try:
-            quant_pre_process(str(parent.model), str(prepared))
-        except Exception:  # noqa: BLE001 - "Incomplete symbolic shape inference" on some graphs
-            quant_pre_process(str(parent.model), str(prepared), skip_symbolic_shape=True)
+        # quantize_dynamic warns "already quantized" on our QDQ model: that is the plan here.
+        logging.getLogger().setLevel(logging.ERROR)
+        s = dict(self.settings)
         target = out_dir / "model.onnx"
+        staged = out_dir / "static.onnx"
         try:
-            quantize_static(str(prepared), str(target), _Reader(t, ds, self.quant.calibration_batch_size),
-                            **_ort_options(self.quant))
-        except Exception as e:  # noqa: BLE001 - re-raised with the model and method named
-            raise StageError(f"onnxruntime quantize_static failed ({self.quant.calibration.value} "
-                             f"calibration): {type(e).__name__}: {e}") from None
-        finally:
-            prepared.unlink(missing_ok=True)
-        for leftover in out_dir.glob("*.onnx.data"):
+            if self.static_op_types is None or self.static_op_types:
+                if calibration is None:
+                    raise StageError("static quantization needs a calibration artifact")
+                quantize_static(str(parent.model), str(staged), None,
+                                op_types_to_quantize=list(self.static_op_types) if self.static_op_types else None,
+                                nodes_to_exclude=list(self.exclude),
+                                calibration_cache_path=str(calibration.path / "calibration.json"),
+                                **_static_options(s, self.per_channel, self.method))
+            else:
+                shutil.copyfile(parent.model, staged)
+            if self.dynamic_op_types:
+                quantize_dynamic(str(staged), str(target), op_types_to_quantize=list(self.dynamic_op_types),
+                                 nodes_to_exclude=list(self.exclude), weight_type=QuantType.QInt8,
+                                 per_channel=False, reduce_range=s["reduce_range"])
+                staged.unlink()
+            else:
+                staged.rename(target)
+        except Exception as e:  # noqa: BLE001 - re-raised with what was being done
+            raise StageError(f"onnxruntime quantization failed ({self.method} ranges, static "
+                             f"{self.static_op_types or 'all'}, dynamic {list(self.dynamic_op_types)}): "
+                             f"{type(e).__name__}: {e}") from None
+        for leftover in out_dir.glob("*.data"):
             leftover.unlink()
         nodes = node_counts(target)
-        return {"nodes": nodes, "calibration_set": digest,
-                "calibration_samples": len(ds), "qdq_pairs": nodes.get("QuantizeLinear", 0)}
+        return {"nodes": nodes,
+                "calibration_set": calibration.meta["calibration_set"] if calibration else None,
+                "calibration": self.method, "settings": s, "excluded": list(self.exclude),
+                "precision": precisions(target), "qdq_pairs": nodes.get("QuantizeLinear", 0)}

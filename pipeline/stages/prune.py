@@ -1,0 +1,120 @@
+"""prune: channels physically removed, then a recovery fine-tune; a smaller ``load`` artifact.
+
+In: a ``load`` artifact and a ``PruneConfig``. Out: the ``load`` format (``model.safetensors``
+plus ``net.json`` with the per-layer widths that rebuild the network), so ``export`` and every
+stage after it see the smaller network without pickles and without knowing it was pruned. Meta:
+parameters and MACs before and after, each pruned layer's width, held-out accuracy of the
+unpruned, the pruned and the recovered network, and the recovery's seconds. Torch-Pruning does
+the pruning (``pipeline.pruning``); the task's own training loop does the recovery
+(``pipeline.models.ocr_prune``). The plan (ignored names, whole-layer removal, the trace) is
+checked before any minute is spent on recovery, and the written files are rebuilt and must give
+the recovered network's outputs bit for bit. Deliberately not handled: tasks without a pruning
+helper in ``HELPERS``, and choosing the ratio (``make bench`` measures what one buys).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+from pipeline.errors import ConfigError, StageError
+
+HELPERS = {"ocr": "pipeline.models.ocr_prune"}  # task -> widths, data and recovery for pruning
+MAC_INPUT = "one line of width 128"  # what the MAC counts are per (the trace input, batch 1)
+
+
+def helper(task_name: str):
+    if task_name not in HELPERS:
+        raise ConfigError(f"prune=channels: model.name={task_name!r} has no pruning support; "
+                          f"tasks with it: {', '.join(HELPERS)}")
+    return importlib.import_module(HELPERS[task_name])
+
+
+def preflight(cfg) -> dict[str, list[int]]:
+    """Plan the pruning on the configured architecture (random weights: the channel counts do not
+    depend on them) before any stage runs, so a bad ``prune.*`` value costs seconds, not a
+    recovery. Returns the planned {layer: [before, after]}."""
+    from pipeline import pruning
+    from pipeline.models import task
+
+    h = helper(cfg.model.name)
+    net = task(cfg.model.name).build_network(cfg.model.widths, cfg.model.hidden)
+    return pruning.plan(net, h.example(), cfg.prune).widths
+
+
+@dataclass(frozen=True)
+class Prune:
+    task: str
+    prune: object          # PruneConfig
+    name = "prune"
+    version = 1
+    hardware_dependent = False
+
+    def run(self, parent, out_dir: Path) -> dict:
+        import torch
+        from safetensors.torch import save_file
+
+        from pipeline import pruning, pruning_cost
+        from pipeline.models import task
+        from pipeline.pruning_progress import Progress
+        from pipeline.stages.load import network_from
+
+        t, h, cfg = task(self.task), helper(self.task), self.prune
+        net = network_from(parent, t)
+        example = h.example()
+        plan = pruning.plan(net, example, cfg)  # every refusal happens here, before the work
+        held = h.held_out(cfg.eval_samples)
+        before = {"parameters": pruning_cost.parameters(net),
+                  "macs": pruning_cost.macs(net, example[:1])["total"],
+                  "held_out": h.score(net, held)}
+        layers = pruning.apply(net, plan, example)
+        after = {"parameters": pruning_cost.parameters(net),
+                 "macs": pruning_cost.macs(net, example[:1])["total"]}
+        pruned_score = h.score(net, held)
+        print(f"  prune: {before['parameters']:,} -> {after['parameters']:,} parameters, MACs "
+              f"-{100 * (1 - after['macs'] / before['macs']):.1f} %; held-out accuracy "
+              f"{before['held_out']['sequence_accuracy']:.2f} -> "
+              f"{pruned_score['sequence_accuracy']:.2f} %; recovering", flush=True)
+        bar = Progress(cfg.recover_steps) if cfg.recover_steps else None
+        t0 = time.monotonic()
+        last_loss = h.recover(net, cfg.recover_steps, cfg.recover_lr, cfg.recover_batch_size,
+                              cfg.seed, bar.update if bar else None)
+        recover_s = time.monotonic() - t0
+        recovered = h.score(net, held)
+
+        widths, hidden = h.widths_of(net)
+        save_file({k: v.contiguous() for k, v in net.state_dict().items()},
+                  str(out_dir / "model.safetensors"))
+        (out_dir / "net.json").write_text(json.dumps(
+            {"task": self.task, "widths": widths, "hidden": hidden,
+             "parameters": after["parameters"], "source": f"pruned from {parent.digest}"}))
+        self._check_round_trip(net, out_dir, t, example)
+        return {
+            "parameters": after["parameters"], "source": f"pruned from {parent.digest}",
+            "widths": widths, "hidden": hidden, "layers": layers,
+            "parameters_before": before["parameters"], "macs_before": before["macs"],
+            "macs": after["macs"], "macs_reduction": 1 - after["macs"] / before["macs"],
+            "macs_per": MAC_INPUT,
+            "held_out": {"seed": h.HELD_OUT_SEED, "samples": cfg.eval_samples,
+                         "unpruned": before["held_out"], "pruned": pruned_score,
+                         "recovered": recovered},
+            "recover": {"steps": cfg.recover_steps, "seconds": round(recover_s, 1),
+                        "last_loss": last_loss, "threads": torch.get_num_threads()},
+        }
+
+    @staticmethod
+    def _check_round_trip(net, out_dir: Path, t, example) -> None:
+        """What later stages will rebuild from the files must be the network just recovered."""
+        import torch
+
+        from pipeline.stages.load import network_from
+
+        rebuilt = network_from(SimpleNamespace(path=out_dir), t)
+        x = torch.linspace(-1, 1, example.numel()).reshape(example.shape)
+        with torch.inference_mode():
+            if not torch.equal(net.eval()(x), rebuilt(x)):
+                raise StageError("prune: the network rebuilt from model.safetensors and net.json "
+                                 "differs from the pruned one")
