@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     # A fresh measurement for this bench run (cached timings may come from a busier moment);
     # both spine runs share it, so the second one still reuses every stage.
     base = ["model=ocr", "quant=int8", f"bench.nonce={time.strftime('%Y%m%dT%H%M%S')}", *overrides]
-    results: dict = {}
+    # Sections run now replace those of an earlier run in the same file; the others are kept.
+    results: dict = json.loads(args.out.read_text()) if args.out.exists() else {}
     wanted = args.sections.split(",")
     sections = {"spine": lambda: spine(base),
                 "quantization": lambda: quantization(results["spine"]["lineage"],

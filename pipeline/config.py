@@ -160,7 +160,7 @@ class PruneConfig:
     importance: PruneImportance = PruneImportance.l1
     round_to: int = 8                       # kept channels rounded down to a multiple of this
     ignored: list[str] = field(default_factory=lambda: ["cnn.0", "head"])  # widths kept as is
-    recover_steps: int = 300                # fine-tune steps on freshly generated lines
+    recover_steps: int = 450                # fine-tune steps on freshly generated lines
     recover_lr: float = 5e-4                # peak of the one-cycle schedule
     recover_batch_size: int = 32
     eval_samples: int = 500                 # held-out lines scored before and after recovery

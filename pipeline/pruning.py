@@ -41,9 +41,7 @@ def _lstm_handler():
             return 2 if layer.bidirectional else 1
 
         def prune_out_channels(self, layer: nn.LSTM, idxs) -> nn.Module:
-            if layer.num_layers != 1 or layer.proj_size:
-                raise StageError(f"cannot prune the hidden units of {layer}: only one-layer "
-                                 "LSTMs without projection; add it to prune.ignored")
+            assert layer.num_layers == 1 and not layer.proj_size, "refused by plan()"
             h = layer.hidden_size
             drop = {int(i) % h for i in idxs}
             keep = torch.tensor([k for k in range(h) if k not in drop])
@@ -108,6 +106,11 @@ def plan(net: nn.Module, example: torch.Tensor, cfg) -> Plan:
     import torch_pruning as tp
 
     ignored = _ignored(net, cfg.ignored)
+    for name, m in prunable_layers(net).items():
+        if isinstance(m, nn.LSTM) and m not in ignored and (m.num_layers != 1 or m.proj_size):
+            raise ConfigError(f"prune.ignored={list(cfg.ignored)}: {name} is a stacked or "
+                              "projected LSTM, whose hidden units this pruner cannot remove; add "
+                              f"{name} to prune.ignored")
     net.eval()  # BatchNorm statistics must not move while tracing
     try:
         pruner = tp.pruner.BasePruner(net, example, importance=importance(cfg.importance.value),
@@ -127,7 +130,7 @@ def plan(net: nn.Module, example: torch.Tensor, cfg) -> Plan:
     # Torch-Pruning silently skips a group it would empty; the arithmetic of its local ranking
     # is repeated here to refuse instead: per channel group (an LSTM direction) keep
     # int(C * (1 - ratio)), then round what is kept of the whole layer down to round_to.
-    expected = {}
+    expected, emptied = {}, {}
     for group in pruner.DG.get_all_groups(ignored_layers=pruner.ignored_layers,
                                           root_module_types=pruner.root_module_types):
         root = group[0].dep.target.module
@@ -138,12 +141,14 @@ def plan(net: nn.Module, example: torch.Tensor, cfg) -> Plan:
             n = pruner._round_to(n, total, cfg.round_to)
         kept = per - n
         if kept <= 0:
-            raise ConfigError(f"prune.ratio={cfg.ratio} with prune.round_to={cfg.round_to} would "
-                              f"remove every channel of {names[root]} ({per} -> {kept}); lower "
-                              f"prune.ratio or prune.round_to, or add {names[root]} to "
-                              "prune.ignored")
-        if kept < per:
+            emptied[names[root]] = f"{names[root]} ({per} -> {kept})"
+        elif kept < per:
             expected[names[root]] = [per, kept]
+    if emptied:
+        raise ConfigError(f"prune.ratio={cfg.ratio} with prune.round_to={cfg.round_to} would "
+                          "remove every channel of "
+                          f"{', '.join(emptied[n] for n in names.values() if n in emptied)}; lower "
+                          "prune.ratio or prune.round_to, or add them to prune.ignored")
     groups, found = [], {}
     for group in pruner.step(interactive=True):
         root = group[0].dep.target.module

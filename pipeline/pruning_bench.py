@@ -21,8 +21,9 @@ BATCH = 8
 AA = "unpruned int8 (A/A copy)"
 
 
-def head_to_head(paths: dict[str, str], hardware, eval_samples: int, data_dir: str,
-                 min_rounds: int = 300, max_seconds: float = 120.0, rel_ci: float = 0.02) -> dict:
+def head_to_head(task_name: str, paths: dict[str, str], hardware, eval_samples: int,
+                 data_dir: str, min_rounds: int = 300, max_seconds: float = 120.0,
+                 rel_ci: float = 0.02) -> dict:
     """Runs in a child (``pipeline.isolate``): the thread pool is set once per process."""
     import numpy as np
 
@@ -30,7 +31,7 @@ def head_to_head(paths: dict[str, str], hardware, eval_samples: int, data_dir: s
     from pipeline.models import task
     from pipeline.stages.benchmark import width_buckets
 
-    t = task("ocr")
+    t = task(task_name)
     ds, _ = t.dataset("evaluation", eval_samples, data_dir)
     rng = np.random.default_rng(0)
     inputs = []
@@ -74,8 +75,8 @@ def section(base: list[str], cli) -> dict:
         paths[f"{name} fp32"] = str(Path(lineage["fp32"]["path"]) / "model.onnx")
         paths[f"{name} int8"] = str(Path(lineage["candidate"]["path"]) / "model.onnx")
     load_before = os.getloadavg()
-    head = isolate.call("pruning head-to-head", head_to_head, paths, cfg.hardware.target(),
-                        cfg.model.eval_samples, cfg.data_dir)
+    head = isolate.call("pruning head-to-head", head_to_head, cfg.model.name, paths,
+                        cfg.hardware.target(), cfg.model.eval_samples, cfg.data_dir)
     load_after = os.getloadavg()
     int8 = head["ratio"]["pruned int8 / unpruned int8"]
     reduction = 1 - int8["median"]

@@ -44,13 +44,13 @@ def markdown(section: dict) -> list[str]:
     for r in section["rows"]:
         lines.append(f"| {r['step']} | {r['parameters']:,} | {r['macs'] / 1e6:.1f} M | "
                      f"{r['onnx_mb']:.2f} | {r['sequence_accuracy']:.2f} | {r['cer']:.2f} |")
-    layers = ", ".join(f"{name} {b}->{a}" for name, (b, a) in section["layers"].items())
+    layers = ", ".join(f"{name} {b}->{a}" for name, b, a in section["layers"])
     held = section["held_out"]
     lines += ["", f"Parameters -{100 * section['parameters_reduction']:.1f} %, MACs "
               f"-{100 * section['macs_reduction']:.1f} %, ONNX size "
               f"-{100 * section['onnx_size_reduction']:.1f} %. Held-out: {held['samples']} "
               f"generated lines (seed {held['seed']}), scored in torch.",
-              f"Channels per pruned layer: {layers}; widths now {section['widths']}, LSTM hidden "
-              f"{section['hidden']} (not pruned). Latency against the unpruned network: "
-              "`make bench`, section `pruning`."]
+              f"Channels per pruned layer (LSTM: hidden units per direction): {layers}; widths "
+              f"now {section['widths']}, LSTM hidden {section['hidden']}. Latency against the "
+              "unpruned network: `make bench`, section `pruning`."]
     return lines

@@ -50,8 +50,13 @@ def markdown(q: dict) -> list[str]:
                      f"{', '.join(ex['float_compute']) or 'nothing'}")
         lines.append(f"- profile at batch {ex['batch_size']}: FP32 {ex['fp32_total_ms']:.2f} ms, "
                      f"INT8 {ex['int8_total_ms']:.2f} ms (Q/DQ {ex['qdq_overhead_ms']:.2f} ms)")
-    if q.get("latency_exclusions"):
-        lines.append(f"- kept float because INT8 ran slower here: {', '.join(q['latency_exclusions'])}")
+    trial = q.get("latency_trial")
+    if trial:
+        sp = trial["speedup_over_all_int8"]
+        lines.append(f"- profiled slower in INT8: {', '.join(trial['float_nodes'])}; keeping them "
+                     f"float ran {sp['median']:.2f}x (95 % CI {sp['ci95'][0]:.2f}-{sp['ci95'][1]:.2f}) "
+                     f"the all-INT8 model end to end: "
+                     + ("kept float" if q.get("latency_exclusions") else "left INT8"))
     rows = layer_rows(q)
     if rows:
         lines += ["", "| module | op | precision | SQNR dB | accuracy effect | FP32 ms | INT8 ms | gain ms |",

@@ -16,6 +16,7 @@ from pipeline import quant_defaults
 from pipeline.config import CalibrationMethod, QuantMode
 from pipeline.env import cpu_info
 from pipeline.stages.calibrate import Calibrate
+from pipeline.stages.compare import Compare
 from pipeline.stages.evaluate import Evaluate, hardest
 from pipeline.stages.explain import Explain
 from pipeline.stages.prepare import Prepare
@@ -31,6 +32,7 @@ class QuantInfo:
     calibration_ranking: dict = field(default_factory=dict)   # method -> ranking-subset metric
     explain: dict | None = None
     latency_exclusions: list = field(default_factory=list)
+    latency_trial: dict | None = None    # the float-fallback trial and its end-to-end timing
     sensitivity: list = field(default_factory=list)
     search: dict | None = None
 
@@ -98,11 +100,22 @@ class Quantizer:
         art = self.quantize(method, exclude)
         expl = self.explain(art)
         if q.latency_aware and expl.meta["slower_in_int8"]:
-            # Nodes whose INT8 kernel lost to float on this machine: keep them float.
-            info.latency_exclusions = list(expl.meta["slower_in_int8"])
-            exclude |= set(info.latency_exclusions)
-            art = self.quantize(method, exclude, label="quantize[latency-aware]")
-            expl = self.explain(art, label="explain[latency-aware]")
+            # Nodes whose INT8 kernel lost to float on this machine: try them float, and keep
+            # that model only if it is faster end to end (a float node adds a Q/DQ boundary
+            # its own profile does not show).
+            slower = list(expl.meta["slower_in_int8"])
+            trial = self.quantize(method, exclude | set(slower), label="quantize[latency-aware]")
+            m = self.cfg.model
+            verdict = self.runner.run(
+                Compare(m.name, self.cfg.gate.speedup_batch_size, m.eval_samples,
+                        self.cfg.data_dir, self.hw), trial, label="compare[latency-aware]",
+                other=art).meta["a_over_b_speedup"]
+            info.latency_trial = {"float_nodes": slower, "speedup_over_all_int8": verdict}
+            if verdict["ci95"][0] > 1.0:
+                info.latency_exclusions = slower
+                exclude |= set(slower)
+                art = trial
+                expl = self.explain(art, label="explain[latency-aware]")
         if q.mode == QuantMode.mixed:
             from pipeline.mixed import search
 

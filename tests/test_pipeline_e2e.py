@@ -137,7 +137,7 @@ def test_changed_quant_option_reruns_only_quantize_and_after(tiny_run):
     assert "calibrate[minmax]" not in rebuilt and "prepare" not in rebuilt
     assert {"quantize", "evaluate[candidate]", "benchmark"} <= rebuilt
     assert rebuilt <= {"quantize", "explain", "quantize[latency-aware]", "explain[latency-aware]",
-                       "sqnr", "evaluate[candidate]", "benchmark"}
+                       "compare[latency-aware]", "sqnr", "evaluate[candidate]", "benchmark"}
 
 
 def test_failed_gate_exits_1_keeps_report_and_publishes_nothing(tiny_run):

@@ -172,6 +172,16 @@ def test_a_model_the_graph_cannot_trace_fails_clearly(model, match):
     assert "\n" not in str(e.value)
 
 
+def test_a_stacked_lstm_must_be_ignored_explicitly():
+    net = tiny()
+    net.rnn = nn.LSTM(32, 16, num_layers=2, batch_first=True, bidirectional=True)
+    with pytest.raises(ConfigError, match="rnn is a stacked or projected LSTM"):
+        pruning.plan(net, example(), cfg())
+    layers = pruning.prune(net, example(), cfg(ignored=["cnn.0", "head", "rnn"]))
+    assert "rnn" not in layers and net.rnn.hidden_size == 16
+    assert net.rnn.input_size == layers["collapse.0"][1]
+
+
 def test_ratio_outside_range_is_a_config_error():
     from pipeline.compose import compose
 
@@ -236,6 +246,8 @@ def test_stage_writes_safetensors_and_widths_that_rebuild_the_network(tmp_path, 
     assert pruning_cost.parameters(net) == meta["parameters"] < meta["parameters_before"]
     assert not list((tmp_path / "a").glob("*.pt*")), "no pickles"
     assert 0 < meta["macs"] < meta["macs_before"] and meta["recover"]["steps"] == 3
+    assert [name for name, _, _ in meta["layers"]] == ["cnn.4", "cnn.8", "cnn.11", "cnn.15",
+                                                       "collapse.0", "rnn"]  # network order
     assert set(meta["held_out"]) >= {"unpruned", "pruned", "recovered"}
     assert "recovery [" in capsys.readouterr().out  # the progress bar
 

@@ -72,7 +72,7 @@ def test_pruned_network_flows_through_export_and_every_later_stage(tiny_run, tmp
 
 
 @pytest.mark.parametrize("extra,needle", [
-    (["prune=channels"], "would remove every channel of cnn.4 (8 -> 0)"),
+    (["prune=channels"], "would remove every channel of cnn.4 (8 -> 0), cnn.8 (16 -> 0)"),
     (["prune=channels", "prune.ignored=[cnn.0,conv9]"], "valid names: cnn.0, cnn.4"),
 ])
 def test_bad_prune_values_end_with_one_line_before_any_stage(tmp_path, extra, needle):

@@ -41,7 +41,7 @@ def test_dynamic_batching_serves_a_rate_batch1_cannot():
 
 def test_qps_steps_span_the_capacity():
     steps = qps_steps(ms_b1=2.0, ms_bmax=8.0, max_batch=8, n=6)
-    assert steps[0] == 125.0 and np.isclose(steps[-1], 1500.0) and steps == sorted(steps)
+    assert steps[0] == 25.0 and np.isclose(steps[-1], 1500.0) and steps == sorted(steps)
 
 
 def test_leak_detection():

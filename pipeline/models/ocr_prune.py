@@ -6,7 +6,7 @@ fine-tune on freshly generated lines through the training loop of ``ocr_train`` 
 Every line comes from the generator with a fixed seed: the held-out sample from seed 3 (no other
 set uses it), the recovery stream from ``RECOVER_SEED + seed`` (training uses 1000+), so the same
 seed gives the same weights on the same torch build and thread count. Deliberately not handled:
-pruning the LSTM's hidden size (see ``pipeline.pruning``).
+early stopping or validation during recovery (a fixed step count keeps the time predictable).
 """
 from __future__ import annotations
 
@@ -42,9 +42,10 @@ def score(net: CRNN, samples: list[dict]) -> dict[str, float]:
     return metrics
 
 
-def recover(net: CRNN, steps: int, lr: float, batch_size: int, seed: int, on_step=None) -> float:
-    """Fine-tune in place on ``steps`` fresh batches; returns the last loss (0 steps: nothing)."""
+def recover(net: CRNN, steps: int, lr: float, batch_size: int, seed: int,
+            on_step=None) -> float | None:
+    """Fine-tune in place on ``steps`` fresh batches; returns the last loss (0 steps: None)."""
     if steps == 0:
-        return float("nan")
+        return None
     torch.manual_seed(seed)
     return fit(net, batches(RECOVER_SEED + seed, batch_size), steps, lr, on_step=on_step)

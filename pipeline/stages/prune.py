@@ -50,7 +50,7 @@ class Prune:
     task: str
     prune: object          # PruneConfig
     name = "prune"
-    version = 1
+    version = 2  # 2: LSTM hidden units pruned too; layers listed in network order
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
@@ -94,7 +94,8 @@ class Prune:
         self._check_round_trip(net, out_dir, t, example)
         return {
             "parameters": after["parameters"], "source": f"pruned from {parent.digest}",
-            "widths": widths, "hidden": hidden, "layers": layers,
+            "widths": widths, "hidden": hidden,
+            "layers": [[name, b, a] for name, (b, a) in layers.items()],  # network order
             "parameters_before": before["parameters"], "macs_before": before["macs"],
             "macs": after["macs"], "macs_reduction": 1 - after["macs"] / before["macs"],
             "macs_per": MAC_INPUT,
