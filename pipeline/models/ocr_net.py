@@ -1,7 +1,7 @@
 """The CRNN text recognizer: convolution blocks, a bidirectional LSTM and a CTC head.
 
 In: float32 images [N, 1, 32, W] in [-1, 1] (W divisible by 4). Out: logits [N, W/4, classes],
-class 0 being the CTC blank. Sized like a production line recognizer (about 2 M parameters):
+class 0 being the CTC blank. Sized like a production line recognizer (1.5 M parameters):
 the convolutions carry nearly all of the compute, which is what INT8 accelerates; the LSTM is
 kept narrow because static INT8 in ONNX Runtime leaves it in float.
 ``widths`` makes the channel counts explicit so a pruned network can be rebuilt from its
