@@ -39,13 +39,19 @@ def search(qz, method: str, exclude: set, all_int8):
     table = []
     for node in nodes:
         alone = qz.quantize(method, exclude | {node}, label=f"quantize[float {node}]")
-        effect = qz.score(alone, f"rank[float {node}]") - base
         gain = gains.get(node, 0.0)
-        table.append({"node": node, "op": ops.get(node, "?"), "sqnr_db": sqnr.get(node),
-                      "metric_effect": effect, "latency_gain_ms": gain,
-                      "score": effect / max(gain, 0.01)})
-    table.sort(key=lambda r: (-r["score"], r["node"]))
-    order = [r["node"] for r in table]
+        row = {"node": node, "op": ops.get(node, "?"), "sqnr_db": sqnr.get(node),
+               "latency_gain_ms": gain}
+        if node in alone.meta.get("exclusion_ignored", ()):
+            # A node the quantizer cannot hand back to float on its own (a MaxPool between INT8
+            # neighbours) is no choice for the search: it stays INT8 whatever is excluded.
+            table.append({**row, "metric_effect": None, "score": None, "can_float": False})
+            continue
+        effect = qz.score(alone, f"rank[float {node}]") - base
+        table.append({**row, "metric_effect": effect, "score": effect / max(gain, 0.01),
+                      "can_float": True})
+    table.sort(key=lambda r: (not r["can_float"], -(r["score"] or 0.0), r["node"]))
+    order = [r["node"] for r in table if r["can_float"]]
     int8_ms = expl["int8_total_ms"]
 
     trace, evaluations = [], 0

@@ -53,10 +53,15 @@ def markdown(q: dict) -> list[str]:
     trial = q.get("latency_trial")
     if trial:
         sp = trial["speedup_over_all_int8"]
-        lines.append(f"- profiled slower in INT8: {', '.join(trial['float_nodes'])}; keeping them "
-                     f"float ran {sp['median']:.2f}x (95 % CI {sp['ci95'][0]:.2f}-{sp['ci95'][1]:.2f}) "
-                     f"the all-INT8 model end to end: "
-                     + ("kept float" if q.get("latency_exclusions") else "left INT8"))
+        stayed = trial.get("stayed_int8") or []
+        if trial["float_nodes"]:
+            lines.append(f"- profiled slower in INT8: {', '.join(trial['float_nodes'])}; keeping them "
+                         f"float ran {sp['median']:.2f}x (95 % CI {sp['ci95'][0]:.2f}-{sp['ci95'][1]:.2f}) "
+                         f"the all-INT8 model end to end: "
+                         + ("kept float" if q.get("latency_exclusions") else "left INT8"))
+        if stayed:
+            lines.append(f"- profiled slower in INT8 but left INT8: {', '.join(stayed)} (between "
+                         "INT8 neighbours onnxruntime keeps the Q/DQ pair and the INT8 kernel)")
     rows = layer_rows(q)
     if rows:
         lines += ["", "| module | op | precision | SQNR dB | accuracy effect | FP32 ms | INT8 ms | gain ms |",

@@ -105,17 +105,21 @@ class Quantizer:
             # its own profile does not show).
             slower = list(expl.meta["slower_in_int8"])
             trial = self.quantize(method, exclude | set(slower), label="quantize[latency-aware]")
-            m = self.cfg.model
-            verdict = self.runner.run(
-                Compare(m.name, self.cfg.gate.speedup_batch_size, m.eval_samples,
-                        self.cfg.data_dir, self.hw), trial, label="compare[latency-aware]",
-                other=art).meta["a_over_b_speedup"]
-            info.latency_trial = {"float_nodes": slower, "speedup_over_all_int8": verdict}
-            if verdict["ci95"][0] > 1.0:
-                info.latency_exclusions = slower
-                exclude |= set(slower)
-                art = trial
-                expl = self.explain(art, label="explain[latency-aware]")
+            floated = [n for n in slower if trial.meta["precision"].get(n) == "float"]
+            info.latency_trial = {"float_nodes": floated, "stayed_int8": trial.meta["exclusion_ignored"],
+                                  "speedup_over_all_int8": None}
+            if floated:
+                m = self.cfg.model
+                verdict = self.runner.run(
+                    Compare(m.name, self.cfg.gate.speedup_batch_size, m.eval_samples,
+                            self.cfg.data_dir, self.hw), trial, label="compare[latency-aware]",
+                    other=art).meta["a_over_b_speedup"]
+                info.latency_trial["speedup_over_all_int8"] = verdict
+                if verdict["ci95"][0] > 1.0:
+                    info.latency_exclusions = floated
+                    exclude |= set(floated)
+                    art = trial
+                    expl = self.explain(art, label="explain[latency-aware]")
         if q.mode == QuantMode.mixed:
             from pipeline.mixed import search
 

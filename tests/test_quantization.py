@@ -55,8 +55,11 @@ def test_int8_plan_explanation_and_names(tiny_run):
     final = Artifact.read(Path(rep["lineage"]["candidate"]["path"])).meta["precision"]
     assert set(sqnr) == {n for n, p in final.items() if p.startswith("int8")}
     assert all(v is None or v > 0 for v in sqnr.values())
-    # What was profiled slower in INT8 is float in the candidate.
+    # What was profiled slower in INT8 and kept float is float in the candidate; what the
+    # quantizer could not hand back is named, never reported as float.
     assert all(final[n] == "float" for n in q["latency_exclusions"])
+    trial = q.get("latency_trial") or {"float_nodes": [], "stayed_int8": []}
+    assert not set(trial["float_nodes"]) & set(trial["stayed_int8"])
     assert "## Quantization" in (tiny_run[0] / "runs" / "latest" / "report.md").read_text()
 
 
@@ -91,6 +94,40 @@ def test_streamed_calibration_equals_onnxruntimes_own(tiny_run, tmp_path):
     assert stage_meta(rep, "calibrate[minmax]")["chunks"] >= 1
 
 
+def test_an_exclusion_onnxruntime_ignores_is_reported(tiny_run, tmp_path):
+    """A MaxPool between INT8 convolutions keeps its Q/DQ pair whatever nodes_to_exclude says;
+    the stage names it instead of letting the recipe call it float."""
+    from pipeline.artifact import Artifact
+    from pipeline.compose import compose
+    from pipeline.runner import Runner
+    from pipeline.stages.quantize import Quantize
+
+    workdir = tiny_run[0]
+    rep = report(workdir)
+    base = stage_meta(rep, "quantize")
+    static = sorted(n for n, p in base["precision"].items() if p == "int8-static")
+    prepared = Artifact.read(Path(next(s["path"] for s in rep["stages"] if s["label"] == "prepare")))
+    cal = Artifact.read(Path(next(s["path"] for s in rep["stages"]
+                                  if s["label"] == "calibrate[minmax]")))
+    maxpools = [n for n in static if _op_type(prepared.model, n) == "MaxPool"]
+    convs = [n for n in static if _op_type(prepared.model, n) == "Conv"]
+    assert maxpools and convs
+    cfg = compose(tiny_args(workdir))
+    hw = cfg.hardware.target()
+    stage = Quantize(tuple(sorted(base["settings"].items())), cfg.quant.per_channel, "minmax",
+                     None, tuple(cfg.quant.dynamic_op_types), (convs[-1], maxpools[0]))
+    art = Runner(tmp_path, hw, log=lambda *_: None).run(stage, prepared, calibration=cal)
+    assert art.meta["precision"][convs[-1]] == "float"
+    assert art.meta["exclusion_ignored"] == [maxpools[0]]
+
+
+def _op_type(model_path: Path, node: str) -> str:
+    import onnx
+
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    return next(n.op_type for n in graph.node if n.name == node)
+
+
 def test_dynamic_mode_needs_no_calibration(tiny_run):
     workdir, _ = tiny_run
     proc = run_cli(*tiny_args(workdir, "quant=dynamic"))
@@ -119,9 +156,12 @@ class FakeQuantizer:
             meta={"sqnr_db": {n: 30.0 for n in harms}}))
         self.full = 0
 
+    stuck = frozenset()  # nodes the quantizer cannot make float (a MaxPool between INT8 nodes)
+
     def quantize(self, method, exclude, label=""):
-        return SimpleNamespace(floated=frozenset(exclude),
-                               meta={"precision": {n: "int8-static" for n in self.harms}})
+        return SimpleNamespace(floated=frozenset(exclude) - self.stuck,
+                               meta={"precision": {n: "int8-static" for n in self.harms},
+                                     "exclusion_ignored": sorted(self.stuck & set(exclude))})
 
     def score(self, art, label, subset=True):
         self.full += not subset
@@ -152,3 +192,14 @@ def test_search_keeps_the_best_and_says_so_when_the_budget_cannot_be_met():
     v = trace["verdict"]
     assert not v["met"] and "not met" in v["summary"]
     assert v["drop"] == pytest.approx(min(r["drop"] for r in trace["trace"]))
+
+
+def test_search_leaves_out_nodes_that_cannot_be_made_float():
+    names = [f"n{i}" for i in range(8)]
+    fq = FakeQuantizer({n: (0.4 if n == "n5" else 0.001) for n in names},
+                       {n: 1.0 for n in names}, budget=0.1)
+    fq.stuck = frozenset({"n2", "n6"})
+    _, table, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()))
+    assert not {"n2", "n6"} & set(trace["order"]) and trace["order"][0] == "n5"
+    assert {r["node"] for r in table if not r["can_float"]} == {"n2", "n6"}
+    assert trace["verdict"]["met"] and trace["verdict"]["quantizable_nodes"] == 6
