@@ -280,8 +280,14 @@ class BenchMode(str, Enum):
 @dataclass
 class LoadConfig:
     max_batch: int = 8                      # dynamic batcher: largest batch it forms ...
-    max_wait_ms: float = 4.0                # ... and longest the oldest request waits for more
+    # ... and the longest the oldest request waits for company. 0: take what is queued now (the
+    # queue fills while the model is busy, so batches grow with load and idle requests never wait).
+    max_wait_ms: float = 0.0
     steps: int = 8                          # QPS steps, geometric, from each model's capacity
+    refine_steps: int = 3                   # bisection steps between the last pass and first miss
+    # Requests batch only with others whose input shape, each dimension rounded up to a multiple
+    # of this, is the same (0: any shapes, padded to the largest). Padding costs more than batching saves.
+    shape_bucket: int = 32
     step_seconds: float = 5.0               # duration of each QPS step
     soak_seconds: float = 120.0             # soak duration (the article: 30-60 min in production)
     soak_qps: Optional[float] = None        # soak rate; null = half the batch-1 capacity
@@ -289,9 +295,12 @@ class LoadConfig:
 
     def __post_init__(self):
         _positive(self, "bench.load", "max_batch", "steps")
-        for name in ("max_wait_ms", "step_seconds", "soak_seconds", "leak_mb_per_min"):
+        for name in ("step_seconds", "soak_seconds", "leak_mb_per_min"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"bench.load.{name}={getattr(self, name)}: must be > 0")
+        for name in ("max_wait_ms", "refine_steps", "shape_bucket"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"bench.load.{name}={getattr(self, name)}: must be >= 0")
 
 
 @dataclass

@@ -10,6 +10,10 @@ arrivals when the server slows, hiding queueing; real users do not wait. Arrival
 front from an exponential distribution with a fixed seed and released by a thread at their due
 times, whatever the server does. The batcher takes the oldest request, then waits for more until
 the batch is full or the oldest has waited ``max_wait_ms``, as Triton's dynamic batcher does.
+With ``key`` (a request's shape class, e.g. its width bucket), a batch only takes requests of
+the oldest one's class, as engines bucket sequence lengths: padding a narrow text line to the
+widest one in a batch costs more than batching saves (measured on the OCR model: 0.68 ms per line
+in random-width batches of 8, 0.42 in same-width ones, 0.5-0.7 alone).
 Deliberately not handled: several model instances, priorities, request cancellation.
 """
 from __future__ import annotations
@@ -34,7 +38,7 @@ def rss_mb() -> float:
 
 def serve(run_batch: Callable, pool: Sequence, stack: Callable, qps: float, seconds: float,
           max_batch: int, max_wait_ms: float, seed: int = 0, drain_seconds: float = 5.0,
-          on_tick: Callable | None = None) -> dict:
+          on_tick: Callable | None = None, key: Callable | None = None) -> dict:
     rng = np.random.default_rng(seed)
     gaps = rng.exponential(1.0 / qps, size=int(qps * seconds * 1.5) + 16)
     due = np.cumsum(gaps)
@@ -53,21 +57,39 @@ def serve(run_batch: Callable, pool: Sequence, stack: Callable, qps: float, seco
     producer = threading.Thread(target=release, daemon=True)
     producer.start()
     latencies, sizes, done = [], [], 0
+    pending: list[tuple[float, int]] = []   # arrived, not yet batched; oldest first
+    shapes = [key(x) for x in pool] if key else [None] * len(pool)
     stop_at = t0 + seconds + drain_seconds
     next_tick = t0 + 1.0
-    while done < due.size and time.perf_counter() < stop_at:
+
+    def collect(timeout: float) -> None:
         try:
-            first = inbox.get(timeout=0.05)
+            pending.append(inbox.get(timeout=timeout) if timeout > 0 else inbox.get_nowait())
+            while True:
+                pending.append(inbox.get_nowait())
         except queue.Empty:
-            continue
-        batch = [first]
+            pass
+
+    while done < due.size and time.perf_counter() < stop_at:
+        if not pending:
+            collect(0.05)
+            if not pending:
+                continue
+        # The oldest request, and queued ones of its shape class; the others keep their place.
+        first = pending[0]
         deadline = first[0] + max_wait_ms / 1000.0
-        while len(batch) < max_batch:
+        shape = shapes[first[1]]
+        while True:
+            batch = [r for r in pending if shapes[r[1]] == shape][:max_batch]
             left = deadline - time.perf_counter()
-            try:
-                batch.append(inbox.get(timeout=left) if left > 0 else inbox.get_nowait())
-            except queue.Empty:
+            if len(batch) == max_batch or left <= 0:
                 break
+            before = len(pending)
+            collect(left)
+            if len(pending) == before:  # waited the whole delay: nobody came
+                break
+        taken = set(map(id, batch))
+        pending[:] = [r for r in pending if id(r) not in taken]
         run_batch(stack([pool[k] for _, k in batch]))
         end = time.perf_counter()
         latencies += [(end - arrived) * 1000.0 for arrived, _ in batch]

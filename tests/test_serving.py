@@ -6,7 +6,7 @@ import time
 import numpy as np
 
 from pipeline.serving import serve
-from pipeline.stages.loadtest import leak, qps_steps
+from pipeline.stages.loadtest import leak, max_within, qps_steps, shape_key
 
 
 def sleepy(ms_fixed: float, ms_per_item: float):
@@ -37,6 +37,46 @@ def test_dynamic_batching_serves_a_rate_batch1_cannot():
     assert dynamic["p99_ms"] < single["p99_ms"] and dynamic["mean_batch"] > 1.5
     assert sum(int(k) * v for k, v in dynamic["batch_histogram"].items()) == dynamic["completed"]
     assert max(int(k) for k in dynamic["batch_histogram"]) <= 8
+
+
+def test_batching_what_is_queued_waits_for_nobody():
+    # max_wait 0: an idle server runs each request at once, a busy one batches the queue.
+    light = serve(sleepy(1.0, 0.1), list(range(10)), stack, qps=50, seconds=1.0, max_batch=8,
+                  max_wait_ms=0.0)
+    assert light["mean_batch"] < 1.2 and light["p50_ms"] < 2.5
+    heavy = serve(sleepy(5.0, 0.1), list(range(10)), stack, qps=400, seconds=1.0, max_batch=8,
+                  max_wait_ms=0.0, drain_seconds=0.5)
+    assert not heavy["saturated"] and heavy["mean_batch"] > 1.5
+
+
+def test_batches_keep_to_one_shape_class():
+    seen = []
+
+    def run(batch):
+        seen.append(batch)
+        time.sleep(0.004)
+
+    narrow, wide = np.zeros((1, 1, 32, 60)), np.zeros((1, 1, 32, 300))
+    r = serve(run, [narrow, wide], list, qps=600, seconds=1.0, max_batch=8, max_wait_ms=0.0,
+              key=shape_key(32), drain_seconds=1.0)
+    assert r["completed"] == r["requests"] and r["mean_batch"] > 1.5
+    assert all(len({x.shape for x in b}) == 1 for b in seen)  # never padded across classes
+    assert any(b[0].shape == narrow.shape for b in seen) and any(b[0].shape == wide.shape for b in seen)
+    assert shape_key(0) is None and shape_key(32)(narrow) != shape_key(32)(wide)
+
+
+def test_max_qps_is_bisected_between_the_last_pass_and_the_first_miss():
+    capacity, seen = 700.0, []
+
+    def step_at(qps, seed):
+        seen.append(qps)
+        return {"offered_qps": qps, "meets_slo": qps <= capacity}
+
+    steps = max_within(step_at, [100.0, 200.0, 400.0, 800.0, 1600.0], refine=4)
+    assert seen[:4] == [100.0, 200.0, 400.0, 800.0] and len(steps) == 8  # 1600 never run
+    best = max(s["offered_qps"] for s in steps if s["meets_slo"])
+    assert 650 < best <= capacity and all(s.get("refinement") for s in steps[4:])
+    assert max_within(step_at, [100.0, 200.0], refine=3) == steps[:2]  # never missed: no bisection
 
 
 def test_qps_steps_span_the_capacity():

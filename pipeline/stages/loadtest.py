@@ -10,7 +10,8 @@ reported as a leak.
 
 The QPS steps are derived from each model's own measured service time (batch 1 and max batch), so
 a slow model is not flooded and a fast one is pushed to its limit; steps stop after the first one
-that misses the target or saturates. Models run on ``hardware``'s runtime and settings: with
+that misses the target or saturates, and the rate is then refined by bisection between the
+last step that met it and the first that did not. Models run on ``hardware``'s runtime and settings: with
 ``runtime=auto``, the target chosen for the gate's batch size (``pipeline.runtimes.plan``).
 """
 from __future__ import annotations
@@ -31,6 +32,34 @@ def qps_steps(ms_b1: float, ms_bmax: float, max_batch: int, n: int) -> list[floa
     low = 0.05 * 1000.0 / ms_b1
     high = 1.5 * max_batch * 1000.0 / ms_bmax
     return [float(q) for q in np.geomspace(low, max(high, 2 * low), n)]
+
+
+def shape_key(bucket: int):
+    """A request's shape class: every dimension but the batch rounded up to ``bucket``."""
+    if not bucket:
+        return None
+    return lambda x: tuple(-(-d // bucket) for d in x.shape[1:])
+
+
+def max_within(step_at, grid: list[float], refine: int) -> list[dict]:
+    """Walk up the QPS grid until a step misses the target, then bisect (geometrically) between
+    the last rate that met it and the first that did not, ``refine`` times. The coarse grid alone
+    reads the capacity to within a grid factor (about 1.8x): too coarse to tell two serving
+    policies apart. Returns every step run, in order; each has ``meets_slo``."""
+    steps: list[dict] = []
+    for qps in grid:
+        steps.append(step_at(qps, len(steps)))
+        if not steps[-1]["meets_slo"]:
+            break
+    if len(steps) < 2 or steps[-1]["meets_slo"]:
+        return steps
+    lo, hi = steps[-2]["offered_qps"], steps[-1]["offered_qps"]
+    for _ in range(refine):
+        step = step_at(float(np.sqrt(lo * hi)), len(steps))
+        step["refinement"] = True
+        steps.append(step)
+        lo, hi = (step["offered_qps"], hi) if step["meets_slo"] else (lo, step["offered_qps"])
+    return steps
 
 
 def leak(samples: list[tuple[float, float]], mb_per_min: float) -> dict:
@@ -56,7 +85,7 @@ class LoadTest:
     hardware: object
     nonce: str = ""        # a new value forces a fresh measurement
     name = "loadtest"
-    version = 2
+    version = 3
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, fp32) -> dict:
@@ -79,7 +108,8 @@ class LoadTest:
             # On the deployed target: the candidate at its precision, the FP32 baseline in fp32.
             run = runtimes.load(path, hw if role == "candidate" else
                                 dataclasses.replace(hw, precision="fp32")).run
-            full = t.stack([pool[k % len(pool)] for k in range(cfg.max_batch)])
+            # pool is sorted by width: the max batch is of the median width, as the batcher forms them
+            full = t.stack([pool[len(pool) // 2]] * cfg.max_batch)
             timing.warm_up(run, [pool[0], full])
             ms_b1 = float(np.median([timing.clock_ms(run, pool[k]) for k in range(20)]))
             ms_bmax = float(np.median([timing.clock_ms(run, full) for _ in range(10)]))
@@ -88,14 +118,14 @@ class LoadTest:
                 entry["soak"] = self._soak(run, pool, t, ms_b1)
             else:
                 for policy, max_batch in (("dynamic", cfg.max_batch), ("batch1", 1)):
-                    steps = []
-                    for qps in qps_steps(ms_b1, ms_bmax, cfg.max_batch, cfg.steps):
+                    def step_at(qps, seed):
                         step = serve(run, pool, t.stack, qps, cfg.step_seconds, max_batch,
-                                     cfg.max_wait_ms, seed=len(steps))
+                                     cfg.max_wait_ms, seed=seed, key=shape_key(cfg.shape_bucket))
                         step["meets_slo"] = (not step["saturated"]) and step["p99_ms"] <= self.slo_p99_ms
-                        steps.append(step)
-                        if not step["meets_slo"]:
-                            break
+                        return step
+
+                    steps = max_within(step_at, qps_steps(ms_b1, ms_bmax, cfg.max_batch, cfg.steps),
+                                       cfg.refine_steps)
                     ok = [s for s in steps if s["meets_slo"]]
                     entry[policy] = {"steps": steps,
                                      "max_qps_within_slo": max((s["offered_qps"] for s in ok), default=0.0),
@@ -116,7 +146,7 @@ class LoadTest:
             p99s.append((now, float(np.percentile(recent, 99))))
 
         step = serve(run, pool, t.stack, qps, cfg.soak_seconds, cfg.max_batch,
-                     cfg.max_wait_ms, on_tick=tick)
+                     cfg.max_wait_ms, on_tick=tick, key=shape_key(cfg.shape_bucket))
         return {"qps": qps, "seconds": cfg.soak_seconds, "summary": step,
                 "rss_mb": samples, "p99_ms_per_second": p99s,
                 "memory": leak(samples, cfg.leak_mb_per_min)}
