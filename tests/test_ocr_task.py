@@ -87,3 +87,19 @@ def test_checkpoint_accuracy_on_a_held_out_sample(tmp_path):
             preds += ocr.decode(net(torch.from_numpy(images)).numpy())
             labels += texts
     assert score(preds, labels)["sequence_accuracy"] >= 96.0
+
+
+def test_bounded_batches_follow_the_median_line_not_the_widest():
+    import numpy as np
+
+    from pipeline.models.ocr import _cut
+
+    rng = np.random.default_rng(0)
+    for n in (64, 1024):
+        widths = rng.integers(60, 60 + n // 2, size=n)  # a bigger set reaches wider lines
+        order = np.arange(n)
+        cuts = list(_cut(order, widths, 32, bounded=True))
+        assert sorted(i for c in cuts for i in c) == list(range(n))  # each line once, in order
+        budget = 32 * np.median(widths)
+        assert all(len(c) <= 32 and (len(c) == 1 or len(c) * widths[c].max() <= budget) for c in cuts)
+    assert [len(c) for c in _cut(np.arange(70), np.full(70, 100), 32, bounded=False)] == [32, 32, 6]

@@ -117,12 +117,32 @@ def stack(requests: list[np.ndarray]) -> np.ndarray:
                            for r in requests])
 
 
-def batches(ds, batch_size: int, sort_by_width: bool = True):
-    """Yield (indices, float32 images, labels). Sorting by width keeps padding small."""
+def batches(ds, batch_size: int, sort_by_width: bool = True, bounded: bool = False):
+    """Yield (indices, float32 images, labels). Sorting by width keeps padding small.
+
+    ``bounded``: a batch also holds at most ``batch_size`` lines of the set's median width in
+    padded pixels, so a batch of wide lines has fewer of them. Memory then follows the median
+    line, not the widest one, which grows with the size of the set (calibration)."""
     widths = np.asarray(ds["width"])
     order = np.argsort(widths, kind="stable") if sort_by_width else np.arange(len(widths))
-    for k in range(0, len(order), batch_size):
-        idx = [int(i) for i in order[k:k + batch_size]]
+    for idx in _cut(order, widths, batch_size, bounded):
         rows = ds.select(idx)
         images = [ocr_data.to_array(r) for r in rows]
         yield idx, ocr_data.collate(images), [r["text"] for r in rows]
+
+
+def _cut(order, widths, batch_size: int, bounded: bool):
+    if not bounded:
+        for k in range(0, len(order), batch_size):
+            yield [int(i) for i in order[k:k + batch_size]]
+        return
+    budget = batch_size * float(np.median(widths)) if len(widths) else 0.0
+    idx: list[int] = []
+    for i in order:
+        # padded to the widest line in the batch, as collate does
+        if idx and (len(idx) + 1) * max(widths[idx + [i]]) > budget or len(idx) == batch_size:
+            yield idx
+            idx = []
+        idx.append(int(i))
+    if idx:
+        yield idx

@@ -7,7 +7,9 @@ through ``calibration_cache_path``), the set's digest and the stage's peak memor
 Why streamed: onnxruntime's histogram calibrators keep every intermediate output of every batch
 until the end (3.5 GB on a real recognizer). Its calibrators merge ranges and histograms across
 ``collect_data`` calls, so this stage feeds them one batch per call and memory stays at one
-batch's activations whatever the number of samples. Defaults (bins, percentile, symmetry) are
+batch's activations whatever the number of samples. Batches are bounded in padded pixels
+(``batches(bounded=True)``): a larger set has wider lines, and a batch of 32 of them would
+otherwise need more memory than any batch of a small set (measured: 1.14x at 1,024 vs 64 lines). Defaults (bins, percentile, symmetry) are
 onnxruntime's own, so the ranges equal what ``quantize_static`` would have computed.
 """
 from __future__ import annotations
@@ -45,7 +47,7 @@ class Calibrate:
     # stack a call's outputs into one array, which fails when batch widths differ.
     chunk: int = 1
     name = "calibrate"
-    version = 2
+    version = 3
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
@@ -64,7 +66,7 @@ class Calibrate:
                                            augmented_model_path=str(Path(tmp) / "augmented.onnx"),
                                            calibrate_method=methods[self.method])
             feeds, chunks = [], 0
-            for _, images, _ in t.batches(ds, self.batch_size, sort_by_width=False):
+            for _, images, _ in t.batches(ds, self.batch_size, sort_by_width=False, bounded=True):
                 feeds.append({t.INPUT_NAME: images})
                 if len(feeds) == self.chunk:
                     calibrator.collect_data(_Chunk(feeds))
