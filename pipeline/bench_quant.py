@@ -36,7 +36,9 @@ def _default_quantize(fp32_model: Path, out: Path, task_name: str, samples: int,
     quantize_static(str(fp32_model), str(out), Reader())  # every option at its default
 
 
-def _timed(models: dict, cfg, batch: int) -> dict:
+def _timed(models: dict, cfg, batch: int, extra_pairs=()) -> dict:
+    """Every model against FP32 (and each (slower, faster) pair of ``extra_pairs``), timed in one
+    process, interleaved round by round; speedups are medians of per-round ratios with CIs."""
     from pipeline import ort, timing
     from pipeline.models import task
 
@@ -47,10 +49,13 @@ def _timed(models: dict, cfg, batch: int) -> dict:
     fns = {role: (lambda x, s=ort.session(path, hw): ort.run(s, x)) for role, path in models.items()}
     for fn in fns.values():
         timing.warm_up(fn, inputs)
-    pairs = [("fp32", r) for r in models if r != "fp32"]
+    pairs = [("fp32", r) for r in models if r != "fp32"] + list(extra_pairs)
     times, info = timing.interleaved(fns, inputs, pairs, 300, 60, 0.02)
-    return {"speedup_vs_fp32": {r: timing.ratio_ci(times["fp32"], times[r]) for r in models if r != "fp32"},
-            "p50_ms": {r: float(sorted(v)[len(v) // 2]) for r, v in times.items()}, **info}
+    out = {"speedup_vs_fp32": {r: timing.ratio_ci(times["fp32"], times[r]) for r in models if r != "fp32"},
+           "p50_ms": {r: float(sorted(v)[len(v) // 2]) for r, v in times.items()}, **info}
+    if extra_pairs:
+        out["speedup"] = {f"{b} vs {a}": timing.ratio_ci(times[a], times[b]) for a, b in extra_pairs}
+    return out
 
 
 def _evaluate(model: Path, cfg) -> dict:

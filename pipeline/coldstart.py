@@ -31,7 +31,8 @@ t1 = time.perf_counter()
 s = json.loads(sys.argv[2])
 so = ort.SessionOptions()
 so.intra_op_num_threads = s["intra_op_threads"]; so.inter_op_num_threads = s["inter_op_threads"]
-sess = ort.InferenceSession(sys.argv[1], so, providers=[s["provider"]])
+sess = ort.InferenceSession(sys.argv[1], so, providers=[s["provider"]],
+                            disabled_optimizers=s.get("disabled_optimizers") or None)
 t2 = time.perf_counter()
 sess.run(None, {sess.get_inputs()[0].name: np.zeros(s["shape"], np.float32)})
 t3 = time.perf_counter()
@@ -52,10 +53,14 @@ t3 = time.perf_counter()
 }
 
 
-def _settings(hardware, shape) -> dict:
+def _settings(hardware, shape, model) -> dict:
     out = {"shape": [int(d) for d in shape], "provider": hardware.provider,
            "intra_op_threads": hardware.intra_op_threads,
            "inter_op_threads": hardware.inter_op_threads}
+    if hardware.runtime == "onnxruntime":
+        from pipeline.runtimes.onnxruntime import disabled_optimizers
+
+        out["disabled_optimizers"] = disabled_optimizers(model)
     if hardware.runtime == "openvino":
         from pipeline.runtimes.openvino import compile_config
 
@@ -71,7 +76,7 @@ def measure(model, hardware, repeats: int, shape: tuple[int, ...]) -> dict:
     for _ in range(repeats):
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-c", _CHILD[runtime], str(model),
-                               json.dumps(_settings(hardware, shape))],
+                               json.dumps(_settings(hardware, shape, model))],
                               capture_output=True, text=True)
         total = (time.perf_counter() - t0) * 1e3
         if proc.returncode != 0:

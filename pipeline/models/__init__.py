@@ -9,7 +9,7 @@ import importlib
 
 from pipeline.errors import ConfigError
 
-TASKS = {"ocr": "pipeline.models.ocr"}
+TASKS = {"ocr": "pipeline.models.ocr", "ocr_mobile": "pipeline.models.ocr_mobile"}
 
 
 def task(name: str):

@@ -1,11 +1,14 @@
-"""Train the OCR CRNN from scratch on freshly generated synthetic lines.
+"""Train an OCR network (the CRNN, or ``--task ocr_mobile``'s MobileNetV3-style one) from scratch
+on freshly generated synthetic lines.
 
-In: a step count, a seed and an output path. Out: a safetensors checkpoint plus a JSON card
+In: a task, a step count, a seed and an output path. Out: a safetensors checkpoint plus a JSON card
 beside it (sha256, parameter count, widths, the exact command, held-out accuracy). Every batch is
 generated on the fly from the seed, so no data set is stored and the run is reproducible on a
 machine with the same torch build and thread count. Usage (what `make train-ocr` runs):
 
     python -m pipeline.models.ocr_train --steps 6000 --out pipeline/models/checkpoints/ocr_crnn.safetensors
+
+``make train-ocr-mobile`` runs it with ``--task ocr_mobile`` (see the Makefile for its steps).
 
 ``fit`` is the loop itself (AdamW, one-cycle schedule, CTC loss, bf16 autocast); the ``prune``
 stage reuses it for its recovery fine-tune on a different seed stream.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import sys
 import time
@@ -25,10 +29,19 @@ from safetensors.torch import save_file
 
 from pipeline.models.ocr_data import ALPHABET, collate, generate, to_array
 from pipeline.models.ocr_decode import greedy_decode, score
-from pipeline.models.ocr_net import CRNN
 
 TRAIN_WIDTH_BUCKET = 32  # few distinct shapes, so oneDNN reuses its kernels between steps
 TRAIN_SEED = 1000  # calibration uses seed 1, evaluation seed 2: the streams never meet
+# The network class of each trainable task (its module also holds DEFAULT_WIDTHS, LSTM_HIDDEN).
+NETWORKS = {"ocr": ("pipeline.models.ocr_net", "CRNN"),
+            "ocr_mobile": ("pipeline.models.ocr_mobile_net", "MobileCRNN")}
+
+
+def network(task: str, widths: list[int] | None = None, hidden: int | None = None) -> torch.nn.Module:
+    """A freshly initialised network of ``task`` (defaults: its module's widths and hidden size)."""
+    module_name, cls = NETWORKS[task]
+    module = importlib.import_module(module_name)
+    return getattr(module, cls)(tuple(widths or module.DEFAULT_WIDTHS), hidden or module.LSTM_HIDDEN)
 
 
 def batches(seed: int, batch_size: int, start: int = 0):
@@ -44,11 +57,11 @@ def targets(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(flat, dtype=torch.long), torch.tensor([len(t) for t in texts])
 
 
-def evaluate(model: CRNN, seed: int, count: int, batch_size: int = 64) -> dict[str, float]:
+def evaluate(model: torch.nn.Module, seed: int, count: int, batch_size: int = 64) -> dict[str, float]:
     return evaluate_samples(model, list(generate(seed, count)), batch_size)
 
 
-def evaluate_samples(model: CRNN, samples: list[dict], batch_size: int = 64) -> dict[str, float]:
+def evaluate_samples(model: torch.nn.Module, samples: list[dict], batch_size: int = 64) -> dict[str, float]:
     """Sequence accuracy and CER on given samples; leaves the model in training mode."""
     model.eval()
     preds, labels = [], []
@@ -62,7 +75,7 @@ def evaluate_samples(model: CRNN, samples: list[dict], batch_size: int = 64) -> 
     return score(preds, labels)
 
 
-def fit(model: CRNN, data: Iterator[list[dict]], steps: int, lr: float, bf16: bool = True,
+def fit(model: torch.nn.Module, data: Iterator[list[dict]], steps: int, lr: float, bf16: bool = True,
         on_step: Callable[[int, float], None] | None = None) -> float:
     """Train ``model`` in place for ``steps`` batches from ``data``; returns the last loss.
 
@@ -98,6 +111,10 @@ def fit(model: CRNN, data: Iterator[list[dict]], steps: int, lr: float, bf16: bo
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", choices=sorted(NETWORKS), default="ocr")
+    ap.add_argument("--widths", type=int, nargs="+", default=None, help="default: the network's")
+    ap.add_argument("--hidden", type=int, default=None, help="default: the network's")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--steps", type=int, default=6000)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -107,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    model = CRNN()
+    model = network(args.task, args.widths, args.hidden)
     t0 = time.time()
 
     def log(step: int, loss: float) -> None:
@@ -130,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp.replace(args.out)
     card = {
         "file": args.out.name, "sha256": digest,
-        "parameters": sum(p.numel() for p in model.parameters()),
+        "task": args.task, "parameters": sum(p.numel() for p in model.parameters()),
         "widths": list(model.widths), "hidden": model.hidden,
         "command": "python -m pipeline.models.ocr_train " + " ".join(sys.argv[1:] if argv is None else argv),
         "torch": torch.__version__, "threads": torch.get_num_threads(),

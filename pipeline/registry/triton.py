@@ -99,6 +99,10 @@ def config_pbtxt(name, inputs, outputs, max_batch_size, instances, kind, evidenc
                          "default is bf16, so serve this where it computes f32 or re-gate in bf16")
     else:
         lines += ['platform: "onnxruntime_onnx"', 'backend: "onnxruntime"']
+        if target["disabled_optimizers"]:
+            lines.append(f"# gated with ONNX Runtime's {', '.join(target['disabled_optimizers'])} "
+                         "off (named in the model's metadata), which this config cannot set: serve "
+                         "where the session honours it, or re-gate with it on")
     lines.append(f"max_batch_size: {max_batch_size}")
     for title, tensors in (("input", inputs), ("output", outputs)):
         lines.append(f"{title} [")
@@ -149,7 +153,8 @@ def deployed(evidence: dict) -> dict:
             "performance_hint": target.get("performance_hint", hw.get("performance_hint",
                                                                        "latency")),
             "intra_op_threads": target.get("intra_op_threads", hw.get("intra_op_threads")),
-            "version": target.get("version")}
+            "version": target.get("version"),
+            "disabled_optimizers": (target.get("settings") or {}).get("disabled_optimizers", [])}
 
 
 def _signature(model: Path):

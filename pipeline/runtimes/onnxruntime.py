@@ -56,11 +56,24 @@ def _options(hardware, optimize: bool = True):
     return so
 
 
-def session(model: Path, hardware, optimize: bool = True):
+# The key under which a model's own metadata names ONNX Runtime graph optimizers to leave off:
+# a property of the model (the quantize stage sets it), honoured by every session made here.
+DISABLED_OPTIMIZERS = "onnxruntime.disabled_optimizers"
+
+
+def disabled_optimizers(model: Path) -> list[str]:
+    import onnx
+
+    props = {p.key: p.value for p in onnx.load(str(model), load_external_data=False).metadata_props}
+    return [name for name in props.get(DISABLED_OPTIMIZERS, "").split(",") if name]
+
+
+def session(model: Path, hardware, optimize: bool = True, options=None):
     import onnxruntime as ort
 
-    return ort.InferenceSession(str(model), _options(hardware, optimize),
-                                providers=[hardware.provider])
+    return ort.InferenceSession(str(model), options or _options(hardware, optimize),
+                                providers=[hardware.provider],
+                                disabled_optimizers=disabled_optimizers(model) or None)
 
 
 def run(sess, images):
@@ -81,7 +94,8 @@ class OrtModel:
         s = self.settings
         out = {"runtime": NAME, "version": version(), "precision": "fp32",
                "settings": {"provider": s.provider, "intra_op_threads": s.intra_op_threads,
-                            "inter_op_threads": s.inter_op_threads, "global_thread_pool": True}}
+                            "inter_op_threads": s.inter_op_threads, "global_thread_pool": True,
+                            "disabled_optimizers": disabled_optimizers(self.model)}}
         if example is not None:
             out["executed"] = executed(self.model, s, example)
         return out
@@ -98,7 +112,7 @@ def executed(model: Path, settings, example) -> dict:
     so.enable_profiling = True
     with tempfile.TemporaryDirectory(prefix="ort-profile-") as tmp:
         so.profile_file_prefix = os.path.join(tmp, "profile")
-        sess = ort.InferenceSession(str(model), so, providers=[settings.provider])
+        sess = session(model, settings, options=so)
         sess.run(None, {sess.get_inputs()[0].name: example})
         events = json.loads(Path(sess.end_profiling()).read_text())
     ops: dict[str, dict[str, int]] = {}

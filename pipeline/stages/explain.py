@@ -79,7 +79,7 @@ def profile(model: Path, hardware, batch, runs: int) -> dict[str, dict]:
     so.log_severity_level = 3
     so.intra_op_num_threads = hardware.intra_op_threads
     so.profile_file_prefix = str(model.parent.parent / f".profile-{model.parent.name[:12]}")
-    sess = ort.InferenceSession(str(model), so, providers=[hardware.provider])
+    sess = pipeline_ort.session(model, hardware, options=so)
     for _ in range(3):  # warm-up, excluded below by taking the last `runs` calls
         pipeline_ort.run(sess, batch)
     for _ in range(runs):
@@ -103,11 +103,14 @@ def optimized_graph_summary(model: Path, hardware) -> dict:
     import onnx
     import onnxruntime as ort
 
+    from pipeline.runtimes.onnxruntime import disabled_optimizers
+
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     so.optimized_model_filepath = str(model.parent.parent / f".explain-{model.parent.name[:12]}.onnx")
-    ort.InferenceSession(str(model), so, providers=[hardware.provider])
+    ort.InferenceSession(str(model), so, providers=[hardware.provider],
+                         disabled_optimizers=disabled_optimizers(model) or None)
     path = Path(so.optimized_model_filepath)
     graph = onnx.load(str(path)).graph
     path.unlink()

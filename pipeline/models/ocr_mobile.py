@@ -1,0 +1,31 @@
+"""The OCR task with a mobile network: MobileNetV3-style blocks instead of CRNN's plain convs.
+
+Everything but the network is the ``ocr`` task's (the same generator, calibration and
+evaluation sets under ``<data_dir>/ocr/``, batching, CTC decoding, margins and metrics), so the
+two networks are scored on the same lines. ``build_network`` builds ``ocr_mobile_net.MobileCRNN``
+(depthwise convs, HardSwish/HardSigmoid, squeeze-excite), whose op mix is where onnxruntime's
+default static INT8 is slower than FP32 on a CPU.
+"""
+from __future__ import annotations
+
+from pipeline.errors import StageError
+from pipeline.models.ocr import (GENERATOR_VERSION, INPUT_NAME, METRICS, NAME, OUTPUT_NAME,  # noqa: F401
+                                 PRIMARY_METRIC, RANDOM_INIT_SEED, SEEDS, batches, dataset, decode,
+                                 example_input, margins, metrics, sample_digest, sample_hashes,
+                                 stack)
+
+
+def build_network(widths, hidden, weights: dict | None = None):
+    import torch
+
+    from pipeline.models.ocr_mobile_net import MobileCRNN
+
+    torch.manual_seed(RANDOM_INIT_SEED)
+    net = MobileCRNN(tuple(widths), hidden)
+    if weights is not None:
+        try:
+            net.load_state_dict(weights, strict=True)
+        except RuntimeError as e:
+            raise StageError(f"checkpoint does not fit MobileCRNN(widths={list(widths)}, "
+                             f"hidden={hidden}): {str(e).splitlines()[0]}") from None
+    return net.eval()
