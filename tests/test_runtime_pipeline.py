@@ -129,3 +129,27 @@ def test_a_failing_runtime_is_recorded_while_the_others_run(tiny_run, tmp_path):
     timed = bench.meta["batches"]["1"]["latency_ms"]
     assert {"candidate", "fp32", "fp32 @ openvino fp32"} <= set(timed)
     assert bench.meta["batches"]["1"]["block"] == 20  # runtimes mixed: alternated in blocks
+
+
+@needs_openvino
+def test_the_latency_aware_comparison_runs_on_the_target_runtime(tiny_run, tmp_path):
+    """compare (which confirms keeping nodes float) times the models on the target's runtime:
+    OpenVINO in bf16 runs, ONNX Runtime, which has no bf16 precision, refuses."""
+    from pipeline.compose import compose
+    from pipeline.runtimes import RuntimeFailure
+    from pipeline.stages.compare import Compare
+
+    tiny = tiny_run[0]
+    cfg = compose(_args(tiny, tmp_path))
+    lineage = json.loads((tiny / "runs" / "latest" / "report.json").read_text())["lineage"]
+    fp32, cand = (Artifact.read(Path(lineage[r]["path"])) for r in ("fp32", "candidate"))
+    m = cfg.model
+    for runtime, works in (("openvino", True), ("onnxruntime", False)):
+        hw = dataclasses.replace(cfg.hardware.target(), runtime=runtime, precision="bf16")
+        stage = Compare(m.name, 2, m.eval_samples, cfg.data_dir, hw, min_rounds=5, max_seconds=0.5)
+        if works:
+            out = stage.run(cand, tmp_path, other=fp32)
+            assert out["a_over_b_speedup"]["median"] > 0
+        else:
+            with pytest.raises(RuntimeFailure, match="bf16"):
+                stage.run(cand, tmp_path, other=fp32)

@@ -3,7 +3,9 @@
 In: two artifacts (``parent`` = A, ``other`` = B) and the batch size. Out: the median of
 per-round ratios t_B / t_A with its bootstrap 95 % interval (``pipeline.timing``). The recipe uses
 it to confirm a per-node profiling decision: keeping a node float also adds a Quantize/Dequantize
-boundary that the node's own profile does not show, so the whole model decides.
+boundary that the node's own profile does not show, so the whole model decides, timed on the
+target's runtime. (The per-node profile is ONNX Runtime's: OpenVINO's per-layer counters name
+fused layers that do not map one to one back to the ONNX nodes.)
 """
 from __future__ import annotations
 
@@ -21,11 +23,11 @@ class Compare:
     min_rounds: int = 100
     max_seconds: float = 20.0
     name = "compare"
-    version = 1
+    version = 2
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, other) -> dict:
-        from pipeline import ort, timing
+        from pipeline import runtimes, timing
         from pipeline.models import task
 
         t = task(self.task)
@@ -33,8 +35,9 @@ class Compare:
         b = self.batch_size
         inputs = [next(t.batches(ds.select(range(k * b, (k + 1) * b)), b))[1]
                   for k in range(min(8, max(1, len(ds) // b)))]
-        fns = {role: (lambda x, s=ort.session(a.model, self.hardware): ort.run(s, x))
-               for role, a in (("a", parent), ("b", other))}
+        # On the target's runtime and precision (runtime=auto: the primary one, as every step of
+        # the quantization search): an INT8 kernel that loses on ONNX Runtime may win on OpenVINO.
+        fns = {role: runtimes.load(a.model, self.hardware).run for role, a in (("a", parent), ("b", other))}
         for fn in fns.values():
             timing.warm_up(fn, inputs)
         times, info = timing.interleaved(fns, inputs, [("b", "a")], self.min_rounds,
