@@ -10,19 +10,11 @@ import sys
 import time
 
 from pipeline.compose import compilable_models, compose
-from pipeline.errors import ConfigError, GateFailed, PipelineError
+from pipeline.errors import ConfigError, GateFailed, PipelineError, cli
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0
-    try:
-        return _run(argv)
-    except PipelineError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
+    return cli(_run, sys.argv[1:] if argv is None else argv, __doc__)
 
 
 def _preflight(cfg) -> None:

@@ -37,3 +37,18 @@ class CorruptBlob(RegistryError):
 class PromotionRefused(RegistryError):
     """An alias was asked to point at a version whose gate failed, without ``--force``."""
     exit_code = 1
+
+
+def cli(run, argv: list[str], doc: str) -> int:
+    """A command line's shell: ``-h`` prints ``doc``; a ``PipelineError`` becomes one line on
+    stderr and its exit code; ``run(argv)`` gives the exit code otherwise."""
+    import sys
+
+    if argv and argv[0] in ("-h", "--help"):
+        print(doc)
+        return 0
+    try:
+        return run(argv)
+    except PipelineError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code

@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline.errors import ConfigError, PipelineError, StageError
+from pipeline.errors import ConfigError, StageError, cli
 
 COMMANDS = ("probe", "capacity")
 ROLES = ("export", "fp32", "fp16", "candidate")
@@ -34,15 +34,7 @@ class _Args(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0
-    try:
-        return _run(argv)
-    except PipelineError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
+    return cli(_run, sys.argv[1:] if argv is None else list(argv), __doc__)
 
 
 def _run(argv: list[str]) -> int:

@@ -106,8 +106,6 @@ def executed(model: Path, settings, example) -> dict:
     session with the same options (profiling slows every run, so never the timed session)."""
     from pipeline.runtimes import COMPUTE_OPS, executed_summary
 
-    import onnxruntime as ort
-
     so = _options(settings)
     so.enable_profiling = True
     with tempfile.TemporaryDirectory(prefix="ort-profile-") as tmp:
