@@ -166,14 +166,17 @@ def test_missing_or_corrupt_checkpoint_is_one_clear_line(tmp_path, content):
 def test_load_mode_adds_only_the_load_test(tiny_run):
     workdir, _ = tiny_run
     proc = run_cli(*tiny_args(workdir, "bench.mode=load", "bench.load.steps=2",
-                              "bench.load.step_seconds=0.5", "slo.p99_ms=50"))
+                              "bench.load.refine_steps=1", "bench.load.step_seconds=0.5",
+                              "slo.p99_ms=50"))
     assert proc.returncode == 0, proc.stderr
     rep = report(workdir)
     assert {s["label"] for s in rep["stages"] if not s["reused"]} == {"loadtest"}
     for role in ("candidate", "fp32"):
         for policy in ("dynamic", "batch1"):
             steps = rep["load"]["models"][role][policy]["steps"]
-            assert 1 <= len(steps) <= 2 and all(s["requests"] > 0 for s in steps)
+            # two grid steps, and one bisection step if the second missed the target
+            assert 1 <= len(steps) <= 3 and all(s["requests"] > 0 for s in steps)
+            assert all(s.get("refinement") for s in steps[2:])
     assert rep["figures"] == {"latency_cdf.png": "ok", "load_curve.png": "ok",
                               "sensitivity.png": "ok"}
     assert (workdir / "runs" / "latest" / "load_curve.png").stat().st_size > 1000

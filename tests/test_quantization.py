@@ -119,16 +119,23 @@ def test_an_exclusion_onnxruntime_ignores_is_reported(tiny_run, tmp_path):
     art = Runner(tmp_path, hw, log=lambda *_: None).run(stage, prepared, calibration=cal)
     assert art.meta["precision"][convs[-1]] == "float"
     assert art.meta["exclusion_ignored"] == [maxpools[0]]
-    # With float nodes the model carries its own ONNX Runtime setting, honoured by our sessions.
-    from pipeline.runtimes import load
+    # With float nodes the model carries its own ONNX Runtime setting, honoured by our sessions
+    # (described in a child process: a session here would fix this process's thread pool).
+    from pipeline import isolate
     from pipeline.runtimes.onnxruntime import disabled_optimizers
 
     assert disabled_optimizers(art.model) == art.meta["onnxruntime_disabled_optimizers"] \
         == ["QDQPropagationTransformer"]
     assert disabled_optimizers(Path(next(s["path"] for s in rep["stages"]
                                          if s["label"] == "quantize")) / "model.onnx") == []
-    assert load(art.model, hw).describe()["settings"]["disabled_optimizers"] == \
-        ["QDQPropagationTransformer"]
+    assert isolate.call("describe", _describe, art.model, hw)["settings"]["disabled_optimizers"] \
+        == ["QDQPropagationTransformer"]
+
+
+def _describe(model: Path, hw) -> dict:
+    from pipeline.runtimes import load
+
+    return load(model, hw).describe()
 
 
 def _op_type(model_path: Path, node: str) -> str:
