@@ -7,7 +7,9 @@ candidate, its prepared model). Out: a dict for bench.json:
   accuracies, and their speed against FP32 timed in one process, interleaved (``timing``);
 - ``quant=mixed`` with a 0.05-point budget: full evaluations used against the 2·log2(N)+3 limit,
   and its speed;
-- calibration peak memory with 64 and with 1,024 lines (streamed: should not grow).
+- calibration peak memory with 64 and with 1,024 lines (streamed: should not grow);
+- ``own_model``: FP32, onnxruntime's default and the pipeline's INT8 of ``model=ocr_mobile`` (a
+  MobileNetV3-style network) at batch 8 (``pipeline/bench_own.py``).
 """
 from __future__ import annotations
 
@@ -125,4 +127,15 @@ def quantization(lineage: dict, stages: list[dict]) -> dict:
                                    out["mixed"]["speedup_vs_fastest_float_b8"] > 1.0],
         "calibration RSS with 1024 lines within 10 % of 64": [rss1024 / rss64, rss1024 <= 1.1 * rss64],
     }
+    # A mobile network of our own (depthwise convs, HardSwish, squeeze-excite) on which
+    # onnxruntime's default INT8 is slower than FP32 (pipeline/bench_own.py); last, because it
+    # runs the CLI and so moves artifacts/runs/latest.
+    from pipeline.bench_own import TARGET, own_model
+
+    try:
+        out["own_model"] = own_model()
+        out["targets"][TARGET] = out["own_model"]["targets"][TARGET]
+    except Exception as e:  # noqa: BLE001 - recorded; the numbers above still count
+        out["own_model"] = {"error": f"{type(e).__name__}: {e}"}
+        out["targets"][TARGET] = [None, False]
     return out

@@ -9,10 +9,14 @@ default static INT8 is slower than FP32 on a CPU.
 from __future__ import annotations
 
 from pipeline.errors import StageError
-from pipeline.models.ocr import (GENERATOR_VERSION, INPUT_NAME, METRICS, NAME, OUTPUT_NAME,  # noqa: F401
+from pipeline.models.ocr import (GENERATOR_VERSION, INPUT_NAME, METRICS, NAME, OUTPUT_NAME,
                                  PRIMARY_METRIC, RANDOM_INIT_SEED, SEEDS, batches, dataset, decode,
                                  example_input, margins, metrics, sample_digest, sample_hashes,
                                  stack)
+
+__all__ = ["GENERATOR_VERSION", "INPUT_NAME", "METRICS", "NAME", "OUTPUT_NAME", "PRIMARY_METRIC",
+           "SEEDS", "batches", "build_network", "dataset", "decode", "example_input", "margins",
+           "metrics", "sample_digest", "sample_hashes", "stack"]
 
 
 def build_network(widths, hidden, weights: dict | None = None):

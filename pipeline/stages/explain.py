@@ -5,6 +5,9 @@ INT8 model on this target (Q/DQ pairs left unfused after its graph optimizations
 still running in float) and a per-node profile of both models on the same real batch: each
 node's time in FP32 and in INT8, the gain, and the nodes that run *slower* in INT8. The recipe
 keeps those nodes in float (``quant.latency_aware``) and the report shows the table.
+What FP32 fuses into one kernel (a Conv and its HardSwish) but INT8 runs as several (QLinearConv,
+a float HardSigmoid between Q/DQ, QLinearMul) is compared as a group (``fusion_groups``): node by
+node the Conv looks faster and the Mul has no FP32 time at all.
 
 Profiles come from onnxruntime's own profiler (``enable_profiling``) with the deployed graph
 optimizations; fused kernels keep the name of the node they came from plus a ``_token_N``
@@ -99,6 +102,72 @@ def profile(model: Path, hardware, batch, runs: int) -> dict[str, dict]:
     return {n: {"op": ops[n], "ms": float(np.mean(v[-runs:]))} for n, v in per.items()}
 
 
+def fusion_groups(fp32_model: Path, int8_model: Path, f32: dict, i8: dict) -> dict:
+    """The nodes ONNX Runtime fuses into a neighbour in FP32 but runs on their own in INT8.
+
+    FP32 runs a Conv and the HardSwish after it (HardSigmoid and Mul once inlined) as one kernel;
+    INT8 has no fused form, so the activation runs as its own kernels, with a DequantizeLinear
+    and a QuantizeLinear around the float HardSigmoid. Compared one by one, the Conv looks faster
+    in INT8 and the Mul has no FP32 time at all; the honest comparison is the group: the FP32
+    kernel against all of the group's INT8 kernels. A node of the float model that has a kernel
+    in the INT8 profile and none in the FP32 one belongs to the nearest node upstream that has
+    one (its ``host``). Returns {"host": {member: host}, "members": {host: [members]},
+    "fp32_ms": {host: ms}, "int8_ms": {host: ms of host, members and the Q/DQ of their tensors}}.
+    """
+    import onnx
+
+    graph = onnx.load(str(fp32_model), load_external_data=False).graph
+    producer = {o: n.name for n in graph.node for o in n.output}
+    inputs = {n.name: [i for i in n.input if i in producer] for n in graph.node}
+
+    def upstream_kernel(name: str) -> str | None:
+        seen, frontier = {name}, [name]
+        while frontier:
+            nxt = []
+            for n in frontier:
+                for i in inputs.get(n, ()):
+                    p = producer[i]
+                    if p in f32:
+                        return p
+                    if p not in seen:
+                        seen.add(p)
+                        nxt.append(p)
+            frontier = nxt
+        return None
+
+    host: dict[str, str] = {}
+    for name in i8:
+        if name not in f32 and name in inputs:
+            h = upstream_kernel(name)
+            if h is not None:
+                host[name] = h
+    members: dict[str, list] = defaultdict(list)
+    for m, h in host.items():
+        members[h].append(m)
+    int8_ms = {h: i8.get(h, {}).get("ms", 0.0) + sum(i8[m]["ms"] for m in ms) for h, ms in members.items()}
+    # Unfused Q/DQ of a tensor the group produces exist only because the group was split.
+    qgraph = onnx.load(str(int8_model), load_external_data=False).graph
+    qproducer = {o: n for n in qgraph.node for o in n.output}
+    for n in qgraph.node:
+        if n.name not in i8 or n.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        src = qproducer.get(n.input[0])
+        tensor = src.input[0] if n.op_type == "DequantizeLinear" and src is not None and \
+            src.op_type == "QuantizeLinear" else n.input[0]
+        p = producer.get(tensor)
+        h = p if p in members else host.get(p)
+        if h is not None:
+            int8_ms[h] += i8[n.name]["ms"]
+    return {"host": host, "members": dict(members), "int8_ms": int8_ms,
+            "fp32_ms": {h: f32[h]["ms"] for h in members}}
+
+
+def op_types(model: Path) -> dict[str, str]:
+    import onnx
+
+    return {n.name: n.op_type for n in onnx.load(str(model), load_external_data=False).graph.node}
+
+
 def optimized_graph_summary(model: Path, hardware) -> dict:
     import onnx
     import onnxruntime as ort
@@ -132,7 +201,7 @@ class Explain:
     data_dir: str
     hardware: object
     name = "explain"
-    version = 4
+    version = 5
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, fp32) -> dict:
@@ -146,19 +215,30 @@ class Explain:
         i8 = profile(parent.model, self.hardware, batch, self.runs)
         precision = parent.meta.get("precision", {})
         fp32_total = sum(r["ms"] for r in f32.values())
+        fp32_ops = op_types(fp32.model)
+        groups = fusion_groups(fp32.model, parent.model, f32, i8)
         nodes = []
         for name, row in i8.items():
-            if row["op"] in FORMAT_OPS or name not in f32:
+            if row["op"] in FORMAT_OPS or (name not in f32 and name not in groups["host"]):
                 continue
-            a, b = f32[name]["ms"], row["ms"]
+            quantized = precision.get(name, "float").startswith("int8")
+            host = groups["host"].get(name, name)   # the FP32 kernel this node ran inside
+            a, b = (f32[name]["ms"] if name in f32 else 0.0), row["ms"]
+            # A group: an FP32 kernel plus the nodes fused into it there (a Conv and its
+            # HardSwish), against the same nodes' INT8 kernels and the Q/DQ between them.
+            a_group, b_group = groups["fp32_ms"].get(host, a), groups["int8_ms"].get(host, b)
             # Slower: by more than the margin and by more than 0.5 % of the whole model, so
             # profiler noise on a microsecond-sized node does not count; only nodes the
             # quantizer made INT8 can be handed back to float.
-            slower = (b > a * SLOWER_MARGIN and b - a > 0.005 * fp32_total
-                      and precision.get(name, "float").startswith("int8"))
-            nodes.append({"node": name, "fp32_op": f32[name]["op"], "int8_op": row["op"],
-                          "precision": precision.get(name, "float"),
-                          "fp32_ms": a, "int8_ms": b, "gain_ms": a - b, "slower_in_int8": slower})
+            slower = (b_group > a_group * SLOWER_MARGIN and b_group - a_group > 0.005 * fp32_total
+                      and quantized)
+            fp32_op = f32[name]["op"] if name in f32 else f"{fp32_ops[name]} (fused into {host})"
+            row = {"node": name, "fp32_op": fp32_op, "int8_op": row["op"],
+                   "precision": precision.get(name, "float"),
+                   "fp32_ms": a, "int8_ms": b, "gain_ms": a - b, "slower_in_int8": slower}
+            if host in groups["members"]:
+                row["fusion_group"] = {"host": host, "fp32_ms": a_group, "int8_ms": b_group}
+            nodes.append(row)
         nodes.sort(key=lambda r: -r["fp32_ms"])
         result = {"batch_size": self.batch_size, "runs": self.runs, "fp32_total_ms": fp32_total,
                   "int8_total_ms": sum(r["ms"] for r in i8.values()),

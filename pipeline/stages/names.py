@@ -48,4 +48,44 @@ def rename_like_export(exported, optimized) -> dict[str, str]:
                 node.name = name
                 used.add(name)
                 names[name] = node.op_type
+    name_inlined(exported, optimized, names)
     return names
+
+
+def name_inlined(exported, optimized, names: dict) -> None:
+    """Name the nodes ONNX Runtime leaves unnamed when it inlines a function op it has no kernel
+    for (HardSwish becomes HardSigmoid and Mul): the node writing the function's output takes its
+    module's name (``blocks.0.dw.2``), the nodes feeding only it ``<module>/<op type>``. Unnamed
+    nodes could be neither profiled nor kept float one by one (every unnamed kernel profiles as
+    ''); any other unnamed node gets its op type and a number. Adds compute nodes to ``names``."""
+    graph = optimized.graph
+    unnamed = [n for n in graph.node if not n.name]
+    if not unnamed:
+        return
+    module_by_output = {o: module_of(n) for n in exported.graph.node for o in n.output if module_of(n)}
+    consumers: dict[str, list] = {}
+    for n in graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    owner = {id(n): module_by_output[o] for n in unnamed for o in n.output if o in module_by_output}
+    changed = True
+    while changed:  # inner nodes of an inlined function feed its output node
+        changed = False
+        for n in unnamed:
+            if id(n) not in owner:
+                mods = {owner.get(id(c)) for o in n.output for c in consumers.get(o, ())}
+                if len(mods) == 1 and None not in mods:
+                    owner[id(n)] = mods.pop()
+                    changed = True
+    outputs = {id(n): any(o in module_by_output for o in n.output) for n in unnamed}
+    taken = {n.name for n in graph.node if n.name}
+    for n in unnamed:
+        mod = owner.get(id(n))
+        base = (mod if outputs[id(n)] else f"{mod}/{n.op_type}") if mod else n.op_type
+        name, k = base, 1
+        while name in taken:
+            name, k = f"{base}_{k}", k + 1
+        n.name = name
+        taken.add(name)
+        if n.op_type in COMPUTE_OPS:
+            names[name] = n.op_type

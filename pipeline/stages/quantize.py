@@ -22,6 +22,9 @@ from pipeline.stages.parity import node_counts
 QUANTIZED_OPS = ("QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
                  "DynamicQuantizeLSTM", "DynamicQuantizeMatMul")
 FORMAT_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+# Op types ONNX Runtime's CPU provider has no INT8 kernel (or Q/DQ fusion) for: between a
+# DequantizeLinear and a QuantizeLinear they still compute in float.
+NO_INT8_KERNEL = ("HardSigmoid", "HardSwish")
 
 
 def _static_options(s: dict, per_channel: bool, method: str) -> dict:
@@ -37,7 +40,7 @@ def _static_options(s: dict, per_channel: bool, method: str) -> dict:
 
 
 def precisions(model_path: Path) -> dict[str, str]:
-    """Per compute node: 'int8-static' (fed by DequantizeLinear), 'int8-dynamic', or 'float'."""
+    """Per compute node: 'int8-static' (fed only by DequantizeLinear), 'int8-dynamic', or 'float'."""
     import onnx
 
     from pipeline.stages.names import COMPUTE_OPS
@@ -52,9 +55,12 @@ def precisions(model_path: Path) -> dict[str, str]:
             # the name it has in the float model.
             out[n.name[:-len("_quant")] if n.name.endswith("_quant") else n.name] = "int8-dynamic"
         elif n.op_type in COMPUTE_OPS:
-            # Static INT8 = dequantized inputs *and* a quantized output: the pattern the CPU
-            # provider fuses into one QLinear kernel. Anything else computes in float.
-            quantized = any(i in from_dq for i in n.input) and any(o in to_q for o in n.output)
+            # Static INT8 = every input dequantized *and* a quantized output: the pattern the
+            # CPU provider fuses into one QLinear kernel. Anything else computes in float, e.g.
+            # a Mul kept float between a DequantizeLinear and a float HardSigmoid.
+            inputs = [i for i in n.input if i]
+            quantized = (n.op_type not in NO_INT8_KERNEL and bool(inputs)
+                         and all(i in from_dq for i in inputs) and any(o in to_q for o in n.output))
             out[n.name] = "int8-static" if quantized else "float"
     return out
 
@@ -89,7 +95,7 @@ class Quantize:
     dynamic_op_types: tuple
     exclude: tuple = ()      # node names kept float
     name = "quantize"
-    version = 6
+    version = 7
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path, calibration=None) -> dict:
