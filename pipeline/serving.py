@@ -71,10 +71,11 @@ def serve(run_batch: Callable, pool: Sequence, stack: Callable, qps: float, seco
             pass
 
     while done < due.size and time.perf_counter() < stop_at:
+        # Everything that arrived while the model was busy joins the queue first (without this,
+        # a non-empty queue would hide later arrivals and batches would stay small).
+        collect(0.05 if not pending else 0.0)
         if not pending:
-            collect(0.05)
-            if not pending:
-                continue
+            continue
         # The oldest request, and queued ones of its shape class; the others keep their place.
         first = pending[0]
         deadline = first[0] + max_wait_ms / 1000.0
