@@ -83,6 +83,10 @@ def section(base: list[str], cli) -> dict:
     fp16_acc = un["fp16"]["sequence_accuracy"]
     drop = fp16_acc - pr["candidate"]["sequence_accuracy"]
     recover_s = pruning["recover"]["seconds"]
+    # A cached prune stage carries the recovery time of the run that built it (maybe on a busier
+    # machine): say whether this bench run measured it.
+    prune_stage = next((s for s in runs["pruned"]["report"]["stages"] if s["label"] == "prune"), None)
+    recovery_now = prune_stage is not None and not prune_stage["reused"]
     side = {name: {role: {"sequence_accuracy": rows[role]["sequence_accuracy"],
                           "size_mb": rows[role]["size_mb"],
                           "p50_ms": {b: lat["p50"] for b, lat in rows[role]["latency"].items()}}
@@ -107,6 +111,7 @@ def section(base: list[str], cli) -> dict:
             "sequence accuracy within 0.5 points of the unpruned FP16 baseline": [
                 {"pruned_candidate": pr["candidate"]["sequence_accuracy"],
                  "unpruned_fp16": fp16_acc, "drop": drop}, drop <= 0.5],
-            "recovery under 5 minutes on this machine": [recover_s, recover_s < 300],
+            "recovery under 5 minutes on this machine": [
+                {"seconds": recover_s, "measured_in_this_run": recovery_now}, recover_s < 300],
         },
     }
