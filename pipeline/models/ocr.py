@@ -30,18 +30,24 @@ RANDOM_INIT_SEED = 0
 
 
 def build_network(widths, hidden, weights: dict | None = None):
-    import torch
-
     from pipeline.models.ocr_net import CRNN
 
+    return build_with(CRNN, widths, hidden, weights)
+
+
+def build_with(network, widths, hidden, weights: dict | None = None):
+    """``network(widths, hidden)`` from a seeded init, then ``weights`` (strict) if given; a
+    checkpoint that does not fit is one line naming the network and its shape."""
+    import torch
+
     torch.manual_seed(RANDOM_INIT_SEED)
-    net = CRNN(tuple(widths), hidden)
+    net = network(tuple(widths), hidden)
     if weights is not None:
         try:
             net.load_state_dict(weights, strict=True)
         except RuntimeError as e:
-            raise StageError(f"checkpoint does not fit CRNN(widths={list(widths)}, hidden={hidden}): "
-                             f"{str(e).splitlines()[0]}") from None
+            raise StageError(f"checkpoint does not fit {network.__name__}(widths={list(widths)}, "
+                             f"hidden={hidden}): {str(e).splitlines()[0]}") from None
     return net.eval()
 
 

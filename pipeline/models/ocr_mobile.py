@@ -8,9 +8,8 @@ default static INT8 is slower than FP32 on a CPU.
 """
 from __future__ import annotations
 
-from pipeline.errors import StageError
 from pipeline.models.ocr import (GENERATOR_VERSION, INPUT_NAME, METRICS, NAME, OUTPUT_NAME,
-                                 PRIMARY_METRIC, RANDOM_INIT_SEED, SEEDS, batches, dataset, decode,
+                                 PRIMARY_METRIC, SEEDS, batches, build_with, dataset, decode,
                                  example_input, margins, metrics, sample_digest, sample_hashes,
                                  stack)
 
@@ -20,16 +19,6 @@ __all__ = ["GENERATOR_VERSION", "INPUT_NAME", "METRICS", "NAME", "OUTPUT_NAME", 
 
 
 def build_network(widths, hidden, weights: dict | None = None):
-    import torch
-
     from pipeline.models.ocr_mobile_net import MobileCRNN
 
-    torch.manual_seed(RANDOM_INIT_SEED)
-    net = MobileCRNN(tuple(widths), hidden)
-    if weights is not None:
-        try:
-            net.load_state_dict(weights, strict=True)
-        except RuntimeError as e:
-            raise StageError(f"checkpoint does not fit MobileCRNN(widths={list(widths)}, "
-                             f"hidden={hidden}): {str(e).splitlines()[0]}") from None
-    return net.eval()
+    return build_with(MobileCRNN, widths, hidden, weights)
