@@ -17,7 +17,8 @@ from pipeline.errors import PipelineError, StageError
 _ctx = None
 
 
-def _context():
+def context():
+    """The forkserver context every child of the pipeline is started from."""
     global _ctx
     if _ctx is None:
         _ctx = mp.get_context("forkserver")
@@ -38,7 +39,7 @@ def _child(conn, fn, args, kwargs):
 
 def call(what: str, fn, *args, **kwargs):
     """Run ``fn(*args, **kwargs)`` in a child; ``what`` names the work in error messages."""
-    ctx = _context()
+    ctx = context()
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, fn, args, kwargs), daemon=False)
     proc.start()

@@ -77,9 +77,16 @@ def markdown(report: dict) -> str:
     if timing:
         lines += ["", "## Timing", ""]
         for b, t in timing.get("batches", {}).items():
+            cs = t.get("core_state") or {}
+            noisy = ("the core state changed and the speedup with it" if cs.get("changed")
+                     else "CI still wider than the bound")
             lines.append(f"- batch {b}: {t['rounds']} interleaved rounds in {t['seconds']} s"
-                         f"{' — **noisy**: CI still wider than the bound' if t['noisy'] else ''}; "
+                         f"{f' — **noisy**: {noisy}' if t['noisy'] else ''}; "
                          f"widths timed: {', '.join(str(w['width']) for w in t['per_width'])}")
+            if cs.get("states"):
+                lines.append("  - core state (core-to-core round trip): " + "; ".join(
+                    f"{st['round_trip_ns']:.0f} ns in {st['share']:.0%} of rounds, "
+                    f"{st['speedup_vs_fastest_float']['median']:.2f}x" for st in cs["states"]))
             for o in t["shape_outliers"]:
                 lines.append(f"  - slow shape: {o['model']} at width {o['width']}: p50 "
                              f"{o['p50']:.2f} ms where its other shapes predict "
@@ -185,6 +192,7 @@ def timing(outcome) -> dict:
     """How the latencies were measured: rounds, noise, shapes, cold start, input contract."""
     meta = outcome.bench.meta
     return {"batches": {b: {"rounds": at["rounds"], "seconds": at["seconds"], "noisy": at["noisy"],
+                            "core_state": at.get("core_state"),
                             "per_width": at["per_width"]["candidate"],
                             "shape_outliers": at["shape_outliers"]}
                         for b, at in meta["batches"].items()},

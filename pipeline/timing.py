@@ -66,7 +66,8 @@ def percentiles(ms: np.ndarray, batch: int) -> dict:
 
 def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tuple[str, str]],
                 min_rounds: int, max_seconds: float, rel_ci: float, block: int = 1,
-                check_every: int = 50, runs: dict | None = None
+                check_every: int = 50, runs: dict | None = None,
+                probe: Callable[[], float | None] | None = None, probe_every_s: float = 0.25
                 ) -> tuple[dict[str, np.ndarray], dict]:
     """Time every model once per round (``block`` runs each, median kept), rotating the order.
 
@@ -74,13 +75,20 @@ def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tupl
     narrower than ``rel_ci`` (relative half-width), or when ``max_seconds`` have passed.
     Returns the per-round times by model and {"rounds", "seconds", "noisy", "widest"}.
     ``runs``, when given, receives every single run's time by model (a block's tail latencies
-    would be hidden by its median).
+    would be hidden by its median). ``probe``, when given, is called before the first round, then
+    before any round that starts ``probe_every_s`` after the last call, and after the last round;
+    its readings come back as "probes": [[round index, value], ...] (``pipeline.corestate``).
     """
     roles = list(fns)
     times: dict[str, list[float]] = {r: [] for r in roles}
     t_start, rounds = time.monotonic(), 0
     widest = float("inf")
+    probes: list[list] = []
+    last_probe = -float("inf")
     while True:
+        if probe is not None and time.monotonic() - last_probe >= probe_every_s:
+            probes.append([rounds, probe()])
+            last_probe = time.monotonic()
         x = inputs[rounds % len(inputs)]
         shift = rounds % len(roles)
         for role in roles[shift:] + roles[:shift]:
@@ -97,6 +105,9 @@ def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tupl
             if time.monotonic() - t_start > max_seconds:
                 break
     seconds = time.monotonic() - t_start
-    return ({r: np.asarray(v) for r, v in times.items()},
-            {"rounds": rounds, "seconds": round(seconds, 2), "noisy": bool(widest > rel_ci),
-             "widest_rel_ci": widest})
+    info = {"rounds": rounds, "seconds": round(seconds, 2), "noisy": bool(widest > rel_ci),
+            "widest_rel_ci": widest}
+    if probe is not None:
+        probes.append([rounds, probe()])
+        info["probes"] = probes
+    return {r: np.asarray(v) for r, v in times.items()}, info

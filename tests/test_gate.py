@@ -81,3 +81,12 @@ def test_timings_from_another_environment_are_refused(tmp_path):
     b.meta["environment"] = elsewhere
     v = judge(evals(tmp_path / "z"), b, GateConfig(), "sequence_accuracy", environment=here)
     assert failed(v) == {"same_environment"} and "Some Other CPU" in v["summary"]
+
+
+def test_speed_is_judged_in_the_core_state_the_candidate_fared_worst_in(tmp_path):
+    b = bench(2.5, halfwidth=0.05)
+    b.meta["batches"]["8"]["core_state"] = {"changed": True, "worst": {
+        "round_trip_ns": 510.0, "speedup_vs_fastest_float": {"median": 0.98, "ci95": [0.96, 1.0]}}}
+    v = judge(evals(tmp_path), b, GateConfig(), "sequence_accuracy")
+    check = next(c for c in v["checks"] if c["check"] == "speedup_ci_low")
+    assert not check["passed"] and "510 ns" in check["detail"]

@@ -15,6 +15,12 @@ The ``fp32`` model is loaded twice: the ratio between the copies (the A/A check)
 1.00 +- ``aa_tolerance`` or the timing is not trusted. Rounds continue while the intervals are
 wider than ``rel_ci``, up to ``max_seconds``; a result still wide then is flagged noisy.
 
+Core state (``pipeline.corestate``): every quarter second the child reads how far apart its two
+CPUs are (a core-to-core round trip). On these VMs the host moves the vCPUs between near and far
+placements for seconds to minutes, and a 2-thread model at batch 1 is a different machine in
+each. ``core_state`` gives each state's speedups on its own rounds; a run that saw the speedup
+differ between states is flagged noisy, and the gate judges the state the candidate fared worst in.
+
 Runtimes (``pipeline.runtimes``): each model runs on its target (the candidate at the target's
 precision, baselines in fp32; ``runtime=auto`` times every artifact on every target, each under
 its own label, see ``runtimes.plan``). A target that cannot load a model is recorded in
@@ -40,6 +46,7 @@ AA_ROLE = "fp32 (A/A copy)"
 OUTLIER_FACTOR = 1.5  # an input 1.5x slower than its shape predicts is flagged
 MIXED_BLOCK = 20      # runs per model per round when the timed set mixes runtimes
 MIN_BLOCK_ROUNDS = 10  # rounds of blocks before the CI may stop the timing
+MIN_STATE_ROUNDS = 20  # rounds a core state needs before its own speedup is reported
 
 
 def width_buckets(widths: np.ndarray, n: int) -> list[np.ndarray]:
@@ -76,18 +83,24 @@ class Benchmark:
     # runtime=auto: every (runtime, precision) each artifact is also timed on; () otherwise
     options: tuple = field(default=(), metadata={"key_omit_default": True})
     name = "benchmark"
-    version = 3
+    version = 4
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, **baselines) -> dict:
+        from pipeline import corestate
+
+        if self.hardware.affinity:
+            os.sched_setaffinity(0, self.hardware.affinity)
+        with corestate.Probe(os.sched_getaffinity(0)) as probe:
+            return self._run(parent, out_dir, probe, baselines)
+
+    def _run(self, parent, out_dir: Path, probe, baselines: dict) -> dict:
         from pipeline import coldstart, runtimes
         from pipeline.env import environment
         from pipeline.models import task
         from pipeline.runtimes import plan
 
         cfg, hw = self.bench, self.hardware
-        if hw.affinity:
-            os.sched_setaffinity(0, hw.affinity)
         t = task(self.task)
         ds, _ = t.dataset("evaluation", self.eval_samples, self.data_dir)
         paths = {"candidate": parent.model, **{r: a.model for r, a in baselines.items()}}
@@ -127,7 +140,8 @@ class Benchmark:
             pairs = [(f, c) for f in floats for c in candidates] + [("fp32", AA_ROLE)]
             single: dict = {}
             times, run_info = timing.interleaved(fns, inputs, pairs, min_rounds, cfg.max_seconds,
-                                                 cfg.rel_ci, block, check_every, runs=single)
+                                                 cfg.rel_ci, block, check_every, runs=single,
+                                                 probe=probe.measure)
             stats = {lab: timing.percentiles(single[lab], b) for lab in times}
             raw[str(b)] = {lab: [round(float(ms), 4) for ms in v] for lab, v in times.items()}
             fastest = min(floats, key=lambda r: stats[r]["p50"])
@@ -138,6 +152,9 @@ class Benchmark:
                                      key=lambda r: r["width"])
                          for lab, v in times.items()}
             aa = timing.ratio_ci(times["fp32"], times[AA_ROLE])
+            states = core_states(run_info.pop("probes"), times, fastest, cfg.rel_ci)
+            if states["changed"]:
+                run_info["noisy"] = True  # one number would average two machines; see core_state
             result["batches"][str(b)] = {
                 "latency_ms": stats,
                 "speedup": {lab: timing.ratio_ci(times[lab], times["candidate"])
@@ -148,6 +165,7 @@ class Benchmark:
                     lab: timing.ratio_ci(times[fastest], times[lab]) for lab in candidates},
                 "aa_check": {**aa, "tolerance": cfg.aa_tolerance,
                              "ok": abs(aa["median"] - 1.0) <= cfg.aa_tolerance},
+                "core_state": states,
                 "warmup_runs": warm, **run_info, "block": block,
                 "per_width": per_width, "shape_outliers": shape_outliers(per_width),
             }
@@ -162,6 +180,37 @@ class Benchmark:
         (out_dir / "latency.json").write_text(json.dumps(result, indent=2))
         (out_dir / "times.json").write_text(json.dumps(raw))  # per-round ms, for the CDF plot
         return result
+
+
+def core_states(probes: list, times: dict, fastest: str, rel_ci: float) -> dict:
+    """The candidate's speedups split by the state of the cores they were timed in.
+
+    ``changed``: the host moved the vCPUs while we timed and the candidate's speedup differs
+    between the states by more than ``rel_ci``; ``worst`` is then the state the candidate fared
+    worst in, which the gate judges (it may meet that state again in production)."""
+    from pipeline import corestate
+
+    rounds = len(times["candidate"])
+    groups = corestate.split(probes, rounds)
+    rows = []
+    for g in groups:
+        m = g["mask"]
+        if m.sum() < MIN_STATE_ROUNDS:
+            continue
+        rows.append({"round_trip_ns": round(g["round_trip_ns"], 1), "rounds": int(m.sum()),
+                     "share": round(float(m.mean()), 3),
+                     "speedup": {lab: timing.ratio_ci(times[lab][m], times["candidate"][m])
+                                 for lab in times if lab != "candidate"},
+                     "speedup_vs_fastest_float": timing.ratio_ci(times[fastest][m],
+                                                                 times["candidate"][m])})
+    readings = [v for _, v in probes if v is not None]
+    medians = [r["speedup_vs_fastest_float"]["median"] for r in rows]
+    changed = len(rows) > 1 and (max(medians) - min(medians)) / min(medians) > rel_ci
+    worst = min(rows, key=lambda r: r["speedup_vs_fastest_float"]["ci95"][0]) if rows else None
+    return {"probe": "core-to-core round trip, ns (pipeline.corestate)",
+            "available": bool(readings), "probes": len(readings),
+            "probe_ns_range": [round(min(readings), 1), round(max(readings), 1)] if readings else None,
+            "states": rows, "changed": changed, "worst": worst if changed else None}
 
 
 def _blocking(cfg, runtimes_timed: set) -> tuple[int, int, int]:
