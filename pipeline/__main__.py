@@ -100,7 +100,8 @@ def _run(argv: list[str]) -> int:
                     "evaluation_set": out.evals["candidate"].meta["evaluation_set"],
                     "calibration_set": out.models["candidate"].meta.get("calibration_set"),
                     "quantization": {k: body["quantization"][k] for k in
-                                     ("settings", "calibration", "latency_exclusions")}
+                                     ("settings", "calibration", "latency_exclusions",
+                                      "float_outputs")}
                     if out.quant is not None else None,
                     # what ships is the pruned network; unpruned manifests stay as they were
                     **({"pruning": body["pruning"]} if "pruning" in body else {}),

@@ -63,6 +63,26 @@ def test_int8_plan_explanation_and_names(tiny_run):
     assert "## Quantization" in (tiny_run[0] / "runs" / "latest" / "report.md").read_text()
 
 
+def test_model_outputs_are_not_rounded_to_8_bits(tiny_run):
+    """The head's bias Add has no weights to gain from INT8 and would round the logits: it stays
+    float, so no DequantizeLinear makes the candidate's output. Latency-aware off, so the rule
+    alone decides (on the random tiny network profiling floats the Add anyway)."""
+    import onnx
+
+    workdir, _ = tiny_run
+    proc = run_cli(*tiny_args(workdir, "quant.latency_aware=false"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = report(workdir)
+    assert rep["quantization"]["float_outputs"] == ["head/Add"]
+    first = stage_meta(rep, "quantize")["precision"]
+    assert first["head/Add"] == "int8-static"  # what the quantizer alone would have shipped
+    cand = Path(rep["lineage"]["candidate"]["path"]) / "model.onnx"
+    graph = onnx.load(str(cand)).graph
+    makers = {o: n.op_type for n in graph.node for o in n.output}
+    assert [makers[o.name] for o in graph.output] == ["Add"]
+    assert "model outputs kept float: head/Add" in (workdir / "runs" / "latest" / "report.md").read_text()
+
+
 def test_streamed_calibration_equals_onnxruntimes_own(tiny_run, tmp_path):
     """The ranges our chunked calibration caches are the ones quantize_static computes itself."""
     from onnxruntime.quantization import CalibrationDataReader, quantize_static
