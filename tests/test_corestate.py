@@ -15,6 +15,8 @@ def test_states_split_only_at_a_wide_gap():
     assert corestate.states([330, 350, 310, 345]).tolist() == [0, 0, 0, 0]
     assert corestate.states([330, 680, 350, 700]).tolist() == [0, 1, 0, 1]
     assert corestate.states([500]).tolist() == [0]
+    # Three placements in one run: three states, nearest first.
+    assert corestate.states([520, 225, 400, 230, 510]).tolist() == [2, 0, 1, 0, 2]
 
 
 def test_split_assigns_rounds_between_agreeing_probes_and_ignores_a_blip():
@@ -49,13 +51,18 @@ def test_core_states_reports_each_state_and_the_worst():
 
 
 def test_like_with_like_compares_only_matching_states():
-    def st(ns, speedup):
-        return {"round_trip_ns": ns, "speedup": {"fp32": {"median": speedup}}}
+    def st(ns, speedup, fp32_ms=1.30):
+        return {"round_trip_ns": ns, "speedup": {"fp32": {"median": speedup}},
+                "p50_ms": {"fp32": fp32_ms}}
     a = {"states": [st(225, 2.30), st(510, 1.95)]}
     b = {"states": [st(240, 2.28)]}
     rows = like_with_like(a, b)
     assert len(rows) == 1 and rows[0]["speedup_vs_fp32"] == [2.30, 2.28]
+    assert rows[0]["same_machine_speed"]
     assert like_with_like({"states": [st(510, 1.95)]}, b) == []
+    # Same placement, but the baseline itself ran 6 % slower: a busier host, not like with like.
+    busy = like_with_like({"states": [st(222, 2.20, fp32_ms=1.39)]}, b)
+    assert len(busy) == 1 and not busy[0]["same_machine_speed"]
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")

@@ -199,6 +199,9 @@ def core_states(probes: list, times: dict, fastest: str, rel_ci: float) -> dict:
             continue
         rows.append({"round_trip_ns": round(g["round_trip_ns"], 1), "rounds": int(m.sum()),
                      "share": round(float(m.mean()), 3),
+                     # per-round medians: how fast each model ran in this state (a busier host
+                     # slows the baseline too, which tells two runs' states apart)
+                     "p50_ms": {lab: float(np.median(v[m])) for lab, v in times.items()},
                      "speedup": {lab: timing.ratio_ci(times[lab][m], times["candidate"][m])
                                  for lab in times if lab != "candidate"},
                      "speedup_vs_fastest_float": timing.ratio_ci(times[fastest][m],
