@@ -49,10 +49,8 @@ def _timed(models: dict, cfg, batch: int, extra_pairs=()) -> dict:
     ds, _ = t.dataset("evaluation", cfg.model.eval_samples, cfg.data_dir)
     inputs = [next(t.batches(ds.select(range(k * batch, (k + 1) * batch)), batch))[1] for k in range(8)]
     fns = {role: (lambda x, s=ort.session(path, hw): ort.run(s, x)) for role, path in models.items()}
-    for fn in fns.values():
-        timing.warm_up(fn, inputs)
     pairs = [("fp32", r) for r in models if r != "fp32"] + list(extra_pairs)
-    times, info = timing.interleaved(fns, inputs, pairs, 300, 60, 0.02)
+    times, info = timing.head_to_head(fns, inputs, pairs, 300, 60, 0.02)
     out = {"speedup_vs_fp32": {r: timing.ratio_ci(times["fp32"], times[r]) for r in models if r != "fp32"},
            "p50_ms": {r: float(sorted(v)[len(v) // 2]) for r, v in times.items()}, **info}
     if extra_pairs:

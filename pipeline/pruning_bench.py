@@ -42,11 +42,10 @@ def head_to_head(task_name: str, paths: dict[str, str], hardware, eval_samples: 
     sessions = {role: ort.session(Path(p), hardware) for role, p in paths.items()}
     sessions[AA] = ort.session(Path(paths["unpruned int8"]), hardware)
     fns = {role: (lambda x, s=s: ort.run(s, x)) for role, s in sessions.items()}
-    warm = {role: timing.warm_up(fn, inputs) for role, fn in fns.items()}
     pairs = [("pruned int8", "unpruned int8"), ("pruned fp32", "unpruned fp32"),
              ("unpruned int8", AA)]
-    times, info = timing.interleaved(fns, inputs, pairs, min_rounds, max_seconds, rel_ci)
-    return {"batch": BATCH, "inputs": [list(x.shape) for x in inputs], "warmup_runs": warm, **info,
+    times, info = timing.head_to_head(fns, inputs, pairs, min_rounds, max_seconds, rel_ci)
+    return {"batch": BATCH, "inputs": [list(x.shape) for x in inputs], **info,
             "latency_ms": {role: timing.percentiles(v, BATCH) for role, v in times.items()},
             "ratio": {f"{a} / {b}": timing.ratio_ci(times[a], times[b]) for a, b in pairs}}
 

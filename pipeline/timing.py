@@ -111,3 +111,14 @@ def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tupl
         probes.append([rounds, probe()])
         info["probes"] = probes
     return {r: np.asarray(v) for r, v in times.items()}, info
+
+
+def head_to_head(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tuple[str, str]],
+                 min_rounds: int, max_seconds: float, rel_ci: float
+                 ) -> tuple[dict[str, np.ndarray], dict]:
+    """Warm every model up, then ``interleaved`` one run per model per round: the short A/B
+    timings outside the benchmark stage (the recipe's ``compare``, ``make bench`` sections).
+    The info gains "warmup_runs" by model."""
+    warm = {role: warm_up(fn, inputs) for role, fn in fns.items()}
+    times, info = interleaved(fns, inputs, pairs, min_rounds, max_seconds, rel_ci)
+    return times, {**info, "warmup_runs": warm}

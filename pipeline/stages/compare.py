@@ -38,8 +38,6 @@ class Compare:
         # On the target's runtime and precision (runtime=auto: the primary one, as every step of
         # the quantization search): an INT8 kernel that loses on ONNX Runtime may win on OpenVINO.
         fns = {role: runtimes.load(a.model, self.hardware).run for role, a in (("a", parent), ("b", other))}
-        for fn in fns.values():
-            timing.warm_up(fn, inputs)
-        times, info = timing.interleaved(fns, inputs, [("b", "a")], self.min_rounds,
-                                         self.max_seconds, 0.02)
+        times, info = timing.head_to_head(fns, inputs, [("b", "a")], self.min_rounds,
+                                          self.max_seconds, 0.02)
         return {"a_over_b_speedup": timing.ratio_ci(times["b"], times["a"]), **info}
