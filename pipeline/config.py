@@ -308,6 +308,7 @@ class BenchConfig:
     mode: BenchMode = BenchMode.latency
     batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
     min_rounds: int = 200                   # interleaved rounds per batch size before stopping
+    min_seconds: float = 10.0               # per batch size: spread the rounds over at least this
     max_seconds: float = 60.0               # per batch size: keep measuring while CIs are wide
     rel_ci: float = 0.03                    # target half-width of each ratio's 95 % CI
     block: int = 1                          # runs per model per round (>1 across runtimes)
@@ -329,6 +330,8 @@ class BenchConfig:
         for name in ("max_seconds", "rel_ci", "warmup_tolerance", "aa_tolerance"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"bench.{name}={getattr(self, name)}: must be > 0")
+        if self.min_seconds < 0:
+            raise ConfigError(f"bench.min_seconds={self.min_seconds}: must be >= 0")
         if self.cold_start_repeats < 0:
             raise ConfigError(f"bench.cold_start_repeats={self.cold_start_repeats}: must be >= 0")
 

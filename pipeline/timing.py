@@ -67,12 +67,15 @@ def percentiles(ms: np.ndarray, batch: int) -> dict:
 def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tuple[str, str]],
                 min_rounds: int, max_seconds: float, rel_ci: float, block: int = 1,
                 check_every: int = 50, runs: dict | None = None,
-                probe: Callable[[], float | None] | None = None, probe_every_s: float = 0.25
-                ) -> tuple[dict[str, np.ndarray], dict]:
+                probe: Callable[[], float | None] | None = None, probe_every_s: float = 0.25,
+                min_seconds: float = 0.0) -> tuple[dict[str, np.ndarray], dict]:
     """Time every model once per round (``block`` runs each, median kept), rotating the order.
 
-    Stops after ``min_rounds`` once every (num, den) ratio in ``pairs`` has a 95 % interval
-    narrower than ``rel_ci`` (relative half-width), or when ``max_seconds`` have passed.
+    Stops after ``min_rounds`` and ``min_seconds`` (capped at ``max_seconds``) once every
+    (num, den) ratio in ``pairs`` has a 95 % interval narrower than ``rel_ci`` (relative
+    half-width), or when ``max_seconds`` have passed. ``min_seconds`` spreads the rounds over
+    time: the host's bursts of load last a fraction of a second, and 200 rounds at batch 1 take
+    under 2 s, so a run could land inside one.
     Returns the per-round times by model and {"rounds", "seconds", "noisy", "widest"}.
     ``runs``, when given, receives every single run's time by model (a block's tail latencies
     would be hidden by its median). ``probe``, when given, is called before the first round, then
@@ -100,9 +103,10 @@ def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tupl
         if rounds >= min_rounds and rounds % check_every == 0:
             arrays = {r: np.asarray(v) for r, v in times.items()}
             widest = max(rel_width(ratio_ci(arrays[a], arrays[b])) for a, b in pairs)
-            if widest <= rel_ci:
+            elapsed = time.monotonic() - t_start
+            if widest <= rel_ci and elapsed >= min(min_seconds, max_seconds):
                 break
-            if time.monotonic() - t_start > max_seconds:
+            if elapsed > max_seconds:
                 break
     seconds = time.monotonic() - t_start
     info = {"rounds": rounds, "seconds": round(seconds, 2), "noisy": bool(widest > rel_ci),

@@ -13,7 +13,8 @@ batch in a rotated order (``pipeline.timing``), cycling through batches drawn fr
 bucket of the evaluation set, so the numbers describe the input distribution, not one shape.
 The ``fp32`` model is loaded twice: the ratio between the copies (the A/A check) must read
 1.00 +- ``aa_tolerance`` or the timing is not trusted. Rounds continue while the intervals are
-wider than ``rel_ci``, up to ``max_seconds``; a result still wide then is flagged noisy.
+wider than ``rel_ci``, for at least ``min_seconds`` and up to ``max_seconds``; a result still
+wide then is flagged noisy.
 
 Core state (``pipeline.corestate``): every quarter second the child reads how far apart its two
 CPUs are (a core-to-core round trip). On these VMs the host moves the vCPUs between near and far
@@ -141,7 +142,7 @@ class Benchmark:
             single: dict = {}
             times, run_info = timing.interleaved(fns, inputs, pairs, min_rounds, cfg.max_seconds,
                                                  cfg.rel_ci, block, check_every, runs=single,
-                                                 probe=probe.measure)
+                                                 probe=probe.measure, min_seconds=cfg.min_seconds)
             stats = {lab: timing.percentiles(single[lab], b) for lab in times}
             raw[str(b)] = {lab: [round(float(ms), 4) for ms in v] for lab, v in times.items()}
             fastest = min(floats, key=lambda r: stats[r]["p50"])
