@@ -74,3 +74,30 @@ def test_probe_measures_a_round_trip_and_restores_affinity():
     assert os.sched_getaffinity(0) == before
     with corestate.Probe({min(before)}) as single:
         assert single.measure() is None
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_dead_helper_turns_the_probe_off_instead_of_hanging():
+    import time
+
+    with corestate.Probe(os.sched_getaffinity(0)) as p:
+        p._proc.kill()
+        p._proc.join()
+        t0 = time.monotonic()
+        assert p.measure() is None and p.measure() is None
+        assert time.monotonic() - t0 < corestate.GIVE_UP_S + 2
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_stuck_helper_is_given_up_on_after_a_bound():
+    import signal
+    import time
+
+    with corestate.Probe(os.sched_getaffinity(0)) as p:
+        proc = p._proc
+        os.kill(proc.pid, signal.SIGSTOP)  # alive, but never answers
+        t0 = time.monotonic()
+        assert p.measure() is None
+        assert corestate.GIVE_UP_S <= time.monotonic() - t0 < corestate.GIVE_UP_S + 3
+    proc.join(timeout=5)
+    assert not proc.is_alive()
