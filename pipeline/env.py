@@ -32,6 +32,48 @@ def tool_versions() -> dict[str, str]:
     return out
 
 
+# Environment variables that cap the instruction set a library uses, and for each cap value the
+# CPU flags it leaves usable. oneDNN (inside OpenVINO and torch) reads ONEDNN_MAX_CPU_ISA, torch's
+# own kernels ATEN_CPU_CAPABILITY. Capped at AVX2 a VNNI or AMX machine runs the AVX2 kernels, so
+# the settings that depend on the flags (INT8 weight range, training precision) must follow the cap.
+_BASE = {"avx", "avx2", "fma", "f16c"}
+_AVX512 = _BASE | {"avx512f", "avx512bw", "avx512vl"}
+ISA_CAPS = {
+    "ONEDNN_MAX_CPU_ISA": {"SSE41": set(), "AVX": {"avx"}, "AVX2": _BASE,
+                           "AVX2_VNNI": _BASE | {"avx_vnni"}, "AVX2_VNNI_2": _BASE | {"avx_vnni"},
+                           "AVX512_CORE": _AVX512, "AVX512_CORE_VNNI": _AVX512 | {"avx512_vnni"},
+                           "AVX512_CORE_BF16": _AVX512 | {"avx512_vnni", "avx512_bf16"},
+                           "AVX512_CORE_FP16": _AVX512 | {"avx512_vnni", "avx512_bf16",
+                                                          "avx512_fp16"}},
+    "ATEN_CPU_CAPABILITY": {"DEFAULT": set(), "AVX2": _BASE},
+}
+
+
+def isa_caps(environ=None) -> dict[str, str]:
+    """The instruction-set caps set in the environment (name -> value, upper case)."""
+    environ = os.environ if environ is None else environ
+    return {k: environ[k].upper() for k in ISA_CAPS if environ.get(k)}
+
+
+def capped(flags, environ=None) -> list[str]:
+    """``flags`` less those a cap in ``environ`` forbids (an unknown or ALL cap forbids none)."""
+    out = list(flags)
+    for name, value in isa_caps(environ).items():
+        allowed = ISA_CAPS[name].get(value)
+        if allowed is not None:
+            out = [f for f in out if f in allowed or not _governed(f)]
+    return out
+
+
+def _governed(flag: str) -> bool:
+    return flag.startswith(("avx", "amx")) or flag in ("fma", "f16c")
+
+
+def effective_flags() -> list[str]:
+    """The CPU flags the libraries will use: this CPU's, less any instruction-set cap."""
+    return capped(cpu_info()["flags"])
+
+
 @lru_cache(maxsize=1)
 def cpu_info() -> dict:
     model, flags = platform.processor() or "unknown", set()
@@ -47,9 +89,12 @@ def cpu_info() -> dict:
                     break
     except OSError:
         pass
-    return {"model": model, "flags": [f for f in CPU_FLAGS if f in flags],
-            "logical_cores": os.cpu_count(), "machine": platform.machine(),
-            "kernel": platform.release()}
+    out = {"model": model, "flags": [f for f in CPU_FLAGS if f in flags],
+           "logical_cores": os.cpu_count(), "machine": platform.machine(),
+           "kernel": platform.release()}
+    if isa_caps():  # absent when uncapped, so recorded environments stay as they were
+        out["isa_caps"] = isa_caps()
+    return out
 
 
 def environment(hardware) -> dict:
@@ -68,7 +113,8 @@ def environment(hardware) -> dict:
 
 def hardware_fingerprint(hardware) -> str:
     cpu = cpu_info()
-    blob = {"cpu": [cpu["model"], cpu["flags"], cpu["logical_cores"], cpu["machine"]],
+    blob = {"cpu": [cpu["model"], cpu["flags"], cpu["logical_cores"], cpu["machine"]]
+            + ([cpu["isa_caps"]] if "isa_caps" in cpu else []),
             "provider": hardware.provider, "threads": [hardware.intra_op_threads,
                                                        hardware.inter_op_threads],
             "affinity": list(hardware.affinity) if hardware.affinity is not None else None}

@@ -1,7 +1,8 @@
 """Hardware-aware INT8 settings: what the CPU's integer instructions want.
 
-In: the CPU flags (``pipeline.env.cpu_info``) and the user's quant config. Out: the resolved
-activation/weight types, ``reduce_range`` and format, with the reason, recorded in the manifest.
+In: the CPU flags (``pipeline.env.effective_flags``: this CPU's, less an instruction-set cap)
+and the user's quant config. Out: the resolved activation/weight types, ``reduce_range`` and
+format, with the reason, recorded in the manifest.
 
 Why: ONNX Runtime's x86 INT8 kernels multiply unsigned 8-bit activations by signed 8-bit weights.
 With VNNI (AVX512-VNNI, AVX-VNNI) or AMX the products accumulate exactly in 32 bits; on AVX2 or

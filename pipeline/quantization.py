@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from pipeline import quant_defaults
 from pipeline.config import CalibrationMethod, QuantMode
-from pipeline.env import cpu_info
+from pipeline.env import effective_flags
 from pipeline.stages.calibrate import Calibrate
 from pipeline.stages.compare import Compare
 from pipeline.stages.evaluate import Evaluate, hardest
@@ -54,7 +54,7 @@ class Quantizer:
         self.fp16_eval, self.metric = fp16_eval, primary_metric
         m, q = cfg.model, cfg.quant
         self.hw = cfg.hardware.target()
-        self.settings = quant_defaults.resolve(q, cpu_info()["flags"])
+        self.settings = quant_defaults.resolve(q, effective_flags())
         self.prepared = runner.run(Prepare(), fp32)
         self.subset = hardest(fp32_eval, min(q.ranking_samples, m.eval_samples))
         self.static = None if q.mode != QuantMode.dynamic else ()

@@ -25,6 +25,23 @@ def test_hardware_defaults_follow_vnni():
     assert forced["reduce_range"] is True and "set by config" in forced["reason"]
 
 
+@pytest.mark.parametrize("caps, kept", [
+    ({}, {"avx2", "avx512f", "avx512_vnni", "amx_int8", "avx512_bf16"}),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, {"avx2"}),
+    ({"ONEDNN_MAX_CPU_ISA": "avx512_core_vnni"}, {"avx2", "avx512f", "avx512_vnni"}),
+    ({"ATEN_CPU_CAPABILITY": "avx2"}, {"avx2"}),
+    ({"ONEDNN_MAX_CPU_ISA": "ALL"}, {"avx2", "avx512f", "avx512_vnni", "amx_int8", "avx512_bf16"}),
+])
+def test_an_instruction_set_cap_drops_the_flags_it_forbids(caps, kept):
+    """Capped at AVX2, an AMX machine runs AVX2 kernels: its INT8 weights must be 7-bit."""
+    from pipeline.env import capped
+
+    amx = ["sse4_2", "avx2", "avx512f", "avx512_vnni", "amx_int8", "avx512_bf16"]
+    flags = capped(amx, caps)
+    assert set(flags) - {"sse4_2"} == kept and "sse4_2" in flags
+    assert resolve(QuantConfig(), flags)["reduce_range"] is (not kept & {"avx512_vnni", "amx_int8"})
+
+
 def report(workdir: Path) -> dict:
     return json.loads((workdir / "runs" / "latest" / "report.json").read_text())
 

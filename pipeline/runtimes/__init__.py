@@ -141,12 +141,15 @@ def executed_summary(ops: dict[str, dict[str, int]]) -> dict:
 
 @lru_cache(maxsize=1)
 def cpu_flags() -> frozenset[str]:
-    """Every flag of the first CPU in /proc/cpuinfo (empty where there is none)."""
+    """Every flag of the first CPU in /proc/cpuinfo (empty where there is none), less those an
+    instruction-set cap in the environment (``ONEDNN_MAX_CPU_ISA``) forbids."""
+    from pipeline.env import capped
+
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
+                    return frozenset(capped(line.split(":", 1)[1].split()))
     except OSError:
         pass
     return frozenset()
