@@ -74,6 +74,22 @@ def effective_flags() -> list[str]:
     return capped(cpu_info()["flags"])
 
 
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def training_precision(flags=None) -> dict:
+    """float32 or bfloat16 for training and the pruning recovery, from the CPU's flags.
+
+    bfloat16 autocast roughly halves a step where the CPU multiplies bf16 natively (AVX512-BF16,
+    AMX); without them torch emulates it and a step is many times slower than in float32."""
+    flags = effective_flags() if flags is None else flags
+    have = [f for f in BF16_FLAGS if f in flags]
+    if have:
+        return {"dtype": "bfloat16", "reason": f"{'/'.join(have)}: native bf16 matmuls"}
+    return {"dtype": "float32",
+            "reason": "no avx512_bf16 or amx_bf16: torch would emulate bfloat16, far slower"}
+
+
 @lru_cache(maxsize=1)
 def cpu_info() -> dict:
     model, flags = platform.processor() or "unknown", set()

@@ -25,7 +25,8 @@ def as_dict(outcome) -> dict:
          "macs": meta["macs_before"], "onnx_mb": size["unpruned"], **held["unpruned"]},
         {"step": f"prune (ratio {cfg.get('ratio')}, {cfg.get('importance')}, round to "
                  f"{cfg.get('round_to')}), before recovery", **common, **held["pruned"]},
-        {"step": f"recovery ({meta['recover']['steps']} steps, {meta['recover']['seconds']} s)",
+        {"step": f"recovery ({meta['recover']['steps']} steps, {meta['recover']['seconds']} s, "
+                 f"{meta['recover'].get('precision', 'bfloat16')})",
          **common, **held["recovered"]},
     ]
     return {"config": cfg, "rows": rows, "layers": meta["layers"], "widths": meta["widths"],

@@ -250,6 +250,11 @@ def test_stage_writes_safetensors_and_widths_that_rebuild_the_network(tmp_path, 
                                                        "collapse.0", "rnn"]  # network order
     assert set(meta["held_out"]) >= {"unpruned", "pruned", "recovered"}
     assert "recovery [" in capsys.readouterr().out  # the progress bar
+    # the recovery precision this CPU's flags choose, recorded with its speed
+    from pipeline.env import effective_flags, training_precision
+
+    assert meta["recover"]["precision"] == training_precision(effective_flags())["dtype"]
+    assert meta["recover"]["steps_per_second"] > 0 and meta["recover"]["precision_reason"]
 
 
 def test_stage_is_deterministic_by_seed(tmp_path):
@@ -273,3 +278,42 @@ def test_progress_bar_in_a_log_prints_every_tenth():
     lines = out.getvalue().splitlines()
     assert len(lines) == 10 and "\r" not in out.getvalue()
     assert lines[-1].startswith("  recovery [########################] 50/50 loss 0.5000")
+
+
+# ---- training precision from the CPU's flags ---------------------------------------------------
+
+@pytest.mark.parametrize("flags, dtype", [
+    (["avx2", "fma"], "float32"),                                   # AVX2-only (EPYC, older Xeon)
+    (["avx2", "avx512f", "avx512_vnni"], "float32"),                # AVX512-VNNI without BF16
+    (["avx2", "avx512f", "avx512_vnni", "avx512_bf16"], "bfloat16"),  # Cooper Lake, Zen 4
+    (["avx2", "avx512f", "amx_tile", "amx_bf16", "amx_int8"], "bfloat16"),  # Sapphire Rapids
+])
+def test_training_precision_follows_the_bf16_flags(flags, dtype):
+    from pipeline.env import training_precision
+
+    choice = training_precision(flags)
+    assert choice["dtype"] == dtype and choice["reason"]
+
+
+def test_fit_runs_in_the_chosen_precision():
+    """The choice reaches the forward pass: bfloat16 autocast makes conv outputs bf16."""
+    from pipeline.models.ocr_train import batches, fit
+
+    seen = []
+    for bf16 in (False, True):
+        net = CRNN(WIDTHS, 16)
+        hook = net.cnn[0].register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+        fit(net, batches(5, 2), 1, 1e-3, bf16)
+        hook.remove()
+    assert seen == [torch.float32, torch.bfloat16]
+
+
+@pytest.mark.parametrize("isa", ["avx2"])  # native: test_stage_writes_safetensors_...
+def test_stage_records_the_recovery_precision_capped_at_avx2(tmp_path, isa):
+    """Under an AVX2 cap even an AMX machine must recover in float32, and say so."""
+    from pipeline.env import effective_flags
+
+    assert not {"avx512_bf16", "amx_bf16"} & set(effective_flags())
+    meta = _run_stage(_load_artifact(tmp_path), tmp_path / "a")
+    assert meta["recover"]["precision"] == "float32" and "no avx512_bf16" in \
+        meta["recover"]["precision_reason"]

@@ -9,6 +9,7 @@ from pathlib import Path
 import onnx
 import pytest
 
+from pipeline.env import training_precision
 from tests.conftest import run_cli, tiny_args
 
 FAST = ["prune=channels", "prune.ratio=0.5", "prune.round_to=4", "prune.recover_steps=3",
@@ -67,6 +68,8 @@ def test_pruned_network_flows_through_export_and_every_later_stage(tiny_run, tmp
     assert pruned["onnx_mb"] < unpruned["onnx_mb"]
     assert recovered["parameters"] == pruned["parameters"]
     assert section["recover"]["steps"] == 3 and section["recover"]["seconds"] > 0
+    assert section["recover"]["precision"] == training_precision()["dtype"]
+    assert section["recover"]["steps_per_second"] > 0
     md = (workdir / "runs" / "latest" / "report.md").read_text()
     assert "## Pruning" in md and "before recovery" in md
 

@@ -43,9 +43,10 @@ def score(net: CRNN, samples: list[dict]) -> dict[str, float]:
 
 
 def recover(net: CRNN, steps: int, lr: float, batch_size: int, seed: int,
-            on_step=None) -> float | None:
-    """Fine-tune in place on ``steps`` fresh batches; returns the last loss (0 steps: None)."""
+            on_step=None, bf16: bool | None = None) -> float | None:
+    """Fine-tune in place on ``steps`` fresh batches; returns the last loss (0 steps: None).
+    ``bf16=None``: the precision from the CPU's flags, as in training."""
     if steps == 0:
         return None
     torch.manual_seed(seed)
-    return fit(net, batches(RECOVER_SEED + seed, batch_size), steps, lr, on_step=on_step)
+    return fit(net, batches(RECOVER_SEED + seed, batch_size), steps, lr, bf16, on_step=on_step)

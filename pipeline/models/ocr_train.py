@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 import torch
 from safetensors.torch import save_file
 
+from pipeline.env import training_precision
 from pipeline.models.ocr_data import ALPHABET, collate, generate, to_array
 from pipeline.models.ocr_decode import greedy_decode, score
 
@@ -75,13 +76,18 @@ def evaluate_samples(model: torch.nn.Module, samples: list[dict], batch_size: in
     return score(preds, labels)
 
 
-def fit(model: torch.nn.Module, data: Iterator[list[dict]], steps: int, lr: float, bf16: bool = True,
-        on_step: Callable[[int, float], None] | None = None) -> float:
+def fit(model: torch.nn.Module, data: Iterator[list[dict]], steps: int, lr: float,
+        bf16: bool | None = None, on_step: Callable[[int, float], None] | None = None) -> float:
     """Train ``model`` in place for ``steps`` batches from ``data``; returns the last loss.
+
+    ``bf16=None`` takes float32 or bfloat16 autocast from the CPU's flags
+    (``pipeline.env.training_precision``).
 
     AdamW with a one-cycle schedule peaking at ``lr``: the warm-up protects a freshly pruned
     network as much as a random one. ``on_step(step, loss)`` is called after every step.
     """
+    if bf16 is None:
+        bf16 = training_precision()["dtype"] == "bfloat16"
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
@@ -91,8 +97,8 @@ def fit(model: torch.nn.Module, data: Iterator[list[dict]], steps: int, lr: floa
         samples = next(data)
         x = torch.from_numpy(collate([to_array(s) for s in samples], multiple=TRAIN_WIDTH_BUCKET))
         tgt, tgt_len = targets([s["text"] for s in samples])
-        # bfloat16 autocast halves the step time on CPUs with AVX512-BF16/AMX; weights and
-        # optimizer state stay float32, and the loss is computed in float32.
+        # bfloat16 autocast halves the step time on CPUs with AVX512-BF16/AMX (and is emulated,
+        # far slower, without them); weights, optimizer state and the loss stay float32.
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             logits = model(x)
         logp = logits.float().log_softmax(-1).permute(1, 0, 2)  # CTC wants [T, N, C]
@@ -119,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
+                    help="bfloat16 autocast (default: from the CPU's flags)")
     ap.add_argument("--eval-count", type=int, default=2000)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
@@ -128,6 +135,13 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     model = network(args.task, args.widths, args.hidden)
+    choice = training_precision()
+    if args.bf16 is None:
+        args.bf16 = choice["dtype"] == "bfloat16"
+        print(f"training precision: {choice['dtype']} ({choice['reason']})", flush=True)
+    else:
+        print(f"training precision: {'bfloat16' if args.bf16 else 'float32'} (--bf16 given)",
+              flush=True)
     t0 = time.time()
 
     def log(step: int, loss: float) -> None:
@@ -154,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m pipeline.models.ocr_train " + " ".join(sys.argv[1:] if argv is None else argv),
         "torch": torch.__version__, "threads": torch.get_num_threads(),
         "train_seconds": round(time.time() - t0, 1),
+        "precision": "bfloat16" if args.bf16 else "float32",
         "held_out": {"seed": 2, "count": args.eval_count, **metrics},
     }
     args.out.with_suffix(".json").write_text(json.dumps(card, indent=2) + "\n")

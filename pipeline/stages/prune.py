@@ -4,9 +4,10 @@ In: a ``load`` artifact and a ``PruneConfig``. Out: the ``load`` format (``model
 plus ``net.json`` with the per-layer widths that rebuild the network), so ``export`` and every
 stage after it see the smaller network without pickles and without knowing it was pruned. Meta:
 parameters and MACs before and after, each pruned layer's width, held-out accuracy of the
-unpruned, the pruned and the recovered network, and the recovery's seconds. Torch-Pruning does
-the pruning (``pipeline.pruning``); the task's own training loop does the recovery
-(``pipeline.models.ocr_prune``). The plan (ignored names, whole-layer removal, the trace) is
+unpruned, the pruned and the recovered network, and the recovery's seconds, steps per second and
+precision (float32 or bfloat16 autocast, from the CPU's flags: ``env.training_precision``).
+Torch-Pruning does the pruning (``pipeline.pruning``); the task's own training loop does the
+recovery (``pipeline.models.ocr_prune``). The plan (ignored names, whole-layer removal, the trace) is
 checked before any minute is spent on recovery, and the written files are rebuilt and must give
 the recovered network's outputs bit for bit. Deliberately not handled: tasks without a pruning
 helper in ``HELPERS``, and choosing the ratio (``make bench`` measures what one buys).
@@ -16,10 +17,11 @@ from __future__ import annotations
 import importlib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+from pipeline.env import training_precision
 from pipeline.errors import ConfigError, StageError
 
 HELPERS = {"ocr": "pipeline.models.ocr_prune"}  # task -> widths, data and recovery for pruning
@@ -49,8 +51,10 @@ def preflight(cfg) -> dict[str, list[int]]:
 class Prune:
     task: str
     prune: object          # PruneConfig
+    # float32 or bfloat16 recovery, from the CPU's flags: part of the key, as it changes weights
+    precision: str = field(default_factory=lambda: training_precision()["dtype"])
     name = "prune"
-    version = 2  # 2: LSTM hidden units pruned too; layers listed in network order
+    version = 3  # 2: LSTM hidden units pruned too; layers in network order. 3: recovery precision
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
@@ -78,10 +82,15 @@ class Prune:
               f"-{100 * (1 - after['macs'] / before['macs']):.1f} %; held-out accuracy "
               f"{before['held_out']['sequence_accuracy']:.2f} -> "
               f"{pruned_score['sequence_accuracy']:.2f} %; recovering", flush=True)
+        chosen = training_precision()
+        precision_reason = (chosen["reason"] if chosen["dtype"] == self.precision
+                            else f"{self.precision} set by the caller")
+        print(f"  prune: recovery in {self.precision} ({precision_reason})", flush=True)
         bar = Progress(cfg.recover_steps) if cfg.recover_steps else None
         t0 = time.monotonic()
         last_loss = h.recover(net, cfg.recover_steps, cfg.recover_lr, cfg.recover_batch_size,
-                              cfg.seed, bar.update if bar else None)
+                              cfg.seed, bar.update if bar else None,
+                              bf16=self.precision == "bfloat16")
         recover_s = time.monotonic() - t0
         recovered = h.score(net, held)
 
@@ -103,6 +112,9 @@ class Prune:
                          "unpruned": before["held_out"], "pruned": pruned_score,
                          "recovered": recovered},
             "recover": {"steps": cfg.recover_steps, "seconds": round(recover_s, 1),
+                        "steps_per_second": round(cfg.recover_steps / recover_s, 3)
+                        if cfg.recover_steps and recover_s > 0 else None,
+                        "precision": self.precision, "precision_reason": precision_reason,
                         "last_loss": last_loss, "threads": torch.get_num_threads()},
         }
 
