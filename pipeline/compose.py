@@ -75,6 +75,10 @@ def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR,
         result = OmegaConf.to_object(cfg)
         for group in dropped:
             setattr(result, group, None)
+        if getattr(result, "hardware", None) is not None:
+            from pipeline.bill.machine import apply
+
+            apply(result.hardware)  # hardware=cpu: this machine's numbers, not another's
         return result
     except ConfigError:
         raise

@@ -224,6 +224,8 @@ class HardwareConfig:
     power_w: Optional[float] = None         # board power limit (TDP)
     price_per_hour: Optional[float] = None  # USD per instance-hour; enables cost per request
     source: str = ""                        # where the numbers come from (datasheet or probe)
+    probe: bool = False  # true: numbers of the machine the run is on, probed once per CPU and
+                         # cached (pipeline.bill.machine); values set explicitly are kept
 
     def __post_init__(self):
         _positive(self, "hardware", "intra_op_threads", "inter_op_threads")

@@ -8,7 +8,7 @@
   python -m pipeline.bill model=ocr --onnx m.onnx bill.input_shape=[1,32,200]
   python -m pipeline.bill capacity                 instances and cost for slo, from the latest run
   python -m pipeline.bill capacity --p99-ms 12 --throughput 900 --batch 8 hardware.price_per_hour=1
-  python -m pipeline.bill probe                    measure this CPU (for conf/hardware/cpu.yaml)
+  python -m pipeline.bill probe                    measure this CPU (cached for hardware=cpu)
 
 Options: --compare precision|hardware, --json (print JSON instead of tables), --onnx PATH,
 --p99-ms, --throughput, --batch (capacity from your own measurement), --seconds (probe time).
@@ -193,6 +193,15 @@ def _probe(cfg, args) -> int:
         raise ConfigError(f"hardware={cfg.hardware.name}: the probe measures this machine's CPU; "
                           "use hardware=cpu")
     result = probe(cfg.hardware.intra_op_threads, args.seconds)
+    from pipeline.bill import machine
+
+    fp = machine.fingerprint(result["threads"])
+    path = machine.cache_dir() / f"{fp}.json"
+    try:  # hardware=cpu uses this longer measurement from now on
+        machine.write(path, machine.record_of(result, fp))
+        cached = f"Cached for hardware=cpu on this CPU: {path}"
+    except OSError as e:
+        cached = f"Not cached ({path.parent}: {e.strerror or e})"
     bw, mm = result["bandwidth"], result["gemm_tflops"]
     rows = [["copy bandwidth, numpy (GB/s)", f"{bw['numpy_copy_gbs']:.1f}"],
             ["copy bandwidth, torch (GB/s)", f"{bw['torch_copy_gbs']:.1f}"],
@@ -204,7 +213,8 @@ def _probe(cfg, args) -> int:
             if result["busy"] else [])
     text = "\n".join([f"Probe of {result['cpu']}, {result['threads']} threads, "
                       f"{result['seconds']} s", "", table(["", "best"], rows), *notes, *busy, "",
-                      "For conf/hardware/cpu.yaml:", yaml_snippet(result)])
+                      cached, "", "To pin these numbers in a profile of your own:",
+                      yaml_snippet(result)])
     return _emit(args, result, text)
 
 

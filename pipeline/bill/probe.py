@@ -46,25 +46,30 @@ def bandwidth(threads: int, seconds: float = 1.0) -> dict:
     return out
 
 
-def gemm(threads: int, seconds: float = 2.0) -> dict:
+def _slow(rate_small: float, fp32_rate: float) -> bool:
+    """Without native arithmetic for a type torch falls back to a loop that takes minutes at
+    full size (and slows down further once out of cache); a smaller product at under a fifth
+    of FP32's rate says so first."""
+    return rate_small < 0.2 * fp32_rate
+
+
+def gemm(threads: int, seconds: float = 2.0, n: int = GEMM_N) -> dict:
     import torch
 
     torch.set_num_threads(threads)
-    n, flop = GEMM_N, 2.0 * GEMM_N ** 3
+    flop = 2.0 * n ** 3
+    small_n = n // 4 if n < GEMM_N else SMALL_N
     out = {}
     a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
     out["fp32_numpy"] = flop / _best(lambda: a @ a, seconds) / 1e12
     for name, dtype in (("fp32_torch", torch.float32), ("bf16_torch", torch.bfloat16),
                         ("fp16_torch", torch.float16)):
         x = torch.from_numpy(a).to(dtype)
-        small = x[:SMALL_N, :SMALL_N].contiguous()
-        # Without native arithmetic for a type torch falls back to a loop that takes minutes at
-        # full size (and slows down further once out of cache); a smaller product at under a
-        # fifth of FP32's rate says so first.
-        t_small = _best(lambda: small @ small, 0.3, 5)
-        if dtype != torch.float32 and 2 * SMALL_N ** 3 / t_small < 0.2 * out["fp32_numpy"] * 1e12:
-            out[name] = 2 * SMALL_N ** 3 / t_small / 1e12
-            out[f"{name}_note"] = f"no fast path; measured on {SMALL_N} x {SMALL_N}"
+        small = x[:small_n, :small_n].contiguous()
+        t_small = _best(lambda: small @ small, min(0.3, seconds), 5)
+        if dtype != torch.float32 and _slow(2 * small_n ** 3 / t_small, out["fp32_numpy"] * 1e12):
+            out[name] = 2 * small_n ** 3 / t_small / 1e12
+            out[f"{name}_note"] = f"no fast path; measured on {small_n} x {small_n}"
             continue
         out[name] = flop / _best(lambda: x @ x, seconds) / 1e12
     q = torch.randint(-128, 128, (n, n), dtype=torch.int8)
@@ -72,7 +77,14 @@ def gemm(threads: int, seconds: float = 2.0) -> dict:
         check = torch._int_mm(q[:64, :64], q[:64, :64].t().contiguous())
         exact = q[:64, :64].to(torch.int32) @ q[:64, :64].t().to(torch.int32)
         if torch.equal(check, exact):
-            out["int8_torch"] = flop / _best(lambda: torch._int_mm(q, q), seconds) / 1e12
+            # without VNNI/AMX torch's int8 product is a slow generic loop: the same first check
+            small = q[:small_n, :small_n].contiguous()
+            t_small = _best(lambda: torch._int_mm(small, small), min(0.3, seconds), 3)
+            if _slow(2 * small_n ** 3 / t_small, out["fp32_numpy"] * 1e12):
+                out["int8_torch"] = 2 * small_n ** 3 / t_small / 1e12
+                out["int8_torch_note"] = f"no fast path; measured on {small_n} x {small_n}"
+            else:
+                out["int8_torch"] = flop / _best(lambda: torch._int_mm(q, q), seconds) / 1e12
     return out
 
 
@@ -100,16 +112,17 @@ def busy_processes() -> list[str]:
     return [ln.strip() for ln in ps if float(ln.split()[1]) >= 20 and int(ln.split()[0]) != me]
 
 
-def probe(threads: int, seconds: float = 2.0) -> dict:
+def probe(threads: int, seconds: float = 2.0, n: int = GEMM_N) -> dict:
     from pipeline.env import cpu_info
 
     t0 = time.time()
     bw = bandwidth(threads, seconds / 2)
-    mm = gemm(threads, seconds)
-    peaks = {"fp32": max(mm["fp32_numpy"], mm["fp32_torch"]), "bf16": mm.get("bf16_torch"),
-             "int8": mm.get("int8_torch")}
-    if "fp16_torch_note" not in mm:
-        peaks["fp16"] = mm.get("fp16_torch")
+    mm = gemm(threads, seconds, n)
+    # A type without a fast path is left out of the peaks: the roofline then uses a wider one.
+    peaks = {"fp32": max(mm["fp32_numpy"], mm["fp32_torch"])}
+    for p in ("bf16", "fp16", "int8"):
+        if f"{p}_torch_note" not in mm and mm.get(f"{p}_torch"):
+            peaks[p] = mm[f"{p}_torch"]
     return {"cpu": cpu_info()["model"], "threads": threads, "memory_gb": memory_gb(),
             "bandwidth": bw, "gemm_tflops": mm,
             "profile": {"memory_bandwidth_gbs": bw["best_gbs"],
