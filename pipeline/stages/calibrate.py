@@ -2,7 +2,9 @@
 
 In: a ``prepare`` artifact, a method (minmax, entropy, percentile) and the calibration set.
 Out: ``calibration.json`` (onnxruntime's ``TensorsData``, which ``quantize_static`` reads back
-through ``calibration_cache_path``), the set's digest and the stage's peak memory.
+through ``calibration_cache_path``), the set's digest and the stage's peak memory. The file is
+written canonically (keys sorted): the calibrators' dict order differs between processes, and
+equal ranges must give equal bytes, or a rebuilt calibration changes every key below it.
 
 Why streamed: onnxruntime's histogram calibrators keep every intermediate output of every batch
 until the end (3.5 GB on a real recognizer). Its calibrators merge ranges and histograms across
@@ -36,6 +38,16 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def write_ranges(ranges, path: Path) -> None:
+    """onnxruntime's calibration cache format (``save_tensors_data``), with sorted keys."""
+    import json
+
+    from onnxruntime.quantization.calibrate import CalibrationCacheEncoder
+
+    payload = {**ranges.to_dict(), "smooth_quant": False}
+    path.write_text(json.dumps(payload, cls=CalibrationCacheEncoder, sort_keys=True))
+
+
 @dataclass(frozen=True)
 class Calibrate:
     task: str
@@ -47,12 +59,12 @@ class Calibrate:
     # stack a call's outputs into one array, which fails when batch widths differ.
     chunk: int = 1
     name = "calibrate"
-    version = 3
+    version = 4  # 4: calibration.json written with sorted keys
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
         from onnxruntime.quantization import CalibrationMethod
-        from onnxruntime.quantization.calibrate import create_calibrator, save_tensors_data
+        from onnxruntime.quantization.calibrate import create_calibrator
 
         from pipeline.models import task
 
@@ -79,7 +91,7 @@ class Calibrate:
             except ValueError as e:
                 raise StageError(f"{self.method} calibration produced no ranges: {e}") from None
             del calibrator
-        save_tensors_data(ranges, out_dir / "calibration.json")
+        write_ranges(ranges, out_dir / "calibration.json")
         return {"method": self.method, "calibration_set": digest, "samples": len(ds),
                 "chunks": chunks, "tensors": len(list(ranges.keys())),
                 "peak_rss_mb": peak_rss_mb(), "rss_before_mb": rss_before}
