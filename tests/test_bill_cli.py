@@ -75,3 +75,49 @@ def test_pipeline_refuses_a_gpu_profile_without_its_provider(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "CUDAExecutionProvider is not available" in lines[0]
     assert not any(tmp_path.iterdir())
+
+
+def one_channel_model(path):
+    """image [N, 1, 32, W] -> Conv 1->4 -> [N, 4, 32, W]: the OCR models' input layout."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 1, 3, 3), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["image", "w"], ["y"], pads=[1, 1, 1, 1])], "one_channel",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["n", 1, 32, "width"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, 32, "width"])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+def one_line(proc, code: int) -> str:
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def test_an_empty_onnx_file_is_one_line_not_a_crash(tmp_path):
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    line = one_line(bill_cli("model=ocr", "--onnx", str(tmp_path / "empty.onnx")), 3)
+    assert "empty.onnx" in line and "0 bytes" in line
+
+
+def test_an_input_shape_that_contradicts_the_model_is_refused(tmp_path):
+    model = one_channel_model(tmp_path / "m.onnx")
+    line = one_line(bill_cli("model=ocr", "--onnx", str(model), "bill.input_shape=[3,32,100]"), 2)
+    assert "bill.input_shape=[3, 32, 100]" in line and "1" in line and "'image'" in line
+    ok = bill_cli("model=ocr", "--onnx", str(model), "bill.input_shape=[1,32,100]", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["m.onnx"]["inputs"]["image"][1:] == [1, 32, 100]
+
+
+def test_the_bill_of_another_models_run_is_refused(tiny_run):
+    workdir, _ = tiny_run  # compiled model=ocr_tiny
+    line = one_line(bill_cli("model=ocr_mobile", f"workdir={workdir}"), 2)
+    assert "model=ocr_mobile" in line and "compiled model=ocr_tiny" in line
+    assert bill_cli("model=ocr_tiny", f"workdir={workdir}").returncode == 0

@@ -109,6 +109,24 @@ def _latest(cfg) -> tuple[Path, dict]:
         raise StageError(f"{path}: unreadable report ({e})") from None
 
 
+def _identity(model: dict) -> tuple:
+    """What makes two model configs the same network (the task name alone does not)."""
+    return tuple(str(model.get(k)) for k in ("name", "checkpoint", "widths", "hidden"))
+
+
+def _option_of(model: dict) -> str:
+    """The conf/model option a model config came from, else its name."""
+    from omegaconf import OmegaConf
+
+    from pipeline.compose import CONF_DIR, group_options
+
+    for option in group_options("model"):
+        raw = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "model" / f"{option}.yaml"))
+        if _identity(raw) == _identity(model):
+            return option
+    return str(model.get("name"))
+
+
 def _artifact(cfg, args, overrides) -> int:
     from pipeline.bill.artifact import artifact_bill, sample_shape
     from pipeline.bill.render import artifact_text, fmt_ms, table
@@ -126,6 +144,12 @@ def _artifact(cfg, args, overrides) -> int:
         models = {args.onnx.name: args.onnx}
     else:
         path, report = _latest(cfg)
+        ran = report.get("config", {}).get("model", {})
+        if _identity(ran) != _identity(vars(cfg.model)):  # another network: never billed silently
+            asked, other = _option_of(vars(cfg.model)), _option_of(ran)
+            raise ConfigError(f"model={asked}: the latest run in {path.parent} compiled "
+                              f"model={other}; bill model={other}, run python -m pipeline "
+                              f"model={asked} first, or pass --onnx PATH")
         models = {role: Path(report["lineage"][role]["path"]) / "model.onnx"
                   for role in ROLES if role in report.get("lineage", {})}
         ran_on = report["config"]["hardware"]["name"]

@@ -91,6 +91,13 @@ def input_shapes(model, batch: int, sample_shape=None) -> dict[str, list[int]]:
             raise ConfigError(f"bill.input_shape={list(sample_shape)}: input {inp.name!r} has "
                               f"{len(declared)} dims {declared}; give the {len(declared) - 1} "
                               "after the batch")
+        # A size the model fixes (channels, height) cannot be billed as another one.
+        clash = [(j + 1, d, r) for j, (d, r) in enumerate(zip(declared[1:], rest))
+                 if isinstance(d, int) and d > 0 and r != d]
+        if clash:
+            j, d, r = clash[0]
+            raise ConfigError(f"bill.input_shape={list(sample_shape)}: input {inp.name!r} is "
+                              f"{declared}, its dim {j} is fixed at {d}, not {r}")
         dynamic = [d for d in rest if not isinstance(d, int)]
         if dynamic:
             raise ConfigError(f"input {inp.name!r} {declared} has dynamic sizes {dynamic}; "
@@ -114,6 +121,10 @@ def analyse(path: str | Path, batch: int, sample_shape=None) -> dict:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as e:  # noqa: BLE001 - protobuf and OS errors alike: not a model we can read
         raise StageError(f"{path}: not a readable ONNX model ({type(e).__name__}: {e})") from None
+    inits = {i.name for i in model.graph.initializer}
+    if not [i for i in model.graph.input if i.name not in inits]:  # protobuf reads b"" as empty
+        raise StageError(f"{path}: not an ONNX model with an input "
+                         f"({Path(path).stat().st_size} bytes, {len(model.graph.node)} nodes)")
     shape_inference.toposort(model.graph)
     shapes = input_shapes(model, batch, sample_shape)
     g = model.graph
