@@ -59,10 +59,19 @@ def pytest_pyfunc_call(pyfuncitem):
     params = getattr(getattr(pyfuncitem, "callspec", None), "params", {})
     if params.get("isa") != "avx2" or capped_now():
         return None  # run here as usual
+    import shutil
+    import tempfile
+
     env = {**os.environ, **AVX2_CAPS, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                           pyfuncitem.nodeid], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    # Its own --basetemp: a child pytest on the default one would rotate away this session's
+    # numbered temp folders (and the shared tiny run in them).
+    base = tempfile.mkdtemp(prefix="pytest-capped-")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p",
+                               "no:cacheprovider", f"--basetemp={base}/t", pyfuncitem.nodeid],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
     out = proc.stdout + proc.stderr
     if proc.returncode == 0 and " skipped" in out.splitlines()[-1]:
         reason = [line for line in out.splitlines() if line.startswith("SKIPPED")]

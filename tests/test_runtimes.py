@@ -88,7 +88,7 @@ ORT, OV, OV_BF16 = Target("onnxruntime", "fp32"), Target("openvino", "fp32"), \
 
 
 @needs_openvino
-def test_openvino_runs_onnx_like_onnxruntime(tmp_path):
+def test_openvino_runs_onnx_like_onnxruntime(tmp_path, isa):
     model = conv_net(tmp_path / "m.onnx")
     x = images()
     ort_out = on(model, ORT, x)["output"]
