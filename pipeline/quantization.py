@@ -121,10 +121,15 @@ class Quantizer:
                                   "speedup_over_all_int8": None}
             if floated:
                 m = self.cfg.model
+                # No longer than the benchmark itself may time a batch size (a quick run's short
+                # bench.max_seconds); at the defaults this is the stage's own budget and key.
+                bench = self.cfg.bench
                 verdict = self.runner.run(
                     Compare(m.name, self.cfg.gate.speedup_batch_size, m.eval_samples,
-                            self.cfg.data_dir, self.hw), trial, label="compare[latency-aware]",
-                    other=art).meta["a_over_b_speedup"]
+                            self.cfg.data_dir, self.hw,
+                            min_rounds=min(Compare.min_rounds, bench.min_rounds),
+                            max_seconds=min(Compare.max_seconds, bench.max_seconds)),
+                    trial, label="compare[latency-aware]", other=art).meta["a_over_b_speedup"]
                 info.latency_trial["speedup_over_all_int8"] = verdict
                 if verdict["ci95"][0] > 1.0:
                     info.latency_exclusions = floated
