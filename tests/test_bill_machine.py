@@ -34,7 +34,7 @@ def test_fingerprint_separates_cpus_caps_threads_and_memory():
                                     25.3)}) == 5
 
 
-def test_probed_once_per_fingerprint_then_read_from_the_cache(tmp_path, monkeypatch):
+def test_probed_once_per_fingerprint_then_read_from_the_cache(tmp_path):
     calls = []
     first, source = machine.profile(2, fake_probe(calls), tmp_path)
     again, _ = machine.profile(2, fake_probe(calls), tmp_path)

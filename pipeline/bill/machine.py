@@ -50,9 +50,10 @@ def _read(path: Path) -> dict | None:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
         return None  # absent or torn: probe again
-    ok = isinstance(record, dict) and record.get("version") == VERSION and \
-        isinstance(record.get("profile"), dict) and "fp32" in record["profile"].get("peak_tflops", {})
-    return record if ok else None
+    if not (isinstance(record, dict) and record.get("version") == VERSION
+            and isinstance(record.get("profile"), dict)):
+        return None
+    return record if "fp32" in record["profile"].get("peak_tflops", {}) else None
 
 
 def write(path: Path, record: dict) -> None:

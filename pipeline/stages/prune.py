@@ -7,9 +7,9 @@ parameters and MACs before and after, each pruned layer's width, held-out accura
 unpruned, the pruned and the recovered network, and the recovery's seconds, steps per second and
 precision (float32 or bfloat16 autocast, from the CPU's flags: ``env.training_precision``).
 Torch-Pruning does the pruning (``pipeline.pruning``); the task's own training loop does the
-recovery (``pipeline.models.ocr_prune``). The plan (ignored names, whole-layer removal, the trace) is
-checked before any minute is spent on recovery, and the written files are rebuilt and must give
-the recovered network's outputs bit for bit. Deliberately not handled: tasks without a pruning
+recovery (``pipeline.models.ocr_prune``). The plan (ignored names, whole-layer removal, the
+trace) is checked before any minute is spent on recovery, and the written files are rebuilt and
+must give the recovered network's outputs bit for bit. Deliberately not handled: tasks without a pruning
 helper in ``HELPERS``, and choosing the ratio (``make bench`` measures what one buys).
 """
 from __future__ import annotations
