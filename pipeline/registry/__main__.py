@@ -24,26 +24,22 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline.errors import ConfigError, PipelineError
+from pipeline.errors import ConfigError, cli
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     overrides = [a for a in argv if _is_override(a)]
     args = [a for a in argv if a not in overrides]
-    parser = _parser()
-    if not args or args[0] in ("-h", "--help"):
+    if not args:
         print(__doc__)
         return 0
-    try:
-        ns = parser.parse_args(args)
+
+    def run(args):
+        ns = _parser().parse_args(args)
         return ns.run(ns, _backend(overrides))
-    except PipelineError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
-    except OSError as e:  # a store or output folder we may not write: the machine, not a bug
-        print(f"error: {e.filename or ''}: {e.strerror or e}".lstrip(": "), file=sys.stderr)
-        return 3
+    # the shared shell: one line for our errors and for OS errors (a store we may not write)
+    return cli(run, args, __doc__)
 
 
 def _is_override(arg: str) -> bool:
