@@ -10,7 +10,7 @@ import sys
 import time
 
 from pipeline.compose import compilable_models, compose
-from pipeline.errors import ConfigError, GateFailed, PipelineError, cli
+from pipeline.errors import ConfigError, GateFailed, PipelineError, cli, describe_os_error
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,6 +49,16 @@ def _bill(out, cfg) -> dict:
     except PipelineError as e:
         print(f"bill: not computed ({e})")
         return {"error": str(e)}
+
+
+def _update_report(path, body) -> None:
+    """Record a failed publish in the report; the publish error, not this one, is what is raised."""
+    from pipeline import report as rep
+
+    try:
+        rep.update(path, body)
+    except OSError as e:  # a full disk: the report written before publishing stays as it was
+        print(f"report: not updated ({describe_os_error(e)})")
 
 
 def _run(argv: list[str]) -> int:
@@ -90,6 +100,15 @@ def _run(argv: list[str]) -> int:
     deployed = out.runtimes["deployed"]
     if (deployed["runtime"], deployed["precision"]) != ("onnxruntime", "fp32"):
         mode = f"{mode}.{deployed['runtime']}-{deployed['precision']}"  # the version says so
+    from pipeline import plots
+
+    figures = {"latency_cdf.png": lambda p: plots.latency_cdf(out.bench.path / "times.json", p)}
+    if out.load is not None and cfg.bench.mode.value == "load":
+        figures["load_curve.png"] = lambda p: plots.load_curve(out.load.meta, p)
+    if out.quant is not None:
+        figures["sensitivity.png"] = lambda p: quant_report.sensitivity_chart(body["quantization"], p)
+        if out.quant.search:
+            figures["mixed_search.png"] = lambda p: quant_report.search_chart(body["quantization"], p)
     if out.verdict["passed"] and cfg.registry is not None:
         cand = next(r for r in body["rows"] if r["role"] == "candidate")
         manifest = {"config": body["config"], "lineage": body["lineage"], "verdict": out.verdict,
@@ -109,18 +128,22 @@ def _run(argv: list[str]) -> int:
                     "runtime": {"deployed": deployed, "mode": out.runtimes["mode"],
                                 "choice": {b: {k: v for k, v in c.items() if k != "considered"}
                                            for b, c in out.runtimes["choice"].items()}}}
-        body["published"] = str(publish(cfg.registry, model_name=cfg.model.name, mode=mode,
-                                        candidate=out.models["candidate"], manifest=manifest))
-    from pipeline import plots
-
-    figures = {"latency_cdf.png": lambda p: plots.latency_cdf(out.bench.path / "times.json", p)}
-    if out.load is not None and cfg.bench.mode.value == "load":
-        figures["load_curve.png"] = lambda p: plots.load_curve(out.load.meta, p)
-    if out.quant is not None:
-        figures["sensitivity.png"] = lambda p: quant_report.sensitivity_chart(body["quantization"], p)
-        if out.quant.search:
-            figures["mixed_search.png"] = lambda p: quant_report.search_chart(body["quantization"], p)
+    publishing = out.verdict["passed"] and cfg.registry is not None
+    if publishing:  # the report exists before publishing, whatever publishing then does
+        body["publish"] = {"status": "pending", "backend": cfg.registry.backend.value}
     path = rep.write(cfg.workdir, body, figures)
+    if publishing:
+        try:
+            body["published"] = str(publish(cfg.registry, model_name=cfg.model.name, mode=mode,
+                                            candidate=out.models["candidate"], manifest=manifest))
+            body["publish"].update(status="published", ref=body["published"])
+        except (PipelineError, OSError) as e:
+            body["publish"].update(status="failed", error=describe_os_error(e)
+                                   if isinstance(e, OSError) else str(e))
+            _update_report(path, body)
+            print(f"report: {path} (the gate passed; publishing failed)")
+            raise
+        rep.update(path, body)
     reused = sum(s["reused"] for s in runner.record)
     print(f"stages: {reused} of {len(runner.record)} reused; {time.time() - t0:.1f} s")
     print(gate_table(out.verdict))

@@ -70,3 +70,22 @@ class WriteInto:
         Path(self.where).write_text("a file")
         (Path(self.where) / "x").write_text("a file inside a file")
         return {}
+
+
+def test_a_failed_publish_keeps_the_report_with_the_error(tiny_run, tmp_path):
+    import json
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: the registry is unreachable
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = copy_of_tiny_run(tiny_run, tmp_path / "w", registry="oci",
+                            **{"registry.url": f"http://127.0.0.1:{port}"})
+    proc = run_cli(*args)
+    one_line(proc, 3, f"127.0.0.1:{port}")
+    run = tmp_path / "w" / "runs" / "latest"
+    report = json.loads((run / "report.json").read_text())
+    assert report["verdict"]["passed"] and "published" not in report
+    assert report["publish"]["status"] == "failed" and str(port) in report["publish"]["error"]
+    assert "Publishing failed" in (run / "report.md").read_text()
+    assert json.loads((run / "verdict.json").read_text())["passed"]
