@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 
 from pipeline import isolate
-from pipeline.artifact import Artifact, content_digest, digest_files
+from pipeline.artifact import FORMAT, Artifact, canonical_meta, content_digest, digest_files
 from pipeline.env import hardware_fingerprint, tool_versions
 from pipeline.errors import StageError
 
@@ -56,6 +56,7 @@ class Runner:
             config.pop("hardware", None)
         blob = {
             "stage": stage.name, "version": stage.version, "config": config,
+            "format": FORMAT,  # how digests are made: entries made another way are never read
             "parent": parent.digest if parent else None,
             "refs": {k: v.digest for k, v in sorted(refs.items())},
             "tools": tool_versions(),
@@ -85,8 +86,9 @@ class Runner:
         try:
             meta = isolate.call(f"stage {label}", stage.run, parent, tmp, **refs)
             files = digest_files(tmp)
-            art = Artifact(path=final, stage=stage.name, key=key, digest=content_digest(files),
-                           files=files, meta=meta or {}, parent=parent.digest if parent else None,
+            meta = canonical_meta(meta)  # as a later run reads it back, digest included
+            art = Artifact(path=final, stage=stage.name, key=key, digest=content_digest(files, meta),
+                           files=files, meta=meta, parent=parent.digest if parent else None,
                            refs={k: v.digest for k, v in refs.items()}, config=plain(stage),
                            seconds=round(time.time() - t0, 3))
             art.path = tmp
