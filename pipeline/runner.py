@@ -6,7 +6,11 @@ Out: an ``Artifact`` under ``<workdir>/cache/<stage>/<key>``. The key is a full 
 parent's and references' digests, the stage name and version, the stage's resolved config, the
 tool versions and, for stages that measure or depend on the machine, the hardware fingerprint.
 The stage writes into a temporary sibling folder inside a child process; only a completed folder is
-renamed into place, so a killed run leaves nothing that a later run would trust.
+renamed into place, so a killed run leaves nothing that a later run would trust. Scratch files
+(profiles, augmented models, anything a library puts in ``tempfile``'s folder) go to ``.scratch``
+inside that temporary folder: the child's ``tempfile.gettempdir()`` and ``TMPDIR`` point there, so
+nothing is written beside a parent's artifact, a full disk hits the stage's own folder, and the
+runner removes the scratch before hashing the output.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -40,6 +45,16 @@ def plain(obj):
     if isinstance(obj, dict):
         return {str(k): plain(v) for k, v in obj.items()}
     return obj
+
+
+SCRATCH = ".scratch"  # inside the stage's temporary folder; removed before it is hashed
+
+
+def _with_scratch(scratch: Path, fn, *args, **kwargs):
+    """Run a stage (in its child) with every temporary file under ``scratch``."""
+    os.environ["TMPDIR"] = str(scratch)  # for libraries and subprocesses that read it
+    tempfile.tempdir = str(scratch)
+    return fn(*args, **kwargs)
 
 
 class Runner:
@@ -84,7 +99,11 @@ class Runner:
         tmp.mkdir()
         t0 = time.time()
         try:
-            meta = isolate.call(f"stage {label}", stage.run, parent, tmp, **refs)
+            scratch = tmp / SCRATCH
+            scratch.mkdir()
+            meta = isolate.call(f"stage {label}", _with_scratch, scratch, stage.run, parent, tmp,
+                                **refs)
+            shutil.rmtree(scratch)
             files = digest_files(tmp)
             meta = canonical_meta(meta)  # as a later run reads it back, digest included
             art = Artifact(path=final, stage=stage.name, key=key, digest=content_digest(files, meta),

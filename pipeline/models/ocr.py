@@ -96,9 +96,13 @@ def dataset(split: str, count: int, data_dir: str | Path):
     ds = Dataset.from_dict({k: [s[k] for s in samples] for k in ("image", "width", "text")})
     digest = sample_digest(ds)
     tmp = folder.with_name(f".tmp-{folder.name}-{uuid.uuid4().hex[:8]}")
-    ds.save_to_disk(str(tmp))
-    (tmp / "digest.json").write_text(json.dumps({"sha256": digest, "split": split,
-                                                 "seed": SEEDS[split], "count": count}))
+    try:
+        ds.save_to_disk(str(tmp))
+        (tmp / "digest.json").write_text(json.dumps({"sha256": digest, "split": split,
+                                                     "seed": SEEDS[split], "count": count}))
+    except BaseException:  # a full disk: no half-written set left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     try:
         tmp.rename(folder)
     except OSError:  # another run built it first
