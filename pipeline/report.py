@@ -13,6 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
+from pipeline.leftovers import temp_name
 from pipeline.stages.evaluate import agreement
 
 ROWS = (("export", "export (torch -> ONNX, FP32)"), ("fp32", "optimize (FP32 baseline)"),
@@ -167,7 +168,7 @@ def write(workdir: str, report: dict, figures: dict | None = None) -> Path:
     runs = Path(workdir) / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     name = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
-    tmp = runs / f".tmp-{name}"
+    tmp = runs / temp_name(name)  # its pid tells a later run whether it may be removed
     tmp.mkdir()
     try:
         report["figures"] = {}

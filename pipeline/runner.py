@@ -22,10 +22,9 @@ import os
 import shutil
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
-from pipeline import isolate
+from pipeline import isolate, leftovers
 from pipeline.artifact import FORMAT, Artifact, canonical_meta, content_digest, digest_files
 from pipeline.env import hardware_fingerprint, tool_versions
 from pipeline.errors import StageError
@@ -63,6 +62,14 @@ class Runner:
         self.hardware = hardware
         self.log = log
         self.record: list[dict] = []  # one row per stage call: label, stage, reused, seconds
+        self.sweep(Path(workdir))
+
+    def sweep(self, workdir: Path) -> None:
+        """Temporary folders of killed runs (their pid dead) and week-old corrupt entries."""
+        folders = [workdir / "runs", *(p for p in self.cache.glob("*") if p.is_dir())]
+        removed = sum(leftovers.sweep(f) for f in folders)
+        if removed:
+            self.log(f"  removed {removed} temporary or corrupt folder(s) left by killed runs")
 
     def key(self, stage, parent: Artifact | None, refs: dict[str, Artifact]) -> str:
         config = plain(stage)
@@ -92,10 +99,10 @@ class Runner:
                 self._note(label, stage.name, True, 0.0, art)
                 return art
             except StageError as e:
-                self.log(f"  ! {label}: {e}; rebuilding")
-                shutil.move(str(final), str(final.with_name(f".corrupt-{key}-{uuid.uuid4().hex[:6]}")))
+                aside = leftovers.set_aside(final, key)
+                self.log(f"  ! {label}: {e}; rebuilding (kept a week at {aside.name})")
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.with_name(f".tmp-{key[:16]}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+        tmp = final.with_name(leftovers.temp_name(key[:16]))
         tmp.mkdir()
         t0 = time.time()
         try:
