@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from pipeline.compose import compilable_models, compose
 from pipeline.errors import ConfigError, GateFailed, PipelineError, cli, describe_os_error
@@ -24,6 +25,11 @@ def _preflight(cfg) -> None:
         raise ConfigError(f"model={cfg.model.name}: a bill-only LLM description (python -m "
                           f"pipeline.bill model={cfg.model.name}); compilable models: "
                           f"{', '.join(compilable_models())}")
+    checkpoint = cfg.model.checkpoint
+    if checkpoint is not None and not Path(checkpoint).is_file():
+        raise ConfigError(f"model.checkpoint={checkpoint}: "
+                          f"{'not a file' if Path(checkpoint).exists() else 'no such file'} "
+                          f"(from {Path.cwd()}; null = a seeded random network)")
     import onnxruntime
 
     available = onnxruntime.get_available_providers()
