@@ -59,15 +59,17 @@ def describe_os_error(e: OSError) -> str:
 
 
 def _file_in_traceback(tb):
-    """The name of an open file object in the innermost frame that holds one, else None."""
-    names = None
+    """The name of the file being written in the innermost frame that holds one (a copy's source,
+    open for reading in the same frame, is not the file that failed), else None."""
+    name = None
     while tb is not None:
         for value in tb.tb_frame.f_locals.values():
-            if isinstance(value, io.IOBase) and isinstance(getattr(value, "name", None), str):
-                names = value.name
+            if (isinstance(value, io.IOBase) and isinstance(getattr(value, "name", None), str)
+                    and any(c in str(getattr(value, "mode", "")) for c in "wax+")):
+                name = value.name
                 break
         tb = tb.tb_next
-    return names
+    return name
 
 
 def cli(run, argv: list[str], doc: str) -> int:

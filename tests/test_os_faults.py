@@ -89,3 +89,25 @@ def test_a_failed_publish_keeps_the_report_with_the_error(tiny_run, tmp_path):
     assert report["publish"]["status"] == "failed" and str(port) in report["publish"]["error"]
     assert "Publishing failed" in (run / "report.md").read_text()
     assert json.loads((run / "verdict.json").read_text())["passed"]
+
+
+def test_a_failed_write_is_named_by_the_file_written_not_the_one_read(tmp_path):
+    """``write`` raises ENOSPC without a file name; the line names the file being written, not a
+    source open for reading in the same frame (a copy)."""
+    import errno
+
+    from pipeline.errors import describe_os_error
+
+    source, target = tmp_path / "model.onnx", tmp_path / "blob"
+    source.write_bytes(b"model")
+
+    def copy(stream):
+        with open(target, "wb") as f:
+            f.write(stream.read())
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    with open(source, "rb") as src:
+        try:
+            copy(src)
+        except OSError as e:
+            assert describe_os_error(e) == f"{target}: No space left on device (ENOSPC)"
