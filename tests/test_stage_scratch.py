@@ -4,7 +4,9 @@ nothing is written beside a parent's artifact, and a full disk never leaves a tr
 someone else's cache folder."""
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,15 +43,13 @@ def test_explain_writes_nothing_beside_its_parent(tiny_run, tmp_path):
     """The parent artifacts lie on a read-only filesystem: a stage that writes next to them (as
     explain's profiler did, into the parent's cache folder) fails; one that keeps to its own
     folder runs."""
-    import json
-
     from pipeline.compose import compose
     from pipeline.stages.explain import Explain
 
     workdir = tiny_run[0]
     cfg = compose(tiny_args(workdir))
-    lineage = json.loads((workdir / "runs" / "latest" / "report.json").read_text())["lineage"]
-    stages = json.loads((workdir / "runs" / "latest" / "report.json").read_text())["stages"]
+    report = json.loads((workdir / "runs" / "latest" / "report.json").read_text())
+    lineage, stages = report["lineage"], report["stages"]
     quantized = Path(next(s["path"] for s in stages if s["label"] == "quantize"))
     with tmpfs(tmp_path / "ro", size="16m") as ro:
         parents = {}
@@ -57,8 +57,6 @@ def test_explain_writes_nothing_beside_its_parent(tiny_run, tmp_path):
             (ro / role).mkdir()
             shutil.copytree(src, ro / role / src.name)
             parents[role] = Artifact.read(ro / role / src.name)
-        import subprocess
-
         subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
         stage = Explain(cfg.model.name, cfg.gate.speedup_batch_size, 2, cfg.model.eval_samples,
                         cfg.data_dir, cfg.hardware.target())
