@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from pipeline.compose import compilable_models, compose
-from pipeline.errors import ConfigError, GateFailed, PipelineError, cli
+from pipeline.errors import ConfigError, GateFailed, PipelineError, cli, describe_os_error
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +25,11 @@ def _preflight(cfg) -> None:
         raise ConfigError(f"model={cfg.model.name}: a bill-only LLM description (python -m "
                           f"pipeline.bill model={cfg.model.name}); compilable models: "
                           f"{', '.join(compilable_models())}")
+    checkpoint = cfg.model.checkpoint
+    if checkpoint is not None and not Path(checkpoint).is_file():
+        raise ConfigError(f"model.checkpoint={checkpoint}: "
+                          f"{'not a file' if Path(checkpoint).exists() else 'no such file'} "
+                          f"(from {Path.cwd()}; null = a seeded random network)")
     import onnxruntime
 
     available = onnxruntime.get_available_providers()
@@ -49,6 +55,16 @@ def _bill(out, cfg) -> dict:
     except PipelineError as e:
         print(f"bill: not computed ({e})")
         return {"error": str(e)}
+
+
+def _update_report(path, body) -> None:
+    """Record a failed publish in the report; the publish error, not this one, is what is raised."""
+    from pipeline import report as rep
+
+    try:
+        rep.update(path, body)
+    except OSError as e:  # a full disk: the report written before publishing stays as it was
+        print(f"report: not updated ({describe_os_error(e)})")
 
 
 def _run(argv: list[str]) -> int:
@@ -90,6 +106,15 @@ def _run(argv: list[str]) -> int:
     deployed = out.runtimes["deployed"]
     if (deployed["runtime"], deployed["precision"]) != ("onnxruntime", "fp32"):
         mode = f"{mode}.{deployed['runtime']}-{deployed['precision']}"  # the version says so
+    from pipeline import plots
+
+    figures = {"latency_cdf.png": lambda p: plots.latency_cdf(out.bench.path / "times.json", p)}
+    if out.load is not None and cfg.bench.mode.value == "load":
+        figures["load_curve.png"] = lambda p: plots.load_curve(out.load.meta, p)
+    if out.quant is not None:
+        figures["sensitivity.png"] = lambda p: quant_report.sensitivity_chart(body["quantization"], p)
+        if out.quant.search:
+            figures["mixed_search.png"] = lambda p: quant_report.search_chart(body["quantization"], p)
     if out.verdict["passed"] and cfg.registry is not None:
         cand = next(r for r in body["rows"] if r["role"] == "candidate")
         manifest = {"config": body["config"], "lineage": body["lineage"], "verdict": out.verdict,
@@ -109,18 +134,22 @@ def _run(argv: list[str]) -> int:
                     "runtime": {"deployed": deployed, "mode": out.runtimes["mode"],
                                 "choice": {b: {k: v for k, v in c.items() if k != "considered"}
                                            for b, c in out.runtimes["choice"].items()}}}
-        body["published"] = str(publish(cfg.registry, model_name=cfg.model.name, mode=mode,
-                                        candidate=out.models["candidate"], manifest=manifest))
-    from pipeline import plots
-
-    figures = {"latency_cdf.png": lambda p: plots.latency_cdf(out.bench.path / "times.json", p)}
-    if out.load is not None and cfg.bench.mode.value == "load":
-        figures["load_curve.png"] = lambda p: plots.load_curve(out.load.meta, p)
-    if out.quant is not None:
-        figures["sensitivity.png"] = lambda p: quant_report.sensitivity_chart(body["quantization"], p)
-        if out.quant.search:
-            figures["mixed_search.png"] = lambda p: quant_report.search_chart(body["quantization"], p)
+    publishing = out.verdict["passed"] and cfg.registry is not None
+    if publishing:  # the report exists before publishing, whatever publishing then does
+        body["publish"] = {"status": "pending", "backend": cfg.registry.backend.value}
     path = rep.write(cfg.workdir, body, figures)
+    if publishing:
+        try:
+            body["published"] = str(publish(cfg.registry, model_name=cfg.model.name, mode=mode,
+                                            candidate=out.models["candidate"], manifest=manifest))
+            body["publish"].update(status="published", ref=body["published"])
+        except (PipelineError, OSError) as e:
+            body["publish"].update(status="failed", error=describe_os_error(e)
+                                   if isinstance(e, OSError) else str(e))
+            _update_report(path, body)
+            print(f"report: {path} (the gate passed; publishing failed)")
+            raise
+        rep.update(path, body)
     reused = sum(s["reused"] for s in runner.record)
     print(f"stages: {reused} of {len(runner.record)} reused; {time.time() - t0:.1f} s")
     print(gate_table(out.verdict))

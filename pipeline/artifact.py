@@ -2,9 +2,12 @@
 
 In: a folder written by a stage. Out: an ``Artifact`` with the sha256 of every file, the stage's
 metadata (metrics, timings, config) and its lineage (parent and reference digests). The digest of
-an artifact is a sha256 over its files' names and digests, so two stages that write the same bytes
-produce the same digest. Reading re-hashes the files: a cache entry whose bytes changed is
-reported as corrupt rather than trusted.
+an artifact is a sha256 over its content: its files' names and digests *and* its metadata
+(``meta``: accuracy, latencies, speedups, verdict inputs), so two stages that write the same bytes
+and the same numbers produce the same digest, and an artifact without files (a benchmark's
+numbers) has a digest of its own numbers. Reading re-hashes the files and the metadata: a cache
+entry whose bytes or numbers changed is reported as corrupt rather than trusted (editing one
+cached speedup would otherwise pass a gate). The key it was built under must be its folder's name.
 """
 from __future__ import annotations
 
@@ -31,8 +34,20 @@ def digest_files(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST}
 
 
-def content_digest(files: dict[str, str]) -> str:
-    return hashlib.sha256(json.dumps(sorted(files.items())).encode()).hexdigest()
+FORMAT = 2  # 2: metadata is part of the digest (runner keys carry it, so older entries are not read)
+
+
+def canonical_meta(meta: dict) -> dict:
+    """The metadata as ``artifact.json`` gives it back (JSON types: str keys, lists), so a digest
+    made when building equals the one re-made when reading."""
+    return json.loads(json.dumps(meta or {}))
+
+
+def content_digest(files: dict[str, str], meta: dict) -> str:
+    """sha256 over the files (name, sha256) and the metadata, canonically serialized."""
+    blob = {"files": sorted(files.items()), "meta": canonical_meta(meta)}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True, separators=(",", ":"))
+                          .encode()).hexdigest()
 
 
 @dataclass
@@ -76,4 +91,10 @@ class Artifact:
                 changed = sorted(set(actual.items()) ^ set(art.files.items()))
                 raise StageError(f"artifact {path} is corrupt: {changed[0][0]} does not match its "
                                  "recorded sha256")
+            if content_digest(actual, art.meta) != art.digest:
+                raise StageError(f"artifact {path} is corrupt: the metadata in its {MANIFEST} does "
+                                 "not match its recorded digest")
+            if art.key != path.name:
+                raise StageError(f"artifact {path} is corrupt: its {MANIFEST} names key "
+                                 f"{str(art.key)[:16]}..., not its folder's")
         return art

@@ -3,12 +3,17 @@
 In: the YAML files under ``conf/`` plus command-line overrides. Out: a plain ``Config`` object
 (``OmegaConf.to_object``) that code below ``__main__`` uses; nothing else sees a ``DictConfig``.
 Hydra and OmegaConf do the merging and type checks; ``__post_init__`` adds the range checks they
-cannot express. Closed choices are enums so a typo names the valid values. Two applications
+cannot express; NaN and infinity are refused everywhere (every comparison with NaN is false, so
+a range check alone lets it through), and ``hardware.affinity`` is checked against the CPUs this
+process may run on. Closed choices are enums so a typo names the valid values. Two applications
 share the groups: ``Config`` (``conf/config.yaml``, the compile pipeline) and ``BillApp``
 (``conf/bill.yaml``, ``python -m pipeline.bill``, which uses only model, hardware and slo).
 """
 from __future__ import annotations
 
+import dataclasses
+import math
+import os
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Optional
@@ -138,8 +143,11 @@ class QuantConfig:
 
     def __post_init__(self):
         _positive(self, "quant", "calibration_batch_size", "ranking_samples", "profile_runs")
-        if self.max_accuracy_drop < 0:
-            raise ConfigError(f"quant.max_accuracy_drop={self.max_accuracy_drop}: must be >= 0")
+        if not 0 <= self.max_accuracy_drop <= 100:
+            raise ConfigError(f"quant.max_accuracy_drop={self.max_accuracy_drop}: must be in "
+                              "[0, 100] (points of accuracy)")
+        if len(set(self.exclude)) != len(self.exclude) or any(not n for n in self.exclude):
+            raise ConfigError(f"quant.exclude={self.exclude}: node names, each once")
 
 
 class PruneMethod(str, Enum):
@@ -238,6 +246,14 @@ class HardwareConfig:
                 raise ConfigError(f"hardware.peak_tflops.{key}={value}: must be > 0 (or null)")
         if self.price_per_hour is not None and self.price_per_hour < 0:
             raise ConfigError(f"hardware.price_per_hour={self.price_per_hour}: must be >= 0")
+        if self.affinity is not None:
+            allowed = sorted(os.sched_getaffinity(0))
+            wrong = sorted(set(self.affinity) - set(allowed))
+            if not self.affinity or wrong or len(set(self.affinity)) != len(self.affinity):
+                raise ConfigError(f"hardware.affinity={self.affinity}: "
+                                  + (f"CPU {wrong[0]} is not available to this process"
+                                     if wrong else "expected distinct CPU ids")
+                                  + f"; available: {_ranges(allowed)} (null = all)")
 
     def target(self) -> HardwareRuntime:
         """The stages' view: hardware plus runtime plus runtime settings (named ``target``
@@ -329,9 +345,11 @@ class BenchConfig:
                   "warmup_window", "warmup_max_runs")
         if not self.batch_sizes or any(b <= 0 for b in self.batch_sizes):
             raise ConfigError(f"bench.batch_sizes={self.batch_sizes}: expected positive sizes")
-        for name in ("max_seconds", "rel_ci", "warmup_tolerance", "aa_tolerance"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"bench.{name}={getattr(self, name)}: must be > 0")
+        if self.max_seconds <= 0:
+            raise ConfigError(f"bench.max_seconds={self.max_seconds}: must be > 0")
+        for name in ("rel_ci", "warmup_tolerance", "aa_tolerance"):  # fractions of a ratio
+            if not 0 < getattr(self, name) < 1:
+                raise ConfigError(f"bench.{name}={getattr(self, name)}: must be in (0, 1)")
         if self.min_seconds < 0:
             raise ConfigError(f"bench.min_seconds={self.min_seconds}: must be >= 0")
         if self.cold_start_repeats < 0:
@@ -349,8 +367,9 @@ class GateConfig:
     max_model_mb: Optional[float] = None    # size limit of the shipped file; null = none
 
     def __post_init__(self):
-        if self.max_accuracy_drop < 0:
-            raise ConfigError(f"gate.max_accuracy_drop={self.max_accuracy_drop}: must be >= 0")
+        if not 0 <= self.max_accuracy_drop <= 100:
+            raise ConfigError(f"gate.max_accuracy_drop={self.max_accuracy_drop}: must be in "
+                              "[0, 100] (points of accuracy)")
         if self.min_speedup < 0:
             raise ConfigError(f"gate.min_speedup={self.min_speedup}: must be >= 0")
         if not 0 <= self.min_output_agreement <= 1:
@@ -411,6 +430,7 @@ class Config:
     data_dir: str = "calibration"           # calibration and evaluation sets
 
     def __post_init__(self):
+        _finite(self)
         if self.gate.speedup_batch_size not in self.bench.batch_sizes:
             raise ConfigError(f"gate.speedup_batch_size={self.gate.speedup_batch_size} is not "
                               f"benchmarked; bench.batch_sizes={self.bench.batch_sizes}")
@@ -452,6 +472,7 @@ class BillApp:
     workdir: str = "artifacts"              # where the pipeline's runs/latest report is read
 
     def __post_init__(self):
+        _finite(self)
         llm = self.model.llm
         if llm is not None and self.bill.seq > llm.max_context:
             raise ConfigError(f"bill.seq={self.bill.seq}: longer than model.llm.max_context="
@@ -462,6 +483,28 @@ GROUPS = {"model": ModelConfig, "quant": QuantConfig, "prune": PruneConfig,
           "hardware": HardwareConfig, "slo": SloConfig, "gate": GateConfig,
           "registry": RegistryConfig}
 APPS = {"config": Config, "bill": BillApp}  # config name -> its schema (stored as schema[_name])
+
+
+def _finite(obj, path: str = "") -> None:
+    """Refuse NaN and infinity in any float of a config tree (lists included)."""
+    for f in dataclasses.fields(obj):
+        value, key = getattr(obj, f.name), f"{path}{f.name}"
+        if dataclasses.is_dataclass(value):
+            _finite(value, f"{key}.")
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ConfigError(f"{key}={value}: must be a finite number")
+
+
+def _ranges(cpus: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out, start = [], None
+    for i, c in enumerate(cpus):
+        start = c if start is None else start
+        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
+            out.append(f"{start}-{c}" if c != start else f"{c}")
+            start = None
+    return ", ".join(out)
 
 
 def _positive(obj, group: str, *names: str) -> None:

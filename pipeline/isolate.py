@@ -12,7 +12,7 @@ import multiprocessing as mp
 import signal
 import traceback
 
-from pipeline.errors import PipelineError, StageError
+from pipeline.errors import PipelineError, StageError, describe_os_error
 
 _ctx = None
 
@@ -31,6 +31,8 @@ def _child(conn, fn, args, kwargs):
         conn.send(("ok", fn(*args, **kwargs)))
     except PipelineError as e:
         conn.send(("expected", (type(e).__name__, str(e))))
+    except OSError as e:  # a full disk or a read-only folder: the machine's fault, one line
+        conn.send(("expected", (type(e).__name__, describe_os_error(e))))
     except BaseException as e:  # noqa: BLE001 - reported to the parent with its traceback
         conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
     finally:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pipeline import quant_defaults
 from pipeline.config import CalibrationMethod, QuantMode
 from pipeline.env import effective_flags
+from pipeline.errors import ConfigError
 from pipeline.stages.calibrate import Calibrate
 from pipeline.stages.compare import Compare
 from pipeline.stages.evaluate import Evaluate, hardest
@@ -48,6 +49,22 @@ def output_nodes(model) -> dict[str, str]:
     return {n.name: n.op_type for n in graph.node if any(o in outs for o in n.output)}
 
 
+def check_exclude(exclude, model, name: str) -> None:
+    """Every ``quant.exclude`` name must be a node of the model the quantizer sees: onnxruntime
+    ignores an unknown name silently, and any exclusion switches QDQ propagation off. Checked as
+    soon as that graph exists, before anything is quantized."""
+    import onnx
+
+    if not exclude:
+        return
+    names = [n.name for n in onnx.load(str(model), load_external_data=False).graph.node]
+    unknown = [n for n in exclude if n not in names]
+    if unknown:
+        modules = [n for n in names if not n.startswith("node_")]  # the exporter's own names
+        raise ConfigError(f"quant.exclude={list(exclude)}: {unknown[0]!r} is not a node of "
+                          f"model={name}; valid names: {', '.join(modules)}")
+
+
 class Quantizer:
     def __init__(self, cfg, runner, fp32, fp32_eval, fp16_eval, primary_metric: str):
         self.cfg, self.runner, self.fp32 = cfg, runner, fp32
@@ -56,6 +73,7 @@ class Quantizer:
         self.hw = cfg.hardware.target()
         self.settings = quant_defaults.resolve(q, effective_flags())
         self.prepared = runner.run(Prepare(), fp32)
+        check_exclude(q.exclude, self.prepared.model, m.name)
         self.subset = hardest(fp32_eval, min(q.ranking_samples, m.eval_samples))
         self.static = None if q.mode != QuantMode.dynamic else ()
         if q.static_op_types is not None:

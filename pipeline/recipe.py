@@ -16,7 +16,7 @@ from pipeline import gate
 from pipeline.artifact import sha256_file
 from pipeline.env import environment
 from pipeline.config import BenchMode, Config, LoadConfig, PruneMethod, QuantMode
-from pipeline.errors import StageError
+from pipeline.errors import ConfigError
 from pipeline.models import task
 from pipeline.stages.benchmark import Benchmark
 from pipeline.stages.evaluate import Evaluate
@@ -51,8 +51,8 @@ def recipe(cfg: Config, runner) -> Outcome:
     t = task(m.name)
     checkpoint_sha = None
     if m.checkpoint is not None:
-        if not Path(m.checkpoint).is_file():
-            raise StageError(f"model.checkpoint={m.checkpoint}: file not found")
+        if not Path(m.checkpoint).is_file():  # checked before anything runs; gone since
+            raise ConfigError(f"model.checkpoint={m.checkpoint}: file not found")
         checkpoint_sha = sha256_file(Path(m.checkpoint))
     source = runner.run(Load(m.name, m.checkpoint, checkpoint_sha, tuple(m.widths), m.hidden))
     pruning = None

@@ -13,6 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
+from pipeline.leftovers import temp_name
 from pipeline.stages.evaluate import agreement
 
 ROWS = (("export", "export (torch -> ONNX, FP32)"), ("fp32", "optimize (FP32 baseline)"),
@@ -150,8 +151,15 @@ def markdown(report: dict) -> str:
                  f"({', '.join(f'{k} {v}' for k, v in env['runtime']['versions'].items())})"
                  if env.get("runtime") else ""),
               "- Tools: " + ", ".join(f"{k} {v}" for k, v in env["tools"].items())]
+    publish = report.get("publish") or {}
     if report.get("published"):
         lines += ["", f"Published to `{report['published']}`."]
+    elif publish.get("status") == "pending":  # written before publishing; updated after it
+        lines += ["", f"Publishing to the {publish['backend']} registry (this report is updated "
+                      "when it ends; if it still says so, the run was interrupted)."]
+    elif publish.get("status") == "failed":
+        lines += ["", f"**Publishing failed** (the gate passed; nothing was published): "
+                      f"{publish['error']}"]
     return "\n".join(lines) + "\n"
 
 
@@ -160,7 +168,7 @@ def write(workdir: str, report: dict, figures: dict | None = None) -> Path:
     runs = Path(workdir) / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     name = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
-    tmp = runs / f".tmp-{name}"
+    tmp = runs / temp_name(name)  # its pid tells a later run whether it may be removed
     tmp.mkdir()
     try:
         report["figures"] = {}
@@ -182,6 +190,20 @@ def write(workdir: str, report: dict, figures: dict | None = None) -> Path:
     link.symlink_to(name)
     link.replace(latest)  # atomic switch of the 'latest' pointer
     return runs / name / "report.md"
+
+
+def update(report_md: Path, report: dict) -> None:
+    """Rewrite a written run's report.json and report.md (after publishing), each atomically."""
+    folder = Path(report_md).parent
+    for name, text in (("report.json", json.dumps(report, indent=2, sort_keys=True, default=str)),
+                       ("report.md", markdown(report))):
+        tmp = folder / f".tmp-{name}-{uuid.uuid4().hex[:6]}"
+        try:
+            tmp.write_text(text)
+            tmp.replace(folder / name)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def aa_checks(outcome) -> dict:

@@ -6,7 +6,11 @@ Out: an ``Artifact`` under ``<workdir>/cache/<stage>/<key>``. The key is a full 
 parent's and references' digests, the stage name and version, the stage's resolved config, the
 tool versions and, for stages that measure or depend on the machine, the hardware fingerprint.
 The stage writes into a temporary sibling folder inside a child process; only a completed folder is
-renamed into place, so a killed run leaves nothing that a later run would trust.
+renamed into place, so a killed run leaves nothing that a later run would trust. Scratch files
+(profiles, augmented models, anything a library puts in ``tempfile``'s folder) go to ``.scratch``
+inside that temporary folder: the child's ``tempfile.gettempdir()`` and ``TMPDIR`` point there, so
+nothing is written beside a parent's artifact, a full disk hits the stage's own folder, and the
+runner removes the scratch before hashing the output.
 """
 from __future__ import annotations
 
@@ -16,12 +20,12 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import time
-import uuid
 from pathlib import Path
 
-from pipeline import isolate
-from pipeline.artifact import Artifact, content_digest, digest_files
+from pipeline import isolate, leftovers
+from pipeline.artifact import FORMAT, Artifact, canonical_meta, content_digest, digest_files
 from pipeline.env import hardware_fingerprint, tool_versions
 from pipeline.errors import StageError
 
@@ -42,12 +46,30 @@ def plain(obj):
     return obj
 
 
+SCRATCH = ".scratch"  # inside the stage's temporary folder; removed before it is hashed
+
+
+def _with_scratch(scratch: Path, fn, *args, **kwargs):
+    """Run a stage (in its child) with every temporary file under ``scratch``."""
+    os.environ["TMPDIR"] = str(scratch)  # for libraries and subprocesses that read it
+    tempfile.tempdir = str(scratch)
+    return fn(*args, **kwargs)
+
+
 class Runner:
     def __init__(self, workdir: str | Path, hardware, log=print):
         self.cache = Path(workdir) / "cache"
         self.hardware = hardware
         self.log = log
         self.record: list[dict] = []  # one row per stage call: label, stage, reused, seconds
+        self.sweep(Path(workdir))
+
+    def sweep(self, workdir: Path) -> None:
+        """Temporary folders of killed runs (their pid dead) and week-old corrupt entries."""
+        folders = [workdir / "runs", *(p for p in self.cache.glob("*") if p.is_dir())]
+        removed = sum(leftovers.sweep(f) for f in folders)
+        if removed:
+            self.log(f"  removed {removed} temporary or corrupt folder(s) left by killed runs")
 
     def key(self, stage, parent: Artifact | None, refs: dict[str, Artifact]) -> str:
         config = plain(stage)
@@ -56,6 +78,7 @@ class Runner:
             config.pop("hardware", None)
         blob = {
             "stage": stage.name, "version": stage.version, "config": config,
+            "format": FORMAT,  # how digests are made: entries made another way are never read
             "parent": parent.digest if parent else None,
             "refs": {k: v.digest for k, v in sorted(refs.items())},
             "tools": tool_versions(),
@@ -76,17 +99,22 @@ class Runner:
                 self._note(label, stage.name, True, 0.0, art)
                 return art
             except StageError as e:
-                self.log(f"  ! {label}: {e}; rebuilding")
-                shutil.move(str(final), str(final.with_name(f".corrupt-{key}-{uuid.uuid4().hex[:6]}")))
+                aside = leftovers.set_aside(final, key)
+                self.log(f"  ! {label}: {e}; rebuilding (kept a week at {aside.name})")
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.with_name(f".tmp-{key[:16]}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+        tmp = final.with_name(leftovers.temp_name(key[:16]))
         tmp.mkdir()
         t0 = time.time()
         try:
-            meta = isolate.call(f"stage {label}", stage.run, parent, tmp, **refs)
+            scratch = tmp / SCRATCH
+            scratch.mkdir()
+            meta = isolate.call(f"stage {label}", _with_scratch, scratch, stage.run, parent, tmp,
+                                **refs)
+            shutil.rmtree(scratch)
             files = digest_files(tmp)
-            art = Artifact(path=final, stage=stage.name, key=key, digest=content_digest(files),
-                           files=files, meta=meta or {}, parent=parent.digest if parent else None,
+            meta = canonical_meta(meta)  # as a later run reads it back, digest included
+            art = Artifact(path=final, stage=stage.name, key=key, digest=content_digest(files, meta),
+                           files=files, meta=meta, parent=parent.digest if parent else None,
                            refs={k: v.digest for k, v in refs.items()}, config=plain(stage),
                            seconds=round(time.time() - t0, 3))
             art.path = tmp

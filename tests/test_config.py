@@ -31,7 +31,7 @@ def test_registry_can_be_dropped():
     ("gate.max_accuracy_drop=abc", "gate.max_accuracy_drop='abc'"),
     ("quant.calibration=median", "expected one of [minmax, entropy, percentile, auto]"),
     ("gate.max_acuracy_drop=1", "valid keys: max_accuracy_drop"),
-    ("gate.max_accuracy_drop=-1", "must be >= 0"),
+    ("gate.max_accuracy_drop=-1", "must be in [0, 100]"),
     ("gate.speedup_batch_size=4", "is not benchmarked"),
     ("model=null", "model cannot be dropped"),
 ])
@@ -50,4 +50,49 @@ def test_cli_bad_config_is_one_line_and_exit_2(override, key, tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and key in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
+    assert not any(tmp_path.iterdir()), "a config error must not write anything"
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("gate.max_accuracy_drop=nan", "gate.max_accuracy_drop=nan: must be in [0, 100]"),
+    ("gate.max_accuracy_drop=150", "must be in [0, 100]"),
+    ("quant.max_accuracy_drop=nan", "quant.max_accuracy_drop=nan"),
+    ("gate.min_speedup=inf", "gate.min_speedup=inf: must be a finite number"),
+    ("gate.min_speedup=nan", "gate.min_speedup=nan: must be a finite number"),
+    ("gate.max_model_mb=nan", "gate.max_model_mb=nan"),
+    ("bench.rel_ci=nan", "bench.rel_ci=nan: must be in (0, 1)"),
+    ("bench.aa_tolerance=2", "bench.aa_tolerance=2.0: must be in (0, 1)"),
+    ("bench.min_seconds=inf", "bench.min_seconds=inf: must be a finite number"),
+    ("bench.load.soak_qps=nan", "bench.load.soak_qps=nan"),
+    ("slo.p99_ms=inf", "slo.p99_ms=inf"),
+    ("prune.recover_lr=nan", "prune.recover_lr=nan"),
+    ("registry.timeout_s=inf", "registry.timeout_s=inf"),
+    ("hardware.affinity=[0,0]", "expected distinct CPU ids"),
+    ("hardware.affinity=[]", "hardware.affinity=[]"),
+    ("quant.exclude=[cnn.0,cnn.0]", "quant.exclude"),
+])
+def test_numbers_are_finite_and_in_range_at_compose_time(override, expected):
+    with pytest.raises(ConfigError) as e:
+        compose([override])
+    assert expected in str(e.value) and "\n" not in str(e.value)
+
+
+def test_affinity_is_checked_against_this_process_cpus():
+    import os
+
+    allowed = sorted(os.sched_getaffinity(0))
+    missing = max(allowed) + 1  # one past the last CPU this process may use
+    with pytest.raises(ConfigError, match=f"CPU {missing} is not available to this process"):
+        compose([f"hardware.affinity=[{allowed[0]},{missing}]"])
+    assert compose([f"hardware.affinity=[{allowed[-1]}]"]).hardware.affinity == [allowed[-1]]
+
+
+def test_cli_affinity_outside_this_machine_is_exit_2_before_any_stage(tmp_path):
+    import os
+
+    from tests.conftest import tiny_args
+
+    # the tiny network, so that a regression costs seconds, not a real run
+    proc = run_cli(*tiny_args(tmp_path, f"hardware.affinity=[{max(os.sched_getaffinity(0)) + 1}]"))
+    assert proc.returncode == 2 and "hardware.affinity" in proc.stderr, proc.stderr
     assert not any(tmp_path.iterdir()), "a config error must not write anything"

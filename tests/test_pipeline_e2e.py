@@ -153,16 +153,30 @@ def test_failed_gate_exits_1_keeps_report_and_publishes_nothing(tiny_run):
     assert sorted((workdir / "registry").rglob("*")) == before
 
 
-@pytest.mark.parametrize("content", [None, b"not a safetensors file"])
-def test_missing_or_corrupt_checkpoint_is_one_clear_line(tmp_path, content):
+@pytest.mark.parametrize("content, code", [(None, 2), (b"not a safetensors file", 3)])
+def test_missing_or_corrupt_checkpoint_is_one_clear_line(tmp_path, content, code):
+    """A missing file is a config error (exit 2, before anything runs); an unreadable one fails
+    the load stage (exit 3)."""
     ckpt = tmp_path / "ckpt.safetensors"
     if content is not None:
         ckpt.write_bytes(content)
     proc = run_cli(*tiny_args(tmp_path, f"model.checkpoint={ckpt}"))
-    assert proc.returncode == 3
+    assert proc.returncode == code
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and str(ckpt) in lines[0], proc.stderr
     assert not list(tmp_path.rglob("artifact.json")), "nothing may be left for a later run to trust"
+
+
+def test_checkpoint_that_does_not_fit_names_the_tensor_and_both_shapes(tmp_path):
+    """The trained OCR checkpoint on the tiny network's widths: torch's own first line names
+    only the network."""
+    ckpt = Path(__file__).resolve().parent.parent / "pipeline/models/checkpoints/ocr_crnn.safetensors"
+    proc = run_cli(*tiny_args(tmp_path, f"model.checkpoint={ckpt}"))
+    assert proc.returncode == 3
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "tensor cnn.0.weight has shape [32, 1, 3, 3], the network expects [8, 1, 3, 3]" \
+        in lines[0] and "more tensor(s) do not fit" in lines[0], lines[0]
 
 
 def test_load_mode_adds_only_the_load_test(tiny_run):

@@ -169,6 +169,45 @@ def test_an_exclusion_onnxruntime_ignores_is_reported(tiny_run, tmp_path):
         == ["QDQPropagationTransformer"]
 
 
+def test_an_exclusion_that_floats_nothing_keeps_qdq_propagation_on(tiny_run, tmp_path):
+    """Only a node really kept float needs propagation off; a MaxPool that stays INT8 must not
+    cost the all-INT8 model its fast pools."""
+    from pipeline.artifact import Artifact
+    from pipeline.compose import compose
+    from pipeline.runner import Runner
+    from pipeline.stages.quantize import Quantize
+
+    workdir = tiny_run[0]
+    rep = report(workdir)
+    base = stage_meta(rep, "quantize")
+    prepared = Artifact.read(Path(next(s["path"] for s in rep["stages"] if s["label"] == "prepare")))
+    cal = Artifact.read(Path(next(s["path"] for s in rep["stages"]
+                                  if s["label"] == "calibrate[minmax]")))
+    maxpool = next(n for n, p in sorted(base["precision"].items())
+                   if p == "int8-static" and _op_type(prepared.model, n) == "MaxPool")
+    cfg = compose(tiny_args(workdir))
+    stage = Quantize(tuple(sorted(base["settings"].items())), cfg.quant.per_channel, "minmax",
+                     None, tuple(cfg.quant.dynamic_op_types), (maxpool,))
+    art = Runner(tmp_path, cfg.hardware.target(), log=lambda *_: None).run(
+        stage, prepared, calibration=cal)
+    assert art.meta["exclusion_ignored"] == [maxpool]
+    assert art.meta["onnxruntime_disabled_optimizers"] == []
+
+
+def test_unknown_exclude_name_is_a_config_error_naming_the_valid_ones(tiny_run, tmp_path):
+    from tests.conftest import run_cli
+    from tests.faults import copy_of_tiny_run
+
+    args = copy_of_tiny_run(tiny_run, tmp_path, **{"quant.exclude": "[cnn.0,cnn.99]"})
+    before = sorted((tmp_path / "cache").glob("quantize/*"))
+    proc = run_cli(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "'cnn.99' is not a node" in lines[0], proc.stderr
+    assert "valid names: cnn.0," in lines[0] and "rnn" in lines[0]
+    assert sorted((tmp_path / "cache").glob("quantize/*")) == before, "nothing quantized"
+
+
 def _describe(model: Path, hw) -> dict:
     from pipeline.runtimes import load
 

@@ -95,3 +95,39 @@ def test_hardware_enters_the_key_only_of_hardware_dependent_stages(tmp_path):
     r2 = Runner(tmp_path, HardwareConfig(intra_op_threads=1), log=lambda m: None)
     assert r1.key(Write("x"), None, {}) == r2.key(Write("x"), None, {})
     assert r1.key(Measure("x"), None, {}) != r2.key(Measure("x"), None, {})
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A stage whose whole result is metadata (like the benchmark): no files at all."""
+    speedup: float
+    name = "measure"
+    version = 1
+    hardware_dependent = False
+
+    def run(self, parent, out_dir: Path) -> dict:
+        return {"speedup": self.speedup, "by_batch": {8: [self.speedup]}}
+
+
+def test_edited_metadata_is_corrupt_and_rebuilt_not_trusted(tmp_path):
+    import json
+
+    a = runner(tmp_path).run(Measure(0.9))
+    manifest = json.loads((a.path / "artifact.json").read_text())
+    manifest["meta"]["speedup"] = 100.0  # one cached number edited by hand
+    (a.path / "artifact.json").write_text(json.dumps(manifest))
+    logs = []
+    r = runner(tmp_path, logs)
+    again = r.run(Measure(0.9))
+    assert again.meta["speedup"] == 0.9 and r.record[0]["reused"] is False
+    assert any("corrupt" in m and "metadata" in m for m in logs), logs
+    assert runner(tmp_path).run(Measure(0.9)).digest == a.digest  # and then reused as before
+
+
+def test_an_artifact_without_files_has_a_digest_of_its_own_content(tmp_path):
+    r = runner(tmp_path)
+    slow, fast = r.run(Measure(0.9)), r.run(Measure(2.0))
+    assert slow.files == fast.files == {}
+    assert slow.digest != fast.digest
+    # built and read back give the same digest (int keys become str keys in artifact.json)
+    assert runner(tmp_path).run(Measure(0.9)).digest == slow.digest

@@ -93,7 +93,7 @@ def _poisoned(src: Path, folder: Path) -> Artifact:
     folder.mkdir()
     onnx.save(model, str(folder / "model.onnx"))
     files = digest_files(folder)
-    return Artifact(path=folder, stage="test", key="poisoned", digest=content_digest(files),
+    return Artifact(path=folder, stage="test", key="poisoned", digest=content_digest(files, {}),
                     files=files)
 
 

@@ -43,12 +43,30 @@ def build_with(network, widths, hidden, weights: dict | None = None):
     torch.manual_seed(RANDOM_INIT_SEED)
     net = network(tuple(widths), hidden)
     if weights is not None:
-        try:
-            net.load_state_dict(weights, strict=True)
-        except RuntimeError as e:
+        problem = misfit(net.state_dict(), weights)
+        if problem:
             raise StageError(f"checkpoint does not fit {network.__name__}(widths={list(widths)}, "
-                             f"hidden={hidden}): {str(e).splitlines()[0]}") from None
+                             f"hidden={hidden}): {problem}")
+        net.load_state_dict(weights, strict=True)
     return net.eval()
+
+
+def misfit(expected: dict, weights: dict) -> str | None:
+    """The first tensor a checkpoint gets wrong (name, its shape, the expected shape), and how many
+    others; torch's own message names only the network in its first line."""
+    def shape(t):
+        return list(t.shape)
+
+    problems = [f"tensor {k} has shape {shape(weights[k])}, the network expects {shape(v)}"
+                for k, v in expected.items() if k in weights and shape(weights[k]) != shape(v)]
+    problems += [f"tensor {k} (shape {shape(v)}) is missing" for k, v in expected.items()
+                 if k not in weights]
+    problems += [f"tensor {k} (shape {shape(v)}) is not in the network" for k, v in weights.items()
+                 if k not in expected]
+    if not problems:
+        return None
+    more = len(problems) - 1
+    return problems[0] + (f" (and {more} more tensor(s) do not fit)" if more else "")
 
 
 def example_input(batch: int = 2, width: int = 128) -> np.ndarray:
@@ -96,9 +114,13 @@ def dataset(split: str, count: int, data_dir: str | Path):
     ds = Dataset.from_dict({k: [s[k] for s in samples] for k in ("image", "width", "text")})
     digest = sample_digest(ds)
     tmp = folder.with_name(f".tmp-{folder.name}-{uuid.uuid4().hex[:8]}")
-    ds.save_to_disk(str(tmp))
-    (tmp / "digest.json").write_text(json.dumps({"sha256": digest, "split": split,
-                                                 "seed": SEEDS[split], "count": count}))
+    try:
+        ds.save_to_disk(str(tmp))
+        (tmp / "digest.json").write_text(json.dumps({"sha256": digest, "split": split,
+                                                     "seed": SEEDS[split], "count": count}))
+    except BaseException:  # a full disk: no half-written set left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     try:
         tmp.rename(folder)
     except OSError:  # another run built it first

@@ -3,7 +3,9 @@ gc and export-triton, on the registry that ``conf/registry`` and overrides selec
 
     list [NAME] [--json]                      versions, their gate verdict and aliases
     show NAME[:REF|@sha256:...] [--json]      one version's manifest and evidence (all: no REF)
-    pull NAME:REF [--out DIR]                 files re-hashed, then renamed into DIR
+    pull NAME:REF [--out DIR] [--force]       files re-hashed, then renamed into DIR (a folder
+                                              that is not an earlier pull of NAME is refused;
+                                              --force moves its contents aside, never deletes)
     verify [NAME]                             re-hash every manifest and blob
     promote NAME:REF ALIAS [--force] [--reason TEXT]   move candidate/production
     gc                                        local store: drop unreferenced blobs and temp files
@@ -22,26 +24,22 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline.errors import ConfigError, PipelineError
+from pipeline.errors import ConfigError, cli
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     overrides = [a for a in argv if _is_override(a)]
     args = [a for a in argv if a not in overrides]
-    parser = _parser()
-    if not args or args[0] in ("-h", "--help"):
+    if not args:
         print(__doc__)
         return 0
-    try:
-        ns = parser.parse_args(args)
+
+    def run(args):
+        ns = _parser().parse_args(args)
         return ns.run(ns, _backend(overrides))
-    except PipelineError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
-    except OSError as e:  # a store or output folder we may not write: the machine, not a bug
-        print(f"error: {e.filename or ''}: {e.strerror or e}".lstrip(": "), file=sys.stderr)
-        return 3
+    # the shared shell: one line for our errors and for OS errors (a store we may not write)
+    return cli(run, args, __doc__)
 
 
 def _is_override(arg: str) -> bool:
@@ -105,7 +103,7 @@ def _pull(ns, backend) -> int:
     name, ref = parse_ref(ns.ref)
     out = Path(ns.out) if ns.out else Path("artifacts/pulled") / f"{name}-{ref or ''}".replace(
         ":", "-")
-    entry, path = backend.pull(name, ref, out)
+    entry, path = backend.pull(name, ref, out, force=ns.force)
     print(f"pulled {entry.name}:{entry.version}@{entry.digest} into {path} (every blob re-hashed)")
     return 0
 
@@ -184,6 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("pull")
     c.add_argument("ref")
     c.add_argument("--out")
+    c.add_argument("--force", action="store_true")  # a non-empty folder is moved aside, not lost
     c.set_defaults(run=_pull)
     c = sub.add_parser("verify")
     c.add_argument("name", nargs="?")

@@ -150,11 +150,13 @@ class LocalStore:
     def manifest(self, entry: Entry) -> tuple[dict, bytes]:
         return self._manifest(entry.digest, f"{entry.name}:{entry.version}")
 
-    def pull(self, name: str, ref: str | None, dest: Path) -> tuple[Entry, Path]:
+    def pull(self, name: str, ref: str | None, dest: Path, force: bool = False
+             ) -> tuple[Entry, Path]:
         entry = self.resolve(name, ref)
         manifest, data = self.manifest(entry)
         where = f"{entry.name}:{entry.version}"
-        return entry, transfer.pull_into(dest, where, manifest, data, self._opener(where))
+        return entry, transfer.pull_into(dest, where, manifest, data, self._opener(where),
+                                         force=force, protect=self.root)
 
     def verify(self, name: str | None = None) -> tuple[int, list[str]]:
         """Re-hash every manifest and blob the index reaches: (versions checked, problems)."""

@@ -132,7 +132,8 @@ class MlflowRegistry:
         return parse(data, entry.digest, f"{self.url} {self._model(entry.name)} "
                                          f"v{mv.version}"), data
 
-    def pull(self, name: str, ref: str | None, dest: Path) -> tuple[Entry, Path]:
+    def pull(self, name: str, ref: str | None, dest: Path, force: bool = False
+             ) -> tuple[Entry, Path]:
         mv = self._version(name, ref)
         entry = self._entry(name, mv)
         with tempfile.TemporaryDirectory(prefix="mlflow-pull-") as tmp:
@@ -142,7 +143,8 @@ class MlflowRegistry:
                 raise RegistryError(f"{where}: {OCI_MANIFEST} is missing from its artifacts")
             data = (folder / OCI_MANIFEST).read_bytes()
             manifest = parse(data, entry.digest, where)
-            return entry, transfer.pull_into(dest, where, manifest, data, _opener(folder, where))
+            return entry, transfer.pull_into(dest, where, manifest, data, _opener(folder, where),
+                                             force=force)
 
     def verify(self, name: str | None = None) -> tuple[int, list[str]]:
         entries = self.versions(name)

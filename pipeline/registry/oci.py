@@ -122,12 +122,13 @@ class OciRegistry:
         data = self._fetch_manifest(self._repo(entry.name), entry.digest)
         return parse(data, entry.digest, f"{entry.name}:{entry.version}"), data
 
-    def pull(self, name: str, ref: str | None, dest: Path) -> tuple[Entry, Path]:
+    def pull(self, name: str, ref: str | None, dest: Path, force: bool = False
+             ) -> tuple[Entry, Path]:
         entry = self.resolve(name, ref)
         manifest, data = self.manifest(entry)
         where = f"{self.where}/{self._repo(name)}:{entry.version}"
         return entry, transfer.pull_into(dest, where, manifest, data,
-                                         self._opener(self._repo(name), where))
+                                         self._opener(self._repo(name), where), force=force)
 
     def verify(self, name: str | None = None) -> tuple[int, list[str]]:
         count, problems = 0, []

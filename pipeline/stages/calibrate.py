@@ -73,7 +73,7 @@ class Calibrate:
         t = task(self.task)
         ds, digest = t.dataset("calibration", self.samples, self.data_dir)
         rss_before = peak_rss_mb()
-        with tempfile.TemporaryDirectory(dir=out_dir.parent) as tmp:
+        with tempfile.TemporaryDirectory() as tmp:  # the runner puts it inside out_dir
             calibrator = create_calibrator(str(parent.model), None,
                                            augmented_model_path=str(Path(tmp) / "augmented.onnx"),
                                            calibrate_method=methods[self.method])

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from pipeline.errors import StageError
 
 INT8_KERNELS = ("QLinear", "ConvInteger", "MatMulInteger", "DynamicQuantize", "MatMulIntegerToFloat")
 FORMAT_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
@@ -81,15 +85,22 @@ def profile(model: Path, hardware, batch, runs: int) -> dict[str, dict]:
     so.enable_profiling = True
     so.log_severity_level = 3
     so.intra_op_num_threads = hardware.intra_op_threads
-    so.profile_file_prefix = str(model.parent.parent / f".profile-{model.parent.name[:12]}")
+    # tempfile's folder: in a stage, the runner points it inside the stage's own output folder
+    scratch = Path(tempfile.mkdtemp(prefix="profile-"))
+    so.profile_file_prefix = str(scratch / "profile")
     sess = pipeline_ort.session(model, hardware, options=so)
     for _ in range(3):  # warm-up, excluded below by taking the last `runs` calls
         pipeline_ort.run(sess, batch)
     for _ in range(runs):
         pipeline_ort.run(sess, batch)
     path = Path(sess.end_profiling())
-    events = json.loads(path.read_text())
-    path.unlink()
+    try:
+        events = json.loads(path.read_text())
+    except ValueError as e:  # onnxruntime does not report a failed write: say what it means
+        raise StageError(f"onnxruntime's profile {path} is not valid JSON ({e}); it is "
+                         f"truncated when the disk is full ({_free(path.parent)} left)") from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     per: dict[str, list] = defaultdict(list)
     ops = {}
     resolve = namer(model)
@@ -100,6 +111,10 @@ def profile(model: Path, hardware, batch, runs: int) -> dict[str, dict]:
             ops[name] = e["args"].get("op_name", "?")
     # Each node ran 3 + runs times: keep the last `runs` (after warm-up).
     return {n: {"op": ops[n], "ms": float(np.mean(v[-runs:]))} for n, v in per.items()}
+
+
+def _free(folder: Path) -> str:
+    return f"{shutil.disk_usage(folder).free / 1e6:.1f} MB"
 
 
 def fusion_groups(fp32_model: Path, int8_model: Path, f32: dict, i8: dict) -> dict:
@@ -177,12 +192,16 @@ def optimized_graph_summary(model: Path, hardware) -> dict:
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    so.optimized_model_filepath = str(model.parent.parent / f".explain-{model.parent.name[:12]}.onnx")
-    ort.InferenceSession(str(model), so, providers=[hardware.provider],
-                         disabled_optimizers=disabled_optimizers(model) or None)
-    path = Path(so.optimized_model_filepath)
-    graph = onnx.load(str(path)).graph
-    path.unlink()
+    with tempfile.TemporaryDirectory(prefix="explain-") as scratch:  # the stage's own folder
+        so.optimized_model_filepath = str(Path(scratch) / "optimized.onnx")
+        ort.InferenceSession(str(model), so, providers=[hardware.provider],
+                             disabled_optimizers=disabled_optimizers(model) or None)
+        try:
+            graph = onnx.load(so.optimized_model_filepath).graph
+        except Exception as e:  # noqa: BLE001 - protobuf's DecodeError: a truncated write
+            raise StageError(f"onnxruntime's optimized graph {so.optimized_model_filepath} is "
+                             f"unreadable ({type(e).__name__}); it is truncated when the disk "
+                             f"is full ({_free(Path(scratch))} left)") from None
     float_ops = sorted({f"{n.name} ({n.op_type})" for n in graph.node
                         if not n.op_type.startswith(INT8_KERNELS) and n.op_type not in FORMAT_OPS
                         and n.op_type not in SHAPE_OPS})

@@ -95,7 +95,7 @@ class Quantize:
     dynamic_op_types: tuple
     exclude: tuple = ()      # node names kept float
     name = "quantize"
-    version = 7
+    version = 8  # 8: QDQ propagation is switched off only for a node really kept float
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path, calibration=None) -> dict:
@@ -132,9 +132,12 @@ class Quantize:
                              f"{type(e).__name__}: {e}") from None
         for leftover in out_dir.glob("*.data"):
             leftover.unlink()
-        disabled = _keep_float_regions(target) if self.exclude else []
         nodes = node_counts(target)
         precision = precisions(target)
+        # Propagation off only when a node was really kept float: an excluded name that is not a
+        # node, or a node that stayed INT8 anyway, must not cost the all-INT8 model its fast pools.
+        floated = [n for n in self.exclude if precision.get(n) == "float"]
+        disabled = _keep_float_regions(target) if floated else []
         # onnxruntime honours an exclusion only for nodes it would quantize themselves: a
         # weightless node (MaxPool) between INT8 neighbours keeps their Q/DQ pair around it and
         # still runs in INT8. Say so, so that nobody reports such a node as float.
