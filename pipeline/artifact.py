@@ -50,12 +50,16 @@ def content_digest(files: dict[str, str], meta: dict) -> str:
                           .encode()).hexdigest()
 
 
+def files_digest(files: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(sorted(files.items())).encode()).hexdigest()
+
+
 @dataclass
 class Artifact:
     path: Path
     stage: str
     key: str                      # the cache key it was built under
-    digest: str                   # sha256 over its files
+    digest: str                   # sha256 over its files and its metadata
     files: dict[str, str]
     meta: dict = field(default_factory=dict)   # metrics, counts, parity, timings ...
     parent: str | None = None     # parent artifact digest
@@ -66,6 +70,12 @@ class Artifact:
     @property
     def model(self) -> Path:
         return self.path / "model.onnx"
+
+    @property
+    def files_digest(self) -> str:
+        """sha256 over the files alone: what names a published version, so the same bytes are
+        published under one name whatever numbers their measurement produced."""
+        return files_digest(self.files)
 
     def to_json(self) -> dict:
         return {"stage": self.stage, "key": self.key, "digest": self.digest, "files": self.files,

@@ -55,12 +55,12 @@ def evidence(passed: bool = True) -> dict:
 
 
 def candidate(model: Path) -> types.SimpleNamespace:
-    return types.SimpleNamespace(model=Path(model),
-                                 digest=hashlib.sha256(Path(model).read_bytes()).hexdigest())
+    sha = hashlib.sha256(Path(model).read_bytes()).hexdigest()
+    return types.SimpleNamespace(model=Path(model), digest=sha, files_digest=sha)
 
 
 def version_of(model: Path, mode: str = "int8") -> str:
-    return f"{mode}-{candidate(model).digest[:16]}"
+    return f"{mode}-{candidate(model).files_digest[:16]}"
 
 
 # A child that publishes one model: argv = model, gate verdict (pass|fail), then key=value fields

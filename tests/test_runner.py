@@ -131,3 +131,29 @@ def test_an_artifact_without_files_has_a_digest_of_its_own_content(tmp_path):
     assert slow.digest != fast.digest
     # built and read back give the same digest (int keys become str keys in artifact.json)
     assert runner(tmp_path).run(Measure(0.9)).digest == slow.digest
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """Same bytes, other numbers: the model a stage writes does not depend on ``note``."""
+    note: float
+    name = "stamp"
+    version = 1
+    hardware_dependent = False
+
+    def run(self, parent, out_dir: Path) -> dict:
+        (out_dir / "model.onnx").write_bytes(b"the same model")
+        return {"measured": self.note}
+
+
+def test_a_published_version_is_named_by_the_files_not_the_numbers(tmp_path):
+    from pipeline.config import RegistryConfig
+    from pipeline.registry import publish
+
+    r = runner(tmp_path)
+    a, b = r.run(Stamp(1.0)), r.run(Stamp(2.0))
+    assert a.digest != b.digest and a.files_digest == b.files_digest
+    cfg = RegistryConfig(root=str(tmp_path / "registry"))
+    first = publish(cfg, "ocr", "int8", a, {"verdict": {"passed": True}})
+    second = publish(cfg, "ocr", "int8", b, {"verdict": {"passed": True}})
+    assert first.version == second.version == f"int8-{a.files_digest[:16]}"

@@ -29,9 +29,11 @@ def open_backend(registry_cfg):
 
 
 def publish(registry_cfg, model_name: str, mode: str, candidate, manifest: dict):
-    """Push the candidate (``.model``, ``.digest``) with its evidence as one immutable version."""
+    """Push the candidate (``.model``, ``.files_digest``) with its evidence as one immutable
+    version. The version is named by the files alone: the artifact's own digest also covers its
+    metadata, and the same model must never be published under two names."""
     from pipeline.registry.package import build
 
     backend = open_backend(registry_cfg)
-    pkg = build(model_name, f"{mode}-{candidate.digest[:16]}", candidate.model, manifest)
+    pkg = build(model_name, f"{mode}-{candidate.files_digest[:16]}", candidate.model, manifest)
     return backend.push(pkg)
