@@ -19,8 +19,10 @@ Sections (each one records its own error and the others still run):
   default ``quantize_static``, NNCF's INT8 and OpenVINO's default compile, each with its accuracy
   under its deployed settings, timed in one process in blocks with an A/A check
   (``pipeline/peers.py``).
-Each target is listed with its measured value and whether it was met. A benchmark, not a test:
-nothing here asserts, and the numbers only compare with ones from the same ``environment``.
+Each target is listed with its measured value and whether it was met; ``docs/results.md`` is
+rendered from the file (``pipeline.bench_results``), with each section's time and CPU. A
+benchmark, not a test: nothing here asserts, and the numbers only compare with ones from the
+same ``environment``.
 """
 from __future__ import annotations
 
@@ -33,7 +35,9 @@ import time
 import traceback
 from pathlib import Path
 
+from pipeline import bench_results
 from pipeline.bench_quant import quantization
+from pipeline.env import cpu_info
 
 LOAD_P99_MS = 20.0  # an interactive OCR service's per-line budget, for the load section
 
@@ -180,6 +184,7 @@ def runtimes(base: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("bench.json"))
+    ap.add_argument("--page", type=Path, default=Path("docs") / "results.md")
     ap.add_argument("--sections",
                     default="spine,repeatability,quantization,load,pruning,runtimes")
     args, overrides = ap.parse_known_args(argv)
@@ -201,10 +206,13 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = sections[name]()
         except Exception as e:  # noqa: BLE001 - recorded in the JSON; other sections still run
             results[name] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
+        # Sections of earlier runs are kept, so each names its own time and CPU.
+        results[name].update(measured_at=time.strftime("%Y-%m-%d %H:%M %Z"), cpu=cpu_info())
         args.out.write_text(json.dumps(results, indent=2, default=str))
+        bench_results.write(args.out, args.page)  # the results page, never typed by hand
     targets = {f"{s}: {k}": v for s, r in results.items() for k, v in r.get("targets", {}).items()}
     print(json.dumps(targets, indent=2, default=str))
-    print(f"bench: wrote {args.out}")
+    print(f"bench: wrote {args.out} and {args.page}")
     return 0
 
 

@@ -267,7 +267,7 @@ class HardwareConfig:
 
 @dataclass
 class SloConfig:
-    """The service targets that decide the hardware (SEED-NOTES section 2)."""
+    """The service targets that decide the hardware."""
     p99_ms: float = 200.0                   # a request's latency target, 99th percentile
     peak_qps: float = 50.0                  # requests per second at the busiest time
     max_input: int = 512                    # largest input a request may carry (OCR: line width

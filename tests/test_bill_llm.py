@@ -1,4 +1,4 @@
-"""The LLM bill reproduces the article's worked example (SEED-NOTES section 1) from the formulas.
+"""The LLM bill reproduces a worked 7B example (weights, KV cache, fit on a 24 GB card) from the formulas.
 
 Every expected value is computed here from the formula it checks, then pinned to the rounded
 number the issue quotes, so a wrong formula and a wrong rounding both fail.

@@ -1,4 +1,4 @@
-"""The bill: memory, compute and capacity, before anyone buys a card (SEED-NOTES sections 1-3).
+"""The bill: memory, compute and capacity, before anyone buys a card.
 
 In: a decoder-only LLM's shape, or any ONNX artifact with a batch size and an input shape; a
 hardware profile (``conf/hardware``); service targets (``conf/slo``). Out: plain dicts and tables:

@@ -4,9 +4,9 @@ In: an ``LlmConfig`` (parameters, layers, heads, KV heads, head dim), a ``BillCo
 sequence length, weight and KV precision, margin) and a ``HardwareConfig``. Out: a plain dict:
 weights, KV cache, margin and total in GB; whether it fits the device and by how much; the largest
 batch that fits; FLOPs per token; the decode ceiling from memory bandwidth and the prefill time
-bound from compute. Plain arithmetic, the article's own estimator (SEED-NOTES section 1):
+bound from compute. Plain arithmetic, the usual estimator:
 ``weights = params * bits / 8``, ``kv = batch * seq * layers * kv_heads * head_dim * 2 * bytes``,
-``total = weights + kv + margin``. GB are decimal (1e9 B), as in the article; GiB are shown too.
+``total = weights + kv + margin``. GB are decimal (1e9 B), as datasheets print them; GiB are shown too.
 Deliberately not handled: tensor parallelism across cards, paged-KV fragmentation, speculative
 decoding, mixture-of-experts (active parameters differ from stored ones) and prefix caching.
 """

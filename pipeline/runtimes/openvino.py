@@ -6,7 +6,7 @@ output. Compiled with every setting explicit, because OpenVINO's defaults depend
 ``INFERENCE_NUM_THREADS`` (the target's intra-op threads), ``PERFORMANCE_HINT`` and
 ``INFERENCE_PRECISION_HINT``. The last matters most: on a CPU with AVX512-BF16 or AMX the
 default is bf16, not f32, and a model gated in f32 would ship in bf16 (about a point of accuracy
-on a real OCR recognizer, MEASURING.md). ``describe`` reads back the compiled properties and, from
+on a real OCR recognizer). ``describe`` reads back the compiled properties and, from
 the runtime model OpenVINO actually executes (``get_runtime_model()``, each node's ``layerType``
 and ``runtimePrecision``), the precision every convolution, fully-connected and RNN layer runs
 in, so a QDQ model is proven to execute in INT8 kernels rather than dequantized to float.

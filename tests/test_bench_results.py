@@ -1,0 +1,42 @@
+"""The results page is rendered from bench.json: every target row, its section's time and CPU."""
+import json
+
+from pipeline import bench_results
+
+
+def _bench():
+    return {
+        "spine": {"measured_at": "2026-11-30 23:10 UTC",
+                  "cpu": {"model": "AMD EPYC", "flags": ["avx2", "fma"], "logical_cores": 2},
+                  "targets": {"int8 drop <= 0.3 points": [0.05, True],
+                              "int8 >= 1.8x faster than fp32 at batch 8": [1.7012345, False],
+                              "a | pipe in a name": [{"a": 0.123456, "b": [1, 2]}, True]}},
+        "load": {"measured_at": "2026-11-30 23:20 UTC", "cpu": {"model": "Intel Xeon"},
+                 "error": "RuntimeError: the pipeline wrote no report (exit 3)", "trace": "..."},
+    }
+
+
+def test_every_target_is_a_row_with_its_value_and_verdict():
+    page = bench_results.render(_bench())
+    assert "| int8 drop <= 0.3 points | 0.05 | yes |" in page
+    assert "| int8 >= 1.8x faster than fp32 at batch 8 | 1.7 | **no** |" in page
+    assert "a \\| pipe in a name" in page  # table cells stay one cell
+    assert '{"a": 0.1235, "b": [1, 2]}' in page
+
+
+def test_each_section_names_its_time_and_cpu_and_a_failed_one_says_so():
+    page = bench_results.render(_bench())
+    spine, load = page.split("## spine")[1].split("## load")
+    assert "2026-11-30 23:10 UTC" in spine and "AMD EPYC" in spine and "avx2, fma" in spine
+    assert "Intel Xeon" in load and "the pipeline wrote no report" in load
+    assert "do not edit by hand" in page
+
+
+def test_cli_writes_the_page_and_refuses_a_missing_file(tmp_path, capsys):
+    src, dst = tmp_path / "bench.json", tmp_path / "docs" / "results.md"
+    assert bench_results.main([str(src), str(dst)]) == 3
+    assert "no such file" in capsys.readouterr().err and not dst.exists()
+    src.write_text(json.dumps(_bench()))
+    assert bench_results.main([str(src), str(dst)]) == 0
+    assert dst.read_text() == bench_results.render(_bench(), "bench.json")
+    assert [p.name for p in dst.parent.iterdir()] == ["results.md"]  # no temp file left
