@@ -1,0 +1,150 @@
+"""A user's data set, read through Hugging Face ``datasets``, with a digest of its content and
+two disjoint splits (calibration, evaluation).
+
+In: a ``DataConfig``. Out: ``UserData``: the ``datasets.Dataset``, a sha256 over the content of
+every file it was read from (so a data set edited in place gets a new digest, and every stage key
+that reads it changes), whether it has labels, and the two splits as index lists.
+``datasets`` does the reading (its packaged ``imagefolder``, ``csv``, ``json`` and ``parquet``
+builders and ``load_from_disk``, none of which touches the network); this module only checks what
+it got. It does not preprocess: see ``pipeline.data.images``.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.data.spec import DataConfig, DataFormat
+from pipeline.errors import ConfigError, StageError
+
+_BUILDER = {DataFormat.csv: "csv", DataFormat.jsonl: "json", DataFormat.parquet: "parquet"}
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+
+
+@dataclass
+class UserData:
+    dataset: object            # datasets.Dataset
+    digest: str                # sha256 over every file the data was read from
+    has_labels: bool
+    calibration: list[int]     # row indices, disjoint from evaluation
+    evaluation: list[int]
+
+
+def content_digest(path: Path, *extra: Path) -> str:
+    """sha256 over (relative name, sha256 of bytes) of every file under ``path`` (or of ``path``
+    itself), plus any ``extra`` files: the data's identity, whatever its timestamps say."""
+    h = hashlib.sha256()
+    for root in (path, *extra):
+        files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+        for f in files:
+            name = str(f.relative_to(root)) if root.is_dir() else f.name
+            h.update(json.dumps([name, _file_sha256(f)]).encode())
+    return h.hexdigest()
+
+
+def _file_sha256(f: Path) -> str:
+    h = hashlib.sha256()
+    with open(f, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load(cfg: DataConfig) -> UserData:
+    import datasets
+
+    datasets.disable_progress_bars()
+    path = Path(cfg.path)
+    if not path.exists():
+        raise ConfigError(f"data.path={cfg.path}: no such file or folder")
+    extra = [Path(cfg.labels)] if cfg.format == DataFormat.labels_file else []
+    try:
+        ds = _read(cfg, path)
+    except (ConfigError, StageError):
+        raise
+    except Exception as e:  # noqa: BLE001 - datasets' own errors name the file; keep one line
+        raise StageError(f"data.path={cfg.path}: cannot be read as {cfg.format.value} "
+                         f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
+    if len(ds) == 0:
+        raise StageError(f"data.path={cfg.path}: no samples found (format {cfg.format.value})")
+    if cfg.input_column not in ds.column_names:
+        raise ConfigError(f"data.input_column={cfg.input_column}: not a column of {cfg.path} "
+                          f"(columns: {', '.join(ds.column_names)})")
+    has_labels = cfg.label_column in ds.column_names
+    cal, ev = splits(len(ds), cfg.calibration_samples, cfg.evaluation_samples, cfg.seed)
+    return UserData(ds, content_digest(path, *extra), has_labels, cal, ev)
+
+
+def _read(cfg: DataConfig, path: Path):
+    from datasets import load_dataset, load_from_disk
+
+    if cfg.format == DataFormat.saved:
+        ds = load_from_disk(str(path))
+        if hasattr(ds, "keys"):  # a DatasetDict: the user must say which split (one is enough)
+            names = list(ds.keys())
+            if len(names) != 1:
+                raise ConfigError(f"data.path={cfg.path}: a saved DatasetDict with splits "
+                                  f"{', '.join(names)}; point data.path at one split's folder")
+            ds = ds[names[0]]
+        return ds
+    if cfg.format == DataFormat.imagefolder:
+        if not path.is_dir():
+            raise ConfigError(f"data.path={cfg.path}: format=imagefolder needs a folder")
+        if not any(p.suffix.lower() in IMAGE_SUFFIXES for p in path.rglob("*") if p.is_file()):
+            raise StageError(f"data.path={cfg.path}: no samples found (no image files)")
+        # A flat folder has no label subfolders: imagefolder then gives no label column.
+        flat = not any(p.is_dir() for p in path.iterdir())
+        ds = load_dataset("imagefolder", data_dir=str(path), split="train", drop_labels=flat)
+        return ds.rename_column("image", cfg.input_column) if cfg.input_column != "image" else ds
+    if cfg.format == DataFormat.labels_file:
+        return _labels_file(cfg, path)
+    return load_dataset(_BUILDER[cfg.format], data_files=str(path), split="train")
+
+
+def _labels_file(cfg: DataConfig, folder: Path):
+    """A folder of images plus a CSV or JSONL naming each file and its label."""
+    from datasets import Dataset, Image
+
+    labels = Path(cfg.labels)
+    if not labels.is_file():
+        raise ConfigError(f"data.labels={cfg.labels}: no such file")
+    if labels.suffix.lower() == ".csv":
+        with open(labels, newline="") as f:
+            rows = list(csv.DictReader(f))
+    else:
+        rows = [json.loads(line) for line in labels.read_text().splitlines() if line.strip()]
+    files, targets = [], []
+    root = folder.resolve()
+    for n, row in enumerate(rows, 1):
+        missing = [c for c in (cfg.file_column, cfg.label_column) if c not in row]
+        if missing:
+            raise ConfigError(f"data.labels={cfg.labels}: row {n} has no {', '.join(missing)} "
+                              f"column (columns: {', '.join(row)})")
+        f = (folder / str(row[cfg.file_column])).resolve()
+        if root not in f.parents:  # a label file must not reach outside the data folder
+            raise ConfigError(f"data.labels={cfg.labels}: row {n} names {row[cfg.file_column]}, "
+                              f"outside data.path={cfg.path}")
+        if not f.is_file():
+            raise StageError(f"data.labels={cfg.labels}: row {n} names {row[cfg.file_column]}, "
+                             f"which is not in {cfg.path}")
+        files.append(str(f))
+        targets.append(row[cfg.label_column])
+    ds = Dataset.from_dict({cfg.input_column: files, cfg.label_column: targets})
+    return ds.cast_column(cfg.input_column, Image())
+
+
+def splits(n: int, calibration: int, evaluation: int, seed: int) -> tuple[list[int], list[int]]:
+    """Two disjoint index lists drawn by one seeded shuffle. Refuses a set too small for both:
+    calibrating on evaluation samples would flatter the quantized model."""
+    import numpy as np
+
+    if calibration + evaluation > n:
+        raise StageError(f"the data set has {n} samples, fewer than calibration_samples="
+                         f"{calibration} + evaluation_samples={evaluation}; lower them or add data")
+    order = np.random.default_rng(seed).permutation(n)
+    cal = sorted(int(i) for i in order[:calibration])
+    ev = sorted(int(i) for i in order[calibration:calibration + evaluation])
+    assert not set(cal) & set(ev)
+    return cal, ev

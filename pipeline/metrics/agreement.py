@@ -1,0 +1,50 @@
+"""When the user has no labels: how closely a candidate's outputs follow the FP16 baseline's.
+
+In: two lists of output arrays for the same inputs (the baseline's and the candidate's), each
+[batch, ...]. Out: argmax agreement (for outputs with a class axis), cosine similarity per sample
+(mean and 1st percentile: the worst samples are what a user notices), and the max and mean
+absolute difference. Continuous outputs (embeddings, regressions) are judged by cosine and
+differences; "identical decoded strings" only means something for classifiers and decoders.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.metrics.spec import MetricSpec
+
+SPECS = {"argmax_agreement": MetricSpec("argmax_agreement", True, needs_labels=False),
+         "cosine_mean": MetricSpec("cosine_mean", True, "", needs_labels=False),
+         "cosine_p1": MetricSpec("cosine_p1", True, "", needs_labels=False),
+         "max_abs_diff": MetricSpec("max_abs_diff", False, "", needs_labels=False),
+         "mean_abs_diff": MetricSpec("mean_abs_diff", False, "", needs_labels=False)}
+
+
+def agreement(baseline: list, candidate: list) -> dict[str, float]:
+    if len(baseline) != len(candidate) or not baseline:
+        raise ValueError(f"cannot compare {len(candidate)} candidate batches with "
+                         f"{len(baseline)} baseline batches")
+    cos, argmax_same, n_argmax, max_abs, abs_sum, count = [], 0, 0, 0.0, 0.0, 0
+    for b, c in zip(baseline, candidate):
+        b = np.asarray(b, dtype=np.float64)
+        c = np.asarray(c, dtype=np.float64)
+        if b.shape != c.shape:
+            raise ValueError(f"output shapes differ: baseline {b.shape}, candidate {c.shape}")
+        flat_b, flat_c = b.reshape(len(b), -1), c.reshape(len(c), -1)
+        nb, nc = np.linalg.norm(flat_b, axis=1), np.linalg.norm(flat_c, axis=1)
+        denom = nb * nc
+        # Two zero vectors agree perfectly; one zero and one not share no direction.
+        cos.extend(np.where(denom > 0, (flat_b * flat_c).sum(axis=1) / np.maximum(denom, 1e-300),
+                            np.where((nb == 0) & (nc == 0), 1.0, 0.0)))
+        if b.ndim >= 2 and b.shape[-1] > 1:  # a class axis: compare the chosen class
+            argmax_same += int((b.argmax(-1) == c.argmax(-1)).sum())
+            n_argmax += int(np.prod(b.shape[:-1]))
+        diff = np.abs(b - c)
+        max_abs = max(max_abs, float(diff.max()) if diff.size else 0.0)
+        abs_sum += float(diff.sum())
+        count += diff.size
+    cos = np.asarray(cos)
+    out = {"cosine_mean": float(cos.mean()), "cosine_p1": float(np.percentile(cos, 1)),
+           "max_abs_diff": max_abs, "mean_abs_diff": abs_sum / max(count, 1)}
+    if n_argmax:
+        out["argmax_agreement"] = 100.0 * argmax_same / n_argmax
+    return out

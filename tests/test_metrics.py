@@ -1,0 +1,78 @@
+"""Generic metrics: top-k, CTC with a user's character set, label-free agreement, and directions."""
+import math
+
+import numpy as np
+import onnx
+import pytest
+
+from pipeline.metrics import SPECS, agreement, classification, ctc
+
+
+def test_topk_counts_hits_and_refuses_outputs_that_do_not_fit():
+    logits = np.array([[0.1, 0.7, 0.2], [0.5, 0.1, 0.4], [0.2, 0.3, 0.5]])
+    assert classification.topk(logits, [1, 2, 2], ks=(1, 2)) == pytest.approx(
+        {"top1": 100 * 2 / 3, "top2": 100.0})
+    with pytest.raises(ValueError, match="does not fit 3 classes"):
+        classification.topk(logits, [0, 1, 3])
+    with pytest.raises(ValueError, match=r"\[batch, classes\]"):
+        classification.topk(logits[None], [0, 1, 2])
+    assert list(classification.label_ids(["b", "a"], ["a", "b"])) == [1, 0]
+    with pytest.raises(ValueError, match="not among"):
+        classification.label_ids(["z"], ["a", "b"])
+
+
+def _frames(indices, classes):
+    out = np.full((len(indices), classes), -5.0)
+    out[np.arange(len(indices)), indices] = 5.0
+    return out
+
+
+def test_ctc_decodes_with_the_users_charset_and_scores():
+    charset = list("abc")
+    # "a a _ b _ b c" -> "abbc"; blanks separate repeats
+    logits = _frames([1, 1, 0, 2, 0, 2, 3], 4)[None]
+    assert ctc.greedy_decode(logits, charset) == ["abbc"]
+    assert ctc.greedy_decode(logits.transpose(1, 0, 2), charset, time_major=True) == ["abbc"]
+    with pytest.raises(ValueError, match="a character set of 2 plus the blank needs 3"):
+        ctc.greedy_decode(logits, list("ab"))
+    s = ctc.score(["abbc", "ab"], ["abbc", "abc"])
+    assert s["sequence_accuracy"] == 50.0 and s["cer"] == pytest.approx(100 * 1 / 7)
+
+
+def test_charset_from_a_file_or_the_onnx_metadata(tmp_path):
+    (tmp_path / "lines.txt").write_text("a\n \nb\n")
+    assert ctc.charset_from_file(tmp_path / "lines.txt") == ["a", " ", "b"]
+    (tmp_path / "one.txt").write_text("0123456789\n")
+    assert ctc.charset_from_file(tmp_path / "one.txt") == list("0123456789")
+    (tmp_path / "bad.txt").write_text("ab\ncd\n")
+    with pytest.raises(ValueError, match="one character per line"):
+        ctc.charset_from_file(tmp_path / "bad.txt")
+    model = onnx.ModelProto()
+    assert ctc.charset_from_onnx(model) is None
+    onnx.helper.set_model_props(model, {"charset": "xyz"})
+    assert ctc.charset_from_onnx(model) == list("xyz")
+
+
+def test_agreement_without_labels():
+    rng = np.random.default_rng(0)
+    base = [rng.normal(size=(4, 10)) for _ in range(3)]
+    same = agreement.agreement(base, [b.copy() for b in base])
+    assert same["argmax_agreement"] == 100.0 and same["cosine_p1"] == pytest.approx(1.0)
+    assert same["max_abs_diff"] == 0.0
+    noisy = agreement.agreement(base, [b + rng.normal(scale=0.5, size=b.shape) for b in base])
+    assert noisy["cosine_mean"] < 1.0 and noisy["cosine_p1"] <= noisy["cosine_mean"]
+    assert 0 < noisy["mean_abs_diff"] < noisy["max_abs_diff"]
+    flipped = agreement.agreement(base, [-b for b in base])
+    assert flipped["cosine_mean"] == pytest.approx(-1.0)
+    # A continuous one-value output has no class axis: no argmax agreement is claimed.
+    assert "argmax_agreement" not in agreement.agreement([np.ones((2, 1))], [np.ones((2, 1))])
+    with pytest.raises(ValueError, match="output shapes differ"):
+        agreement.agreement([np.ones((2, 3))], [np.ones((2, 4))])
+
+
+def test_every_metric_has_a_direction_and_drop_is_positive_when_worse():
+    assert SPECS["top1"].drop(90.0, 89.5) == pytest.approx(0.5)
+    assert SPECS["cer"].drop(1.0, 1.5) == pytest.approx(0.5)  # lower is better: a rise is a drop
+    assert SPECS["max_abs_diff"].higher_is_better is False
+    assert not SPECS["cosine_mean"].needs_labels and SPECS["top1"].needs_labels
+    assert math.isnan(SPECS["top1"].drop(90.0, float("nan")))
