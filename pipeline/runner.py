@@ -6,7 +6,9 @@ Out: an ``Artifact`` under ``<workdir>/cache/<stage>/<key>``. The key is a full 
 parent's and references' digests, the stage name and version, the stage's resolved config, the
 tool versions and, for stages that measure or depend on the machine, the hardware fingerprint.
 The stage writes into a temporary sibling folder inside a child process; only a completed folder is
-renamed into place, so a killed run leaves nothing that a later run would trust.
+renamed into place, so a killed run leaves nothing that a later run would trust. Concurrent jobs
+share the cache: one builds a key while the others wait and reuse it, and timed stages run alone
+on the machine (``pipeline.locks``).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
-from pipeline import isolate
+from pipeline import isolate, locks
 from pipeline.artifact import Artifact, content_digest, digest_files
 from pipeline.env import hardware_fingerprint, tool_versions
 from pipeline.errors import StageError
@@ -43,8 +45,10 @@ def plain(obj):
 
 
 class Runner:
-    def __init__(self, workdir: str | Path, hardware, log=print):
+    def __init__(self, workdir: str | Path, hardware, log=print, remote: str | None = None):
         self.cache = Path(workdir) / "cache"
+        # A Ray cluster's address (set by the ray launcher): timed stages then run there.
+        self.remote = os.environ.get("PIPELINE_RAY_ADDRESS") if remote is None else remote
         self.hardware = hardware
         self.log = log
         self.record: list[dict] = []  # one row per stage call: label, stage, reused, seconds
@@ -68,8 +72,17 @@ class Runner:
     def run(self, stage, parent: Artifact | None = None, label: str | None = None,
             **refs: Artifact) -> Artifact:
         label = label or stage.name
+        if self.remote and locks.is_timed(stage):  # a Ray cluster: on a node labelled for it
+            from pipeline import cluster
+
+            return cluster.run_timed(self, stage, parent, label, refs)
         key = self.key(stage, parent, refs)
         final = self.cache / stage.name / key
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with locks.key_lock(final, self.log):  # one builder per key: the others wait, then reuse
+            return self._run(stage, parent, label, key, final, refs)
+
+    def _run(self, stage, parent, label, key, final, refs) -> Artifact:
         if final.exists():
             try:
                 art = Artifact.read(final)
@@ -83,7 +96,11 @@ class Runner:
         tmp.mkdir()
         t0 = time.time()
         try:
-            meta = isolate.call(f"stage {label}", stage.run, parent, tmp, **refs)
+            # Compile work shares the machine; a timed stage has it to itself (pipeline.locks).
+            with locks.machine_slot(locks.is_timed(stage), self.log) as slot:
+                meta = isolate.call(f"stage {label}", stage.run, parent, tmp, **refs)
+            if locks.is_timed(stage):
+                meta = {**(meta or {}), "ran_alone": slot}
             files = digest_files(tmp)
             art = Artifact(path=final, stage=stage.name, key=key, digest=content_digest(files),
                            files=files, meta=meta or {}, parent=parent.digest if parent else None,
@@ -100,11 +117,12 @@ class Runner:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        self._note(label, stage.name, False, art.seconds, art)
+        self._note(label, stage.name, False, art.seconds, art, slot)
         return art
 
-    def _note(self, label, stage, reused, seconds, art):
+    def _note(self, label, stage, reused, seconds, art, slot=None):
         self.record.append({"label": label, "stage": stage, "reused": reused,
-                            "seconds": seconds, "digest": art.digest, "path": str(art.path)})
+                            "seconds": seconds, "digest": art.digest, "path": str(art.path),
+                            **({"slot": slot} if slot else {})})
         self.log(f"  {'reused' if reused else 'built '} {label:<22} {seconds:7.1f} s  "
                  f"{art.digest[:12]}")
