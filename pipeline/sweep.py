@@ -126,7 +126,7 @@ def run_point(cfg) -> dict:
                                else f"exit {proc.returncode}: {tail[0].strip()}")
     except Exception as e:  # noqa: BLE001 - a point's failure is its row, never the sweep's end
         result["error"] = f"{type(e).__name__}: {e}"
-    result["seconds"] = round(time.time() - t0, 1)
+    result.update(started=t0, ended=time.time(), seconds=round(time.time() - t0, 1))
     tmp = out / ".point.json.tmp"
     tmp.write_text(json.dumps(result, indent=2))
     tmp.replace(out / "point.json")

@@ -31,7 +31,7 @@ def _row(num: int, point: list[str], cfg, job: Path) -> dict:
         row["error"] = "no result: the point's process died before writing it"
         return row
     row.update(exit_code=res["exit_code"], error=res["error"], published=res["published"],
-               seconds=res.get("seconds"))
+               seconds=res.get("seconds"), started=res.get("started"), ended=res.get("ended"))
     if not res.get("report"):
         return row
     report_md = Path(res["report"])
@@ -46,7 +46,7 @@ def _row(num: int, point: list[str], cfg, job: Path) -> dict:
     if res["exit_code"] not in (0, 1):  # reported, then failed (publishing): still an error
         row["verdict"] = "ERROR"
     if not verdict["passed"]:
-        row["error"] = row["error"] or verdict["summary"]
+        row["error"] = verdict["summary"]  # the checks that failed, not "gate failed"
     checks = {c["check"]: c for c in verdict["checks"]}
     row["accuracy_drop"] = checks.get("accuracy_drop", {}).get("value")
     batch = str(rep["config"]["gate"]["speedup_batch_size"])
