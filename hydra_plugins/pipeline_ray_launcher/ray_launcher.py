@@ -79,7 +79,8 @@ class RayLauncher(Launcher):
         else:  # a local cluster: this machine is one node of every target named in the sweep
             names = {str(self.hydra_context.config_loader.load_sweep_config(
                 self.config, list(o)).hardware.name) for o in job_overrides}
-            ray.init(num_cpus=self.num_cpus, resources={resource(n): 1 for n in names},
+            ray.init(address="local", num_cpus=self.num_cpus,
+                     resources={resource(n): 1 for n in names},
                      include_dashboard=False, logging_level="ERROR", log_to_driver=True)
         return ray, ray.get_runtime_context().gcs_address
 
