@@ -147,7 +147,7 @@ def markdown(s: dict) -> str:
         ci = r["speedup_ci95"]
         sp = "–" if r["speedup"] is None else (
             f"{r['speedup']:.2f}x" + (f" ({ci[0]:.2f}–{ci[1]:.2f})" if ci else ""))
-        tail = r["published"] if r["verdict"] == "PASS" else (r["error"] or "")
+        tail = (r["published"] or "").split(" ")[0] if r["verdict"] == "PASS" else (r["error"] or "")
         lines.append(f"| {r['num']} | `{r['point']}` | {r['verdict']} | {_fmt(r['accuracy_drop'])} "
                      f"| {sp} | {_fmt(r['p99_ms'])} | {_fmt(r['size_mb'])} | "
                      f"{'yes' if r['pareto'] else ''} | {tail} |")
@@ -157,7 +157,7 @@ def markdown(s: dict) -> str:
     for m, b in s["best_per_model"].items():
         lines.append(f"- {m}: #{b['num']} `{b['point']}`, {b['speedup']:.2f}x, drop "
                      f"{b['accuracy_drop']:.2f} points, {b['size_mb']:.2f} MB"
-                     + (f", published {b['published']}" if b["published"] else ""))
+                     + (f", published {b['published'].split(' ')[0]}" if b["published"] else ""))
     if s.get("figure") == "pareto.png":
         lines += ["", "![Pareto front](pareto.png)"]
     lines += ["", "Speedup: candidate against the fastest float baseline at the gate's batch size; "
