@@ -6,7 +6,8 @@ leaves a lock behind (flock also works across machines on NFS, where Linux maps 
 server's byte-range locks).
 
 - ``key_lock(final)``: one builder per cache key. The lock file ``.lock-<key>`` lies beside the
-  key's folder; a second job that needs the same stage waits, then finds it built and reuses it.
+  key's folder while a job builds it; a second job that needs the same stage waits, then finds it
+  built and reuses it.
 - ``machine_slot(timed)``: a machine-wide readers-writer lock per host. Compile stages share it;
   a timed stage (benchmark, load test, the INT8 profile and the end-to-end comparison) holds it
   alone, so no other job's work runs on the cores while it measures. A waiting timed stage also
@@ -55,21 +56,38 @@ def _flock(path: Path, mode: int):
 
 
 def key_lock(final: Path, log=None):
-    """One builder per cache key: ``final`` is ``<cache>/<stage>/<key>``."""
+    """One builder per cache key: ``final`` is ``<cache>/<stage>/<key>``. The holder removes the
+    lock file when done, so the cache keeps no trace of it; a waiter that then holds the lock of
+    a removed file (its inode is no longer at the path) takes the path's new one instead."""
     path = final.with_name(f".lock-{final.name}")
 
     @contextlib.contextmanager
     def held():
-        fd = _open(path)
-        try:
+        told = False
+        while True:
+            fd = _open(path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                if log:
+                if log and not told:
                     log(f"  waiting: another job is building {final.parent.name} {final.name[:12]}")
+                    told = True
                 fcntl.flock(fd, fcntl.LOCK_EX)
+            mine = os.fstat(fd)
+            try:
+                now = os.stat(path)
+            except FileNotFoundError:
+                now = None
+            if now is not None and (now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev):
+                break
+            os.close(fd)
+        try:
             yield
         finally:
+            try:
+                os.unlink(path)  # while still holding it: see above
+            except OSError:
+                pass
             os.close(fd)
 
     return held()
