@@ -216,3 +216,26 @@ def test_a_killed_job_leaves_no_lock_behind(tmp_path):
     out = again.communicate(timeout=60)[0]
     assert again.returncode == 0 and "RESULT built" in out, out
     assert time.time() - t0 < 30  # no wait for a dead job's lock (process start included)
+
+
+def test_pareto_front_and_best_point_per_model():
+    from pipeline.sweep_summary import best_per_model, overlaps, pareto
+
+    def row(num, model, verdict, drop, speedup, mb):
+        return {"num": num, "point": str(num), "model": model, "verdict": verdict,
+                "accuracy_drop": drop, "speedup": speedup, "size_mb": mb, "published": None,
+                "timed": []}
+
+    rows = [row(0, "a", "PASS", 0.0, 2.0, 1.0),   # front
+            row(1, "a", "PASS", 0.1, 1.5, 1.0),   # dominated by 0
+            row(2, "a", "FAIL", 0.5, 3.0, 1.0),   # front (fastest), but failed its gate
+            row(3, "b", "PASS", 0.0, 1.2, 0.5),   # front (smallest)
+            row(4, "b", "ERROR", None, None, None)]
+    assert pareto(rows) == [0, 2, 3]
+    best = best_per_model(rows)
+    assert best["a"]["num"] == 0 and best["b"]["num"] == 3
+    rows[0]["timed"] = [{"label": "benchmark", "host": "h", "start": 0.0, "end": 2.0}]
+    rows[1]["timed"] = [{"label": "benchmark", "host": "h", "start": 2.0, "end": 3.0}]
+    assert overlaps(rows) == []
+    rows[3]["timed"] = [{"label": "explain", "host": "h", "start": 2.5, "end": 4.0}]
+    assert overlaps(rows) == [{"a": "#1 benchmark", "b": "#3 explain"}]
