@@ -13,14 +13,18 @@ REGISTRY ?= local
 REGISTRY_ARGS ?=
 REF ?= ocr:production
 OUT ?= artifacts/pulled/$(subst :,-,$(REF))
+# `make sweep`: the points and the launcher (docs/sweeps.md), e.g.
+# SWEEP_LAUNCHER="hydra/launcher=ray" or SWEEP="model=ocr quant=int8,mixed quant.calibration=minmax,entropy"
+SWEEP ?= model=ocr,ocr_mobile quant=int8,mixed
+SWEEP_LAUNCHER ?= hydra/launcher=joblib hydra.launcher.n_jobs=2
 
-.PHONY: run test bench train-ocr train-ocr-mobile clean-cache setup push pull
+.PHONY: run test bench train-ocr train-ocr-mobile clean-cache setup push pull sweep
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(PIP_FLAGS) "torch==2.13.0"
-	$(PY) -m pip install -q $(PIP_FLAGS) -e ".[test,registry]"
+	$(PY) -m pip install -q $(PIP_FLAGS) -e ".[test,registry,ray]"
 	touch $@
 
 setup: $(VENV)/.installed
@@ -43,6 +47,9 @@ train-ocr-mobile: setup  ## retrain the MobileNetV3-style OCR checkpoint (about 
 
 clean-cache:  ## drop cached stage outputs and reports (the registry is kept)
 	rm -rf artifacts/cache artifacts/runs
+
+sweep: setup  ## every point of SWEEP, two at a time; prints where the summary is
+	$(PY) -m pipeline -m $(SWEEP) $(SWEEP_LAUNCHER) || [ $$? -eq 1 ]  # 1: a point failed its gate
 
 push: setup  ## publish the model to REGISTRY: the run's stages are reused from the cache
 	$(PY) -m pipeline $(ARGS) registry=$(REGISTRY) $(REGISTRY_ARGS)

@@ -3,6 +3,7 @@
 Exit codes: 0 the candidate passed its gate (and was published when a registry is set),
 1 the gate failed (candidate and report kept), 2 bad config, 3 a stage failed.
 Expected failures print one line without a traceback; anything else is a bug and keeps it.
+``python -m pipeline -m a=x,y ...`` runs a sweep instead (``pipeline.sweep``, docs/sweeps.md).
 """
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ from pipeline.errors import ConfigError, GateFailed, PipelineError, cli, describ
 
 
 def main(argv: list[str] | None = None) -> int:
-    return cli(_run, sys.argv[1:] if argv is None else argv, __doc__)
+    argv = sys.argv[1:] if argv is None else argv
+    from pipeline import sweep
+
+    if sweep.is_sweep(argv):  # -m: a sweep through Hydra's multirun (docs/sweeps.md)
+        return cli(sweep.main, argv, __doc__)
+    return cli(_run, argv, __doc__)
 
 
 def _preflight(cfg) -> None:

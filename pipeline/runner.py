@@ -10,7 +10,9 @@ renamed into place, so a killed run leaves nothing that a later run would trust.
 (profiles, augmented models, anything a library puts in ``tempfile``'s folder) go to ``.scratch``
 inside that temporary folder: the child's ``tempfile.gettempdir()`` and ``TMPDIR`` point there, so
 nothing is written beside a parent's artifact, a full disk hits the stage's own folder, and the
-runner removes the scratch before hashing the output.
+runner removes the scratch before hashing the output. Concurrent jobs share the cache: one builds
+a key while the others wait and reuse it, and timed stages run alone on the machine
+(``pipeline.locks``).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline import isolate, leftovers
+from pipeline import isolate, leftovers, locks
 from pipeline.artifact import FORMAT, Artifact, canonical_meta, content_digest, digest_files
 from pipeline.env import hardware_fingerprint, tool_versions
 from pipeline.errors import StageError
@@ -57,8 +59,10 @@ def _with_scratch(scratch: Path, fn, *args, **kwargs):
 
 
 class Runner:
-    def __init__(self, workdir: str | Path, hardware, log=print):
+    def __init__(self, workdir: str | Path, hardware, log=print, remote: str | None = None):
         self.cache = Path(workdir) / "cache"
+        # A Ray cluster's address (set by the ray launcher): timed stages then run there.
+        self.remote = os.environ.get("PIPELINE_RAY_ADDRESS") if remote is None else remote
         self.hardware = hardware
         self.log = log
         self.record: list[dict] = []  # one row per stage call: label, stage, reused, seconds
@@ -91,8 +95,17 @@ class Runner:
     def run(self, stage, parent: Artifact | None = None, label: str | None = None,
             **refs: Artifact) -> Artifact:
         label = label or stage.name
+        if self.remote and locks.is_timed(stage):  # a Ray cluster: on a node labelled for it
+            from pipeline import cluster
+
+            return cluster.run_timed(self, stage, parent, label, refs)
         key = self.key(stage, parent, refs)
         final = self.cache / stage.name / key
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with locks.key_lock(final, self.log):  # one builder per key: the others wait, then reuse
+            return self._run(stage, parent, label, key, final, refs)
+
+    def _run(self, stage, parent, label, key, final, refs) -> Artifact:
         if final.exists():
             try:
                 art = Artifact.read(final)
@@ -108,9 +121,13 @@ class Runner:
         try:
             scratch = tmp / SCRATCH
             scratch.mkdir()
-            meta = isolate.call(f"stage {label}", _with_scratch, scratch, stage.run, parent, tmp,
-                                **refs)
+            # Compile work shares the machine; a timed stage has it to itself (pipeline.locks).
+            with locks.machine_slot(locks.is_timed(stage), self.log) as slot:
+                meta = isolate.call(f"stage {label}", _with_scratch, scratch, stage.run, parent,
+                                    tmp, **refs)
             shutil.rmtree(scratch)
+            if locks.is_timed(stage):
+                meta = {**(meta or {}), "ran_alone": slot}
             files = digest_files(tmp)
             meta = canonical_meta(meta)  # as a later run reads it back, digest included
             art = Artifact(path=final, stage=stage.name, key=key, digest=content_digest(files, meta),
@@ -128,11 +145,12 @@ class Runner:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        self._note(label, stage.name, False, art.seconds, art)
+        self._note(label, stage.name, False, art.seconds, art, slot)
         return art
 
-    def _note(self, label, stage, reused, seconds, art):
+    def _note(self, label, stage, reused, seconds, art, slot=None):
         self.record.append({"label": label, "stage": stage, "reused": reused,
-                            "seconds": seconds, "digest": art.digest, "path": str(art.path)})
+                            "seconds": seconds, "digest": art.digest, "path": str(art.path),
+                            **({"slot": slot} if slot else {})})
         self.log(f"  {'reused' if reused else 'built '} {label:<22} {seconds:7.1f} s  "
                  f"{art.digest[:12]}")

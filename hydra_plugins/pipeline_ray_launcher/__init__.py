@@ -1,0 +1,1 @@
+"""``hydra/launcher=ray``: each sweep point as a Ray task in a fresh worker process."""
