@@ -1,8 +1,9 @@
 """``python -m pipeline [overrides]``: compile, gate, publish and report one model.
 
 Exit codes: 0 the candidate passed its gate (and was published when a registry is set),
-1 the gate failed (candidate and report kept), 2 bad config, 3 a stage failed.
-Expected failures print one line without a traceback; anything else is a bug and keeps it.
+1 the gate failed (candidate and report kept), 2 bad config, 3 a stage failed or the machine
+refused (a read-only or full disk), 4 a bug. Expected failures print one line without a
+traceback; a bug keeps it.
 ``python -m pipeline -m a=x,y ...`` runs a sweep instead (``pipeline.sweep``, docs/sweeps.md).
 """
 from __future__ import annotations

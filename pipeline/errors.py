@@ -72,10 +72,14 @@ def _file_in_traceback(tb):
     return name
 
 
+BUG_EXIT = 4  # an unexpected exception: distinct from 1 (gate failed), 2 (config), 3 (stage)
+
+
 def cli(run, argv: list[str], doc: str) -> int:
     """A command line's shell: ``-h`` prints ``doc``; a ``PipelineError`` becomes one line on
     stderr and its exit code, an ``OSError`` one line naming the path and cause with exit code 3;
-    ``run(argv)`` gives the exit code otherwise."""
+    ``run(argv)`` gives the exit code otherwise. Anything else is a bug: it keeps its traceback
+    and ends with ``BUG_EXIT``, never 1, which scripts read as "the gate failed"."""
     import sys
 
     if argv and argv[0] in ("-h", "--help"):
@@ -89,3 +93,10 @@ def cli(run, argv: list[str], doc: str) -> int:
     except OSError as e:  # the machine's fault (permissions, a file for a folder, a full disk)
         print(f"error: {describe_os_error(e)}", file=sys.stderr)
         return OS_ERROR_EXIT
+    except Exception:  # noqa: BLE001 - a bug: shown in full, with its own exit code
+        import traceback
+
+        traceback.print_exc()
+        print("error: an unexpected failure (a bug in pipeline; the traceback is above)",
+              file=sys.stderr)
+        return BUG_EXIT

@@ -111,3 +111,19 @@ def test_a_failed_write_is_named_by_the_file_written_not_the_one_read(tmp_path):
             copy(src)
         except OSError as e:
             assert describe_os_error(e) == f"{target}: No space left on device (ENOSPC)"
+
+
+def test_a_bug_keeps_its_traceback_and_never_exits_1(capsys):
+    """Exit 1 means "the gate failed" to scripts and to the sweep; a bug must not read as one."""
+    from pipeline.errors import BUG_EXIT, GateFailed, cli
+
+    def bug(argv):
+        raise KeyError("sequence_accuracy")
+
+    def gate_failed(argv):
+        raise GateFailed("0.9x < 1.0x")
+
+    assert cli(bug, [], "doc") == BUG_EXIT != 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "KeyError: 'sequence_accuracy'" in err and "a bug" in err
+    assert cli(gate_failed, [], "doc") == 1
