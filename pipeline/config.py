@@ -23,6 +23,7 @@ class QuantMode(str, Enum):
     dynamic = "dynamic"  # dynamic INT8 for MatMul/Gemm/LSTM, everything else float
     mixed = "mixed"  # INT8 with the most harmful nodes kept float, under an accuracy budget
     bf16 = "bf16"    # the FP32 model run at BF16 inference precision (a runtime that has it)
+    auto = "auto"    # every precision this CPU can run, timed side by side; the fastest that passes
 
 
 class CalibrationMethod(str, Enum):
@@ -135,9 +136,12 @@ class QuantConfig:
     max_accuracy_drop: float = 0.1          # mixed: budget vs the FP16 baseline, in points
     profile_runs: int = 20                  # profiled runs per model when explaining INT8
     fp16_keep_float32: list[str] = field(default_factory=lambda: ["LSTM"])  # ops left in FP32 by fp16
+    region_trials: int = 0                  # float regions (whole blocks) timed end to end; 0 = off
 
     def __post_init__(self):
         _positive(self, "quant", "calibration_batch_size", "ranking_samples", "profile_runs")
+        if self.region_trials < 0:
+            raise ConfigError(f"quant.region_trials={self.region_trials}: must be >= 0")
         if self.max_accuracy_drop < 0:
             raise ConfigError(f"quant.max_accuracy_drop={self.max_accuracy_drop}: must be >= 0")
 
