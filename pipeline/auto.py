@@ -171,17 +171,21 @@ def recipe(cfg, runner, t, source, exported, fp32, fp16, pruning=None):
     final_evals = {r: evals[r] for r in ("export", "fp32", "fp16")}
     final_evals["candidate"] = plan.evaluation_of(evals, role, PRIMARY) or evals.get(role)
     for tg in plan.options:
-        if tg != PRIMARY and (role, tg) in plan.extra:
-            plan.extra[("candidate", tg)] = plan.extra[(role, tg)]
+        if tg != PRIMARY and role != "candidate":
+            if (role, tg) in plan.extra:
+                plan.extra[("candidate", tg)] = plan.extra[(role, tg)]
+            else:
+                plan.extra.pop(("candidate", tg), None)
     meta = copy.deepcopy(bench.meta)
     for b, at in meta["batches"].items():
         for tg in plan.options:
             src, dst = label(hw, role, tg), label(hw, "candidate", tg)
-            if src in at["latency_ms"]:
-                for key in ("latency_ms", "per_width", "speedup_vs_fastest_float_by_label",
-                            "core_state_by_label"):
-                    if src in at.get(key, {}):
-                        at[key][dst] = at[key][src]
+            for key in ("latency_ms", "per_width", "speedup_vs_fastest_float_by_label",
+                        "core_state_by_label"):
+                if src in at.get(key, {}):
+                    at[key][dst] = at[key][src]
+                elif src != dst:  # the winner did not run there: no INT8 numbers under its name
+                    at.get(key, {}).pop(dst, None)
         if role != "candidate":
             at["candidate_label"] = label(hw, role, PRIMARY)
     view = as_candidate(dataclasses.replace(bench, meta=meta), label(hw, "candidate", target),

@@ -28,8 +28,10 @@ def network(base: list[str], model: str, cli) -> dict:
     from pipeline.compose import compose
     from pipeline.peers import PEERS, compare
 
-    args = [a for a in base if not a.startswith(("model=", "quant="))] + [f"model={model}",
-                                                                        "quant=auto"]
+    # Blocks of 20 runs (runtimes mix) leave few rounds in the default minute: give the one
+    # benchmark that decides between all candidates two.
+    args = [a for a in base if not a.startswith(("model=", "quant="))] + [
+        f"model={model}", "quant=auto", "bench.max_seconds=120"]
     code, seconds, rep = cli(args)
     if not rep or "auto" not in rep:
         raise RuntimeError(f"quant=auto on {model} wrote no auto table (exit {code})")
