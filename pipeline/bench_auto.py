@@ -15,6 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 NETWORKS = ("ocr", "ocr_mobile")
+# Blocks of 20 runs (runtimes mix) leave few rounds in the default minute: the one benchmark
+# that decides between all candidates gets two.
+EXTRA = ["bench.max_seconds=120"]
 
 
 def _winner(rep: dict) -> dict:
@@ -28,10 +31,8 @@ def network(base: list[str], model: str, cli) -> dict:
     from pipeline.compose import compose
     from pipeline.peers import PEERS, compare
 
-    # Blocks of 20 runs (runtimes mix) leave few rounds in the default minute: give the one
-    # benchmark that decides between all candidates two.
     args = [a for a in base if not a.startswith(("model=", "quant="))] + [
-        f"model={model}", "quant=auto", "bench.max_seconds=120"]
+        f"model={model}", "quant=auto", *EXTRA]
     code, seconds, rep = cli(args)
     if not rep or "auto" not in rep:
         raise RuntimeError(f"quant=auto on {model} wrote no auto table (exit {code})")
