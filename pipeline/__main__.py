@@ -110,6 +110,9 @@ def _run(argv: list[str]) -> int:
     if out.load is not None:
         body["load"] = out.load.meta
     body["runtimes"] = out.runtimes
+    if out.auto is not None:  # quant=auto: the version says which candidate won
+        body["auto"] = out.auto
+        mode = f"{mode}.{out.auto['winner']['candidate']}"
     deployed = out.runtimes["deployed"]
     if (deployed["runtime"], deployed["precision"]) != ("onnxruntime", "fp32"):
         mode = f"{mode}.{deployed['runtime']}-{deployed['precision']}"  # the version says so

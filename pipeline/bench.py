@@ -19,6 +19,9 @@ Sections (each one records its own error and the others still run):
   default ``quantize_static``, NNCF's INT8 and OpenVINO's default compile, each with its accuracy
   under its deployed settings, timed in one process in blocks with an A/A check
   (``pipeline/peers.py``).
+- ``auto``: ``quant=auto`` on ``ocr`` and ``ocr_mobile``: the winner, the whole table and the
+  float-region trials, and the winner timed against the peers of ``runtimes``
+  (``pipeline/bench_auto.py``).
 Each target is listed with its measured value and whether it was met; ``docs/results.md`` is
 rendered from the file (``pipeline.bench_results``), with each section's time and CPU. A
 benchmark, not a test: nothing here asserts, and the numbers only compare with ones from the
@@ -181,12 +184,18 @@ def runtimes(base: list[str]) -> dict:
     return section(base, _cli)
 
 
+def auto(base: list[str]) -> dict:
+    from pipeline.bench_auto import section
+
+    return section(base, _cli)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("bench.json"))
     ap.add_argument("--page", type=Path, default=Path("docs") / "results.md")
     ap.add_argument("--sections",
-                    default="spine,repeatability,quantization,load,pruning,runtimes")
+                    default="spine,repeatability,quantization,load,pruning,runtimes,auto")
     args, overrides = ap.parse_known_args(argv)
     # A fresh measurement for this bench run (cached timings may come from a busier moment);
     # both spine runs share it, so the second one still reuses every stage.
@@ -200,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                 "repeatability": lambda: repeatability(results["spine"]["lineage"]),
                 "load": lambda: load(base),
                 "pruning": lambda: pruning(base),
-                "runtimes": lambda: runtimes(base)}
+                "runtimes": lambda: runtimes(base),
+                "auto": lambda: auto(base)}
     for name in wanted:
         try:
             results[name] = sections[name]()

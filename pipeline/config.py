@@ -28,6 +28,7 @@ class QuantMode(str, Enum):
     dynamic = "dynamic"  # dynamic INT8 for MatMul/Gemm/LSTM, everything else float
     mixed = "mixed"  # INT8 with the most harmful nodes kept float, under an accuracy budget
     bf16 = "bf16"    # the FP32 model run at BF16 inference precision (a runtime that has it)
+    auto = "auto"    # every precision this CPU can run, timed side by side; the fastest that passes
 
 
 class CalibrationMethod(str, Enum):
@@ -140,6 +141,7 @@ class QuantConfig:
     max_accuracy_drop: float = 0.1          # mixed: budget vs the FP16 baseline, in points
     profile_runs: int = 20                  # profiled runs per model when explaining INT8
     fp16_keep_float32: list[str] = field(default_factory=lambda: ["LSTM"])  # ops left in FP32 by fp16
+    region_trials: int = 0                  # float regions (whole blocks) timed end to end; 0 = off
 
     def __post_init__(self):
         _positive(self, "quant", "calibration_batch_size", "ranking_samples", "profile_runs")
@@ -148,6 +150,8 @@ class QuantConfig:
                               "[0, 100] (points of accuracy)")
         if len(set(self.exclude)) != len(self.exclude) or any(not n for n in self.exclude):
             raise ConfigError(f"quant.exclude={self.exclude}: node names, each once")
+        if self.region_trials < 0:
+            raise ConfigError(f"quant.region_trials={self.region_trials}: must be >= 0")
 
 
 class PruneMethod(str, Enum):

@@ -62,6 +62,10 @@ def markdown(q: dict) -> list[str]:
         if stayed:
             lines.append(f"- profiled slower in INT8 but left INT8: {', '.join(stayed)} (between "
                          "INT8 neighbours onnxruntime keeps the Q/DQ pair and the INT8 kernel)")
+    if q.get("regions"):  # quant.region_trials: whole blocks tried float, timed end to end
+        from pipeline.auto_report import regions_markdown
+
+        lines += regions_markdown(q["regions"])
     if q.get("float_outputs"):
         lines.append(f"- model outputs kept float: {', '.join(q['float_outputs'])} (no weights: INT8 "
                      "there gains microseconds and rounds the model's output to 8 bits)")

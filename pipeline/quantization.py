@@ -35,6 +35,7 @@ class QuantInfo:
     explain: dict | None = None
     latency_exclusions: list = field(default_factory=list)
     latency_trial: dict | None = None    # the float-fallback trial and its end-to-end timing
+    regions: dict | None = None          # float regions tried end to end (quant.region_trials)
     float_outputs: list = field(default_factory=list)  # output nodes left float: no 8-bit logits
     sensitivity: list = field(default_factory=list)
     search: dict | None = None
@@ -137,7 +138,7 @@ class Quantizer:
             floated = [n for n in slower if trial.meta["precision"].get(n) == "float"]
             info.latency_trial = {"float_nodes": floated, "stayed_int8": trial.meta["exclusion_ignored"],
                                   "speedup_over_all_int8": None}
-            if floated:
+            if floated and not q.region_trials:  # with regions: judged below, side by side
                 m = self.cfg.model
                 # No longer than the benchmark itself may time a batch size (a quick run's short
                 # bench.max_seconds); at the defaults this is the stage's own budget and key.
@@ -154,6 +155,19 @@ class Quantizer:
                     exclude |= set(floated)
                     art = trial
                     expl = self.explain(art, label="explain[latency-aware]")
+        if q.region_trials and q.latency_aware:
+            # Whole blocks float, timed end to end together with the node trial above, which
+            # cannot see the Q/DQ borders its float nodes add (pipeline/regions.py).
+            from pipeline import regions
+
+            nodes = (trial, floated) if info.latency_trial and info.latency_trial["float_nodes"] else None
+            art, kept, info.regions = regions.search(self, method, exclude, art, expl.meta, nodes)
+            if nodes:
+                info.latency_trial["speedup_over_all_int8"] = info.regions["node_trial"]
+            if kept:
+                info.latency_exclusions = kept
+                exclude |= set(kept)
+                expl = self.explain(art, label="explain[regions]")
         # The model's outputs stay float where INT8 buys next to nothing: the quantizer puts a
         # Q/DQ pair on every output, which rounds the logits to 8 bits. A node without weights
         # (the head's bias Add: a QLinearAdd 0.003 ms faster at batch 8) stays float; leaving it

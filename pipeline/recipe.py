@@ -44,6 +44,7 @@ class Outcome:
     quant: object = None  # QuantInfo: settings, calibration, explanation, sensitivity, search
     runtimes: dict | None = None  # targets per artifact, failures, the choice (runtimes.plan)
     pruning: dict | None = None  # prune=channels: the load, prune and unpruned export artifacts
+    auto: dict | None = None  # quant=auto: every candidate on every runtime, the winner and why
 
 
 def recipe(cfg: Config, runner) -> Outcome:
@@ -68,6 +69,10 @@ def recipe(cfg: Config, runner) -> Outcome:
     # fp16 probes ONNX Runtime's kernels whatever the target: its key ignores the runtime.
     fp16 = runner.run(ToFp16(m.name, tuple(cfg.quant.fp16_keep_float32), m.parity_samples,
                              cfg.data_dir, settings_for(hw, PRIMARY)), fp32)
+    if cfg.quant.mode == QuantMode.auto:  # every candidate, timed side by side: pipeline/auto.py
+        from pipeline import auto
+
+        return auto.recipe(cfg, runner, t, source, exported, fp32, fp16, pruning)
     plan = Plan(hw, cfg.quant.mode)  # which runtime and precision each artifact runs on
     evaluate = Evaluate(m.name, m.eval_samples, m.eval_batch_size, cfg.data_dir, hw)
     evals = {role: runner.run(plan.evaluation(evaluate, role), art, label=f"evaluate[{role}]")
@@ -98,4 +103,8 @@ def recipe(cfg: Config, runner) -> Outcome:
                           candidate, fp32=fp32)
     verdict = gate.judge(evals, bench, cfg.gate, t.PRIMARY_METRIC, cfg.slo, candidate,
                          environment(hw))
+    if not verdict["passed"] and quant_info is not None:  # which float artifact would pass
+        from pipeline.auto import float_hint
+
+        float_hint(verdict, evals, bench, plan, cfg.gate, t.PRIMARY_METRIC, m.name)
     return Outcome(models, evals, bench, verdict, source, load, quant_info, targets, pruning)

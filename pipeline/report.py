@@ -37,6 +37,8 @@ def rows(outcome, mode: str) -> list[dict]:
                **ev["metrics"], "agreement_with_fp16": agreement(outcome.evals[role], outcome.evals["fp16"]),
                "output_sha256": ev["output_sha256"], "latency": {}}
         for b, at in batches.items():
+            if role not in at["latency_ms"]:
+                continue  # quant=auto times only the models that compete (and FP32)
             lat = at["latency_ms"][role]
             fastest = at["latency_ms"][at["fastest_float"]]
             entry = {"p50": lat["p50"], "p99": lat["p99"], "p999": lat["p999"],
@@ -51,7 +53,7 @@ def rows(outcome, mode: str) -> list[dict]:
 
 
 def markdown(report: dict) -> str:
-    bs = list(report["rows"][0]["latency"])
+    bs = list(next(r for r in report["rows"] if r["role"] == "candidate")["latency"])
     head = ("| step | size MB | nodes | seq acc % | CER % | agree fp16 % | "
             + " | ".join(f"p50/p99 ms b{b} | speedup b{b}" for b in bs) + " |")
     lines = [f"# {report['model']} — quant={report['quant']}", "",
@@ -61,8 +63,9 @@ def markdown(report: dict) -> str:
         cells = [r["step"], f"{r['size_mb']:.2f}", str(r["nodes"]), f"{r['sequence_accuracy']:.2f}",
                  f"{r['cer']:.2f}", f"{100 * r['agreement_with_fp16']:.2f}"]
         for b in bs:
-            lat = r["latency"][b]
-            cells += [f"{lat['p50']:.2f} / {lat['p99']:.2f}", f"{lat['speedup_vs_fastest_float']:.2f}x"]
+            lat = r["latency"].get(b)
+            cells += [f"{lat['p50']:.2f} / {lat['p99']:.2f}", f"{lat['speedup_vs_fastest_float']:.2f}x"] \
+                if lat else ["not timed", "–"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Speedup is against the fastest float baseline at that batch size (p50 ratio; the "
               "candidate's is the median of per-round ratios, 95 % CI in report.json)."]
@@ -103,6 +106,10 @@ def markdown(report: dict) -> str:
             shape = timing["input_contract"]["shape"]
             lines.append("- input contract (measured): " + " x ".join(
                 f"{d['min']}" if d["min"] == d["max"] else f"{d['min']}..{d['max']}" for d in shape))
+    if report.get("auto"):
+        from pipeline.auto_report import markdown as auto_markdown
+
+        lines += auto_markdown(report["auto"])
     if report.get("runtimes"):
         from pipeline.runtimes.render import markdown as runtimes_markdown
 

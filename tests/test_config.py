@@ -27,7 +27,7 @@ def test_registry_can_be_dropped():
 
 
 @pytest.mark.parametrize("override, expected", [
-    ("quant=int9", "quant=int9: no such option; valid choices: bf16, dynamic, fp16, int8, mixed, none"),
+    ("quant=int9", "quant=int9: no such option; valid choices: auto, bf16, dynamic, fp16, int8, mixed, none"),
     ("gate.max_accuracy_drop=abc", "gate.max_accuracy_drop='abc'"),
     ("quant.calibration=median", "expected one of [minmax, entropy, percentile, auto]"),
     ("gate.max_acuracy_drop=1", "valid keys: max_accuracy_drop"),

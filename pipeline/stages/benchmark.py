@@ -83,6 +83,9 @@ class Benchmark:
     hardware: object       # the target (runtime=auto: see ``options``)
     # runtime=auto: every (runtime, precision) each artifact is also timed on; () otherwise
     options: tuple = field(default=(), metadata={"key_omit_default": True})
+    # quant=auto: the other roles that compete with the candidate (each gets its speedup over the
+    # fastest float and its core states, like the candidate); () otherwise
+    contenders: tuple = field(default=(), metadata={"key_omit_default": True})
     name = "benchmark"
     version = 4
     hardware_dependent = True
@@ -126,7 +129,8 @@ class Benchmark:
                                     for lab in models},
                         "failures": failures}
         floats = [lab for lab in models if lab != AA_ROLE and plan.is_float_baseline(*entries[lab])]
-        candidates = [lab for lab in models if entries[lab][0] == "candidate"]
+        candidates = [lab for lab in models
+                      if entries[lab][0] == "candidate" or entries[lab][0] in self.contenders]
         shapes, raw = [], {}
         for b in cfg.batch_sizes:
             inputs, bucket_of = [], []
@@ -153,7 +157,8 @@ class Benchmark:
                                      key=lambda r: r["width"])
                          for lab, v in times.items()}
             aa = timing.ratio_ci(times["fp32"], times[AA_ROLE])
-            states = core_states(run_info.pop("probes"), times, fastest, cfg.rel_ci)
+            probes = run_info.pop("probes")
+            states = core_states(probes, times, fastest, cfg.rel_ci)
             if states["changed"]:
                 run_info["noisy"] = True  # one number would average two machines; see core_state
             result["batches"][str(b)] = {
@@ -167,6 +172,9 @@ class Benchmark:
                 "aa_check": {**aa, "tolerance": cfg.aa_tolerance,
                              "ok": abs(aa["median"] - 1.0) <= cfg.aa_tolerance},
                 "core_state": states,
+                **({"core_state_by_label": {
+                    lab: core_states(probes, {**times, "candidate": times[lab]}, fastest, cfg.rel_ci)
+                    for lab in candidates}} if self.contenders else {}),
                 "warmup_runs": warm, **run_info, "block": block,
                 "per_width": per_width, "shape_outliers": shape_outliers(per_width),
             }
