@@ -53,6 +53,12 @@ SCRATCH = ".scratch"  # inside the stage's temporary folder; removed before it i
 
 def _with_scratch(scratch: Path, fn, *args, **kwargs):
     """Run a stage (in its child) with every temporary file under ``scratch``."""
+    import multiprocessing.util
+
+    # Except multiprocessing's own folder: it holds the Unix sockets of listeners and the
+    # forkserver, whose paths must fit 107 bytes, and a cache folder's path is far longer.
+    # Created now, in the system's temp folder, it is cached for the rest of the child.
+    multiprocessing.util.get_temp_dir()
     os.environ["TMPDIR"] = str(scratch)  # for libraries and subprocesses that read it
     tempfile.tempdir = str(scratch)
     return fn(*args, **kwargs)
