@@ -11,6 +11,9 @@ Sections (each one records its own error and the others still run):
   saw none alike, the overall speedups are, and ``same_core_state`` says why.
 - ``load``: ``bench.mode=load`` on the same artifacts: the highest QPS within a p99 target for
   INT8 and FP32, with dynamic batching and with batch-1 serving.
+- ``soak``: the candidate served at a fixed rate for ten minutes (``bench.mode=soak``): RSS and
+  p99 over time and a leak verdict (before a launch, run ``python -m pipeline bench.mode=soak
+  bench.load.soak_seconds=3600`` for the full hour).
 - ``pruning``: the unpruned and the pruned (``prune=channels prune.ratio=0.3``) pipelines side by
   side, and pruned INT8 against unpruned INT8 at batch 8 timed head to head in one process
   (``pipeline/pruning_bench.py``).
@@ -172,6 +175,28 @@ def load(base: list[str]) -> dict:
     return out
 
 
+SOAK_SECONDS = 600.0  # ten minutes in make bench; before a launch, run an hour (docs/measuring.md)
+
+
+def soak(base: list[str], seconds: float = SOAK_SECONDS) -> dict:
+    """The candidate served at a fixed rate for ``seconds``: RSS and p99 over time, a leak verdict,
+    and the median p99 of the first and the last tenth of the run (does latency drift?)."""
+    import numpy as np
+
+    code, wall, rep = _cli([*base, "bench.mode=soak", f"bench.load.soak_seconds={seconds}"])
+    entry = rep["load"]["models"]["candidate"]["soak"]
+    p99 = [v for _, v in entry["p99_ms_per_second"]]
+    tenth = max(1, len(p99) // 10)
+    out = {"exit_code": code, "seconds": round(wall, 1), "qps": entry["qps"],
+           "soak_seconds": entry["seconds"], "memory": entry["memory"],
+           "p99_ms_first_last_tenth": [float(np.median(p99[:tenth])), float(np.median(p99[-tenth:]))]
+           if p99 else None,
+           "rss_mb": entry["rss_mb"], "p99_ms_per_second": entry["p99_ms_per_second"]}
+    out["targets"] = {"no memory leak (RSS slope within the threshold)": [
+        entry["memory"].get("slope_mb_per_min"), entry["memory"].get("leak") is False]}
+    return out
+
+
 def pruning(base: list[str]) -> dict:
     from pipeline.pruning_bench import section
 
@@ -195,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("bench.json"))
     ap.add_argument("--page", type=Path, default=Path("docs") / "results.md")
     ap.add_argument("--sections",
-                    default="spine,repeatability,quantization,load,pruning,runtimes,auto")
+                    default="spine,repeatability,quantization,load,soak,pruning,runtimes,auto")
     args, overrides = ap.parse_known_args(argv)
     # A fresh measurement for this bench run (cached timings may come from a busier moment);
     # both spine runs share it, so the second one still reuses every stage.
@@ -208,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      results["spine"]["stages"]),
                 "repeatability": lambda: repeatability(results["spine"]["lineage"]),
                 "load": lambda: load(base),
+                "soak": lambda: soak(base),
                 "pruning": lambda: pruning(base),
                 "runtimes": lambda: runtimes(base),
                 "auto": lambda: auto(base)}
