@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.artifact import sha256_file
 from pipeline.data.spec import DataConfig, DataFormat
 from pipeline.errors import ConfigError, StageError
 
@@ -40,15 +41,7 @@ def content_digest(path: Path, *extra: Path) -> str:
         files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
         for f in files:
             name = str(f.relative_to(root)) if root.is_dir() else f.name
-            h.update(json.dumps([name, _file_sha256(f)]).encode())
-    return h.hexdigest()
-
-
-def _file_sha256(f: Path) -> str:
-    h = hashlib.sha256()
-    with open(f, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
+            h.update(json.dumps([name, sha256_file(f)]).encode())
     return h.hexdigest()
 
 
