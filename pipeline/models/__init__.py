@@ -9,7 +9,7 @@ import importlib
 
 from pipeline.errors import ConfigError
 
-TASKS = {"ocr": "pipeline.models.ocr", "ocr_mobile": "pipeline.models.ocr_mobile"}
+TASKS = {"ocr": "pipeline.models.ocr.crnn", "ocr_mobile": "pipeline.models.ocr.mobile"}
 
 
 def task(name: str):

@@ -6,8 +6,8 @@ stage after it see the smaller network without pickles and without knowing it wa
 parameters and MACs before and after, each pruned layer's width, held-out accuracy of the
 unpruned, the pruned and the recovered network, and the recovery's seconds, steps per second and
 precision (float32 or bfloat16 autocast, from the CPU's flags: ``env.training_precision``).
-Torch-Pruning does the pruning (``pipeline.pruning``); the task's own training loop does the
-recovery (``pipeline.models.ocr_prune``). The plan (ignored names, whole-layer removal, the
+Torch-Pruning does the pruning (``pipeline.prune.channels``); the task's own training loop does the
+recovery (``pipeline.models.ocr.prune``). The plan (ignored names, whole-layer removal, the
 trace) is checked before any minute is spent on recovery, and the written files are rebuilt and
 must give the recovered network's outputs bit for bit. Deliberately not handled: tasks without a pruning
 helper in ``HELPERS``, and choosing the ratio (``make bench`` measures what one buys).
@@ -24,7 +24,7 @@ from types import SimpleNamespace
 from pipeline.env import training_precision
 from pipeline.errors import ConfigError, StageError
 
-HELPERS = {"ocr": "pipeline.models.ocr_prune"}  # task -> widths, data and recovery for pruning
+HELPERS = {"ocr": "pipeline.models.ocr.prune"}  # task -> widths, data and recovery for pruning
 MAC_INPUT = "one line of width 128"  # what the MAC counts are per (the trace input, batch 1)
 
 
@@ -39,7 +39,7 @@ def preflight(cfg) -> dict[str, list[int]]:
     """Plan the pruning on the configured architecture (random weights: the channel counts do not
     depend on them) before any stage runs, so a bad ``prune.*`` value costs seconds, not a
     recovery. Returns the planned {layer: [before, after]}."""
-    from pipeline import pruning
+    from pipeline.prune import channels as pruning
     from pipeline.models import task
 
     h = helper(cfg.model.name)
@@ -61,9 +61,10 @@ class Prune:
         import torch
         from safetensors.torch import save_file
 
-        from pipeline import pruning, pruning_cost
+        from pipeline.prune import channels as pruning
+        from pipeline.prune import cost as pruning_cost
         from pipeline.models import task
-        from pipeline.pruning_progress import Progress
+        from pipeline.prune.progress import Progress
         from pipeline.stages.load import network_from
 
         t, h, cfg = task(self.task), helper(self.task), self.prune
