@@ -32,8 +32,8 @@ setup: $(VENV)/.installed
 run: setup  ## compile, gate and publish the OCR model as INT8
 	$(PY) -m pipeline $(ARGS)
 
-test: setup  ## the test suite (a few minutes on 2 cores)
-	$(PY) -m pytest -q
+test: setup  ## the test suite (about 7 minutes on 2 cores: two workers, see tests/conftest.py)
+	$(PY) -m pytest -q -n 2 --dist loadscope
 
 bench: setup  ## the numbers the issues ask for, written to bench.json (installs the bench extra)
 	$(PY) -m pip install -q $(PIP_FLAGS) -e ".[bench]"

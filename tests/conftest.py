@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny OCR-shaped pipeline run once per test session and reused."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -78,3 +79,24 @@ def pytest_pyfunc_call(pyfuncitem):
         pytest.skip(f"capped at AVX2: {reason[0] if reason else 'skipped'}")
     assert proc.returncode == 0, f"capped at AVX2 ({AVX2_CAPS}):\n{out[-4000:]}"
     return True
+
+
+
+# ``make test`` runs two workers (pytest-xdist). Each worker has its own session, so a session
+# fixture runs once per worker that needs it: every file that uses the tiny run is scheduled as
+# one unit (one worker builds it once), every other file as a unit of its own (its module
+# fixtures, e.g. a registry server or the quant=auto run, start once). xdist's own
+# ``--dist loadgroup`` marks do not take effect with pytest 9, hence a scheduler of our own.
+TINY_RUN_FILES = {f"tests/{p.name}" for p in (ROOT / "tests").glob("test_*.py")
+                  if "tiny_run" in p.read_text()}
+
+if importlib.util.find_spec("xdist") is not None:
+    def pytest_xdist_make_scheduler(config, log):
+        from xdist.scheduler import LoadScopeScheduling
+
+        class ByFixture(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                file = nodeid.split("::", 1)[0]
+                return "tiny_run" if file in TINY_RUN_FILES else file
+
+        return ByFixture(config, log)

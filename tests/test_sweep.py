@@ -215,7 +215,11 @@ def test_a_killed_job_leaves_no_lock_behind(tmp_path):
     again = _slow(tmp_path, 0.1, "y")
     out = again.communicate(timeout=60)[0]
     assert again.returncode == 0 and "RESULT built" in out, out
-    assert time.time() - t0 < 30  # no wait for a dead job's lock (process start included)
+    # The dead job's key lock went with it: no wait for it. (A wait for the machine-wide timing
+    # lock is legitimate when other jobs measure on this machine, e.g. a parallel test worker;
+    # the dead job's own sleep would have held everything for another minute.)
+    assert "another job is building" not in out, out
+    assert time.time() - t0 < 50, out
 
 
 def test_pareto_front_and_best_point_per_model():
