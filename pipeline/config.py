@@ -401,9 +401,8 @@ class RegistryConfig:
     def __post_init__(self):
         from urllib.parse import urlsplit
 
-        from pipeline.registry.names import check_repository
-
-        check_repository(self.repository)
+        # registry.repository's grammar is the registry's (pipeline.registry.names): compose
+        # checks it after reading the config, and the backends when opened.
         if self.timeout_s <= 0:
             raise ConfigError(f"registry.timeout_s={self.timeout_s}: must be > 0")
         if self.backend != RegistryBackend.local and not self.url:

@@ -40,7 +40,7 @@ def _quant_cfg(cfg, mode: QuantMode, **changes):
 
 
 def _drop_and_agreement(ev, ref, metric: str) -> tuple[float, float]:
-    from pipeline.stages.evaluate import agreement
+    from pipeline.metrics.outputs import agreement
 
     return ref.meta["metrics"][metric] - ev.meta["metrics"][metric], agreement(ev, ref)
 
@@ -100,7 +100,7 @@ def recipe(cfg, runner, t, source, exported, fp32, fp16, pruning=None):
     """The ``quant=auto`` branch of ``pipeline.recipe.recipe``, from the float artifacts on."""
     from pipeline.env import environment
     from pipeline.quant.int8 import Quantizer
-    from pipeline.recipe import Outcome
+    from pipeline.outcome import Outcome
     from pipeline.stages.benchmark import Benchmark
     from pipeline.stages.evaluate import Evaluate
 
