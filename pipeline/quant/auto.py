@@ -99,7 +99,7 @@ def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_bat
 def recipe(cfg, runner, t, source, exported, fp32, fp16, pruning=None):
     """The ``quant=auto`` branch of ``pipeline.recipe.recipe``, from the float artifacts on."""
     from pipeline.env import environment
-    from pipeline.quant.int8 import Quantizer
+    from pipeline.quant.recipe import int8 as int8_recipe
     from pipeline.outcome import Outcome
     from pipeline.stages.benchmark import Benchmark
     from pipeline.stages.evaluate import Evaluate
@@ -113,8 +113,8 @@ def recipe(cfg, runner, t, source, exported, fp32, fp16, pruning=None):
     ref = evals["fp16"]
 
     def build(mode, **changes):
-        return Quantizer(_quant_cfg(cfg, mode, **changes), runner, fp32, evals["fp32"], ref,
-                         metric).run()
+        return int8_recipe(_quant_cfg(cfg, mode, **changes), runner, fp32, evals["fp32"], ref,
+                           metric)
 
     int8, int8_info = build(QuantMode.int8)
     # Dynamic INT8 quantizes the LSTM only: floating what profiles slower would give back FP32.
