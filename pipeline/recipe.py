@@ -9,13 +9,12 @@ the gate verdict. Publishing and the report are done by ``__main__`` with what t
 """
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from pipeline import gate
 from pipeline.artifact import sha256_file
 from pipeline.env import environment
-from pipeline.config import BenchMode, Config, LoadConfig, PruneMethod, QuantMode
+from pipeline.config import Config, PruneMethod, QuantMode
 from pipeline.errors import ConfigError
 from pipeline.models import task
 from pipeline.outcome import Outcome
@@ -83,11 +82,9 @@ def recipe(cfg: Config, runner) -> Outcome:
     evals["candidate"] = runner.run(plan.evaluation(evaluate, "candidate"), candidate,
                                     label="evaluate[candidate]")
     plan.evaluate_others(runner, evaluate, models)  # runtime=auto: every target, per artifact
-    # The benchmark's key covers only what shapes its numbers, not the load-test settings.
-    timed = dataclasses.replace(cfg.bench, mode=BenchMode.latency, load=LoadConfig())
-    bench = runner.run(Benchmark(task=m.name, bench=timed, eval_samples=m.eval_samples,
-                                 data_dir=cfg.data_dir, hardware=plan.hw,
-                                 options=plan.bench_options()),
+    bench = runner.run(Benchmark(task=m.name, bench=cfg.bench.timing(),
+                                 eval_samples=m.eval_samples, data_dir=cfg.data_dir,
+                                 hardware=plan.hw, options=plan.bench_options()),
                        candidate, fp32=fp32, fp16=fp16, export=exported)
     # runtime=auto picks the target here; the gate and the report see the chosen one.
     evals, bench, targets, deployed = plan.decide(evals, bench, cfg.gate, t.PRIMARY_METRIC,

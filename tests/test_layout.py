@@ -160,3 +160,28 @@ def test_the_walker_sees_lazy_and_relative_imports(tmp_path):
     graph = _graph(_modules(tmp_path))
     assert graph["pipeline.sub.a"] == {"pipeline.errors"}
     assert graph["pipeline.sub.b"] == {"pipeline.sub.a", "pipeline.errors"}
+
+
+def test_every_stage_is_a_stage():
+    """Each stage module holds a frozen dataclass that meets ``runner.Stage``: its fields are
+    its key, so a mutable one could change after its key was taken."""
+    import dataclasses
+    import importlib
+    import inspect
+
+    from pipeline.runner import Stage
+
+    found = []
+    for path in sorted((ROOT / "pipeline" / "stages").glob("[!_]*.py")):
+        module = importlib.import_module(f"pipeline.stages.{path.stem}")
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != module.__name__ or not hasattr(cls, "hardware_dependent"):
+                continue
+            found.append(cls.__name__)
+            assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls
+            assert isinstance(cls.name, str) and isinstance(cls.version, int), cls
+            assert isinstance(cls.hardware_dependent, bool), cls
+            params = list(inspect.signature(cls.run).parameters)
+            assert params[:3] == ["self", "parent", "out_dir"], (cls, params)
+            assert set(Stage.__annotations__) <= set(dir(cls)), cls
+    assert {"Load", "Export", "Evaluate", "Benchmark", "Explain"} <= set(found)

@@ -28,7 +28,7 @@ import dataclasses
 import json
 
 from pipeline import gate
-from pipeline.config import BenchMode, LoadConfig, QuantMode
+from pipeline.config import QuantMode
 from pipeline.runtimes import PRIMARY, Target, cpu_supports
 from pipeline.runtimes.plan import Plan, label
 
@@ -137,13 +137,12 @@ def recipe(cfg, runner, t, source, exported, fp32, fp16, pruning=None):
                           "return that same model")
     plan.evaluate_others(runner, evaluate, models)
     contenders = tuple(r for r in ("fp32", "dynamic", "mixed") if r in models)
-    timed = dataclasses.replace(cfg.bench, mode=BenchMode.latency, load=LoadConfig())
     # Timed: the contenders and the float baselines the gate compares with. The export is an
     # unoptimized copy of FP32 and FP16 ONNX runs emulated on a CPU without FP16 kernels, so
     # neither can win or be the fastest float there; both are still evaluated.
     skip = {"candidate", "export"} | (set() if cpu_supports("fp16") else {"fp16"})
     refs = {r: a for r, a in models.items() if r not in skip}
-    bench = runner.run(Benchmark(m.name, timed, m.eval_samples, cfg.data_dir, plan.hw,
+    bench = runner.run(Benchmark(m.name, cfg.bench.timing(), m.eval_samples, cfg.data_dir, plan.hw,
                                  plan.bench_options(), contenders=contenders),
                        int8, label="benchmark[auto]", **refs)
     plan.failures.update(bench.meta.get("failures", {}))

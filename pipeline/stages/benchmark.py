@@ -77,7 +77,7 @@ def shape_outliers(per_width: dict) -> list[dict]:
 @dataclass(frozen=True)
 class Benchmark:
     task: str
-    bench: object          # BenchConfig
+    bench: object          # TimingConfig: what shapes the numbers, no load-test knobs
     eval_samples: int
     data_dir: str
     hardware: object       # the target (runtime=auto: see ``options``)
