@@ -21,7 +21,6 @@ from pipeline.stages.prepare import Prepare
 from pipeline.stages.quantize import Quantize
 
 METHODS = ("minmax", "entropy", "percentile")
-WEIGHTED_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN")
 
 
 @dataclass
