@@ -13,21 +13,15 @@ from types import SimpleNamespace
 
 
 def default_quantize(fp32_model: Path, out: Path, task_name: str, samples: int, data_dir: str) -> None:
-    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+    from onnxruntime.quantization import quantize_static
 
     from pipeline.models import task
+    from pipeline.quant.calibration import Feeds
 
     t = task(task_name)
     ds, _ = t.dataset("calibration", samples, data_dir)
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = (({t.INPUT_NAME: x}) for _, x, _ in t.batches(ds, 32, sort_by_width=False))
-
-        def get_next(self):
-            return next(self.it, None)
-
-    quantize_static(str(fp32_model), str(out), Reader())  # every option at its default
+    feeds = Feeds({t.INPUT_NAME: x} for _, x, _ in t.batches(ds, 32, sort_by_width=False))
+    quantize_static(str(fp32_model), str(out), feeds)  # every option at its default
 
 
 def timed(models: dict, cfg, batch: int, extra_pairs=()) -> dict:

@@ -29,7 +29,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # times a runtime) as long as no cycle forms.
     ("capabilities", ("pipeline.data", "pipeline.metrics", "pipeline.runtimes",
                       "pipeline.measure", "pipeline.models", "pipeline.registry",
-                      "pipeline.bill", "pipeline.prune", "pipeline.quant.defaults")),
+                      "pipeline.bill", "pipeline.prune", "pipeline.quant.defaults",
+                      "pipeline.quant.calibration")),
     # The engine that turns overrides into a Config (compose applies this machine's hardware
     # numbers from the bill, so it sits above the capabilities) and runs stages (runner, and its
     # Ray executor for timed stages on a cluster).

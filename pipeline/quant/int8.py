@@ -20,7 +20,6 @@ from pipeline.stages.explain import Explain
 from pipeline.stages.prepare import Prepare
 from pipeline.stages.quantize import Quantize
 
-METHODS = ("minmax", "entropy", "percentile")
 
 
 @dataclass

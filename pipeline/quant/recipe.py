@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.config import CalibrationMethod, QuantMode
-from pipeline.quant.int8 import METHODS, QuantInfo, Quantizer, output_nodes
+from pipeline.quant.calibration import METHODS
+from pipeline.quant.int8 import QuantInfo, Quantizer, output_nodes
 from pipeline.runtimes.ops import WEIGHTED_OPS
 from pipeline.stages.compare import Compare
 

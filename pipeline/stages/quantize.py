@@ -23,14 +23,14 @@ from pipeline.stages.parity import node_counts
 
 
 def _static_options(s: dict, per_channel: bool, method: str) -> dict:
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType
+    from onnxruntime.quantization import QuantFormat, QuantType
+
+    from pipeline.quant.calibration import ort_method
 
     types = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
-    methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
-               "percentile": CalibrationMethod.Percentile}
     return {"quant_format": QuantFormat.QDQ, "per_channel": per_channel,
             "reduce_range": s["reduce_range"], "weight_type": types[s["weight_type"]],
-            "activation_type": types[s["activation_type"]], "calibrate_method": methods[method],
+            "activation_type": types[s["activation_type"]], "calibrate_method": ort_method(method),
             "extra_options": {"WeightSymmetric": True, "ActivationSymmetric": False}}
 
 
