@@ -7,8 +7,8 @@ squeeze-excite, trained checkpoint committed). Out: a dict for bench.json: the p
 exit code and accuracy rows (its INT8 drop against FP16, as the gate judges it), onnxruntime's
 default ``quantize_static`` (QDQ, every option at its default) of the same FP32 model scored on the
 same 2,000 lines, and FP32, the default INT8 and the pipeline's INT8 timed at batch 8 in one
-process, interleaved round by round on real batches (``bench_quant._timed``): p50 of each and the
-paired speedups over FP32 with their 95 % intervals, plus the pipeline's INT8 against the default.
+process, interleaved round by round on real batches (``benchmarks.common.timed``): p50 of each
+and the paired speedups over FP32 with their 95 % intervals, plus the pipeline's INT8 against the default.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ TARGET = "own model: ORT default slower than FP32, pipeline int8 faster within b
 
 def own_model(extra: list[str] | None = None, workdir: str = "artifacts") -> dict:
     from pipeline import isolate
-    from benchmarks.quant import _default_quantize, _evaluate, _timed
+    from benchmarks.common import default_quantize, evaluate, timed
     from pipeline.compose import compose
 
     args = [*ARGS, f"workdir={workdir}", *(extra or [])]
@@ -47,11 +47,11 @@ def own_model(extra: list[str] | None = None, workdir: str = "artifacts") -> dic
                  "latency_trial": rep.get("quantization", {}).get("latency_trial")}
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         default = Path(tmp) / "ort_default.onnx"
-        isolate.call("onnxruntime default quantize_static (own model)", _default_quantize, fp32,
+        isolate.call("onnxruntime default quantize_static (own model)", default_quantize, fp32,
                      default, cfg.model.name, cfg.model.calibration_samples, cfg.data_dir)
-        default_metrics = isolate.call("evaluate default (own model)", _evaluate, default, cfg)
+        default_metrics = isolate.call("evaluate default (own model)", evaluate, default, cfg)
         models = {"fp32": fp32, "pipeline_int8": ours, "ort_default_int8": default}
-        timing = isolate.call(f"own model timing b{BATCH}", _timed, models, cfg, BATCH,
+        timing = isolate.call(f"own model timing b{BATCH}", timed, models, cfg, BATCH,
                               [("ort_default_int8", "pipeline_int8")])
     metric = "sequence_accuracy"
     out["accuracy"] = {"fp32": rows["fp32"][metric], "fp16": rows["fp16"][metric],

@@ -29,15 +29,6 @@ PEERS = {"a": "onnxruntime quantize_static (defaults)", "b": "nncf int8 (openvin
 AA = "pipeline (A/A copy)"
 
 
-class _Reader:
-    def __init__(self, t, ds, batch):
-        self._it, self._input = t.batches(ds, batch, sort_by_width=False), t.INPUT_NAME
-
-    def get_next(self):
-        b = next(self._it, None)
-        return None if b is None else {self._input: b[1]}
-
-
 def build(fp32_model: Path, out: Path, task_name: str, samples: int, batch: int,
           data_dir: str) -> dict:
     """(a) and (b) from the FP32 model, calibrated on the pipeline's calibration set."""
@@ -46,11 +37,13 @@ def build(fp32_model: Path, out: Path, task_name: str, samples: int, batch: int,
     from onnxruntime.quantization import quantize_static
 
     from pipeline.models import task
+    from pipeline.quant.calibration import Feeds
 
     t = task(task_name)
     ds, digest = t.dataset("calibration", samples, data_dir)
+    feeds = Feeds({t.INPUT_NAME: x} for _, x, _ in t.batches(ds, batch, sort_by_width=False))
     t0 = time.time()
-    quantize_static(str(fp32_model), str(out / "ort_static.onnx"), _Reader(t, ds, batch))
+    quantize_static(str(fp32_model), str(out / "ort_static.onnx"), feeds)
     t1 = time.time()
     items = [x for _, x, _ in t.batches(ds, 1, sort_by_width=False)]
     quantized = nncf.quantize(ov.Core().read_model(str(fp32_model)), nncf.Dataset(items),

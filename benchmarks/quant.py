@@ -19,53 +19,7 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
-
-def _default_quantize(fp32_model: Path, out: Path, task_name: str, samples: int, data_dir: str) -> None:
-    from onnxruntime.quantization import CalibrationDataReader, quantize_static
-
-    from pipeline.models import task
-
-    t = task(task_name)
-    ds, _ = t.dataset("calibration", samples, data_dir)
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = (({t.INPUT_NAME: x}) for _, x, _ in t.batches(ds, 32, sort_by_width=False))
-
-        def get_next(self):
-            return next(self.it, None)
-
-    quantize_static(str(fp32_model), str(out), Reader())  # every option at its default
-
-
-def _timed(models: dict, cfg, batch: int, extra_pairs=()) -> dict:
-    """Every model against FP32 (and each (slower, faster) pair of ``extra_pairs``), timed in one
-    process, interleaved round by round; speedups are medians of per-round ratios with CIs."""
-    from pipeline.runtimes import onnxruntime as ort
-    from pipeline.measure import timing
-    from pipeline.models import task
-
-    hw = cfg.hardware.target()
-    t = task(cfg.model.name)
-    ds, _ = t.dataset("evaluation", cfg.model.eval_samples, cfg.data_dir)
-    inputs = [next(t.batches(ds.select(range(k * batch, (k + 1) * batch)), batch))[1] for k in range(8)]
-    fns = {role: (lambda x, s=ort.session(path, hw): ort.run(s, x)) for role, path in models.items()}
-    pairs = [("fp32", r) for r in models if r != "fp32"] + list(extra_pairs)
-    times, info = timing.head_to_head(fns, inputs, pairs, 300, 60, 0.02)
-    out = {"speedup_vs_fp32": {r: timing.ratio_ci(times["fp32"], times[r]) for r in models if r != "fp32"},
-           "p50_ms": {r: float(sorted(v)[len(v) // 2]) for r, v in times.items()}, **info}
-    if extra_pairs:
-        out["speedup"] = {f"{b} vs {a}": timing.ratio_ci(times[a], times[b]) for a, b in extra_pairs}
-    return out
-
-
-def _evaluate(model: Path, cfg) -> dict:
-    from pipeline.stages.evaluate import Evaluate
-
-    m = cfg.model
-    with tempfile.TemporaryDirectory() as out:
-        return Evaluate(m.name, m.eval_samples, m.eval_batch_size, cfg.data_dir,
-                        cfg.hardware.target()).run(SimpleNamespace(model=model), Path(out))["metrics"]
+from benchmarks.common import default_quantize, evaluate, timed
 
 
 def _calibration_rss(prepared: Path, cfg, samples: int) -> float:
@@ -90,13 +44,13 @@ def quantization(lineage: dict, stages: list[dict]) -> dict:
     out: dict = {}
     with tempfile.TemporaryDirectory(dir="artifacts") as tmp:
         default = Path(tmp) / "ort_default.onnx"
-        isolate.call("onnxruntime default quantize_static", _default_quantize, fp32, default,
+        isolate.call("onnxruntime default quantize_static", default_quantize, fp32, default,
                      cfg.model.name, cfg.model.calibration_samples, cfg.data_dir)
-        out["accuracy"] = {"pipeline_int8": isolate.call("evaluate ours", _evaluate, ours, cfg),
-                           "ort_default_int8": isolate.call("evaluate default", _evaluate, default, cfg),
-                           "fp32": isolate.call("evaluate fp32", _evaluate, fp32, cfg)}
+        out["accuracy"] = {"pipeline_int8": isolate.call("evaluate ours", evaluate, ours, cfg),
+                           "ort_default_int8": isolate.call("evaluate default", evaluate, default, cfg),
+                           "fp32": isolate.call("evaluate fp32", evaluate, fp32, cfg)}
         models = {"fp32": fp32, "pipeline_int8": ours, "ort_default_int8": default}
-        out["timing"] = {str(b): isolate.call(f"timing b{b}", _timed, models, cfg, b) for b in (1, 8)}
+        out["timing"] = {str(b): isolate.call(f"timing b{b}", timed, models, cfg, b) for b in (1, 8)}
     proc = subprocess.run([sys.executable, "-m", "pipeline", "model=ocr", "quant=mixed",
                            "quant.max_accuracy_drop=0.05", "registry=null"], capture_output=True, text=True)
     import json

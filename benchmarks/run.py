@@ -102,7 +102,7 @@ def repeatability(lineage: dict) -> dict:
 
     cfg = compose(["model=ocr", "quant=int8"])
     arts = {role: Artifact.read(Path(lineage[role]["path"])) for role in ("candidate", "fp32", "fp16", "export")}
-    stage = Benchmark(cfg.model.name, cfg.bench, cfg.model.eval_samples, cfg.data_dir,
+    stage = Benchmark(cfg.model.name, cfg.bench.timing(), cfg.model.eval_samples, cfg.data_dir,
                       cfg.hardware.target())
     runs = []
     for k in range(2):

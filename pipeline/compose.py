@@ -75,6 +75,10 @@ def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR,
         result = OmegaConf.to_object(cfg)
         for group in dropped:
             setattr(result, group, None)
+        if getattr(result, "registry", None) is not None:
+            from pipeline.registry.names import check_repository
+
+            check_repository(result.registry.repository)  # before any stage runs: exit 2
         if getattr(result, "hardware", None) is not None:
             from pipeline.bill.machine import apply
 

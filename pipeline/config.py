@@ -326,8 +326,8 @@ class LoadConfig:
 
 
 @dataclass
-class BenchConfig:
-    mode: BenchMode = BenchMode.latency
+class TimingConfig:
+    """What shapes the benchmark's numbers, and nothing else: the benchmark stage's key."""
     batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
     min_rounds: int = 200                   # interleaved rounds per batch size before stopping
     min_seconds: float = 10.0               # per batch size: spread the rounds over at least this
@@ -341,7 +341,6 @@ class BenchConfig:
     warmup_max_runs: int = 300
     aa_tolerance: float = 0.03              # the A/A ratio must read 1.00 +- this
     cold_start_repeats: int = 3             # fresh processes per model; 0 skips cold start
-    load: LoadConfig = field(default_factory=LoadConfig)    # used by mode=load and mode=soak
     nonce: str = ""                         # any new value forces a fresh measurement (make bench)
 
     def __post_init__(self):
@@ -358,6 +357,18 @@ class BenchConfig:
             raise ConfigError(f"bench.min_seconds={self.min_seconds}: must be >= 0")
         if self.cold_start_repeats < 0:
             raise ConfigError(f"bench.cold_start_repeats={self.cold_start_repeats}: must be >= 0")
+
+
+@dataclass
+class BenchConfig(TimingConfig):
+    """The ``bench`` group: the timing, plus what the load test and soak run with."""
+    mode: BenchMode = BenchMode.latency
+    load: LoadConfig = field(default_factory=LoadConfig)    # used by mode=load and mode=soak
+
+    def timing(self) -> TimingConfig:
+        """The timing fields alone, for the benchmark stage: load-test knobs stay out of its key."""
+        return TimingConfig(**{f.name: getattr(self, f.name)
+                               for f in dataclasses.fields(TimingConfig)})
 
 
 @dataclass
@@ -401,9 +412,8 @@ class RegistryConfig:
     def __post_init__(self):
         from urllib.parse import urlsplit
 
-        from pipeline.registry.names import check_repository
-
-        check_repository(self.repository)
+        # registry.repository's grammar is the registry's (pipeline.registry.names): compose
+        # checks it after reading the config, and the backends when opened.
         if self.timeout_s <= 0:
             raise ConfigError(f"registry.timeout_s={self.timeout_s}: must be > 0")
         if self.backend != RegistryBackend.local and not self.url:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from pipeline.env import differences
-from pipeline.stages.evaluate import agreement
+from pipeline.metrics.outputs import agreement
 
 NAN = float("nan")
 

@@ -25,11 +25,24 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import ClassVar, Protocol
 
 from pipeline import isolate, leftovers, locks
 from pipeline.artifact import FORMAT, Artifact, canonical_meta, content_digest, digest_files
 from pipeline.env import hardware_fingerprint, tool_versions
 from pipeline.errors import StageError
+
+
+class Stage(Protocol):
+    """What the runner runs. A stage is a frozen dataclass whose fields are exactly what shapes
+    its output: they are its cache key, with its name and version, its inputs' digests and, when
+    ``hardware_dependent``, the machine's fingerprint. ``run`` writes its files under ``out_dir``
+    (scratch under ``out_dir/.scratch``) and returns the metadata recorded with them."""
+    name: ClassVar[str]
+    version: ClassVar[int]
+    hardware_dependent: ClassVar[bool]  # measures, or its output depends on, the machine
+
+    def run(self, parent: Artifact | None, out_dir: Path, **refs: Artifact) -> dict: ...
 
 
 def plain(obj):
@@ -81,7 +94,7 @@ class Runner:
         if removed:
             self.log(f"  removed {removed} temporary or corrupt folder(s) left by killed runs")
 
-    def key(self, stage, parent: Artifact | None, refs: dict[str, Artifact]) -> str:
+    def key(self, stage: Stage, parent: Artifact | None, refs: dict[str, Artifact]) -> str:
         config = plain(stage)
         if not stage.hardware_dependent:
             # Such stages use the hardware only to run checks; their output does not depend on it.
@@ -98,11 +111,11 @@ class Runner:
         }
         return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
 
-    def run(self, stage, parent: Artifact | None = None, label: str | None = None,
+    def run(self, stage: Stage, parent: Artifact | None = None, label: str | None = None,
             **refs: Artifact) -> Artifact:
         label = label or stage.name
         if self.remote and locks.is_timed(stage):  # a Ray cluster: on a node labelled for it
-            from pipeline.sweep import cluster
+            from pipeline import cluster
 
             return cluster.run_timed(self, stage, parent, label, refs)
         key = self.key(stage, parent, refs)

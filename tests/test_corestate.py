@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.measure import corestate
 from benchmarks.run import like_with_like
-from pipeline.stages.benchmark import core_states
+from pipeline.measure.latency import core_states
 
 
 def test_states_split_only_at_a_wide_gap():

@@ -59,7 +59,7 @@ def test_fails_closed_on_missing_measurements(tmp_path):
 
 
 def test_shape_outliers_flag_only_the_jump():
-    from pipeline.stages.benchmark import shape_outliers
+    from pipeline.measure.latency import shape_outliers
 
     rows = [{"width": w, "p50": 1.0 + 0.01 * w} for w in (100, 150, 200, 250, 300)]
     assert shape_outliers({"m": rows}) == []

@@ -6,7 +6,7 @@ import time
 import numpy as np
 
 from pipeline.measure.serving import serve
-from pipeline.stages.loadtest import leak, max_within, qps_steps, shape_key
+from pipeline.measure.load import leak, max_within, qps_steps, shape_key
 
 
 def sleepy(ms_fixed: float, ms_per_item: float):

@@ -1,6 +1,6 @@
 """Metrics any model can be scored with, each with its direction (``spec.MetricSpec``): classifier
 top-k (``classification``), CTC text recognition with the user's character set (``ctc``), and,
-without labels, agreement with the FP16 baseline's outputs (``agreement``)."""
+without labels, agreement with the FP16 baseline's outputs (``agreement``). ``outputs`` hashes decoded outputs and compares two evaluations."""
 from pipeline.metrics import agreement, classification, ctc
 
 SPECS = {**classification.SPECS, **ctc.SPECS, **agreement.SPECS}

@@ -28,7 +28,7 @@ import dataclasses
 import json
 
 from pipeline import gate
-from pipeline.config import BenchMode, LoadConfig, QuantMode
+from pipeline.config import QuantMode
 from pipeline.runtimes import PRIMARY, Target, cpu_supports
 from pipeline.runtimes.plan import Plan, label
 
@@ -40,7 +40,7 @@ def _quant_cfg(cfg, mode: QuantMode, **changes):
 
 
 def _drop_and_agreement(ev, ref, metric: str) -> tuple[float, float]:
-    from pipeline.stages.evaluate import agreement
+    from pipeline.metrics.outputs import agreement
 
     return ref.meta["metrics"][metric] - ev.meta["metrics"][metric], agreement(ev, ref)
 
@@ -99,8 +99,8 @@ def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_bat
 def recipe(cfg, runner, t, source, exported, fp32, fp16, pruning=None):
     """The ``quant=auto`` branch of ``pipeline.recipe.recipe``, from the float artifacts on."""
     from pipeline.env import environment
-    from pipeline.quant.int8 import Quantizer
-    from pipeline.recipe import Outcome
+    from pipeline.quant.recipe import int8 as int8_recipe
+    from pipeline.outcome import Outcome
     from pipeline.stages.benchmark import Benchmark
     from pipeline.stages.evaluate import Evaluate
 
@@ -113,8 +113,8 @@ def recipe(cfg, runner, t, source, exported, fp32, fp16, pruning=None):
     ref = evals["fp16"]
 
     def build(mode, **changes):
-        return Quantizer(_quant_cfg(cfg, mode, **changes), runner, fp32, evals["fp32"], ref,
-                         metric).run()
+        return int8_recipe(_quant_cfg(cfg, mode, **changes), runner, fp32, evals["fp32"], ref,
+                           metric)
 
     int8, int8_info = build(QuantMode.int8)
     # Dynamic INT8 quantizes the LSTM only: floating what profiles slower would give back FP32.
@@ -137,13 +137,12 @@ def recipe(cfg, runner, t, source, exported, fp32, fp16, pruning=None):
                           "return that same model")
     plan.evaluate_others(runner, evaluate, models)
     contenders = tuple(r for r in ("fp32", "dynamic", "mixed") if r in models)
-    timed = dataclasses.replace(cfg.bench, mode=BenchMode.latency, load=LoadConfig())
     # Timed: the contenders and the float baselines the gate compares with. The export is an
     # unoptimized copy of FP32 and FP16 ONNX runs emulated on a CPU without FP16 kernels, so
     # neither can win or be the fastest float there; both are still evaluated.
     skip = {"candidate", "export"} | (set() if cpu_supports("fp16") else {"fp16"})
     refs = {r: a for r, a in models.items() if r not in skip}
-    bench = runner.run(Benchmark(m.name, timed, m.eval_samples, cfg.data_dir, plan.hw,
+    bench = runner.run(Benchmark(m.name, cfg.bench.timing(), m.eval_samples, cfg.data_dir, plan.hw,
                                  plan.bench_options(), contenders=contenders),
                        int8, label="benchmark[auto]", **refs)
     plan.failures.update(bench.meta.get("failures", {}))

@@ -19,6 +19,9 @@ def open_backend(registry_cfg):
     """The backend object for a ``RegistryConfig``."""
     import importlib
 
+    from pipeline.registry.names import check_repository
+
+    check_repository(registry_cfg.repository)  # a RegistryConfig built without compose
     kind = getattr(registry_cfg.backend, "value", registry_cfg.backend)
     if kind not in BACKENDS:
         raise ConfigError(f"registry.backend={kind!r}: unknown; valid choices: "

@@ -24,12 +24,12 @@ import io
 import json
 from pathlib import Path
 
-from pipeline.errors import CorruptBlob, PromotionRefused, RegistryError
+from pipeline.errors import CorruptBlob, RegistryError
 from pipeline.registry import atomic, transfer
 from pipeline.registry.backend import Entry, Published
 from pipeline.registry.names import ALIASES, check_alias, check_digest, check_name
 from pipeline.registry.package import (INDEX_TYPE, MANIFEST_TYPE, P, Blob, Package, blobs_of,
-                                       gate_passed, parse, promotion)
+                                       check_promotable, parse, promotion)
 
 REF = "org.opencontainers.image.ref.name"
 CREATED = "org.opencontainers.image.created"
@@ -78,11 +78,7 @@ class LocalStore:
             desc = self._resolve_desc(index, name, ref)
             version = desc["annotations"][f"{P}version"]
             manifest, _ = self._manifest(desc["digest"], f"{name}:{version}")
-            if not gate_passed(manifest) and not force:
-                summary = manifest["annotations"].get(f"{P}gate.summary", "no verdict")
-                raise PromotionRefused(f"{name}:{version}: its gate did not pass ({summary}); "
-                                       f"not promoted to {alias} (--force overrides, and is "
-                                       "recorded)")
+            check_promotable(manifest, name, version, alias, force)
             old = _find(index, name, alias, kind="alias")
             previous = old["annotations"][f"{P}version"] if old else None
             record = promotion(name, version, desc, alias, force, previous, reason)

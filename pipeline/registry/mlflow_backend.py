@@ -26,12 +26,12 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pipeline.errors import PromotionRefused, RegistryError
+from pipeline.errors import RegistryError
 from pipeline.registry import credentials, transfer
 from pipeline.registry.backend import Entry, Published
 from pipeline.registry.names import ALIASES, check_alias, check_name
 from pipeline.registry.package import (EVIDENCE_FILE, MODEL_FILE, P, Package, canonical,
-                                       gate_passed, parse)
+                                       check_promotable, parse)
 
 OCI_MANIFEST = "oci-manifest.json"
 VERSION_TAG, DIGEST_TAG, SHA_TAG, GATE_TAG = "pipeline_version", "manifest_digest", "sha256", \
@@ -87,10 +87,7 @@ class MlflowRegistry:
         mv = self._version(name, ref)
         entry = self._entry(name, mv)
         manifest, _ = self.manifest(entry)
-        if not gate_passed(manifest) and not force:
-            summary = manifest["annotations"].get(f"{P}gate.summary", "no verdict")
-            raise PromotionRefused(f"{name}:{entry.version}: its gate did not pass ({summary}); "
-                                   f"not promoted to {alias} (--force overrides, and is recorded)")
+        check_promotable(manifest, name, entry.version, alias, force)
         previous = self._call(client.get_registered_model, model).aliases.get(alias)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         for key, value in {"forced": "true" if force else "false", "at": stamp,

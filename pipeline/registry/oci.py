@@ -22,12 +22,12 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pipeline.errors import ConfigError, PromotionRefused, RegistryError
+from pipeline.errors import ConfigError, RegistryError
 from pipeline.registry import credentials, transfer
 from pipeline.registry.backend import Entry, Published
 from pipeline.registry.names import ALIASES, check_alias, check_name
-from pipeline.registry.package import (MANIFEST_TYPE, INDEX_TYPE, P, Package, gate_passed, parse,
-                                       promotion, sha256_bytes)
+from pipeline.registry.package import (MANIFEST_TYPE, INDEX_TYPE, P, Package,
+                                       check_promotable, parse, promotion, sha256_bytes)
 
 ACCEPT = f"{MANIFEST_TYPE}, {INDEX_TYPE}"
 
@@ -70,10 +70,7 @@ class OciRegistry:
         check_alias(alias)
         entry = self.resolve(name, ref)
         manifest, _ = self.manifest(entry)
-        if not gate_passed(manifest) and not force:
-            summary = manifest["annotations"].get(f"{P}gate.summary", "no verdict")
-            raise PromotionRefused(f"{name}:{entry.version}: its gate did not pass ({summary}); "
-                                   f"not promoted to {alias} (--force overrides, and is recorded)")
+        check_promotable(manifest, name, entry.version, alias, force)
         repo = self._repo(name)
         previous = self._head(repo, alias)
         prev_version = self._version_of(repo, previous) if previous else None

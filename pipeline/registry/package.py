@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.errors import CorruptBlob, RegistryError
+from pipeline.errors import CorruptBlob, PromotionRefused, RegistryError
 from pipeline.registry.names import check_digest, check_name, check_version
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
@@ -163,6 +163,15 @@ def blobs_of(manifest: dict) -> list[Blob]:
 
 def gate_passed(manifest: dict) -> bool:
     return (manifest.get("annotations") or {}).get(f"{P}gate.passed") == "true"
+
+
+def check_promotable(manifest: dict, name: str, version: str, alias: str, force: bool) -> None:
+    """The promotion gate, the same for every backend: a version whose gate did not pass moves
+    no alias unless forced (and a forced promotion is recorded by the backend)."""
+    if not gate_passed(manifest) and not force:
+        summary = manifest["annotations"].get(f"{P}gate.summary", "no verdict")
+        raise PromotionRefused(f"{name}:{version}: its gate did not pass ({summary}); "
+                               f"not promoted to {alias} (--force overrides, and is recorded)")
 
 
 def evidence_from_annotations(manifest: dict) -> dict:

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 from pipeline.leftovers import temp_name
-from pipeline.stages.evaluate import agreement
+from pipeline.metrics.outputs import agreement
 
 ROWS = (("export", "export (torch -> ONNX, FP32)"), ("fp32", "optimize (FP32 baseline)"),
         ("fp16", "fp16 (baseline)"), ("candidate", "candidate"))

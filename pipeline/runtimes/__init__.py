@@ -30,9 +30,6 @@ BACKENDS = {"onnxruntime": "pipeline.runtimes.onnxruntime",
 PRECISIONS = ("fp32", "bf16", "fp16")
 # The CPU flags that give a float precision native kernels (x86, as /proc/cpuinfo names them).
 PRECISION_FLAGS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
-# Ops whose executed precision is the point of INT8 or BF16: the compute-heavy ones.
-COMPUTE_OPS = ("Conv", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "FullyConnected", "Convolution",
-               "RNNSeq", "RNNCell", "Deconvolution", "GroupConvolution")
 
 
 class RuntimeFailure(StageError):
@@ -123,13 +120,11 @@ def first_line(e: BaseException) -> str:
     return lines[-1] if lines else type(e).__name__
 
 
-GEMM_LIKE = ("Conv", "MatMul", "Gemm", "FullyConnected", "Convolution", "Deconvolution",
-             "GroupConvolution")
-
-
 def executed_summary(ops: dict[str, dict[str, int]]) -> dict:
     """{op type: {precision: count}}, and the share of convolutions and matmuls (recurrent
     layers aside) that executed in INT8 kernels: 1.0 proves a QDQ model runs as INT8."""
+    from pipeline.runtimes.ops import GEMM_LIKE
+
     kinds = {p for counts in ops.values() for p in counts}
     gemm = {op: c for op, c in ops.items()
             if any(op.endswith(g) or op.startswith(g) or g in op for g in GEMM_LIKE)}

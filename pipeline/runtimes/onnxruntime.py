@@ -104,7 +104,8 @@ class OrtModel:
 def executed(model: Path, settings, example) -> dict:
     """Per compute op type, the precision its kernels ran in: one profiled run of a separate
     session with the same options (profiling slows every run, so never the timed session)."""
-    from pipeline.runtimes import COMPUTE_OPS, executed_summary
+    from pipeline.runtimes import executed_summary
+    from pipeline.runtimes.ops import COMPUTE_OPS
 
     so = _options(settings)
     so.enable_profiling = True

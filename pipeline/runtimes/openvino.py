@@ -96,7 +96,8 @@ class OvModel:
 
 def executed(compiled) -> dict:
     """Per layer type, the precision OpenVINO's runtime model executes it in."""
-    from pipeline.runtimes import COMPUTE_OPS, executed_summary
+    from pipeline.runtimes import executed_summary
+    from pipeline.runtimes.ops import COMPUTE_OPS
 
     ops: dict[str, dict[str, int]] = {}
     for node in compiled.get_runtime_model().get_ordered_ops():

@@ -103,7 +103,7 @@ class Plan:
 
     def decide(self, evals: dict, bench, gate, metric: str, gate_batch: int):
         """(evals view, bench view, summary): the gate and the report read the views."""
-        from pipeline.stages.evaluate import agreement
+        from pipeline.metrics.outputs import agreement
 
         batches = bench.meta["batches"]
         self.failures.update(bench.meta.get("failures", {}))

@@ -27,27 +27,24 @@ precision, baselines in fp32; ``runtime=auto`` times every artifact on every tar
 its own label, see ``runtimes.plan``). A target that cannot load a model is recorded in
 ``failures`` and the others are timed. When the timed set mixes runtimes, per-run alternation is
 spoiled by the other engine's spinning workers, so models alternate in blocks of ``MIXED_BLOCK``
-runs: ratios compare block medians, percentiles use every single run.
+runs (``pipeline.measure.latency``): ratios compare block medians, percentiles use every single
+run.
 """
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.measure import timing
 from pipeline.errors import StageError
+from pipeline.measure import timing
+from pipeline.measure.latency import blocking, contract, core_states, shape_outliers
 
 FLOAT_ROLES = ("fp32", "fp16")
 AA_ROLE = "fp32 (A/A copy)"
-OUTLIER_FACTOR = 1.5  # an input 1.5x slower than its shape predicts is flagged
-MIXED_BLOCK = 20      # runs per model per round when the timed set mixes runtimes
-MIN_BLOCK_ROUNDS = 10  # rounds of blocks before the CI may stop the timing
-MIN_STATE_ROUNDS = 20  # rounds a core state needs before its own speedup is reported
 
 
 def width_buckets(widths: np.ndarray, n: int) -> list[np.ndarray]:
@@ -56,28 +53,10 @@ def width_buckets(widths: np.ndarray, n: int) -> list[np.ndarray]:
     return [b for b in np.array_split(order, n) if b.size]
 
 
-def shape_outliers(per_width: dict) -> list[dict]:
-    """Inputs whose latency jumps out of line with the others': more than ``OUTLIER_FACTOR``
-    times what a straight line through (width, p50) of all of that model's inputs predicts.
-    A runtime falling back to a slow kernel for one shape shows up this way."""
-    flagged = []
-    for role, rows in per_width.items():
-        if len(rows) < 3:
-            continue
-        w = np.array([r["width"] for r in rows], dtype=float)
-        y = np.array([r["p50"] for r in rows])
-        slope, intercept = np.polyfit(w, y, 1)
-        for r, expected in zip(rows, intercept + slope * w):
-            if expected > 0 and r["p50"] > OUTLIER_FACTOR * expected:
-                flagged.append({"model": role, "width": r["width"], "p50": r["p50"],
-                                "expected_p50": float(expected)})
-    return flagged
-
-
 @dataclass(frozen=True)
 class Benchmark:
     task: str
-    bench: object          # BenchConfig
+    bench: object          # TimingConfig: what shapes the numbers, no load-test knobs
     eval_samples: int
     data_dir: str
     hardware: object       # the target (runtime=auto: see ``options``)
@@ -121,7 +100,7 @@ class Benchmark:
             raise StageError(f"cannot time {', '.join(missing)}: "
                              + "; ".join(failures[m] for m in missing))
         fns = {lab: m.run for lab, m in models.items()}
-        block, min_rounds, check_every = _blocking(cfg, {entries[lab][1].runtime for lab in models})
+        block, min_rounds, check_every = blocking(cfg, {entries[lab][1].runtime for lab in models})
         buckets = width_buckets(np.asarray(ds["width"]), cfg.width_buckets)
         rng = np.random.default_rng(0)
         result: dict = {"batches": {}, "affinity": sorted(os.sched_getaffinity(0)),
@@ -190,55 +169,3 @@ class Benchmark:
         (out_dir / "latency.json").write_text(json.dumps(result, indent=2))
         (out_dir / "times.json").write_text(json.dumps(raw))  # per-round ms, for the CDF plot
         return result
-
-
-def core_states(probes: list, times: dict, fastest: str, rel_ci: float) -> dict:
-    """The candidate's speedups split by the state of the cores they were timed in.
-
-    ``changed``: the host moved the vCPUs while we timed and the candidate's speedup differs
-    between the states by more than ``rel_ci``; ``worst`` is then the state the candidate fared
-    worst in, which the gate judges (it may meet that state again in production)."""
-    from pipeline.measure import corestate
-
-    rounds = len(times["candidate"])
-    groups = corestate.split(probes, rounds)
-    rows = []
-    for g in groups:
-        m = g["mask"]
-        if m.sum() < MIN_STATE_ROUNDS:
-            continue
-        rows.append({"round_trip_ns": round(g["round_trip_ns"], 1), "rounds": int(m.sum()),
-                     "share": round(float(m.mean()), 3),
-                     # per-round medians: how fast each model ran in this state (a busier host
-                     # slows the baseline too, which tells two runs' states apart)
-                     "p50_ms": {lab: float(np.median(v[m])) for lab, v in times.items()},
-                     "speedup": {lab: timing.ratio_ci(times[lab][m], times["candidate"][m])
-                                 for lab in times if lab != "candidate"},
-                     "speedup_vs_fastest_float": timing.ratio_ci(times[fastest][m],
-                                                                 times["candidate"][m])})
-    readings = [v for _, v in probes if v is not None]
-    medians = [r["speedup_vs_fastest_float"]["median"] for r in rows]
-    changed = len(rows) > 1 and (max(medians) - min(medians)) / min(medians) > rel_ci
-    worst = min(rows, key=lambda r: r["speedup_vs_fastest_float"]["ci95"][0]) if rows else None
-    return {"probe": "core-to-core round trip, ns (pipeline.measure.corestate)",
-            "available": bool(readings), "probes": len(readings),
-            "probe_ns_range": [round(min(readings), 1), round(max(readings), 1)] if readings else None,
-            "states": rows, "changed": changed, "worst": worst if changed else None}
-
-
-def _blocking(cfg, runtimes_timed: set) -> tuple[int, int, int]:
-    """(block, min rounds, rounds between CI checks). Across runtimes, one engine's spinning
-    workers slow the next one's first runs: alternate in blocks of MIXED_BLOCK runs, and count
-    rounds so that each model still gets about ``min_rounds`` runs."""
-    block = max(cfg.block, MIXED_BLOCK) if len(runtimes_timed) > 1 else cfg.block
-    if block == 1:
-        return 1, cfg.min_rounds, 50
-    return block, max(MIN_BLOCK_ROUNDS, math.ceil(cfg.min_rounds / block)), MIN_BLOCK_ROUNDS
-
-
-def contract(t, shapes: list[tuple]) -> dict:
-    """What was measured, so a server can refuse inputs that never were."""
-    dims = list(zip(*shapes))
-    return {"input": t.INPUT_NAME, "dtype": "float32",
-            "shape": [{"min": int(min(d)), "max": int(max(d))} for d in dims],
-            "note": "dimension ranges measured by the benchmark; inputs outside them are untested"}

@@ -22,16 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import StageError
-
-
-class _Chunk:
-    """onnxruntime's CalibrationDataReader protocol over a few batches."""
-
-    def __init__(self, feeds: list[dict]):
-        self._it = iter(feeds)
-
-    def get_next(self):
-        return next(self._it, None)
+from pipeline.quant.calibration import Feeds, ort_method
 
 
 def peak_rss_mb() -> float:
@@ -63,28 +54,25 @@ class Calibrate:
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
-        from onnxruntime.quantization import CalibrationMethod
         from onnxruntime.quantization.calibrate import create_calibrator
 
         from pipeline.models import task
 
-        methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
-                   "percentile": CalibrationMethod.Percentile}
         t = task(self.task)
         ds, digest = t.dataset("calibration", self.samples, self.data_dir)
         rss_before = peak_rss_mb()
         with tempfile.TemporaryDirectory() as tmp:  # the runner puts it inside out_dir
             calibrator = create_calibrator(str(parent.model), None,
                                            augmented_model_path=str(Path(tmp) / "augmented.onnx"),
-                                           calibrate_method=methods[self.method])
+                                           calibrate_method=ort_method(self.method))
             feeds, chunks = [], 0
             for _, images, _ in t.batches(ds, self.batch_size, sort_by_width=False, bounded=True):
                 feeds.append({t.INPUT_NAME: images})
                 if len(feeds) == self.chunk:
-                    calibrator.collect_data(_Chunk(feeds))
+                    calibrator.collect_data(Feeds(feeds))
                     feeds, chunks = [], chunks + 1
             if feeds:
-                calibrator.collect_data(_Chunk(feeds))
+                calibrator.collect_data(Feeds(feeds))
                 chunks += 1
             try:
                 ranges = calibrator.compute_data()

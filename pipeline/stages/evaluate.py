@@ -4,22 +4,19 @@ In: any artifact with a ``model.onnx``. Out: ``predictions.json`` (decoded strin
 order), the task metrics (sequence accuracy and CER for OCR) and a sha256 over the decoded outputs:
 the output-hash ledger the source article asks for, so two artifacts whose outputs differ in a
 single line are told apart even when their accuracy is equal. Agreement with the FP16 baseline is
-computed from two of these files by the gate, so this stage needs only its own model. Each
-sample's decision margin (``margins.json``) picks the hardest samples, on which quantization
+computed from two of these files (``pipeline.metrics.outputs``), so this stage needs only its own
+model. Each sample's decision margin (``margins.json``) picks the hardest samples, on which quantization
 choices are ranked cheaply; ``subset`` scores only those. The model runs on the stage's target
 (``pipeline.runtimes``: runtime, precision, threads), and ``runtime`` in the result records the
 engine, its settings and the precision its convolutions and matmuls executed in.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
-
-def output_hash(predictions: list[str]) -> str:
-    return hashlib.sha256("\n".join(predictions).encode()).hexdigest()
+from pipeline.metrics.outputs import output_hash
 
 
 @dataclass(frozen=True)
@@ -63,12 +60,3 @@ def hardest(evaluation, count: int) -> tuple[int, ...]:
     """Indices of the ``count`` samples with the smallest decision margin (ties by index)."""
     margins = json.loads((evaluation.path / "margins.json").read_text())
     return tuple(sorted(sorted(range(len(margins)), key=lambda i: (margins[i], i))[:count]))
-
-
-def agreement(a, b) -> float:
-    """Share of identical decoded outputs between two evaluate artifacts."""
-    pa = json.loads((a.path / "predictions.json").read_text())
-    pb = json.loads((b.path / "predictions.json").read_text())
-    if len(pa) != len(pb):
-        return 0.0
-    return sum(x == y for x, y in zip(pa, pb)) / len(pa)

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 
-COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention",
-               "MaxPool", "AveragePool", "GlobalAveragePool", "Relu", "Add", "Mul", "Sigmoid",
-               "HardSigmoid", "HardSwish", "Softmax")
+from pipeline.runtimes.ops import NAMED_OPS
 
 
 def module_of(node) -> str | None:
@@ -33,7 +31,7 @@ def rename_like_export(exported, optimized) -> dict[str, str]:
     by_op: dict[str, list[str]] = {}
     for node in exported.graph.node:
         mod = module_of(node)
-        if node.op_type in COMPUTE_OPS and mod:
+        if node.op_type in NAMED_OPS and mod:
             by_op.setdefault(node.op_type, []).append(mod)
     seen: dict[str, int] = {}
     used: set[str] = set()
@@ -87,5 +85,5 @@ def name_inlined(exported, optimized, names: dict) -> None:
             name, k = f"{base}_{k}", k + 1
         n.name = name
         taken.add(name)
-        if n.op_type in COMPUTE_OPS:
+        if n.op_type in NAMED_OPS:
             names[name] = n.op_type

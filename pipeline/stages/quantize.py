@@ -17,25 +17,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import StageError
+from pipeline.runtimes.ops import DYNAMIC_INT8_OPS, NAMED_OPS, NO_INT8_KERNEL
 from pipeline.stages.parity import node_counts
 
-QUANTIZED_OPS = ("QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
-                 "DynamicQuantizeLSTM", "DynamicQuantizeMatMul")
-FORMAT_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
-# Op types ONNX Runtime's CPU provider has no INT8 kernel (or Q/DQ fusion) for: between a
-# DequantizeLinear and a QuantizeLinear they still compute in float.
-NO_INT8_KERNEL = ("HardSigmoid", "HardSwish")
 
 
 def _static_options(s: dict, per_channel: bool, method: str) -> dict:
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType
+    from onnxruntime.quantization import QuantFormat, QuantType
+
+    from pipeline.quant.calibration import ort_method
 
     types = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
-    methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
-               "percentile": CalibrationMethod.Percentile}
     return {"quant_format": QuantFormat.QDQ, "per_channel": per_channel,
             "reduce_range": s["reduce_range"], "weight_type": types[s["weight_type"]],
-            "activation_type": types[s["activation_type"]], "calibrate_method": methods[method],
+            "activation_type": types[s["activation_type"]], "calibrate_method": ort_method(method),
             "extra_options": {"WeightSymmetric": True, "ActivationSymmetric": False}}
 
 
@@ -43,18 +38,16 @@ def precisions(model_path: Path) -> dict[str, str]:
     """Per compute node: 'int8-static' (fed only by DequantizeLinear), 'int8-dynamic', or 'float'."""
     import onnx
 
-    from pipeline.stages.names import COMPUTE_OPS
-
     graph = onnx.load(str(model_path), load_external_data=False).graph
     from_dq = {o for n in graph.node if n.op_type == "DequantizeLinear" for o in n.output}
     to_q = {i for n in graph.node if n.op_type == "QuantizeLinear" for i in n.input}
     out = {}
     for n in graph.node:
-        if n.op_type in ("DynamicQuantizeLSTM", "DynamicQuantizeMatMul", "MatMulInteger", "ConvInteger"):
+        if n.op_type in DYNAMIC_INT8_OPS:
             # The dynamic quantizer renames the node <name>_quant; report (and exclude) it by
             # the name it has in the float model.
             out[n.name[:-len("_quant")] if n.name.endswith("_quant") else n.name] = "int8-dynamic"
-        elif n.op_type in COMPUTE_OPS:
+        elif n.op_type in NAMED_OPS:
             # Static INT8 = every input dequantized *and* a quantized output: the pattern the
             # CPU provider fuses into one QLinear kernel. Anything else computes in float, e.g.
             # a Mul kept float between a DequantizeLinear and a float HardSigmoid.

@@ -21,11 +21,11 @@ def resource(hardware_name: str) -> str:
     return f"hardware_{hardware_name}"
 
 
-def _on_node(workdir: str, hardware, stage, parent, label: str, refs: dict):
-    from pipeline.runner import Runner
-
+def _on_node(runner_class, workdir: str, hardware, stage, parent, label: str, refs: dict):
+    # The runner's class is passed in (pickled by reference), not imported: the runner calls
+    # this module, and the engine has no import cycle.
     lines: list[str] = []
-    runner = Runner(workdir, hardware, log=lines.append, remote="")  # "" = run here
+    runner = runner_class(workdir, hardware, log=lines.append, remote="")  # "" = run here
     art = runner.run(stage, parent, label, **refs)
     row = {**runner.record[-1], "node": socket.gethostname()}
     return art, row, lines
@@ -44,8 +44,8 @@ def run_timed(runner, stage, parent, label: str, refs: dict):
     # num_cpus=0: the point that waits for it already holds a CPU slot; the resource is the slot.
     task = ray.remote(num_cpus=0, resources={name: 1}, max_calls=1)(_on_node)
     try:
-        art, row, lines = ray.get(task.remote(str(runner.cache.parent), runner.hardware, stage,
-                                              parent, label, refs))
+        art, row, lines = ray.get(task.remote(type(runner), str(runner.cache.parent),
+                                              runner.hardware, stage, parent, label, refs))
     except ray.exceptions.RayTaskError as e:
         if isinstance(e.cause, PipelineError):
             raise e.cause from None

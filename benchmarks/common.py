@@ -1,0 +1,54 @@
+"""What the quantization sections of ``make bench`` share: onnxruntime's default INT8 as the peer,
+a model scored like the pipeline scores it, and models timed against FP32 in one process.
+
+In: ONNX model paths and the run's ``Config``. Out: a default ``quantize_static`` model, the
+task metrics of a model, and paired speedups with their 95 % intervals. Used by ``quant.py``
+(``model=ocr``) and ``own.py`` (``model=ocr_mobile``).
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+
+def default_quantize(fp32_model: Path, out: Path, task_name: str, samples: int, data_dir: str) -> None:
+    from onnxruntime.quantization import quantize_static
+
+    from pipeline.models import task
+    from pipeline.quant.calibration import Feeds
+
+    t = task(task_name)
+    ds, _ = t.dataset("calibration", samples, data_dir)
+    feeds = Feeds({t.INPUT_NAME: x} for _, x, _ in t.batches(ds, 32, sort_by_width=False))
+    quantize_static(str(fp32_model), str(out), feeds)  # every option at its default
+
+
+def timed(models: dict, cfg, batch: int, extra_pairs=()) -> dict:
+    """Every model against FP32 (and each (slower, faster) pair of ``extra_pairs``), timed in one
+    process, interleaved round by round; speedups are medians of per-round ratios with CIs."""
+    from pipeline.runtimes import onnxruntime as ort
+    from pipeline.measure import timing
+    from pipeline.models import task
+
+    hw = cfg.hardware.target()
+    t = task(cfg.model.name)
+    ds, _ = t.dataset("evaluation", cfg.model.eval_samples, cfg.data_dir)
+    inputs = [next(t.batches(ds.select(range(k * batch, (k + 1) * batch)), batch))[1] for k in range(8)]
+    fns = {role: (lambda x, s=ort.session(path, hw): ort.run(s, x)) for role, path in models.items()}
+    pairs = [("fp32", r) for r in models if r != "fp32"] + list(extra_pairs)
+    times, info = timing.head_to_head(fns, inputs, pairs, 300, 60, 0.02)
+    out = {"speedup_vs_fp32": {r: timing.ratio_ci(times["fp32"], times[r]) for r in models if r != "fp32"},
+           "p50_ms": {r: float(sorted(v)[len(v) // 2]) for r, v in times.items()}, **info}
+    if extra_pairs:
+        out["speedup"] = {f"{b} vs {a}": timing.ratio_ci(times[a], times[b]) for a, b in extra_pairs}
+    return out
+
+
+def evaluate(model: Path, cfg) -> dict:
+    from pipeline.stages.evaluate import Evaluate
+
+    m = cfg.model
+    with tempfile.TemporaryDirectory() as out:
+        return Evaluate(m.name, m.eval_samples, m.eval_batch_size, cfg.data_dir,
+                        cfg.hardware.target()).run(SimpleNamespace(model=model), Path(out))["metrics"]

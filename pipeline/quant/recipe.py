@@ -1,0 +1,159 @@
+"""The INT8 sub-recipe, step by step: calibrate, quantize and explain, keep float what got slower,
+float whole regions, float outputs, search a mix, per-node sensitivity.
+
+In: the config, the runner, the optimized FP32 artifact and the evaluations of the float
+baselines (FP32 for the ranking subset of hardest samples, FP16 as the accuracy reference).
+Out: the candidate artifact and a ``QuantInfo`` record for the report: hardware-aware settings,
+the calibration chosen (and, with ``auto``, how each method scored), the explanation of the
+final model (profile, unfused Q/DQ, float ops), per-node sensitivity and the mixed-precision
+search trace. Each step takes the current model (``Current``) and returns it, changed only when
+its trial earned it; every trial is a cached stage, so a re-run with a changed budget repeats
+only the evaluations it needs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.config import CalibrationMethod, QuantMode
+from pipeline.quant.calibration import METHODS
+from pipeline.quant.int8 import QuantInfo, Quantizer, output_nodes
+from pipeline.runtimes.ops import WEIGHTED_OPS
+from pipeline.stages.compare import Compare
+
+
+@dataclass
+class Current:
+    """The model the steps refine: its artifact, its explanation and the nodes kept float."""
+    art: object
+    explain: object
+    exclude: set
+    node_trial: tuple | None = None  # (artifact, float nodes) of the latency trial, for regions
+
+
+def int8(cfg, runner, fp32, fp32_eval, fp16_eval, primary_metric: str) -> tuple:
+    """(candidate artifact, QuantInfo) for quant=int8, dynamic or mixed."""
+    qz = Quantizer(cfg, runner, fp32, fp32_eval, fp16_eval, primary_metric)  # prepare, subset
+    info = QuantInfo(settings=qz.settings, calibration=cfg.quant.calibration.value)
+    method = info.calibration = calibration(qz, info)
+    cur = quantize(qz, method)
+    cur = float_fallback(qz, method, cur, info)
+    cur = float_regions(qz, method, cur, info)
+    cur = float_outputs(qz, method, cur, info)
+    cur = mixed_search(qz, method, cur, info)
+    info.explain = cur.explain.meta
+    if not info.sensitivity:  # the per-layer table still gets each node's output SQNR
+        info.sensitivity = sensitivity(qz, cur.art)
+    return cur.art, info
+
+
+def calibration(qz: Quantizer, info: QuantInfo) -> str:
+    """The calibration method: none for dynamic INT8, the configured one, or (``auto``) the best
+    of ``METHODS`` on the hardest lines, each scored into ``info.calibration_ranking``."""
+    q = qz.cfg.quant
+    if qz.static == ():
+        return "none (dynamic)"
+    if q.calibration != CalibrationMethod.auto:
+        return q.calibration.value
+    for candidate_method in METHODS:
+        art = qz.quantize(candidate_method, q.exclude, label=f"quantize[{candidate_method}]")
+        info.calibration_ranking[candidate_method] = qz.score(art, f"rank[{candidate_method}]")
+    # Best on the hardest lines; ties go to the cheaper, simpler method (list order).
+    return max(METHODS, key=lambda k: (info.calibration_ranking[k], -METHODS.index(k)))
+
+
+def quantize(qz: Quantizer, method: str) -> Current:
+    """Every node INT8 but ``quant.exclude``, and its explanation (profile, slower nodes)."""
+    exclude = set(qz.cfg.quant.exclude)
+    art = qz.quantize(method, exclude)
+    return Current(art, qz.explain(art), exclude)
+
+
+def float_fallback(qz: Quantizer, method: str, cur: Current, info: QuantInfo) -> Current:
+    """Nodes whose INT8 kernel lost to float on this machine: try them float, and keep that model
+    only if it is faster end to end (a float node adds a Q/DQ boundary its own profile does not
+    show). With region trials, the trial is timed there instead, side by side with the regions."""
+    q = qz.cfg.quant
+    if not (q.latency_aware and cur.explain.meta["slower_in_int8"]):
+        return cur
+    slower = list(cur.explain.meta["slower_in_int8"])
+    trial = qz.quantize(method, cur.exclude | set(slower), label="quantize[latency-aware]")
+    floated = [n for n in slower if trial.meta["precision"].get(n) == "float"]
+    info.latency_trial = {"float_nodes": floated, "stayed_int8": trial.meta["exclusion_ignored"],
+                          "speedup_over_all_int8": None}
+    if not floated:
+        return cur
+    if q.region_trials:
+        cur.node_trial = (trial, floated)
+        return cur
+    m, bench = qz.cfg.model, qz.cfg.bench
+    # No longer than the benchmark itself may time a batch size (a quick run's short
+    # bench.max_seconds); at the defaults this is the stage's own budget and key.
+    verdict = qz.runner.run(
+        Compare(m.name, qz.cfg.gate.speedup_batch_size, m.eval_samples, qz.cfg.data_dir, qz.hw,
+                min_rounds=min(Compare.min_rounds, bench.min_rounds),
+                max_seconds=min(Compare.max_seconds, bench.max_seconds)),
+        trial, label="compare[latency-aware]", other=cur.art).meta["a_over_b_speedup"]
+    info.latency_trial["speedup_over_all_int8"] = verdict
+    if verdict["ci95"][0] <= 1.0:
+        return cur
+    info.latency_exclusions = floated
+    return Current(trial, qz.explain(trial, label="explain[latency-aware]"),
+                   cur.exclude | set(floated))
+
+
+def float_regions(qz: Quantizer, method: str, cur: Current, info: QuantInfo) -> Current:
+    """Whole blocks float, timed end to end together with the node trial above, which cannot see
+    the Q/DQ borders its float nodes add (``pipeline.quant.regions``)."""
+    q = qz.cfg.quant
+    if not (q.region_trials and q.latency_aware):
+        return cur
+    from pipeline.quant import regions
+
+    art, kept, info.regions = regions.search(qz, method, cur.exclude, cur.art, cur.explain.meta,
+                                             cur.node_trial)
+    if cur.node_trial:
+        info.latency_trial["speedup_over_all_int8"] = info.regions["node_trial"]
+    if not kept:
+        return Current(art, cur.explain, cur.exclude)
+    info.latency_exclusions = kept
+    return Current(art, qz.explain(art, label="explain[regions]"), cur.exclude | set(kept))
+
+
+def float_outputs(qz: Quantizer, method: str, cur: Current, info: QuantInfo) -> Current:
+    """The model's outputs stay float where INT8 buys next to nothing: the quantizer puts a Q/DQ
+    pair on every output, which rounds the logits to 8 bits. A node without weights (the head's
+    bias Add: a QLinearAdd 0.003 ms faster at batch 8) stays float; leaving it so took the OCR
+    model's drop against FP16 from 0.05 points to 0.00. A weighted output node keeps its INT8
+    kernel; the mixed search may still float it for accuracy."""
+    cheap = sorted(n for n, op in output_nodes(qz.prepared.model).items()
+                   if n not in cur.exclude and op not in WEIGHTED_OPS)
+    if not cheap:
+        return cur
+    trial = qz.quantize(method, cur.exclude | set(cheap), label="quantize[float outputs]")
+    kept = [n for n in cheap if trial.meta["precision"].get(n) == "float"]
+    if not kept:
+        return cur
+    info.float_outputs = kept
+    return Current(trial, qz.explain(trial, label="explain[float outputs]"),
+                   cur.exclude | set(kept))
+
+
+def mixed_search(qz: Quantizer, method: str, cur: Current, info: QuantInfo) -> Current:
+    """quant=mixed: nodes back to float by sensitivity under the accuracy budget
+    (``pipeline.quant.mixed``)."""
+    if qz.cfg.quant.mode != QuantMode.mixed:
+        return cur
+    from pipeline.quant.mixed import search
+
+    art, info.sensitivity, info.search = search(qz, method, cur.exclude, cur.art)
+    return Current(art, qz.explain(art, label="explain[mixed]"), cur.exclude)
+
+
+def sensitivity(qz: Quantizer, art) -> list:
+    """Each node's output SQNR against FP32 on the ranking subset, for the per-layer table."""
+    from pipeline.stages.sqnr import Sqnr
+
+    m = qz.cfg.model
+    sqnr = qz.runner.run(Sqnr(m.name, qz.subset, m.eval_samples, qz.cfg.data_dir, qz.hw), art,
+                         fp32=qz.fp32).meta["sqnr_db"]
+    return [{"node": n, "sqnr_db": v} for n, v in sqnr.items()]

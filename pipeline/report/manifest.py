@@ -1,0 +1,133 @@
+"""What a finished run becomes: the report's body and figures, the manifest that ships with the
+candidate, and publishing it.
+
+In: the run's ``Config``, the recipe's ``Outcome`` and the runner's record. Out: the body of
+``report.json`` (rows, checks, timing, the bill, lineage, and each optional section), its figures,
+the version name (the quant mode, plus the ``quant=auto`` winner and a non-default deployed
+runtime), the manifest (config, lineage, verdict, metrics, latency, environment, data sets, the
+quantization and runtime that were gated), and ``publish``: the report exists before publishing,
+and records what publishing then did, success or failure.
+"""
+from __future__ import annotations
+
+from pipeline.errors import PipelineError, describe_os_error
+
+
+def body(cfg, out, record: list) -> dict:
+    from pipeline.env import environment
+    from pipeline.quant import report as quant_report
+    from pipeline.report import run as rep
+    from pipeline.runner import plain
+
+    mode = cfg.quant.mode.value
+    report = {"model": cfg.model.name, "quant": mode, "config": plain(cfg),
+              "environment": environment(cfg.hardware), "verdict": out.verdict,
+              "rows": rep.rows(out, mode), "aa_check": rep.aa_checks(out),
+              "timing": rep.timing(out), "bill": _bill(out, cfg), "stages": record,
+              "lineage": {role: {"digest": a.digest, "stage": a.stage, "parent": a.parent,
+                                 "path": str(a.path)} for role, a in
+                          {"source": out.source, **out.models}.items()}}
+    if out.quant is not None:
+        report["quantization"] = quant_report.as_dict(out.quant)
+    if out.pruning is not None:
+        from pipeline.prune import report as pruning_report
+
+        report["pruning"] = pruning_report.as_dict(out)
+        report["lineage"]["unpruned"] = {"digest": out.pruning["load"].digest, "stage": "load",
+                                         "parent": None, "path": str(out.pruning["load"].path)}
+    if out.load is not None:
+        report["load"] = out.load.meta
+    report["runtimes"] = out.runtimes
+    if out.auto is not None:
+        report["auto"] = out.auto
+    return report
+
+
+def _bill(out, cfg) -> dict:
+    """The report's bill section: informational, so a model it cannot read is noted, not fatal."""
+    from pipeline.bill.artifact import run_bill
+
+    try:
+        return run_bill(out, cfg)
+    except PipelineError as e:
+        print(f"bill: not computed ({e})")
+        return {"error": str(e)}
+
+
+def figures(cfg, out, report: dict) -> dict:
+    """File name -> a function that draws it at a path."""
+    from pipeline.quant import report as quant_report
+    from pipeline.report import plots
+
+    figs = {"latency_cdf.png": lambda p: plots.latency_cdf(out.bench.path / "times.json", p)}
+    if out.load is not None and cfg.bench.mode.value == "load":
+        figs["load_curve.png"] = lambda p: plots.load_curve(out.load.meta, p)
+    if out.quant is not None:
+        figs["sensitivity.png"] = lambda p: quant_report.sensitivity_chart(report["quantization"], p)
+        if out.quant.search:
+            figs["mixed_search.png"] = lambda p: quant_report.search_chart(report["quantization"],
+                                                                           p)
+    return figs
+
+
+def version_mode(cfg, out) -> str:
+    """The mode part of the published version: it says which candidate won and where it runs."""
+    mode = cfg.quant.mode.value
+    if out.auto is not None:  # quant=auto: the version says which candidate won
+        mode = f"{mode}.{out.auto['winner']['candidate']}"
+    deployed = out.runtimes["deployed"]
+    if (deployed["runtime"], deployed["precision"]) != ("onnxruntime", "fp32"):
+        mode = f"{mode}.{deployed['runtime']}-{deployed['precision']}"  # the version says so
+    return mode
+
+
+def manifest(out, report: dict) -> dict:
+    """The evidence that ships with the candidate."""
+    cand = next(r for r in report["rows"] if r["role"] == "candidate")
+    deployed = out.runtimes["deployed"]
+    return {"config": report["config"], "lineage": report["lineage"], "verdict": out.verdict,
+            "metrics": {k: cand[k] for k in ("sequence_accuracy", "cer",
+                                             "agreement_with_fp16", "output_sha256")},
+            "latency": cand["latency"], "environment": report["environment"],
+            "input_contract": out.bench.meta.get("input_contract"),
+            "evaluation_set": out.evals["candidate"].meta["evaluation_set"],
+            "calibration_set": out.models["candidate"].meta.get("calibration_set"),
+            "quantization": {k: report["quantization"][k] for k in
+                             ("settings", "calibration", "latency_exclusions", "float_outputs")}
+            if out.quant is not None else None,
+            # what ships is the pruned network; unpruned manifests stay as they were
+            **({"pruning": report["pruning"]} if "pruning" in report else {}),
+            # what was gated is what ships: engine, precision, threads, executed kernels
+            "runtime": {"deployed": deployed, "mode": out.runtimes["mode"],
+                        "choice": {b: {k: v for k, v in c.items() if k != "considered"}
+                                   for b, c in out.runtimes["choice"].items()}}}
+
+
+def publish(cfg, out, report: dict, path, evidence: dict) -> None:
+    """Publish the candidate with its evidence and record the outcome in the report at ``path``
+    (written before, with status ``pending``). A failure is recorded, then raised."""
+    from pipeline.registry import publish as push
+    from pipeline.report import run as rep
+
+    try:
+        report["published"] = str(push(cfg.registry, model_name=cfg.model.name,
+                                       mode=version_mode(cfg, out),
+                                       candidate=out.models["candidate"], manifest=evidence))
+        report["publish"].update(status="published", ref=report["published"])
+    except (PipelineError, OSError) as e:
+        report["publish"].update(status="failed", error=describe_os_error(e)
+                                 if isinstance(e, OSError) else str(e))
+        _update_report(path, report)
+        print(f"report: {path} (the gate passed; publishing failed)")
+        raise
+    rep.update(path, report)
+
+
+def _update_report(path, report) -> None:
+    """Record a failed publish in the report; the publish error, not this one, is what is raised."""
+    from pipeline.report import run as rep
+
+    try:
+        rep.update(path, report)
+    except OSError as e:  # a full disk: the report written before publishing stays as it was
+        print(f"report: not updated ({describe_os_error(e)})")
