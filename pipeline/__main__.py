@@ -47,6 +47,17 @@ def _preflight(cfg) -> None:
     from pipeline import runtimes
 
     runtimes.check(cfg.hardware, cfg.quant.mode)  # runtime installed, precision on this CPU
+    from pipeline.models import task
+    from pipeline.models.contract import check
+    from pipeline.models.sources import task_key
+
+    # The model, its data and metric must fit each other before any stage runs: a file that is
+    # not ONNX, a factory that does not import, a metric that does not fit the outputs.
+    t = task(task_key(cfg.model, cfg.data, cfg.metric, cfg.data_dir))
+    problems = check(t)
+    if problems:
+        raise ConfigError(f"model={cfg.model.name}: does not meet the task contract: "
+                          + "; ".join(problems))
     if cfg.prune.method.value != "none":  # ignored names, whole layers removed, the trace
         from pipeline.stages.prune import preflight
 
@@ -92,7 +103,12 @@ def _run(argv: list[str]) -> int:
     out = recipe(cfg, runner)
     env = environment(cfg.hardware)
     mode = cfg.quant.mode.value
+    from pipeline.models import task
+    from pipeline.models.sources import task_key
+
+    t = task(task_key(cfg.model, cfg.data, cfg.metric, cfg.data_dir))
     body = {"model": cfg.model.name, "quant": mode, "config": plain(cfg), "environment": env,
+            "metrics": rep.metric_specs(t),
             "verdict": out.verdict, "rows": rep.rows(out, mode), "aa_check": rep.aa_checks(out),
             "timing": rep.timing(out), "bill": _bill(out, cfg),
             "stages": runner.record,
@@ -128,8 +144,8 @@ def _run(argv: list[str]) -> int:
     if out.verdict["passed"] and cfg.registry is not None:
         cand = next(r for r in body["rows"] if r["role"] == "candidate")
         manifest = {"config": body["config"], "lineage": body["lineage"], "verdict": out.verdict,
-                    "metrics": {k: cand[k] for k in ("sequence_accuracy", "cer",
-                                                     "agreement_with_fp16", "output_sha256")},
+                    "metrics": {k: cand.get(k) for k in (*t.metrics.names,
+                                                         "agreement_with_fp16", "output_sha256")},
                     "latency": cand["latency"], "environment": env,
                     "input_contract": out.bench.meta.get("input_contract"),
                     "evaluation_set": out.evals["candidate"].meta["evaluation_set"],

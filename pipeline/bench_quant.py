@@ -23,9 +23,9 @@ from types import SimpleNamespace
 def _default_quantize(fp32_model: Path, out: Path, task_name: str, samples: int, data_dir: str) -> None:
     from onnxruntime.quantization import CalibrationDataReader, quantize_static
 
-    from pipeline.models import task
+    from pipeline.models import module
 
-    t = task(task_name)
+    t = module(task_name)
     ds, _ = t.dataset("calibration", samples, data_dir)
 
     class Reader(CalibrationDataReader):
@@ -42,10 +42,10 @@ def _timed(models: dict, cfg, batch: int, extra_pairs=()) -> dict:
     """Every model against FP32 (and each (slower, faster) pair of ``extra_pairs``), timed in one
     process, interleaved round by round; speedups are medians of per-round ratios with CIs."""
     from pipeline import ort, timing
-    from pipeline.models import task
+    from pipeline.models import module
 
     hw = cfg.hardware.target()
-    t = task(cfg.model.name)
+    t = module(cfg.model.name)
     ds, _ = t.dataset("evaluation", cfg.model.eval_samples, cfg.data_dir)
     inputs = [next(t.batches(ds.select(range(k * batch, (k + 1) * batch)), batch))[1] for k in range(8)]
     fns = {role: (lambda x, s=ort.session(path, hw): ort.run(s, x)) for role, path in models.items()}
@@ -61,18 +61,23 @@ def _timed(models: dict, cfg, batch: int, extra_pairs=()) -> dict:
 def _evaluate(model: Path, cfg) -> dict:
     from pipeline.stages.evaluate import Evaluate
 
+    from pipeline.models import task
+
     m = cfg.model
+    split = task(m.name).split("evaluation", m.eval_samples, cfg.data_dir)
     with tempfile.TemporaryDirectory() as out:
-        return Evaluate(m.name, m.eval_samples, m.eval_batch_size, cfg.data_dir,
-                        cfg.hardware.target()).run(SimpleNamespace(model=model), Path(out))["metrics"]
+        return Evaluate(split, m.eval_batch_size, cfg.hardware.target()).run(
+            SimpleNamespace(model=model), Path(out))["metrics"]
 
 
 def _calibration_rss(prepared: Path, cfg, samples: int) -> float:
     from pipeline import isolate
     from pipeline.stages.calibrate import Calibrate
 
-    m = cfg.model
-    stage = Calibrate(m.name, "percentile", samples, 32, cfg.data_dir)
+    from pipeline.models import task
+
+    split = task(cfg.model.name).split("calibration", samples, cfg.data_dir)
+    stage = Calibrate(split, "percentile", 32)
     with tempfile.TemporaryDirectory(dir="artifacts") as out:
         meta = isolate.call(f"calibrate {samples}", stage.run, SimpleNamespace(model=prepared), Path(out))
     return meta["peak_rss_mb"]

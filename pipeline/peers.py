@@ -45,9 +45,9 @@ def build(fp32_model: Path, out: Path, task_name: str, samples: int, batch: int,
     import openvino as ov
     from onnxruntime.quantization import quantize_static
 
-    from pipeline.models import task
+    from pipeline.models import module
 
-    t = task(task_name)
+    t = module(task_name)
     ds, digest = t.dataset("calibration", samples, data_dir)
     t0 = time.time()
     quantize_static(str(fp32_model), str(out / "ort_static.onnx"), _Reader(t, ds, batch))
@@ -96,12 +96,12 @@ def measure(paths: dict, choice: dict, hw, bench, model_cfg, data_dir: str, metr
     import os
 
     from pipeline import runtimes, timing
-    from pipeline.models import task
+    from pipeline.models import module
     from pipeline.stages.benchmark import width_buckets
 
     if hw.affinity:
         os.sched_setaffinity(0, hw.affinity)
-    t = task(model_cfg.name)
+    t = module(model_cfg.name)
     ds, _ = t.dataset("evaluation", model_cfg.eval_samples, data_dir)
     peers = {"a": runtimes.load(paths["a"], runtimes.settings_for(hw, runtimes.PRIMARY)),
              "b": _DefaultCompile(paths["b"], hw.intra_op_threads),

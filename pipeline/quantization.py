@@ -67,15 +67,21 @@ def check_exclude(exclude, model, name: str) -> None:
 
 
 class Quantizer:
-    def __init__(self, cfg, runner, fp32, fp32_eval, fp16_eval, primary_metric: str):
+    def __init__(self, cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration):
+        """``t``: the task (its primary metric, its default dynamic op types); ``evaluation``:
+        the evaluation ``DataSplit``; ``calibration``: a function giving the calibration split
+        (built only when a method needs it)."""
         self.cfg, self.runner, self.fp32 = cfg, runner, fp32
-        self.fp16_eval, self.metric = fp16_eval, primary_metric
+        self.fp16_eval, self.metric = fp16_eval, t.metrics.primary_spec
+        self.evaluation, self._calibration_split = evaluation, calibration
         m, q = cfg.model, cfg.quant
+        self.dynamic_op_types = tuple(q.dynamic_op_types if q.dynamic_op_types is not None
+                                      else t.dynamic_op_types)
         self.hw = cfg.hardware.target()
         self.settings = quant_defaults.resolve(q, effective_flags())
         self.prepared = runner.run(Prepare(), fp32)
         check_exclude(q.exclude, self.prepared.model, m.name)
-        self.subset = hardest(fp32_eval, min(q.ranking_samples, m.eval_samples))
+        self.subset = hardest(fp32_eval, min(q.ranking_samples, evaluation.count))
         self.static = None if q.mode != QuantMode.dynamic else ()
         if q.static_op_types is not None:
             self.static = tuple(q.static_op_types)
@@ -84,16 +90,16 @@ class Quantizer:
     # -- building blocks -------------------------------------------------------------------
     def calibration(self, method: str):
         if method not in self.calibrations:
-            m, q = self.cfg.model, self.cfg.quant
+            q = self.cfg.quant
             self.calibrations[method] = self.runner.run(
-                Calibrate(m.name, method, m.calibration_samples, q.calibration_batch_size,
-                          self.cfg.data_dir), self.prepared, label=f"calibrate[{method}]")
+                Calibrate(self._calibration_split(), method, q.calibration_batch_size),
+                self.prepared, label=f"calibrate[{method}]")
         return self.calibrations[method]
 
     def quantize(self, method: str, exclude=(), label="quantize"):
         q = self.cfg.quant
         stage = Quantize(tuple(sorted(self.settings.items())), q.per_channel, method,
-                         self.static, tuple(q.dynamic_op_types), tuple(sorted(exclude)))
+                         self.static, self.dynamic_op_types, tuple(sorted(exclude)))
         if self.static == ():  # dynamic only: nothing to calibrate
             return self.runner.run(stage, self.prepared, label=label)
         return self.runner.run(stage, self.prepared, label=label,
@@ -101,14 +107,14 @@ class Quantizer:
 
     def score(self, art, label: str, subset=True) -> float:
         m = self.cfg.model
-        ev = self.runner.run(Evaluate(m.name, m.eval_samples, m.eval_batch_size, self.cfg.data_dir,
-                                      self.hw, self.subset if subset else ()), art, label=label)
-        return ev.meta["metrics"][self.metric]
+        ev = self.runner.run(Evaluate(self.evaluation, m.eval_batch_size, self.hw,
+                                      self.subset if subset else ()), art, label=label)
+        return ev.meta["metrics"][self.metric.name]
 
     def explain(self, art, label="explain"):
-        m, q = self.cfg.model, self.cfg.quant
-        return self.runner.run(Explain(m.name, self.cfg.gate.speedup_batch_size, q.profile_runs,
-                                       m.eval_samples, self.cfg.data_dir, self.hw), art,
+        q = self.cfg.quant
+        return self.runner.run(Explain(self.evaluation, self.cfg.gate.speedup_batch_size,
+                                       q.profile_runs, self.hw), art,
                                label=label, fp32=self.fp32)
 
     # -- the recipe --------------------------------------------------------------------------
@@ -124,7 +130,9 @@ class Quantizer:
                 info.calibration_ranking[candidate_method] = self.score(
                     art, f"rank[{candidate_method}]")
             # Best on the hardest lines; ties go to the cheaper, simpler method (list order).
-            method = max(METHODS, key=lambda k: (info.calibration_ranking[k], -METHODS.index(k)))
+            best = self.metric.higher_is_better
+            method = max(METHODS, key=lambda k: ((1 if best else -1) * info.calibration_ranking[k],
+                                                 -METHODS.index(k)))
         info.calibration = method
         exclude = set(q.exclude)
         art = self.quantize(method, exclude)
@@ -139,13 +147,11 @@ class Quantizer:
             info.latency_trial = {"float_nodes": floated, "stayed_int8": trial.meta["exclusion_ignored"],
                                   "speedup_over_all_int8": None}
             if floated and not q.region_trials:  # with regions: judged below, side by side
-                m = self.cfg.model
                 # No longer than the benchmark itself may time a batch size (a quick run's short
                 # bench.max_seconds); at the defaults this is the stage's own budget and key.
                 bench = self.cfg.bench
                 verdict = self.runner.run(
-                    Compare(m.name, self.cfg.gate.speedup_batch_size, m.eval_samples,
-                            self.cfg.data_dir, self.hw,
+                    Compare(self.evaluation, self.cfg.gate.speedup_batch_size, self.hw,
                             min_rounds=min(Compare.min_rounds, bench.min_rounds),
                             max_seconds=min(Compare.max_seconds, bench.max_seconds)),
                     trial, label="compare[latency-aware]", other=art).meta["a_over_b_speedup"]
@@ -192,8 +198,7 @@ class Quantizer:
         if not info.sensitivity:  # the per-layer table still gets each node's output SQNR
             from pipeline.stages.sensitivity import Sqnr
 
-            m = self.cfg.model
-            sqnr = self.runner.run(Sqnr(m.name, self.subset, m.eval_samples, self.cfg.data_dir,
-                                        self.hw), art, fp32=self.fp32).meta["sqnr_db"]
+            sqnr = self.runner.run(Sqnr(self.evaluation, self.subset, self.hw), art,
+                                   fp32=self.fp32).meta["sqnr_db"]
             info.sensitivity = [{"node": n, "sqnr_db": v} for n, v in sqnr.items()]
         return art, info

@@ -18,45 +18,50 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-def output_hash(predictions: list[str]) -> str:
-    return hashlib.sha256("\n".join(predictions).encode()).hexdigest()
+def output_hash(predictions: list) -> str:
+    """Strings are joined as they always were (the OCR ledger's hashes stay valid); other
+    predictions (classes, vectors) hash their JSON."""
+    text = ("\n".join(predictions) if all(isinstance(p, str) for p in predictions)
+            else json.dumps(predictions))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
 class Evaluate:
-    task: str
-    eval_samples: int
+    data: object           # DataSplit: the evaluation samples
     batch_size: int
-    data_dir: str
     hardware: object
     subset: tuple = ()     # evaluation-set indices to score (the ranking subset); () = all
     name = "evaluate"
-    version = 2
+    version = 3
     hardware_dependent = True  # kernels differ per CPU, and so may the last bits of the outputs
 
     def run(self, parent, out_dir: Path) -> dict:
         from pipeline import runtimes
         from pipeline.models import task
 
-        t = task(self.task)
-        ds, digest = t.dataset("evaluation", self.eval_samples, self.data_dir)
+        t = task(self.data.task)
+        ds = t.dataset(self.data)
         if self.subset:
             ds = ds.select(list(self.subset))
         # On the target's runtime and settings: the accuracy gated is the accuracy deployed.
         model = runtimes.load(parent.model, self.hardware)
-        predictions: list[str | None] = [None] * len(ds)
-        labels: list[str | None] = [None] * len(ds)
+        predictions: list = [None] * len(ds)
+        labels: list = [None] * len(ds)
         margins = [0.0] * len(ds)
-        for idx, images, texts in t.batches(ds, self.batch_size):
-            logits = model.run(images)
-            for i, pred, text, m in zip(idx, t.decode(logits), texts, t.margins(logits)):
-                predictions[i], labels[i], margins[i] = pred, text, m
+        reference = getattr(t, "reference_labels", None)  # label-free: the model as given
+        for idx, feeds, truth in t.batches(ds, self.batch_size):
+            outputs = model.run(feeds)
+            if reference is not None:
+                truth = reference(feeds) or truth
+            for i, pred, label, m in zip(idx, t.predictions(outputs), truth, t.margins(outputs)):
+                predictions[i], labels[i], margins[i] = pred, label, m
         (out_dir / "predictions.json").write_text(json.dumps(predictions))
         # How close each output came to changing: the hardest samples rank quantization choices.
         (out_dir / "margins.json").write_text(json.dumps([round(m, 5) for m in margins]))
-        return {"metrics": t.metrics(predictions, labels), "output_sha256": output_hash(predictions),
-                "evaluation_set": digest, "samples": len(ds),
-                "runtime": model.describe(t.example_input(1))}
+        return {"metrics": t.score(predictions, labels), "output_sha256": output_hash(predictions),
+                "evaluation_set": self.data.digest, "samples": len(ds),
+                "runtime": model.describe(t.example(1))}
 
 
 def hardest(evaluation, count: int) -> tuple[int, ...]:
@@ -65,10 +70,22 @@ def hardest(evaluation, count: int) -> tuple[int, ...]:
     return tuple(sorted(sorted(range(len(margins)), key=lambda i: (margins[i], i))[:count]))
 
 
+def decision(prediction):
+    """What two models must agree on for one sample: a decoded string as it is, a classifier's
+    top-1 class (its predictions are top-k lists), a label-free output's argmax (``decision``) or,
+    for continuous outputs without a class axis, the rounded output itself."""
+    if isinstance(prediction, dict):
+        return prediction["decision"] if prediction.get("decision") is not None else \
+            json.dumps(prediction.get("output"))
+    if isinstance(prediction, list):
+        return prediction[0] if prediction else None
+    return prediction
+
+
 def agreement(a, b) -> float:
-    """Share of identical decoded outputs between two evaluate artifacts."""
+    """Share of samples on whose decision two evaluate artifacts agree."""
     pa = json.loads((a.path / "predictions.json").read_text())
     pb = json.loads((b.path / "predictions.json").read_text())
     if len(pa) != len(pb):
         return 0.0
-    return sum(x == y for x, y in zip(pa, pb)) / len(pa)
+    return sum(decision(x) == decision(y) for x, y in zip(pa, pb)) / len(pa)
