@@ -149,8 +149,10 @@ class ModelConfig:
         if self.checkpoint is not None and self.name == "onnx":
             raise ConfigError("model.checkpoint: model=onnx takes its weights from model.path")
         if self.name in ("ocr", "ocr_mobile"):  # the built-in networks' architecture
-            self.params = {"widths": [32, 64, 128, 256, 256], "hidden": 128, **self.params}
-            widths, hidden = self.params.get("widths"), self.params.get("hidden")
+            # absent: the CRNN's defaults (pipeline.models.ocr_task); never written back here, as
+            # this default instance is also the schema every model option merges onto
+            widths = self.params.get("widths", [32, 64, 128, 256, 256])
+            hidden = self.params.get("hidden", 128)
             if not isinstance(widths, (list, tuple)) or len(widths) != 5 or any(
                     not isinstance(w, int) or w <= 0 for w in widths):
                 raise ConfigError(f"model.params.widths={widths}: expected 5 positive channel "

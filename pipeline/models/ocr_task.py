@@ -17,6 +17,9 @@ from pipeline.metrics import ctc
 from pipeline.models.contract import Batch, DataSplit, InputSpec, MetricsSpec, OutputSpec
 
 
+DEFAULT_PARAMS = {"widths": [32, 64, 128, 256, 256], "hidden": 128}  # the schema's defaults
+
+
 class OcrTask:
     def __init__(self, key: str, module):
         from pipeline.models.ocr_data import ALPHABET, HEIGHT
@@ -82,4 +85,5 @@ class OcrTask:
 
     # -- the torch side (load, export, prune) -----------------------------------------------
     def build_network(self, params: dict, weights: dict | None = None):
+        params = {**DEFAULT_PARAMS, **params}
         return self.module.build_network(params["widths"], params["hidden"], weights)
