@@ -37,13 +37,13 @@ test: setup  ## the test suite (a few minutes on 2 cores)
 
 bench: setup  ## the numbers the issues ask for, written to bench.json (installs the bench extra)
 	$(PY) -m pip install -q $(PIP_FLAGS) -e ".[bench]"
-	$(PY) -m pipeline.bench --out bench.json
+	$(PY) -m benchmarks.run --out bench.json
 
 train-ocr: setup  ## retrain the committed OCR checkpoint (about 25 min on 2 cores)
-	$(PY) -m pipeline.models.ocr_train --steps 6000 --out pipeline/models/checkpoints/ocr_crnn.safetensors
+	$(PY) -m pipeline.models.ocr.train --steps 6000 --out pipeline/models/checkpoints/ocr_crnn.safetensors
 
 train-ocr-mobile: setup  ## retrain the MobileNetV3-style OCR checkpoint (about 15 min, 1 thread)
-	$(PY) -m pipeline.models.ocr_train --task ocr_mobile --threads 1 --steps 2800 --batch-size 16 --lr 3e-3 --out pipeline/models/checkpoints/ocr_mobile.safetensors
+	$(PY) -m pipeline.models.ocr.train --task ocr_mobile --threads 1 --steps 2800 --batch-size 16 --lr 3e-3 --out pipeline/models/checkpoints/ocr_mobile.safetensors
 
 clean-cache:  ## drop cached stage outputs and reports (the registry is kept)
 	rm -rf artifacts/cache artifacts/runs

@@ -4,7 +4,7 @@ Exit codes: 0 the candidate passed its gate (and was published when a registry i
 1 the gate failed (candidate and report kept), 2 bad config, 3 a stage failed or the machine
 refused (a read-only or full disk), 4 a bug. Expected failures print one line without a
 traceback; a bug keeps it.
-``python -m pipeline -m a=x,y ...`` runs a sweep instead (``pipeline.sweep``, docs/sweeps.md).
+``python -m pipeline -m a=x,y ...`` runs a sweep instead (``pipeline.sweep.launch``, docs/sweeps.md).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pipeline.errors import ConfigError, GateFailed, PipelineError, cli, describ
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    from pipeline import sweep
+    from pipeline.sweep import launch as sweep
 
     if sweep.is_sweep(argv):  # -m: a sweep through Hydra's multirun (docs/sweeps.md)
         return cli(sweep.main, argv, __doc__)
@@ -77,7 +77,7 @@ def _bill(out, cfg) -> dict:
 
 def _update_report(path, body) -> None:
     """Record a failed publish in the report; the publish error, not this one, is what is raised."""
-    from pipeline import report as rep
+    from pipeline.report import run as rep
 
     try:
         rep.update(path, body)
@@ -88,8 +88,8 @@ def _update_report(path, body) -> None:
 def _run(argv: list[str]) -> int:
     cfg = compose(argv)
     _preflight(cfg)
-    from pipeline import quant_report
-    from pipeline import report as rep
+    from pipeline.quant import report as quant_report
+    from pipeline.report import run as rep
     from pipeline.env import environment
     from pipeline.gate import table as gate_table
     from pipeline.recipe import recipe
@@ -118,7 +118,7 @@ def _run(argv: list[str]) -> int:
     if out.quant is not None:
         body["quantization"] = quant_report.as_dict(out.quant)
     if out.pruning is not None:
-        from pipeline import pruning_report
+        from pipeline.prune import report as pruning_report
 
         body["pruning"] = pruning_report.as_dict(out)
         body["lineage"]["unpruned"] = {"digest": out.pruning["load"].digest, "stage": "load",
@@ -132,7 +132,7 @@ def _run(argv: list[str]) -> int:
     deployed = out.runtimes["deployed"]
     if (deployed["runtime"], deployed["precision"]) != ("onnxruntime", "fp32"):
         mode = f"{mode}.{deployed['runtime']}-{deployed['precision']}"  # the version says so
-    from pipeline import plots
+    from pipeline.report import plots
 
     figures = {"latency_cdf.png": lambda p: plots.latency_cdf(out.bench.path / "times.json", p)}
     if out.load is not None and cfg.bench.mode.value == "load":

@@ -149,7 +149,7 @@ class ModelConfig:
         if self.checkpoint is not None and self.name == "onnx":
             raise ConfigError("model.checkpoint: model=onnx takes its weights from model.path")
         if self.name in ("ocr", "ocr_mobile"):  # the built-in networks' architecture
-            # absent: the CRNN's defaults (pipeline.models.ocr_task); never written back here, as
+            # absent: the CRNN's defaults (pipeline.models.ocr.task); never written back here, as
             # this default instance is also the schema every model option merges onto
             widths = self.params.get("widths", [32, 64, 128, 256, 256])
             hidden = self.params.get("hidden", 128)

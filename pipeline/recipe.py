@@ -30,7 +30,7 @@ from pipeline.stages.load import Load, params_key
 from pipeline.stages.loadtest import LoadTest
 from pipeline.stages.optimize import Optimize
 from pipeline.stages.prune import Prune
-from pipeline.quantization import Quantizer
+from pipeline.quant.int8 import Quantizer
 from pipeline.runtimes import PRIMARY, settings_for
 from pipeline.runtimes.plan import Plan
 
@@ -84,8 +84,8 @@ def recipe(cfg: Config, runner) -> Outcome:
     # fp16 probes ONNX Runtime's kernels whatever the target: its key ignores the runtime.
     fp16 = runner.run(ToFp16(tuple(cfg.quant.fp16_keep_float32), splits.parity,
                              settings_for(hw, PRIMARY)), fp32)
-    if cfg.quant.mode == QuantMode.auto:  # every candidate, timed side by side: pipeline/auto.py
-        from pipeline import auto
+    if cfg.quant.mode == QuantMode.auto:  # every candidate, timed side by side: pipeline/quant/auto.py
+        from pipeline.quant import auto
 
         return auto.recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning)
     plan = Plan(hw, cfg.quant.mode)  # which runtime and precision each artifact runs on
@@ -117,7 +117,7 @@ def recipe(cfg: Config, runner) -> Outcome:
                           candidate, fp32=fp32)
     verdict = gate.judge(evals, bench, cfg.gate, metric, cfg.slo, candidate, environment(hw))
     if not verdict["passed"] and quant_info is not None:  # which float artifact would pass
-        from pipeline.auto import float_hint
+        from pipeline.quant.auto import float_hint
 
         float_hint(verdict, evals, bench, plan, cfg.gate, metric, m.name)
     return Outcome(models, evals, bench, verdict, source, load, quant_info, targets, pruning)

@@ -102,7 +102,7 @@ class Runner:
             **refs: Artifact) -> Artifact:
         label = label or stage.name
         if self.remote and locks.is_timed(stage):  # a Ray cluster: on a node labelled for it
-            from pipeline import cluster
+            from pipeline.sweep import cluster
 
             return cluster.run_timed(self, stage, parent, label, refs)
         key = self.key(stage, parent, refs)

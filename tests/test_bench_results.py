@@ -1,7 +1,7 @@
 """The results page is rendered from bench.json: every target row, its section's time and CPU."""
 import json
 
-from pipeline import bench_results
+from benchmarks import results as bench_results
 
 
 def _bench():

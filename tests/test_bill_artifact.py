@@ -30,7 +30,7 @@ def tiny(tmp_path_factory):
     """(network, exported ONNX path, conv output shapes at BATCH x SAMPLE)."""
     import torch
 
-    from pipeline.models import ocr
+    from pipeline.models.ocr import crnn as ocr
 
     m = compose(["model=ocr_tiny"]).model
     net = ocr.build_network(m.widths, m.hidden)

@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from pipeline import corestate
-from pipeline.bench import like_with_like
+from pipeline.measure import corestate
+from benchmarks.run import like_with_like
 from pipeline.stages.benchmark import core_states
 
 

@@ -12,8 +12,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from pipeline.models import module, ocr_mobile
-from pipeline.models.ocr_decode import score
+from pipeline.models import module
+from pipeline.models.ocr import mobile as ocr_mobile
+from pipeline.models.ocr.decode import score
 
 CHECKPOINT = Path(__file__).resolve().parent.parent / "pipeline/models/checkpoints/ocr_mobile.safetensors"
 TINY = ([8, 8, 16, 16, 16], 16)
@@ -22,8 +23,8 @@ TINY = ([8, 8, 16, 16, 16], 16)
 def test_mobile_network_keeps_the_ctc_contract():
     import torch
 
-    from pipeline.models.ocr_net import NUM_CLASSES
-    from pipeline.models.ocr_train import network
+    from pipeline.models.ocr.net import NUM_CLASSES
+    from pipeline.models.ocr.train import network
 
     assert module("ocr_mobile") is ocr_mobile and ocr_mobile.dataset is module("ocr").dataset
     net = ocr_mobile.build_network(*TINY)

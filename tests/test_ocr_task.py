@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.models import ocr, ocr_data
-from pipeline.models.ocr_decode import edit_distance, greedy_decode, score
+from pipeline.models.ocr import crnn as ocr
+from pipeline.models.ocr import data as ocr_data
+from pipeline.models.ocr.decode import edit_distance, greedy_decode, score
 
 CHECKPOINT = Path(__file__).resolve().parent.parent / "pipeline/models/checkpoints/ocr_crnn.safetensors"
 
@@ -92,7 +93,7 @@ def test_checkpoint_accuracy_on_a_held_out_sample(tmp_path):
 def test_bounded_batches_follow_the_median_line_not_the_widest():
     import numpy as np
 
-    from pipeline.models.ocr import _cut
+    from pipeline.models.ocr.crnn import _cut
 
     rng = np.random.default_rng(0)
     for n in (64, 1024):

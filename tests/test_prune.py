@@ -10,11 +10,12 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline import pruning, pruning_cost
+from pipeline.prune import channels as pruning
+from pipeline.prune import cost as pruning_cost
 from pipeline.config import PruneConfig, PruneImportance, PruneMethod
 from pipeline.errors import ConfigError, StageError
-from pipeline.models.ocr_net import CRNN
-from pipeline.models.ocr_prune import example, widths_of
+from pipeline.models.ocr.net import CRNN
+from pipeline.models.ocr.prune import example, widths_of
 
 WIDTHS = (8, 16, 32, 32, 32)
 
@@ -273,7 +274,7 @@ def test_stage_is_deterministic_by_seed(tmp_path):
 def test_progress_bar_in_a_log_prints_every_tenth():
     import io
 
-    from pipeline.pruning_progress import Progress
+    from pipeline.prune.progress import Progress
 
     out = io.StringIO()
     bar = Progress(50, stream=out)
@@ -301,7 +302,7 @@ def test_training_precision_follows_the_bf16_flags(flags, dtype):
 
 def test_fit_runs_in_the_chosen_precision():
     """The choice reaches the forward pass: bfloat16 autocast makes conv outputs bf16."""
-    from pipeline.models.ocr_train import batches, fit
+    from pipeline.models.ocr.train import batches, fit
 
     seen = []
     for bf16 in (False, True):

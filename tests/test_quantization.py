@@ -12,8 +12,8 @@ import pytest
 
 from pipeline.config import QuantConfig
 from pipeline.models import task
-from pipeline.mixed import search
-from pipeline.quant_defaults import resolve
+from pipeline.quant.mixed import search
+from pipeline.quant.defaults import resolve
 from tests.conftest import run_cli, tiny_args
 
 
@@ -106,7 +106,7 @@ def test_streamed_calibration_equals_onnxruntimes_own(tiny_run, tmp_path):
     from onnxruntime.quantization import CalibrationDataReader, quantize_static
     from onnxruntime.quantization.calibrate import load_tensors_data
 
-    from pipeline.models import ocr
+    from pipeline.models.ocr import crnn as ocr
 
     rep = report(tiny_run[0])
     cal = next(s for s in rep["stages"] if s["label"] == "calibrate[minmax]")

@@ -50,7 +50,7 @@ def qdq(src, dst):
     where the AVX2 sequence saturates 16-bit sums and the engines' outputs would differ)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    from pipeline import quant_defaults
+    from pipeline.quant import defaults as quant_defaults
     from pipeline.config import QuantConfig
     from pipeline.env import effective_flags
 

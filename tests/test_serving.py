@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from pipeline.serving import serve
+from pipeline.measure.serving import serve
 from pipeline.stages.loadtest import leak, max_within, qps_steps, shape_key
 
 

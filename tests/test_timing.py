@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from pipeline import timing
+from pipeline.measure import timing
 
 
 def _fns():

@@ -3,7 +3,7 @@
 predictions, metrics with their directions).
 
 ``task(key)`` gives the ``Task`` for a key: a built-in name (``ocr``, ``ocr_mobile``: the project's
-own text recognizers, ``pipeline.models.ocr_task``), or a frozen source spec for the user's own
+own text recognizers, ``pipeline.models.ocr.task``), or a frozen source spec for the user's own
 model (``pipeline.models.sources``: an ONNX file or a torch factory, with their data and metric).
 Keys are hashable and part of stage keys; the task is rebuilt from the key in a stage's child
 process. ``module(name)`` is a built-in task's own module, for the project's OCR benchmarks.
@@ -15,7 +15,7 @@ import importlib
 
 from pipeline.errors import ConfigError
 
-TASKS = {"ocr": "pipeline.models.ocr", "ocr_mobile": "pipeline.models.ocr_mobile"}
+TASKS = {"ocr": "pipeline.models.ocr.crnn", "ocr_mobile": "pipeline.models.ocr.mobile"}
 
 
 def module(name: str):
@@ -28,7 +28,7 @@ def module(name: str):
 def task(key):
     """The ``Task`` for ``key`` (a built-in name or a source spec); one instance per process."""
     if isinstance(key, str):
-        from pipeline.models.ocr_task import OcrTask
+        from pipeline.models.ocr.task import OcrTask
 
         return OcrTask(key, module(key))
     from pipeline.models import sources

@@ -7,7 +7,7 @@ in place changes every stage key that reads it), ``Batch`` (row indices, the fee
 the labels), ``MetricsSpec`` (the metrics, the primary one and each one's direction and unit) and
 ``Task``, the protocol a task implements: read a split, batch it, stack single requests as a
 serving batcher would, turn outputs into predictions and scores. ``check`` lists what a task
-object gets wrong. The built-in OCR tasks (``pipeline.models.ocr``), an ONNX file
+object gets wrong. The built-in OCR tasks (``pipeline.models.ocr.crnn``), an ONNX file
 (``pipeline.models.onnx_file``) and a torch factory (``pipeline.models.torch_factory``) are the
 implementations; no stage below them names a model, an axis or a metric.
 """

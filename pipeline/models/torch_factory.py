@@ -80,7 +80,7 @@ class TorchTask(UserTask):
     def build_network(self, params: dict, weights: dict | None = None):
         import torch
 
-        from pipeline.models.ocr import misfit
+        from pipeline.models.ocr.crnn import misfit
 
         torch.manual_seed(0)  # a factory's own initialisation, reproducibly
         try:

@@ -9,14 +9,14 @@ input contract (the shapes that were measured); and cold-start times per model.
 How it is timed, and why: all sessions live in one child process pinned to ``hardware.affinity``
 and share one global thread pool (per-session pools make identical models read 0.67x on 2 cores).
 Each model warms up until its timings stabilise. Rounds then run every model on the same real
-batch in a rotated order (``pipeline.timing``), cycling through batches drawn from each size
+batch in a rotated order (``pipeline.measure.timing``), cycling through batches drawn from each size
 bucket of the evaluation set, so the numbers describe the input distribution, not one shape.
 The ``fp32`` model is loaded twice: the ratio between the copies (the A/A check) must read
 1.00 +- ``aa_tolerance`` or the timing is not trusted. Rounds continue while the intervals are
 wider than ``rel_ci``, for at least ``min_seconds`` and up to ``max_seconds``; a result still
 wide then is flagged noisy.
 
-Core state (``pipeline.corestate``): every quarter second the child reads how far apart its two
+Core state (``pipeline.measure.corestate``): every quarter second the child reads how far apart its two
 CPUs are (a core-to-core round trip). On these VMs the host moves the vCPUs between near and far
 placements for seconds to minutes, and a 2-thread model at batch 1 is a different machine in
 each. ``core_state`` gives each state's speedups on its own rounds; a run that saw the speedup
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline import timing
+from pipeline.measure import timing
 from pipeline.data import real_batches
 from pipeline.errors import StageError
 from pipeline.models.contract import size_of
@@ -85,7 +85,7 @@ class Benchmark:
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, **baselines) -> dict:
-        from pipeline import corestate
+        from pipeline.measure import corestate
 
         if self.hardware.affinity:
             os.sched_setaffinity(0, self.hardware.affinity)
@@ -93,7 +93,8 @@ class Benchmark:
             return self._run(parent, out_dir, probe, baselines)
 
     def _run(self, parent, out_dir: Path, probe, baselines: dict) -> dict:
-        from pipeline import coldstart, runtimes
+        from pipeline import runtimes
+        from pipeline.measure import coldstart
         from pipeline.env import environment
         from pipeline.models import task
         from pipeline.runtimes import plan
@@ -189,7 +190,7 @@ def core_states(probes: list, times: dict, fastest: str, rel_ci: float) -> dict:
     ``changed``: the host moved the vCPUs while we timed and the candidate's speedup differs
     between the states by more than ``rel_ci``; ``worst`` is then the state the candidate fared
     worst in, which the gate judges (it may meet that state again in production)."""
-    from pipeline import corestate
+    from pipeline.measure import corestate
 
     rounds = len(times["candidate"])
     groups = corestate.split(probes, rounds)
@@ -211,7 +212,7 @@ def core_states(probes: list, times: dict, fastest: str, rel_ci: float) -> dict:
     medians = [r["speedup_vs_fastest_float"]["median"] for r in rows]
     changed = len(rows) > 1 and (max(medians) - min(medians)) / min(medians) > rel_ci
     worst = min(rows, key=lambda r: r["speedup_vs_fastest_float"]["ci95"][0]) if rows else None
-    return {"probe": "core-to-core round trip, ns (pipeline.corestate)",
+    return {"probe": "core-to-core round trip, ns (pipeline.measure.corestate)",
             "available": bool(readings), "probes": len(readings),
             "probe_ns_range": [round(min(readings), 1), round(max(readings), 1)] if readings else None,
             "states": rows, "changed": changed, "worst": worst if changed else None}

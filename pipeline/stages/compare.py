@@ -1,7 +1,7 @@
 """compare: is model A really faster than model B end to end? A short interleaved A/B timing.
 
 In: two artifacts (``parent`` = A, ``other`` = B) and the batch size. Out: the median of
-per-round ratios t_B / t_A with its bootstrap 95 % interval (``pipeline.timing``). The recipe uses
+per-round ratios t_B / t_A with its bootstrap 95 % interval (``pipeline.measure.timing``). The recipe uses
 it to confirm a per-node profiling decision: keeping a node float also adds a Quantize/Dequantize
 boundary that the node's own profile does not show, so the whole model decides, timed on the
 target's runtime. (The per-node profile is ONNX Runtime's: OpenVINO's per-layer counters name
@@ -25,7 +25,8 @@ class Compare:
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, other) -> dict:
-        from pipeline import runtimes, timing
+        from pipeline import runtimes
+        from pipeline.measure import timing
         from pipeline.models import task
 
         from pipeline.data import real_batches

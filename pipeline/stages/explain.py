@@ -79,7 +79,7 @@ def profile(model: Path, hardware, batch, runs: int) -> dict[str, dict]:
     """Mean kernel time per (base) node name, with its op type, in ms."""
     import onnxruntime as ort
 
-    from pipeline import ort as pipeline_ort
+    from pipeline.runtimes import onnxruntime as pipeline_ort
 
     so = ort.SessionOptions()
     so.enable_profiling = True

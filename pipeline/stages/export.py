@@ -34,7 +34,7 @@ class Export:
 
         import torch
 
-        from pipeline import ort
+        from pipeline.runtimes import onnxruntime as ort
         from pipeline.models import task
 
         t = task(self.task)

@@ -29,7 +29,7 @@ def _convert(src: Path, dst: Path, block: list[str]) -> None:
 
 
 def _load_and_run(model: Path, example, hardware) -> None:
-    from pipeline import ort
+    from pipeline.runtimes import onnxruntime as ort
 
     ort.run(ort.session(model, hardware), example)
 
@@ -44,7 +44,7 @@ class ToFp16:
     hardware_dependent = True  # which kernels exist (and crash) depends on the target
 
     def run(self, parent, out_dir: Path) -> dict:
-        from pipeline import ort
+        from pipeline.runtimes import onnxruntime as ort
         from pipeline.models import task
 
         t = task(self.data.task)

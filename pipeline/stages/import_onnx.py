@@ -34,7 +34,7 @@ class ImportOnnx:
         import onnx
         from onnx import version_converter
 
-        from pipeline import ort
+        from pipeline.runtimes import onnxruntime as ort
         from pipeline.models import task
         from pipeline.models.onnx_file import external_data_inside, read
 

@@ -2,7 +2,7 @@
 
 In: the candidate and the FP32 baseline. Out: ``load.json``. ``bench.mode=load``: for each
 model, open-loop Poisson arrivals at increasing QPS through the dynamic batcher
-(``pipeline.serving``), once with dynamic batching (``bench.load.max_batch``) and once serving
+(``pipeline.measure.serving``), once with dynamic batching (``bench.load.max_batch``) and once serving
 batch 1; per step p50/p99/p999 (queueing included), achieved QPS and the batch-size histogram, and
 the highest offered QPS whose p99 meets ``slo.p99_ms``. ``bench.mode=soak``: the candidate at a
 fixed rate for ``bench.load.soak_seconds``, RSS and p99 sampled every second; a steady RSS climb is
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.serving import rss_mb, serve
+from pipeline.measure.serving import rss_mb, serve
 
 
 def qps_steps(ms_b1: float, ms_bmax: float, max_batch: int, n: int) -> list[float]:
@@ -95,7 +95,8 @@ class LoadTest:
     def run(self, parent, out_dir: Path, fp32) -> dict:
         import os
 
-        from pipeline import runtimes, timing
+        from pipeline import runtimes
+        from pipeline.measure import timing
         from pipeline.models import task
 
         cfg, hw = self.load, self.hardware

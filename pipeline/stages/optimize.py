@@ -34,7 +34,7 @@ class Optimize:
         import onnxruntime
         import onnxscript.optimizer
 
-        from pipeline import ort
+        from pipeline.runtimes import onnxruntime as ort
         from pipeline.models import task
 
         folded = out_dir / "folded.onnx"

@@ -6,8 +6,8 @@ stage after it see the smaller network without pickles and without knowing it wa
 parameters and MACs before and after, each pruned layer's width, held-out accuracy of the
 unpruned, the pruned and the recovered network, and the recovery's seconds, steps per second and
 precision (float32 or bfloat16 autocast, from the CPU's flags: ``env.training_precision``).
-Torch-Pruning does the pruning (``pipeline.pruning``); the task's own training loop does the
-recovery (the module the task names as ``pruning``: ``pipeline.models.ocr_prune`` for the
+Torch-Pruning does the pruning (``pipeline.prune.channels``); the task's own training loop does the
+recovery (the module the task names as ``pruning``: ``pipeline.models.ocr.prune`` for the
 CRNN). The plan (ignored names, whole-layer removal, the
 trace) is checked before any minute is spent on recovery, and the written files are rebuilt and
 must give the recovered network's outputs bit for bit. Deliberately not handled: tasks without a
@@ -51,7 +51,7 @@ def preflight(cfg) -> dict[str, list[int]]:
     """Plan the pruning on the configured architecture (random weights: the channel counts do not
     depend on them) before any stage runs, so a bad ``prune.*`` value costs seconds, not a
     recovery. Returns the planned {layer: [before, after]}."""
-    from pipeline import pruning
+    from pipeline.prune import channels as pruning
     from pipeline.models import task
     from pipeline.models.sources import task_key
 
@@ -76,9 +76,10 @@ class Prune:
         import torch
         from safetensors.torch import save_file
 
-        from pipeline import pruning, pruning_cost
+        from pipeline.prune import channels as pruning
+        from pipeline.prune import cost as pruning_cost
         from pipeline.models import task
-        from pipeline.pruning_progress import Progress
+        from pipeline.prune.progress import Progress
         from pipeline.stages.load import network_from
 
         t, h = task(self.task), helper(self.task)

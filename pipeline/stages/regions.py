@@ -28,7 +28,8 @@ class RegionTrials:
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, fp32, **refs) -> dict:
-        from pipeline import runtimes, timing
+        from pipeline import runtimes
+        from pipeline.measure import timing
         from pipeline.models import task
 
         from pipeline.data import real_batches

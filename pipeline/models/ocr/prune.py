@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.models.ocr_data import generate
-from pipeline.models.ocr_net import POOLS, CRNN
-from pipeline.models.ocr_train import batches, evaluate_samples, fit
+from pipeline.models.ocr.data import generate
+from pipeline.models.ocr.net import POOLS, CRNN
+from pipeline.models.ocr.train import batches, evaluate_samples, fit
 
 HELD_OUT_SEED = 3       # calibration 1, evaluation 2, training 1000+: this sample meets none
 RECOVER_SEED = 2000     # recovery lines: a stream the checkpoint was never trained on

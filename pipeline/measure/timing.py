@@ -80,7 +80,7 @@ def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tupl
     ``runs``, when given, receives every single run's time by model (a block's tail latencies
     would be hidden by its median). ``probe``, when given, is called before the first round, then
     before any round that starts ``probe_every_s`` after the last call, and after the last round;
-    its readings come back as "probes": [[round index, value], ...] (``pipeline.corestate``).
+    its readings come back as "probes": [[round index, value], ...] (``pipeline.measure.corestate``).
     """
     roles = list(fns)
     times: dict[str, list[float]] = {r: [] for r in roles}

@@ -63,7 +63,7 @@ def markdown(q: dict) -> list[str]:
             lines.append(f"- profiled slower in INT8 but left INT8: {', '.join(stayed)} (between "
                          "INT8 neighbours onnxruntime keeps the Q/DQ pair and the INT8 kernel)")
     if q.get("regions"):  # quant.region_trials: whole blocks tried float, timed end to end
-        from pipeline.auto_report import regions_markdown
+        from pipeline.quant.auto_report import regions_markdown
 
         lines += regions_markdown(q["regions"])
     if q.get("float_outputs"):
@@ -91,7 +91,7 @@ def markdown(q: dict) -> list[str]:
 
 
 def sensitivity_chart(q: dict, out: Path) -> None:
-    from pipeline.plots import _plt
+    from pipeline.report.plots import _plt
 
     plt = _plt()
     rows = [r for r in layer_rows(q) if r["sqnr_db"] is not None]
@@ -106,7 +106,7 @@ def sensitivity_chart(q: dict, out: Path) -> None:
 
 
 def search_chart(q: dict, out: Path) -> None:
-    from pipeline.plots import _plt
+    from pipeline.report.plots import _plt
 
     plt = _plt()
     trace = q["search"]["trace"]

@@ -8,7 +8,7 @@ default static INT8 is slower than FP32 on a CPU.
 """
 from __future__ import annotations
 
-from pipeline.models.ocr import (GENERATOR_VERSION, INPUT_NAME, METRICS, NAME, OUTPUT_NAME,
+from pipeline.models.ocr.crnn import (GENERATOR_VERSION, INPUT_NAME, METRICS, NAME, OUTPUT_NAME,
                                  PRIMARY_METRIC, SEEDS, batches, build_with, dataset, decode,
                                  example_input, margins, metrics, sample_digest, sample_hashes,
                                  stack)
@@ -19,6 +19,6 @@ __all__ = ["GENERATOR_VERSION", "INPUT_NAME", "METRICS", "NAME", "OUTPUT_NAME", 
 
 
 def build_network(widths, hidden, weights: dict | None = None):
-    from pipeline.models.ocr_mobile_net import MobileCRNN
+    from pipeline.models.ocr.mobile_net import MobileCRNN
 
     return build_with(MobileCRNN, widths, hidden, weights)

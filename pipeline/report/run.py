@@ -120,7 +120,7 @@ def markdown(report: dict) -> str:
             lines.append("- input contract (measured): " + " x ".join(
                 f"{d['min']}" if d["min"] == d["max"] else f"{d['min']}..{d['max']}" for d in shape))
     if report.get("auto"):
-        from pipeline.auto_report import markdown as auto_markdown
+        from pipeline.quant.auto_report import markdown as auto_markdown
 
         lines += auto_markdown(report["auto"])
     if report.get("runtimes"):
@@ -132,11 +132,11 @@ def markdown(report: dict) -> str:
 
         lines += ["", *bill_markdown(report["bill"])]
     if report.get("pruning"):
-        from pipeline.pruning_report import markdown as pruning_markdown
+        from pipeline.prune.report import markdown as pruning_markdown
 
         lines += pruning_markdown(report["pruning"])
     if report.get("quantization"):
-        from pipeline.quant_report import markdown as quant_markdown
+        from pipeline.quant.report import markdown as quant_markdown
 
         lines += quant_markdown(report["quantization"])
     load = report.get("load")

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import StageError
-from pipeline.models import ocr_data
-from pipeline.models.ocr_decode import greedy_decode, score
+from pipeline.models.ocr import data as ocr_data
+from pipeline.models.ocr.decode import greedy_decode, score
 
 NAME = "ocr"
 PRIMARY_METRIC = "sequence_accuracy"   # higher is better; the accuracy gate is judged on it
@@ -30,7 +30,7 @@ RANDOM_INIT_SEED = 0
 
 
 def build_network(widths, hidden, weights: dict | None = None):
-    from pipeline.models.ocr_net import CRNN
+    from pipeline.models.ocr.net import CRNN
 
     return build_with(CRNN, widths, hidden, weights)
 

@@ -1,7 +1,7 @@
 """The sweep's summary: a row per point, the Pareto front, the best gated point per model.
 
 In: the sweep folder (one Hydra job folder per point with ``point.json``, written by
-``pipeline.sweep.run_point``), the points' overrides and composed configs. Out: ``summary.json``,
+``pipeline.sweep.launch.run_point``), the points' overrides and composed configs. Out: ``summary.json``,
 ``summary.md`` and ``pareto.png`` in the sweep folder. A row holds the point's verdict (PASS,
 FAIL for a failed gate, ERROR with the error line when it did not finish), the accuracy drop
 against FP16, the speedup against the fastest float baseline with its 95 % CI and the p99 at the

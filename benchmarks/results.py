@@ -2,11 +2,11 @@
 ever typed by hand into the documentation.
 
 In: the JSON that ``make bench`` writes (one object per section, each with its ``targets``:
-name -> [measured value, met], and the ``measured_at`` / ``cpu`` that ``pipeline.bench`` stamps on
+name -> [measured value, met], and the ``measured_at`` / ``cpu`` that ``benchmarks.run`` stamps on
 it). Out: a Markdown page with, per section, when and on which CPU it ran and one row per target.
 Numbers only compare with numbers from the same CPU, so every section names its own: sections are
 kept from earlier runs when only some are re-run, and those may come from another machine.
-``python -m pipeline.bench_results [bench.json] [docs/results.md]`` re-renders the page.
+``python -m benchmarks.results [bench.json] [docs/results.md]`` re-renders the page.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The built-in OCR tasks (``ocr``: CRNN, ``ocr_mobile``: MobileNetV3-style blocks) as one
 implementation of the task contract (``pipeline.models.contract``).
 
-In: the task's module (``pipeline.models.ocr`` or ``ocr_mobile``: network, generated data sets,
+In: the task's module (``pipeline.models.ocr.crnn`` or ``mobile``: network, generated data sets,
 batching, CTC decoding, scores). Out: a ``Task``: one grey input ``image`` [batch, 1, 32, width]
 whose width is the dynamic axis timing buckets by, one output ``logits`` [batch, time, classes],
 sequence accuracy (primary, higher is better) and CER (lower is better), and the model's own
@@ -22,7 +22,7 @@ DEFAULT_PARAMS = {"widths": [32, 64, 128, 256, 256], "hidden": 128}  # the schem
 
 class OcrTask:
     def __init__(self, key: str, module):
-        from pipeline.models.ocr_data import ALPHABET, HEIGHT
+        from pipeline.models.ocr.data import ALPHABET, HEIGHT
 
         self.key, self.module = key, module
         self.inputs = (InputSpec(module.INPUT_NAME, "float32", ("batch", 1, HEIGHT, "width")),)
@@ -35,7 +35,7 @@ class OcrTask:
         self.prune_ignored = ("cnn.0", "head")
         # The module pruning takes its trace input, held-out data and recovery loop from: the
         # CRNN's (the mobile network's blocks have no recovery helper yet).
-        self.pruning = "pipeline.models.ocr_prune" if key == "ocr" else None
+        self.pruning = "pipeline.models.ocr.prune" if key == "ocr" else None
         # One sample for the bill when nothing was measured: a line of height 32 and width 164,
         # the median width of the evaluation lines (first 400 of seed 2); widths are multiples
         # of 4 (the CRNN's pooling). Only the CRNN's bill used it so far: kept so.

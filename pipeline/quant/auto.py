@@ -9,7 +9,7 @@ Candidates, each a cached stage output (a second run rebuilds nothing):
 - the optimized FP32 model on every target this machine has (ONNX Runtime fp32, OpenVINO fp32,
   and OpenVINO bf16 / fp16 only where the CPU has native kernels for them);
 - static INT8 with the latency-aware fallback and the float-region search (``quant.region_trials``,
-  ``pipeline/regions.py``), and dynamic INT8 (the LSTM only), on every target;
+  ``pipeline/quant/regions.py``), and dynamic INT8 (the LSTM only), on every target;
 - ``mixed`` under the gate's own accuracy budget, built only when the static INT8 model misses
   that budget (within it, the mixed search would return that very model).
 All of them are timed in one benchmark (``stages/benchmark.py``, its ``contenders``): one
@@ -57,7 +57,7 @@ def as_candidate(bench, lab: str, raw_lab: str | None = None):
     """The benchmark as the gate would see it if ``lab`` were the candidate: its latency, its
     speedup over the fastest float and its core states, and every other model's ratio over it
     (recomputed from the per-round times of the same run, where it is ``raw_lab``)."""
-    from pipeline import timing
+    from pipeline.measure import timing
 
     raw_lab = raw_lab or lab
     raw = json.loads((bench.path / "times.json").read_text())
@@ -102,7 +102,7 @@ def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_bat
 def recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning=None):
     """The ``quant=auto`` branch of ``pipeline.recipe.recipe``, from the float artifacts on."""
     from pipeline.env import environment
-    from pipeline.quantization import Quantizer
+    from pipeline.quant.int8 import Quantizer
     from pipeline.recipe import Outcome
     from pipeline.stages.benchmark import Benchmark
     from pipeline.stages.evaluate import Evaluate

@@ -10,7 +10,7 @@ import numpy as np
 
 from pipeline.metrics.ctc import edit_distance, score  # noqa: F401 - the task's metric functions
 from pipeline.metrics import ctc
-from pipeline.models.ocr_data import ALPHABET
+from pipeline.models.ocr.data import ALPHABET
 
 CHARSET = list(ALPHABET)
 

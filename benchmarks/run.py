@@ -6,7 +6,7 @@ Sections (each one records its own error and the others still run):
   at batch 1 and 8 with its 95 % interval and the A/A check, the second run's wall time.
 - ``repeatability``: the benchmark stage run twice more, back to back, on the same artifacts
   (outside the cache): do the two speedups agree within 5 %? Like with like: where both runs
-  saw the same core state (``pipeline.corestate``) and the FP32 model ran at the same speed
+  saw the same core state (``pipeline.measure.corestate``) and the FP32 model ran at the same speed
   (within 3 %: a busier host slows it too), each such state's speedups are compared; where they
   saw none alike, the overall speedups are, and ``same_core_state`` says why.
 - ``load``: ``bench.mode=load`` on the same artifacts: the highest QPS within a p99 target for
@@ -16,17 +16,17 @@ Sections (each one records its own error and the others still run):
   bench.load.soak_seconds=3600`` for the full hour).
 - ``pruning``: the unpruned and the pruned (``prune=channels prune.ratio=0.3``) pipelines side by
   side, and pruned INT8 against unpruned INT8 at batch 8 timed head to head in one process
-  (``pipeline/pruning_bench.py``).
+  (``benchmarks/pruning.py``).
 - ``runtimes``: ``hardware.runtime=auto`` (every runtime and precision, the fastest that passes
   the accuracy gate per batch size), then that choice at batch 1 and 8 against ONNX Runtime's
   default ``quantize_static``, NNCF's INT8 and OpenVINO's default compile, each with its accuracy
   under its deployed settings, timed in one process in blocks with an A/A check
-  (``pipeline/peers.py``).
+  (``benchmarks/peers.py``).
 - ``auto``: ``quant=auto`` on ``ocr`` and ``ocr_mobile``: the winner, the whole table and the
   float-region trials, and the winner timed against the peers of ``runtimes``
-  (``pipeline/bench_auto.py``).
+  (``benchmarks/auto.py``).
 Each target is listed with its measured value and whether it was met; ``docs/results.md`` is
-rendered from the file (``pipeline.bench_results``), with each section's time and CPU. A
+rendered from the file (``benchmarks.results``), with each section's time and CPU. A
 benchmark, not a test: nothing here asserts, and the numbers only compare with ones from the
 same ``environment``.
 """
@@ -41,8 +41,8 @@ import time
 import traceback
 from pathlib import Path
 
-from pipeline import bench_results
-from pipeline.bench_quant import quantization
+from benchmarks import results as bench_results
+from benchmarks.quant import quantization
 from pipeline.env import cpu_info
 
 LOAD_P99_MS = 20.0  # an interactive OCR service's per-line budget, for the load section
@@ -143,7 +143,7 @@ def like_with_like(a: dict, b: dict) -> list[dict]:
     """Per core state seen by both runs: both speedups over FP32, how far apart they are, and
     whether the FP32 model itself ran at the same speed in both (``same_machine_speed``): when it
     ran slower in one, the host was busier there, and the two speedups are not like with like."""
-    from pipeline.corestate import same_state
+    from pipeline.measure.corestate import same_state
 
     out = []
     for sa in a.get("states", []):
@@ -200,19 +200,19 @@ def soak(base: list[str], seconds: float = SOAK_SECONDS) -> dict:
 
 
 def pruning(base: list[str]) -> dict:
-    from pipeline.pruning_bench import section
+    from benchmarks.pruning import section
 
     return section(base, _cli)
 
 
 def runtimes(base: list[str]) -> dict:
-    from pipeline.peers import section
+    from benchmarks.peers import section
 
     return section(base, _cli)
 
 
 def auto(base: list[str]) -> dict:
-    from pipeline.bench_auto import section
+    from benchmarks.auto import section
 
     return section(base, _cli)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pipeline.models.ocr_data import ALPHABET
+from pipeline.models.ocr.data import ALPHABET
 
 NUM_CLASSES = len(ALPHABET) + 1  # + CTC blank at index 0
 DEFAULT_WIDTHS = (32, 64, 128, 256, 256)

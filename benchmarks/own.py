@@ -25,7 +25,7 @@ TARGET = "own model: ORT default slower than FP32, pipeline int8 faster within b
 
 def own_model(extra: list[str] | None = None, workdir: str = "artifacts") -> dict:
     from pipeline import isolate
-    from pipeline.bench_quant import _default_quantize, _evaluate, _timed
+    from benchmarks.quant import _default_quantize, _evaluate, _timed
     from pipeline.compose import compose
 
     args = [*ARGS, f"workdir={workdir}", *(extra or [])]
@@ -70,5 +70,5 @@ def own_model(extra: list[str] | None = None, workdir: str = "artifacts") -> dic
     return out
 
 
-if __name__ == "__main__":  # python -m pipeline.bench_own [overrides...]: this part alone
+if __name__ == "__main__":  # python -m benchmarks.own [overrides...]: this part alone
     print(json.dumps(own_model(sys.argv[1:]), indent=2, default=str))

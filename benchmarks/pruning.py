@@ -6,8 +6,8 @@ through the real command line; their reports give accuracy, size and each run's 
 latencies, shown side by side. The number the issue asks for, pruned INT8 against unpruned INT8
 at batch 8, is then measured head to head: all four models (FP32 and INT8, unpruned and pruned)
 plus an A/A copy of the unpruned INT8 in one child process, one shared ONNX Runtime thread pool
-(``pipeline.ort``), interleaved round by round on the same real evaluation batches
-(``pipeline.timing``), as a median of per-round ratios with a bootstrap 95 % interval; two
+(``pipeline.runtimes.onnxruntime``), interleaved round by round on the same real evaluation batches
+(``pipeline.measure.timing``), as a median of per-round ratios with a bootstrap 95 % interval; two
 separate runs would compare two moments of a noisy shared machine. The machine's load average
 is recorded around the measurement. Nothing here asserts: targets are listed with their values.
 """
@@ -27,7 +27,8 @@ def head_to_head(task_name: str, paths: dict[str, str], hardware, eval_samples: 
     """Runs in a child (``pipeline.isolate``): the thread pool is set once per process."""
     import numpy as np
 
-    from pipeline import ort, timing
+    from pipeline.runtimes import onnxruntime as ort
+    from pipeline.measure import timing
     from pipeline.models import module
     from pipeline.stages.benchmark import width_buckets
 

@@ -95,7 +95,8 @@ def measure(paths: dict, choice: dict, hw, bench, model_cfg, data_dir: str, metr
     """Accuracy and side-by-side latency of the pipeline's choice and the peers."""
     import os
 
-    from pipeline import runtimes, timing
+    from pipeline import runtimes
+    from pipeline.measure import timing
     from pipeline.models import module
     from pipeline.stages.benchmark import width_buckets
 

@@ -6,7 +6,7 @@ and the search trace with a machine-readable verdict.
 
 How, and why this way: one full evaluation per node (what the slow tuners do) costs N passes over
 the evaluation set. Instead, each quantized node gets
-- its output SQNR (one pass over a few batches, ``stages/sensitivity.py``),
+- its output SQNR (one pass over a few batches, ``stages/sqnr.py``),
 - its *effect*: sequence accuracy recovered on the ranking subset (the hardest lines) when only
   that node is kept float, with everything else INT8 (cheap: a small subset),
 - its *gain*: the INT8 time saved on that node, from the profile of ``explain``.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from pipeline.stages.sensitivity import Sqnr
+from pipeline.stages.sqnr import Sqnr
 
 REPAIR_TRIES = 3
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pipeline.models.ocr_net import NUM_CLASSES
+from pipeline.models.ocr.net import NUM_CLASSES
 
 DEFAULT_WIDTHS = (32, 48, 96, 128, 160)
 # Max-pool after each block's depthwise conv, (height, width): CRNN's POOLS.

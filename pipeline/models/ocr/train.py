@@ -6,7 +6,7 @@ beside it (sha256, parameter count, widths, the exact command, held-out accuracy
 generated on the fly from the seed, so no data set is stored and the run is reproducible on a
 machine with the same torch build and thread count. Usage (what `make train-ocr` runs):
 
-    python -m pipeline.models.ocr_train --steps 6000 --out pipeline/models/checkpoints/ocr_crnn.safetensors
+    python -m pipeline.models.ocr.train --steps 6000 --out pipeline/models/checkpoints/ocr_crnn.safetensors
 
 ``make train-ocr-mobile`` runs it with ``--task ocr_mobile`` (see the Makefile for its steps).
 
@@ -28,14 +28,14 @@ import torch
 from safetensors.torch import save_file
 
 from pipeline.env import training_precision
-from pipeline.models.ocr_data import ALPHABET, collate, generate, to_array
-from pipeline.models.ocr_decode import greedy_decode, score
+from pipeline.models.ocr.data import ALPHABET, collate, generate, to_array
+from pipeline.models.ocr.decode import greedy_decode, score
 
 TRAIN_WIDTH_BUCKET = 32  # few distinct shapes, so oneDNN reuses its kernels between steps
 TRAIN_SEED = 1000  # calibration uses seed 1, evaluation seed 2: the streams never meet
 # The network class of each trainable task (its module also holds DEFAULT_WIDTHS, LSTM_HIDDEN).
-NETWORKS = {"ocr": ("pipeline.models.ocr_net", "CRNN"),
-            "ocr_mobile": ("pipeline.models.ocr_mobile_net", "MobileCRNN")}
+NETWORKS = {"ocr": ("pipeline.models.ocr.net", "CRNN"),
+            "ocr_mobile": ("pipeline.models.ocr.mobile_net", "MobileCRNN")}
 
 
 def network(task: str, widths: list[int] | None = None, hidden: int | None = None) -> torch.nn.Module:
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         "file": args.out.name, "sha256": digest,
         "task": args.task, "parameters": sum(p.numel() for p in model.parameters()),
         "widths": list(model.widths), "hidden": model.hidden,
-        "command": "python -m pipeline.models.ocr_train " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m pipeline.models.ocr.train " + " ".join(sys.argv[1:] if argv is None else argv),
         "torch": torch.__version__, "threads": torch.get_num_threads(),
         "train_seconds": round(time.time() - t0, 1),
         "precision": "bfloat16" if args.bf16 else "float32",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline import quant_defaults
+from pipeline.quant import defaults as quant_defaults
 from pipeline.config import CalibrationMethod, QuantMode
 from pipeline.env import effective_flags
 from pipeline.errors import ConfigError
@@ -163,8 +163,8 @@ class Quantizer:
                     expl = self.explain(art, label="explain[latency-aware]")
         if q.region_trials and q.latency_aware:
             # Whole blocks float, timed end to end together with the node trial above, which
-            # cannot see the Q/DQ borders its float nodes add (pipeline/regions.py).
-            from pipeline import regions
+            # cannot see the Q/DQ borders its float nodes add (pipeline/quant/regions.py).
+            from pipeline.quant import regions
 
             nodes = (trial, floated) if info.latency_trial and info.latency_trial["float_nodes"] else None
             art, kept, info.regions = regions.search(self, method, exclude, art, expl.meta, nodes)
@@ -190,13 +190,13 @@ class Quantizer:
                 art = trial
                 expl = self.explain(art, label="explain[float outputs]")
         if q.mode == QuantMode.mixed:
-            from pipeline.mixed import search
+            from pipeline.quant.mixed import search
 
             art, info.sensitivity, info.search = search(self, method, exclude, art)
             expl = self.explain(art, label="explain[mixed]")
         info.explain = expl.meta
         if not info.sensitivity:  # the per-layer table still gets each node's output SQNR
-            from pipeline.stages.sensitivity import Sqnr
+            from pipeline.stages.sqnr import Sqnr
 
             sqnr = self.runner.run(Sqnr(self.evaluation, self.subset, self.hw), art,
                                    fp32=self.fp32).meta["sqnr_db"]

@@ -1,6 +1,6 @@
 """The report's ``quant=auto`` section: every candidate on every runtime, the winner and why.
 
-In: the ``auto`` record of a run (``pipeline.auto``). Out: markdown lines: the table (candidate,
+In: the ``auto`` record of a run (``pipeline.quant.auto``). Out: markdown lines: the table (candidate,
 runtime, accuracy, p50 per batch size, speedup over the fastest float baseline with its 95 % CI,
 the gate's verdict and the checks that failed), why the winner won, and the float regions the
 INT8 candidate tried with what each cost or saved end to end.

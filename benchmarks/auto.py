@@ -4,7 +4,7 @@ In: the bench's base overrides and its CLI runner. Out: per network (``ocr``, ``
 command, its exit code and wall time, the winner (candidate, runtime, accuracy, speedup over the
 fastest float baseline with its 95 % CI, gate verdict) and the whole table, the float-region
 trials of the INT8 candidate, and the winner timed against the peers of the ``runtimes`` section
-(``pipeline/peers.py``: onnxruntime's default ``quantize_static``, NNCF INT8 on OpenVINO,
+(``benchmarks/peers.py``: onnxruntime's default ``quantize_static``, NNCF INT8 on OpenVINO,
 OpenVINO's default compile of FP32) in one process, with its A/A check. Targets: the winner at
 least as fast as the fastest float baseline (lower CI bound >= 1.0) within the gate's accuracy
 budget, not slower than any peer (upper CI bound of the winner's speedup over it >= 1.0), and, on
@@ -29,7 +29,7 @@ def _winner(rep: dict) -> dict:
 
 def network(base: list[str], model: str, cli) -> dict:
     from pipeline.compose import compose
-    from pipeline.peers import PEERS, compare
+    from benchmarks.peers import PEERS, compare
 
     args = [a for a in base if not a.startswith(("model=", "quant="))] + [
         f"model={model}", "quant=auto", *EXTRA]

@@ -9,7 +9,7 @@ candidate, its prepared model). Out: a dict for bench.json:
   and its speed;
 - calibration peak memory with 64 and with 1,024 lines (streamed: should not grow);
 - ``own_model``: FP32, onnxruntime's default and the pipeline's INT8 of ``model=ocr_mobile`` (a
-  MobileNetV3-style network) at batch 8 (``pipeline/bench_own.py``).
+  MobileNetV3-style network) at batch 8 (``benchmarks/own.py``).
 """
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ def _default_quantize(fp32_model: Path, out: Path, task_name: str, samples: int,
 def _timed(models: dict, cfg, batch: int, extra_pairs=()) -> dict:
     """Every model against FP32 (and each (slower, faster) pair of ``extra_pairs``), timed in one
     process, interleaved round by round; speedups are medians of per-round ratios with CIs."""
-    from pipeline import ort, timing
+    from pipeline.runtimes import onnxruntime as ort
+    from pipeline.measure import timing
     from pipeline.models import module
 
     hw = cfg.hardware.target()
@@ -131,9 +132,9 @@ def quantization(lineage: dict, stages: list[dict]) -> dict:
         "calibration RSS with 1024 lines within 10 % of 64": [rss1024 / rss64, rss1024 <= 1.1 * rss64],
     }
     # A mobile network of our own (depthwise convs, HardSwish, squeeze-excite) on which
-    # onnxruntime's default INT8 is slower than FP32 (pipeline/bench_own.py); last, because it
+    # onnxruntime's default INT8 is slower than FP32 (benchmarks/own.py); last, because it
     # runs the CLI and so moves artifacts/runs/latest.
-    from pipeline.bench_own import TARGET, own_model
+    from benchmarks.own import TARGET, own_model
 
     try:
         out["own_model"] = own_model()

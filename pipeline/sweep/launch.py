@@ -4,7 +4,7 @@ In: override strings with comma-separated choices (Hydra's sweep syntax), and op
 launcher (``hydra/launcher=joblib``, ``hydra/launcher=ray``, ``hydra/launcher=slurm``, see
 docs/sweeps.md). Out: one run per point, each with its own report under ``<workdir>/runs``, and
 a sweep folder ``<workdir>/sweeps/<time>-<id>/`` holding Hydra's per-point folders (the point's
-log and result) and the summary (``pipeline.sweep_summary``).
+log and result) and the summary (``pipeline.sweep.summary``).
 
 Hydra does the work: ``@hydra.main`` parses the command line, the basic sweeper expands the
 points and the chosen launcher runs them. Every point is a fresh ``python -m pipeline`` process
@@ -61,7 +61,7 @@ def _from_hydra(arg: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from pipeline import sweep_summary
+    from pipeline.sweep import summary as sweep_summary
 
     args = [a for a in argv if a not in FLAGS]
     ours = [a for a in args if not a.lstrip("~+").startswith("hydra")]
