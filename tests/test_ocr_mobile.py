@@ -91,7 +91,7 @@ def test_mobile_checkpoint_matches_its_card_and_reads_held_out_lines(tmp_path):
     from pipeline.compose import compose
 
     m = compose(["model=ocr_mobile"]).model
-    assert (list(m.widths), m.hidden) == (card["widths"], card["hidden"])
+    assert (list(m.params["widths"]), m.params["hidden"]) == (card["widths"], card["hidden"])
     net = ocr_mobile.build_network(card["widths"], card["hidden"], load_file(str(CHECKPOINT)))
     ds, _ = ocr_mobile.dataset("evaluation", 300, tmp_path)
     preds, labels = [], []
