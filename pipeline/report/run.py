@@ -62,6 +62,7 @@ def metric_specs(t) -> list[dict]:
 def markdown(report: dict) -> str:
     bs = list(next(r for r in report["rows"] if r["role"] == "candidate")["latency"])
     metrics = report.get("metrics") or []
+    primary = next((m["name"] for m in metrics if m.get("primary")), None)
     head = ("| step | size MB | nodes | "
             + "".join(f"{m['name']} {m['unit']}".rstrip() + " | " for m in metrics)
             + "agree fp16 % | "
@@ -122,11 +123,11 @@ def markdown(report: dict) -> str:
     if report.get("auto"):
         from pipeline.quant.auto_report import markdown as auto_markdown
 
-        lines += auto_markdown(report["auto"])
+        lines += auto_markdown(report["auto"], primary)
     if report.get("runtimes"):
         from pipeline.runtimes.render import markdown as runtimes_markdown
 
-        lines += ["", *runtimes_markdown(report["runtimes"])]
+        lines += ["", *runtimes_markdown(report["runtimes"], primary)]
     if report.get("bill"):
         from pipeline.bill.render import markdown as bill_markdown
 
