@@ -97,9 +97,18 @@ class OnnxTask(UserTask):
     def _reference(self, feeds: dict):
         import onnxruntime as ort
 
+        from pipeline.runtimes import onnxruntime as backend
+
         if self._session is None:
-            so = ort.SessionOptions()
+            # The process may already share one global thread pool (the stages' sessions do):
+            # join it then, as a per-session pool would be refused.
+            so = backend._options(_Threads()) if backend._pool_set else ort.SessionOptions()
             so.log_severity_level = 3
             self._session = ort.InferenceSession(self.key.path, so,
                                                  providers=["CPUExecutionProvider"])
         return self._session.run(None, feeds)[0]
+
+
+class _Threads:
+    """Thread counts for a pool that is already set (never used to size one)."""
+    intra_op_threads, inter_op_threads = 1, 1
