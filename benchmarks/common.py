@@ -15,10 +15,10 @@ from types import SimpleNamespace
 def default_quantize(fp32_model: Path, out: Path, task_name: str, samples: int, data_dir: str) -> None:
     from onnxruntime.quantization import quantize_static
 
-    from pipeline.models import task
+    from pipeline.models import module
     from pipeline.quant.calibration import Feeds
 
-    t = task(task_name)
+    t = module(task_name)
     ds, _ = t.dataset("calibration", samples, data_dir)
     feeds = Feeds({t.INPUT_NAME: x} for _, x, _ in t.batches(ds, 32, sort_by_width=False))
     quantize_static(str(fp32_model), str(out), feeds)  # every option at its default
@@ -29,10 +29,10 @@ def timed(models: dict, cfg, batch: int, extra_pairs=()) -> dict:
     process, interleaved round by round; speedups are medians of per-round ratios with CIs."""
     from pipeline.runtimes import onnxruntime as ort
     from pipeline.measure import timing
-    from pipeline.models import task
+    from pipeline.models import module
 
     hw = cfg.hardware.target()
-    t = task(cfg.model.name)
+    t = module(cfg.model.name)
     ds, _ = t.dataset("evaluation", cfg.model.eval_samples, cfg.data_dir)
     inputs = [next(t.batches(ds.select(range(k * batch, (k + 1) * batch)), batch))[1] for k in range(8)]
     fns = {role: (lambda x, s=ort.session(path, hw): ort.run(s, x)) for role, path in models.items()}
@@ -48,7 +48,20 @@ def timed(models: dict, cfg, batch: int, extra_pairs=()) -> dict:
 def evaluate(model: Path, cfg) -> dict:
     from pipeline.stages.evaluate import Evaluate
 
+    from pipeline.models import task
+
     m = cfg.model
+    split = task(m.name).split("evaluation", m.eval_samples, cfg.data_dir)
     with tempfile.TemporaryDirectory() as out:
-        return Evaluate(m.name, m.eval_samples, m.eval_batch_size, cfg.data_dir,
-                        cfg.hardware.target()).run(SimpleNamespace(model=model), Path(out))["metrics"]
+        return Evaluate(data=split, batch_size=m.eval_batch_size,
+                        hardware=cfg.hardware.target()).run(SimpleNamespace(model=model),
+                                                            Path(out))["metrics"]
+
+
+def width_buckets(widths, n: int) -> list:
+    """Indices of the OCR evaluation lines split into ``n`` buckets of equal count by width: the
+    input distribution the head-to-head timings of ``peers`` and ``pruning`` draw from."""
+    import numpy as np
+
+    order = np.argsort(widths, kind="stable")
+    return [b for b in np.array_split(order, n) if b.size]

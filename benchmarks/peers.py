@@ -36,10 +36,10 @@ def build(fp32_model: Path, out: Path, task_name: str, samples: int, batch: int,
     import openvino as ov
     from onnxruntime.quantization import quantize_static
 
-    from pipeline.models import task
+    from pipeline.models import module
     from pipeline.quant.calibration import Feeds
 
-    t = task(task_name)
+    t = module(task_name)
     ds, digest = t.dataset("calibration", samples, data_dir)
     feeds = Feeds({t.INPUT_NAME: x} for _, x, _ in t.batches(ds, batch, sort_by_width=False))
     t0 = time.time()
@@ -90,12 +90,12 @@ def measure(paths: dict, choice: dict, hw, bench, model_cfg, data_dir: str, metr
 
     from pipeline import runtimes
     from pipeline.measure import timing
-    from pipeline.models import task
-    from pipeline.stages.benchmark import width_buckets
+    from pipeline.models import module
+    from benchmarks.common import width_buckets
 
     if hw.affinity:
         os.sched_setaffinity(0, hw.affinity)
-    t = task(model_cfg.name)
+    t = module(model_cfg.name)
     ds, _ = t.dataset("evaluation", model_cfg.eval_samples, data_dir)
     peers = {"a": runtimes.load(paths["a"], runtimes.settings_for(hw, runtimes.PRIMARY)),
              "b": _DefaultCompile(paths["b"], hw.intra_op_threads),

@@ -29,10 +29,10 @@ def head_to_head(task_name: str, paths: dict[str, str], hardware, eval_samples: 
 
     from pipeline.runtimes import onnxruntime as ort
     from pipeline.measure import timing
-    from pipeline.models import task
-    from pipeline.stages.benchmark import width_buckets
+    from pipeline.models import module
+    from benchmarks.common import width_buckets
 
-    t = task(task_name)
+    t = module(task_name)
     ds, _ = t.dataset("evaluation", eval_samples, data_dir)
     rng = np.random.default_rng(0)
     inputs = []

@@ -26,8 +26,10 @@ def _calibration_rss(prepared: Path, cfg, samples: int) -> float:
     from pipeline import isolate
     from pipeline.stages.calibrate import Calibrate
 
-    m = cfg.model
-    stage = Calibrate(m.name, "percentile", samples, 32, cfg.data_dir)
+    from pipeline.models import task
+
+    split = task(cfg.model.name).split("calibration", samples, cfg.data_dir)
+    stage = Calibrate(split, "percentile", 32)
     with tempfile.TemporaryDirectory(dir="artifacts") as out:
         meta = isolate.call(f"calibrate {samples}", stage.run, SimpleNamespace(model=prepared), Path(out))
     return meta["peak_rss_mb"]

@@ -102,8 +102,10 @@ def repeatability(lineage: dict) -> dict:
 
     cfg = compose(["model=ocr", "quant=int8"])
     arts = {role: Artifact.read(Path(lineage[role]["path"])) for role in ("candidate", "fp32", "fp16", "export")}
-    stage = Benchmark(cfg.model.name, cfg.bench.timing(), cfg.model.eval_samples, cfg.data_dir,
-                      cfg.hardware.target())
+    from pipeline.models import task
+
+    split = task(cfg.model.name).split("evaluation", cfg.model.eval_samples, cfg.data_dir)
+    stage = Benchmark(data=split, bench=cfg.bench.timing(), hardware=cfg.hardware.target())
     runs = []
     for k in range(2):
         with tempfile.TemporaryDirectory() as out:

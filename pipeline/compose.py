@@ -66,6 +66,7 @@ def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR,
                 raise ConfigError(f"{key}={value}: no such option; valid choices: "
                                   f"{', '.join(options)}")
     overrides = [o for o, ov in zip(overrides, parsed) if ov.key_or_group not in dropped]
+    overrides = _expand_dicts(overrides, parsed)
     overrides += [f"~{g}" for g in dropped]
     register()
     GlobalHydra.instance().clear()
@@ -97,6 +98,24 @@ def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR,
         raise ConfigError(_first_line(e)) from None
     finally:
         GlobalHydra.instance().clear()
+
+
+# Free-form dict fields: Hydra merges a dict override into the existing (struct) node, which
+# refuses new keys; each entry is set on its own instead (``++``: add or replace).
+DICT_FIELDS = ("model.params", "model.inputs", "model.input_dtypes")
+
+
+def _expand_dicts(overrides: list[str], parsed) -> list[str]:
+    import json
+
+    out = []
+    for text, ov in zip(overrides, parsed):
+        value = ov.value() if ov.key_or_group in DICT_FIELDS and not ov.is_delete() else None
+        if isinstance(value, dict):
+            out += [f"++{ov.key_or_group}.{k}={json.dumps(v)}" for k, v in value.items()]
+        else:
+            out.append(text)
+    return out
 
 
 def _schema_at(root, path: str):

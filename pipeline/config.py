@@ -16,9 +16,11 @@ import math
 import os
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Optional
+from typing import Any, Dict, List, Optional
 
+from pipeline.data.spec import DataConfig
 from pipeline.errors import ConfigError
+from pipeline.metrics.config import MetricConfig
 
 
 class QuantMode(str, Enum):
@@ -101,14 +103,27 @@ class LlmConfig:
                               f"attention_heads={self.attention_heads}")
 
 
+SOURCES = ("onnx", "torch")  # model.name values that bring the user's own model
+
+
 @dataclass
 class ModelConfig:
-    name: str = "ocr"                       # key into pipeline.models.TASKS (kind=task)
+    # A built-in task (pipeline.models.TASKS), or the user's own model: onnx (an ONNX file,
+    # model.path) or torch (model.factory builds it, model.checkpoint holds its weights).
+    name: str = "ocr"
     kind: ModelKind = ModelKind.task        # llm: a shape for `python -m pipeline.bill` only
     llm: Optional[LlmConfig] = None         # the LLM's shape; required when kind=llm
     checkpoint: Optional[str] = None        # safetensors file; null = seeded random init (smoke tests)
-    widths: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 256])  # conv channels
-    hidden: int = 128                       # LSTM hidden size per direction
+    # The network's own settings: a built-in task's architecture (ocr: widths, hidden), or the
+    # keyword arguments model=torch passes to its factory.
+    params: Dict[str, Any] = field(default_factory=dict)
+    path: Optional[str] = None              # model=onnx: the ONNX file
+    factory: Optional[str] = None           # model=torch: package.module:function -> nn.Module
+    # model=torch: input name -> shape, fixed sizes as ints and dynamic axes by their meaning
+    # (batch, width, height, sequence), e.g. {image: [batch, 3, 32, width]}; exported so.
+    inputs: Dict[str, List[Any]] = field(default_factory=dict)
+    input_dtypes: Dict[str, str] = field(default_factory=dict)  # default float32
+    outputs: List[str] = field(default_factory=lambda: ["output"])  # model=torch: output names
     eval_samples: int = 2000                # held-out lines the accuracy gate is judged on
     calibration_samples: int = 512          # lines quantization calibrates on (a different seed)
     eval_batch_size: int = 64               # batch used for evaluation only, not for timing
@@ -116,12 +131,34 @@ class ModelConfig:
 
     def __post_init__(self):
         _positive(self, "model", "eval_samples", "calibration_samples", "eval_batch_size",
-                  "parity_samples", "hidden")
-        if len(self.widths) != 5 or any(w <= 0 for w in self.widths):
-            raise ConfigError(f"model.widths={self.widths}: expected 5 positive channel counts")
+                  "parity_samples")
         if (self.kind == ModelKind.llm) != (self.llm is not None):
             raise ConfigError(f"model.kind={self.kind.value}: model.llm must be "
                               f"{'set' if self.kind == ModelKind.llm else 'null'}")
+        if self.kind == ModelKind.llm:
+            return
+        if self.name == "onnx" and not self.path:
+            raise ConfigError("model.path is empty: model=onnx needs the ONNX file to compile")
+        if self.name == "torch":
+            if not self.factory or ":" not in self.factory:
+                raise ConfigError(f"model.factory={self.factory!r}: model=torch needs "
+                                  "package.module:function, a function that returns the nn.Module")
+            if not self.inputs:
+                raise ConfigError("model.inputs is empty: model=torch needs each input's name "
+                                  "and shape, e.g. {image: [batch, 3, 32, 32]}")
+        if self.checkpoint is not None and self.name == "onnx":
+            raise ConfigError("model.checkpoint: model=onnx takes its weights from model.path")
+        if self.name in ("ocr", "ocr_mobile"):  # the built-in networks' architecture
+            # absent: the CRNN's defaults (pipeline.models.ocr.task); never written back here, as
+            # this default instance is also the schema every model option merges onto
+            widths = self.params.get("widths", [32, 64, 128, 256, 256])
+            hidden = self.params.get("hidden", 128)
+            if not isinstance(widths, (list, tuple)) or len(widths) != 5 or any(
+                    not isinstance(w, int) or w <= 0 for w in widths):
+                raise ConfigError(f"model.params.widths={widths}: expected 5 positive channel "
+                                  "counts")
+            if not isinstance(hidden, int) or hidden <= 0:
+                raise ConfigError(f"model.params.hidden={hidden}: must be a positive integer")
 
 
 @dataclass
@@ -134,7 +171,7 @@ class QuantConfig:
     calibration: CalibrationMethod = CalibrationMethod.minmax
     calibration_batch_size: int = 32        # batches are streamed; memory follows this, not the set
     static_op_types: Optional[list[str]] = None  # null = every op type the quantizer supports
-    dynamic_op_types: list[str] = field(default_factory=lambda: ["LSTM"])  # no calibration needed
+    dynamic_op_types: Optional[list[str]] = None  # no calibration needed; null = the model's
     exclude: list[str] = field(default_factory=list)  # node (module) names kept float
     latency_aware: bool = True              # keep float the nodes profiled slower in INT8
     ranking_samples: int = 200              # hardest evaluation lines, for cheap comparisons
@@ -171,7 +208,7 @@ class PruneConfig:
     ratio: float = 0.3                      # share of each layer's channels removed, in [0, 1)
     importance: PruneImportance = PruneImportance.l1
     round_to: int = 8                       # kept channels rounded down to a multiple of this
-    ignored: list[str] = field(default_factory=lambda: ["cnn.0", "head"])  # widths kept as is
+    ignored: Optional[list[str]] = None     # modules whose widths are kept; null = the model's
     recover_steps: int = 450                # fine-tune steps on freshly generated lines
     recover_lr: float = 5e-4                # peak of the one-cycle schedule
     recover_batch_size: int = 32
@@ -440,11 +477,23 @@ class Config:
     gate: GateConfig = field(default_factory=GateConfig)
     registry: Optional[RegistryConfig] = field(default_factory=RegistryConfig)  # null: no publish
     bench: BenchConfig = field(default_factory=BenchConfig)
+    data: Optional[DataConfig] = None       # model=onnx/torch: the user's data set (data=...)
+    metric: Optional[MetricConfig] = None   # model=onnx/torch: how outputs are scored (metric=...)
     workdir: str = "artifacts"              # cache/, runs/ live here
     data_dir: str = "calibration"           # calibration and evaluation sets
 
     def __post_init__(self):
         _finite(self)
+        if self.model.name in SOURCES:
+            if self.data is None:
+                raise ConfigError(f"model={self.model.name} needs a data set: data=imagefolder "
+                                  "(or labels_file, saved, csv, jsonl, parquet) data.path=...")
+            if self.metric is None:
+                raise ConfigError(f"model={self.model.name} needs a metric: metric="
+                                  "classification, ctc or agreement (no labels)")
+        elif self.data is not None or self.metric is not None:
+            raise ConfigError(f"model={self.model.name} brings its own data and metric; data= "
+                              "and metric= are for model=onnx and model=torch")
         if self.gate.speedup_batch_size not in self.bench.batch_sizes:
             raise ConfigError(f"gate.speedup_batch_size={self.gate.speedup_batch_size} is not "
                               f"benchmarked; bench.batch_sizes={self.bench.batch_sizes}")
@@ -495,7 +544,7 @@ class BillApp:
 
 GROUPS = {"model": ModelConfig, "quant": QuantConfig, "prune": PruneConfig,
           "hardware": HardwareConfig, "slo": SloConfig, "gate": GateConfig,
-          "registry": RegistryConfig}
+          "registry": RegistryConfig, "data": DataConfig, "metric": MetricConfig}
 APPS = {"config": Config, "bill": BillApp}  # config name -> its schema (stored as schema[_name])
 
 

@@ -33,15 +33,23 @@ def _get(fn, default=NAN):
         return default
 
 
-def judge(evals: dict, bench, gate, primary_metric: str, slo=None, candidate=None,
+def in_units(spec) -> str:
+    """How a drop in the metric reads: points of a percentage, or the metric's own unit."""
+    return "points" if spec.unit == "%" else (spec.unit or "")
+
+
+def judge(evals: dict, bench, gate, metric, slo=None, candidate=None,
           environment: dict | None = None) -> dict:
+    """``metric``: the task's primary ``MetricSpec``; its direction turns the two values into a
+    drop (positive: the candidate is worse), whatever the metric."""
     g = gate
-    ref = _get(lambda: evals["fp16"].meta["metrics"][primary_metric])
-    cand = _get(lambda: evals["candidate"].meta["metrics"][primary_metric])
-    drop = ref - cand
+    ref = _get(lambda: evals["fp16"].meta["metrics"][metric.name])
+    cand = _get(lambda: evals["candidate"].meta["metrics"][metric.name])
+    drop = metric.drop(ref, cand)
     checks = [_check("accuracy_drop", drop, g.max_accuracy_drop,
                      lambda v: v <= g.max_accuracy_drop + 1e-9,
-                     f"{primary_metric} {cand:.2f} vs FP16 {ref:.2f}: drop {drop:.2f} points")]
+                     f"{metric.name} {cand:.2f} vs FP16 {ref:.2f}: drop {drop:.2f} "
+                     f"{in_units(metric)}".rstrip())]
     agree = _get(lambda: agreement(evals["candidate"], evals["fp16"]))
     checks.append(_check("output_agreement", agree, g.min_output_agreement,
                          lambda v: v >= g.min_output_agreement,

@@ -33,7 +33,7 @@ def tiny(tmp_path_factory):
     from pipeline.models.ocr import crnn as ocr
 
     m = compose(["model=ocr_tiny"]).model
-    net = ocr.build_network(m.widths, m.hidden)
+    net = ocr.build_network(m.params["widths"], m.params["hidden"])
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():  # distinct BatchNorm values: the exporter merges identical initializers
         for mod in net.modules():

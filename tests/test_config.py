@@ -9,12 +9,31 @@ from pipeline.errors import ConfigError
 from tests.conftest import run_cli
 
 
+# The user's own model needs its file (or factory), a data set and a metric; composing checks
+# only that they are named (files are read when the run starts).
+USER = {"onnx": ["model.path=m.onnx"],
+        "torch": ["model.factory=pkg.mod:fn", "model.inputs={image: [batch, 3, 16, 16]}"]}
+COMPANIONS = ["data=imagefolder", "data.path=.", "metric=agreement"]
+
+
+def _with_companions(group: str, option: str) -> list[str]:
+    if group == "model" and option in USER:
+        return [f"model={option}", *USER[option], *COMPANIONS]
+    if group in ("data", "metric"):
+        rest = [c for c in COMPANIONS if not c.startswith(f"{group}=")
+                and not c.startswith(f"{group}.")]
+        own = [f"{group}={option}"] + (["data.path=.", "data.labels=l.csv"] if group == "data"
+                                       else [])
+        return ["model=onnx", *USER["onnx"], *own, *rest]
+    return [f"{group}={option}"]
+
+
 @pytest.mark.parametrize("group", sorted(GROUPS))
 def test_every_option_composes(group):
     options = group_options(group)
     assert options, f"conf/{group} has no options"
     for option in options:
-        cfg = compose([f"{group}={option}"])
+        cfg = compose(_with_companions(group, option))
         assert getattr(cfg, group) is not None
 
 

@@ -6,6 +6,9 @@ from types import SimpleNamespace
 
 from pipeline.config import GateConfig, SloConfig
 from pipeline.gate import judge, table
+from pipeline.metrics.spec import MetricSpec
+
+SEQ = MetricSpec("sequence_accuracy", True)
 
 
 def ev(tmp_path, name, acc, preds):
@@ -34,38 +37,38 @@ def failed(v):
 
 def test_pass_and_each_failure(tmp_path):
     e = evals(tmp_path)
-    v = judge(e, bench(1.9), GateConfig(), "sequence_accuracy", SloConfig())
+    v = judge(e, bench(1.9), GateConfig(), SEQ, SloConfig())
     assert v["passed"], v["summary"]
     assert "accuracy_drop" in table(v) and "pass" in table(v)
-    assert failed(judge(e, bench(0.95), GateConfig(), "sequence_accuracy")) == {"speedup_ci_low"}
+    assert failed(judge(e, bench(0.95), GateConfig(), SEQ)) == {"speedup_ci_low"}
     # A median above 1 whose interval reaches below it is not proof of a speedup.
-    assert failed(judge(e, bench(1.05, halfwidth=0.1), GateConfig(), "sequence_accuracy")) == {"speedup_ci_low"}
-    v = judge(e, bench(2.0), GateConfig(max_accuracy_drop=0.1), "sequence_accuracy")
+    assert failed(judge(e, bench(1.05, halfwidth=0.1), GateConfig(), SEQ)) == {"speedup_ci_low"}
+    v = judge(e, bench(2.0), GateConfig(max_accuracy_drop=0.1), SEQ)
     assert failed(v) == {"accuracy_drop"} and "drop 0.20" in v["summary"]
-    assert failed(judge(e, bench(2.0, aa=1.08), GateConfig(), "sequence_accuracy")) == {"aa_check"}
-    assert failed(judge(e, bench(2.0, p99=500), GateConfig(), "sequence_accuracy",
+    assert failed(judge(e, bench(2.0, aa=1.08), GateConfig(), SEQ)) == {"aa_check"}
+    assert failed(judge(e, bench(2.0, p99=500), GateConfig(), SEQ,
                         SloConfig(p99_ms=100))) == {"slo_p99_ms"}
     low_agreement = judge(evals(tmp_path / "x", cand_preds=["B"] * 10 + ["A"] * 90), bench(2.0),
-                          GateConfig(), "sequence_accuracy")
+                          GateConfig(), SEQ)
     assert failed(low_agreement) == {"output_agreement"}
 
 
 def test_fails_closed_on_missing_measurements(tmp_path):
     e = evals(tmp_path, cand_acc=float("nan"))
-    assert "accuracy_drop" in failed(judge(e, bench(2.0), GateConfig(), "sequence_accuracy"))
+    assert "accuracy_drop" in failed(judge(e, bench(2.0), GateConfig(), SEQ))
     broken_bench = SimpleNamespace(meta={"batches": {}})
-    v = judge(evals(tmp_path / "y"), broken_bench, GateConfig(), "sequence_accuracy")
+    v = judge(evals(tmp_path / "y"), broken_bench, GateConfig(), SEQ)
     assert {"speedup_ci_low", "aa_check"} <= failed(v) and "fails closed" in v["summary"]
 
 
 def test_shape_outliers_flag_only_the_jump():
     from pipeline.measure.latency import shape_outliers
 
-    rows = [{"width": w, "p50": 1.0 + 0.01 * w} for w in (100, 150, 200, 250, 300)]
+    rows = [{"size": w, "p50": 1.0 + 0.01 * w} for w in (100, 150, 200, 250, 300)]
     assert shape_outliers({"m": rows}) == []
     rows[2]["p50"] = 10.0  # a slow kernel at width 200
     flagged = shape_outliers({"m": rows})
-    assert [f["width"] for f in flagged] == [200]
+    assert [f["size"] for f in flagged] == [200]
 
 
 def test_timings_from_another_environment_are_refused(tmp_path):
@@ -76,10 +79,10 @@ def test_timings_from_another_environment_are_refused(tmp_path):
     b = bench(2.0)
     b.meta["environment"] = here
     assert "same_environment" not in failed(judge(evals(tmp_path), b, GateConfig(),
-                                                  "sequence_accuracy", environment=here))
+                                                  SEQ, environment=here))
     elsewhere = {**here, "cpu": {**here["cpu"], "model": "Some Other CPU"}}
     b.meta["environment"] = elsewhere
-    v = judge(evals(tmp_path / "z"), b, GateConfig(), "sequence_accuracy", environment=here)
+    v = judge(evals(tmp_path / "z"), b, GateConfig(), SEQ, environment=here)
     assert failed(v) == {"same_environment"} and "Some Other CPU" in v["summary"]
 
 
@@ -87,6 +90,6 @@ def test_speed_is_judged_in_the_core_state_the_candidate_fared_worst_in(tmp_path
     b = bench(2.5, halfwidth=0.05)
     b.meta["batches"]["8"]["core_state"] = {"changed": True, "worst": {
         "round_trip_ns": 510.0, "speedup_vs_fastest_float": {"median": 0.98, "ci95": [0.96, 1.0]}}}
-    v = judge(evals(tmp_path), b, GateConfig(), "sequence_accuracy")
+    v = judge(evals(tmp_path), b, GateConfig(), SEQ)
     check = next(c for c in v["checks"] if c["check"] == "speedup_ci_low")
     assert not check["passed"] and "510 ns" in check["detail"]

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from pipeline.models import task
+from pipeline.models import module
 from pipeline.models.ocr import mobile as ocr_mobile
 from pipeline.models.ocr.decode import score
 
@@ -26,7 +26,7 @@ def test_mobile_network_keeps_the_ctc_contract():
     from pipeline.models.ocr.net import NUM_CLASSES
     from pipeline.models.ocr.train import network
 
-    assert task("ocr_mobile") is ocr_mobile and ocr_mobile.dataset is task("ocr").dataset
+    assert module("ocr_mobile") is ocr_mobile and ocr_mobile.dataset is module("ocr").dataset
     net = ocr_mobile.build_network(*TINY)
     with torch.inference_mode():
         out = net(torch.from_numpy(ocr_mobile.example_input(batch=3, width=96)))
@@ -47,13 +47,18 @@ def _stage(name: str, workdir: Path) -> dict:
     from pipeline.stages.load import Load
     from pipeline.stages.optimize import Optimize
 
+    from pipeline.models import task
+    from pipeline.stages.load import params_key
+
     hw, data, out = HardwareConfig().target(), str(workdir / "data"), workdir / name
     out.mkdir()
     if name == "load":
-        return Load("ocr_mobile", None, None, tuple(TINY[0]), TINY[1]).run(None, out)
+        params = params_key({"widths": list(TINY[0]), "hidden": TINY[1]})
+        return Load("ocr_mobile", None, None, params).run(None, out)
+    split = task("ocr_mobile").split("evaluation", 4, data)
     if name == "export":
-        return Export("ocr_mobile", 18, 4, data, hw).run(SimpleNamespace(path=workdir / "load"), out)
-    return Optimize("ocr_mobile", 4, data, hw).run(
+        return Export("ocr_mobile", 18, split, hw).run(SimpleNamespace(path=workdir / "load"), out)
+    return Optimize(split, hw).run(
         SimpleNamespace(model=workdir / "export" / "model.onnx"), out)
 
 
@@ -86,7 +91,7 @@ def test_mobile_checkpoint_matches_its_card_and_reads_held_out_lines(tmp_path):
     from pipeline.compose import compose
 
     m = compose(["model=ocr_mobile"]).model
-    assert (list(m.widths), m.hidden) == (card["widths"], card["hidden"])
+    assert (list(m.params["widths"]), m.params["hidden"]) == (card["widths"], card["hidden"])
     net = ocr_mobile.build_network(card["widths"], card["hidden"], load_file(str(CHECKPOINT)))
     ds, _ = ocr_mobile.dataset("evaluation", 300, tmp_path)
     preds, labels = [], []

@@ -110,7 +110,7 @@ def test_benchmark_reports_percentiles_and_aa_check(tiny_run):
         lo, hi = at["speedup_vs_fastest_float"]["ci95"]
         assert lo <= at["speedup_vs_fastest_float"]["median"] <= hi
         assert at["fastest_float"] in ("fp32", "fp16") and "median" in at["aa_check"]
-        assert {r["bucket"] for r in at["per_width"]["candidate"]} == {0, 1}  # two width buckets
+        assert {r["bucket"] for r in at["per_size"]["candidate"]} == {0, 1}  # two width buckets
     contract = bench.meta["input_contract"]["shape"]
     assert contract[0] == {"min": 1, "max": 8} and contract[2] == {"min": 32, "max": 32}
     assert contract[3]["min"] < contract[3]["max"]

@@ -26,7 +26,11 @@ def tiny(widths=WIDTHS, hidden=16, seed=0) -> CRNN:
 
 
 def cfg(**kw) -> PruneConfig:
-    return PruneConfig(method=PruneMethod.channels, **kw)
+    # the OCR task's own default for prune.ignored (the config's null means the model's)
+    from pipeline.models import task
+
+    return PruneConfig(method=PruneMethod.channels,
+                       **{"ignored": list(task("ocr").prune_ignored), **kw})
 
 
 def convs(net) -> dict[str, nn.Conv2d]:
@@ -212,11 +216,11 @@ def test_macs_count_what_the_layers_compute():
 # ---- the stage: files, round trip, determinism ------------------------------------------------
 
 def _load_artifact(tmp_path, widths=WIDTHS, hidden=16):
-    from pipeline.stages.load import Load
+    from pipeline.stages.load import Load, params_key
 
     d = tmp_path / "load"
     d.mkdir()
-    Load("ocr", None, None, widths, hidden).run(None, d)
+    Load("ocr", None, None, params_key({"widths": widths, "hidden": hidden})).run(None, d)
     return SimpleNamespace(path=d, digest="0" * 64)
 
 
@@ -231,19 +235,19 @@ def _run_stage(parent, out, **kw):
 def test_stage_writes_safetensors_and_widths_that_rebuild_the_network(tmp_path, capsys):
     from safetensors.torch import load_file
 
-    from pipeline.models.ocr import crnn as ocr
+    from pipeline.models import task
     from pipeline.stages.load import network_from
 
     meta = _run_stage(_load_artifact(tmp_path), tmp_path / "a")
     net_json = json.loads((tmp_path / "a" / "net.json").read_text())
-    assert net_json["widths"] == meta["widths"] == [8, 8, 16, 16, 16, 16]
-    assert net_json["hidden"] == meta["hidden"] == 8
+    assert net_json["params"]["widths"] == meta["widths"] == [8, 8, 16, 16, 16, 16]
+    assert net_json["params"]["hidden"] == meta["hidden"] == 8
     assert net_json["parameters"] == meta["parameters"]
     tensors = load_file(str(tmp_path / "a" / "model.safetensors"))
     assert tensors["cnn.4.weight"].shape == (8, 8, 3, 3)
     assert tensors["collapse.0.weight"].shape[0] == 16
     assert tensors["rnn.weight_ih_l0"].shape == (4 * 8, 16) and tensors["head.weight"].shape[1] == 16
-    net = network_from(SimpleNamespace(path=tmp_path / "a"), ocr)
+    net = network_from(SimpleNamespace(path=tmp_path / "a"), task("ocr"))
     assert pruning_cost.parameters(net) == meta["parameters"] < meta["parameters_before"]
     assert not list((tmp_path / "a").glob("*.pt*")), "no pickles"
     assert 0 < meta["macs"] < meta["macs_before"] and meta["recover"]["steps"] == 3

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pipeline.config import QuantConfig
+from pipeline.models import task
 from pipeline.quant.mixed import search
 from pipeline.quant.defaults import resolve
 from tests.conftest import run_cli, tiny_args
@@ -152,7 +153,7 @@ def test_an_exclusion_onnxruntime_ignores_is_reported(tiny_run, tmp_path):
     cfg = compose(tiny_args(workdir))
     hw = cfg.hardware.target()
     stage = Quantize(tuple(sorted(base["settings"].items())), cfg.quant.per_channel, "minmax",
-                     None, tuple(cfg.quant.dynamic_op_types), (convs[-1], maxpools[0]))
+                     None, task("ocr").dynamic_op_types, (convs[-1], maxpools[0]))
     art = Runner(tmp_path, hw, log=lambda *_: None).run(stage, prepared, calibration=cal)
     assert art.meta["precision"][convs[-1]] == "float"
     assert art.meta["exclusion_ignored"] == [maxpools[0]]
@@ -187,7 +188,7 @@ def test_an_exclusion_that_floats_nothing_keeps_qdq_propagation_on(tiny_run, tmp
                    if p == "int8-static" and _op_type(prepared.model, n) == "MaxPool")
     cfg = compose(tiny_args(workdir))
     stage = Quantize(tuple(sorted(base["settings"].items())), cfg.quant.per_channel, "minmax",
-                     None, tuple(cfg.quant.dynamic_op_types), (maxpool,))
+                     None, task("ocr").dynamic_op_types, (maxpool,))
     art = Runner(tmp_path, cfg.hardware.target(), log=lambda *_: None).run(
         stage, prepared, calibration=cal)
     assert art.meta["exclusion_ignored"] == [maxpool]
@@ -240,8 +241,11 @@ class FakeQuantizer:
 
     def __init__(self, harms: dict, gains: dict, budget: float, floor: float = 0.0):
         self.harms, self.gains, self.floor = harms, gains, floor
-        self.metric = "sequence_accuracy"
-        self.fp16_eval = SimpleNamespace(meta={"metrics": {self.metric: 99.0}})
+        from pipeline.metrics.spec import MetricSpec
+
+        self.metric = MetricSpec("sequence_accuracy", True)
+        self.fp16_eval = SimpleNamespace(meta={"metrics": {self.metric.name: 99.0}})
+        self.evaluation = None  # the DataSplit; the fake runner never reads it
         self.cfg = SimpleNamespace(quant=SimpleNamespace(max_accuracy_drop=budget),
                                    model=SimpleNamespace(name="ocr", eval_samples=100), data_dir="d")
         self.subset, self.hw, self.fp32 = (), None, None

@@ -100,6 +100,7 @@ def _poisoned(src: Path, folder: Path) -> Artifact:
 @needs_openvino
 def test_a_failing_runtime_is_recorded_while_the_others_run(tiny_run, tmp_path):
     from pipeline.compose import compose
+    from pipeline.models import task
     from pipeline.runner import Runner
     from pipeline.runtimes.plan import Plan
     from pipeline.stages.benchmark import Benchmark
@@ -115,7 +116,8 @@ def test_a_failing_runtime_is_recorded_while_the_others_run(tiny_run, tmp_path):
     plan.options = [runtimes.PRIMARY, runtimes.Target("openvino", "fp32")]  # fp32 only: faster
     runner = Runner(tmp_path, hw, log=lambda *_: None)
     m = cfg.model
-    evaluate = Evaluate(m.name, m.eval_samples, m.eval_batch_size, cfg.data_dir, hw)
+    split = task(m.name).split("evaluation", m.eval_samples, cfg.data_dir)
+    evaluate = Evaluate(split, m.eval_batch_size, hw)
     plan.evaluate_others(runner, evaluate, {"candidate": bad, "fp32": fp32})
     assert set(plan.failures) == {"candidate @ openvino fp32"}
     assert "Det" in plan.failures["candidate @ openvino fp32"]
@@ -123,8 +125,7 @@ def test_a_failing_runtime_is_recorded_while_the_others_run(tiny_run, tmp_path):
 
     bench_cfg = dataclasses.replace(cfg.bench, min_rounds=10, max_seconds=0.5,
                                     cold_start_repeats=0, batch_sizes=[1])
-    bench = runner.run(Benchmark(m.name, bench_cfg, m.eval_samples, cfg.data_dir, hw,
-                                 plan.bench_options()), bad, fp32=fp32)
+    bench = runner.run(Benchmark(split, bench_cfg, hw, plan.bench_options()), bad, fp32=fp32)
     assert list(bench.meta["failures"]) == ["candidate @ openvino fp32"]
     timed = bench.meta["batches"]["1"]["latency_ms"]
     assert {"candidate", "fp32", "fp32 @ openvino fp32"} <= set(timed)
@@ -136,6 +137,7 @@ def test_the_latency_aware_comparison_runs_on_the_target_runtime(tiny_run, tmp_p
     """compare (which confirms keeping nodes float) times the models on the target's runtime:
     OpenVINO in bf16 runs, ONNX Runtime, which has no bf16 precision, refuses."""
     from pipeline.compose import compose
+    from pipeline.models import task
     from pipeline.runtimes import RuntimeFailure
     from pipeline.stages.compare import Compare
 
@@ -144,9 +146,10 @@ def test_the_latency_aware_comparison_runs_on_the_target_runtime(tiny_run, tmp_p
     lineage = json.loads((tiny / "runs" / "latest" / "report.json").read_text())["lineage"]
     fp32, cand = (Artifact.read(Path(lineage[r]["path"])) for r in ("fp32", "candidate"))
     m = cfg.model
+    split = task(m.name).split("evaluation", m.eval_samples, cfg.data_dir)
     for runtime, works in (("openvino", True), ("onnxruntime", False)):
         hw = dataclasses.replace(cfg.hardware.target(), runtime=runtime, precision="bf16")
-        stage = Compare(m.name, 2, m.eval_samples, cfg.data_dir, hw, min_rounds=5, max_seconds=0.5)
+        stage = Compare(split, 2, hw, min_rounds=5, max_seconds=0.5)
         if works:
             out = stage.run(cand, tmp_path, other=fp32)
             assert out["a_over_b_speedup"]["median"] > 0

@@ -214,6 +214,7 @@ class HardwareRuntimeBefore:
 def test_default_target_keeps_the_cache_keys(tmp_path):
     from pipeline.config import BenchConfig, LoadConfig
     from pipeline.env import hardware_fingerprint
+    from pipeline.models.contract import DataSplit
     from pipeline.runner import Runner
     from pipeline.stages.benchmark import Benchmark
     from pipeline.stages.evaluate import Evaluate
@@ -224,16 +225,17 @@ def test_default_target_keeps_the_cache_keys(tmp_path):
     ov = runtimes.settings_for(HW, Target("openvino", "fp32"))
     assert hardware_fingerprint(HW) == hardware_fingerprint(before)
     assert hardware_fingerprint(ov) != hardware_fingerprint(HW)
-    for make in (lambda hw: Evaluate("ocr", 2000, 64, "calibration", hw),
-                 lambda hw: Benchmark("ocr", BenchConfig(), 2000, "calibration", hw),
-                 lambda hw: LoadTest("ocr", "load", LoadConfig(), 200.0, 2000, "calibration", hw)):
+    split = DataSplit("ocr", "evaluation", 2000, "calibration", "0" * 64)  # keys only: no data
+    for make in (lambda hw: Evaluate(split, 64, hw),
+                 lambda hw: Benchmark(split, BenchConfig(), hw),
+                 lambda hw: LoadTest(split, "load", LoadConfig(), 200.0, hw)):
         keys = {name: Runner(tmp_path, hw).key(make(hw), None, {})
                 for name, hw in (("now", HW), ("before", before), ("openvino", ov),
                                  ("bf16", dataclasses.replace(ov, precision="bf16")))}
         assert keys["now"] == keys["before"]
         assert len({keys["now"], keys["openvino"], keys["bf16"]}) == 3
-    auto = Benchmark("ocr", BenchConfig(), 2000, "calibration",
-                     dataclasses.replace(HW, runtime="auto"), (("onnxruntime", "fp32"),))
+    auto = Benchmark(split, BenchConfig(), dataclasses.replace(HW, runtime="auto"),
+                     (("onnxruntime", "fp32"),))
     assert Runner(tmp_path, HW).key(auto, None, {}) != keys["now"]
 
 

@@ -44,6 +44,7 @@ def test_explain_writes_nothing_beside_its_parent(tiny_run, tmp_path):
     explain's profiler did, into the parent's cache folder) fails; one that keeps to its own
     folder runs."""
     from pipeline.compose import compose
+    from pipeline.models import task
     from pipeline.stages.explain import Explain
 
     workdir = tiny_run[0]
@@ -58,8 +59,8 @@ def test_explain_writes_nothing_beside_its_parent(tiny_run, tmp_path):
             shutil.copytree(src, ro / role / src.name)
             parents[role] = Artifact.read(ro / role / src.name)
         subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
-        stage = Explain(cfg.model.name, cfg.gate.speedup_batch_size, 2, cfg.model.eval_samples,
-                        cfg.data_dir, cfg.hardware.target())
+        split = task(cfg.model.name).split("evaluation", cfg.model.eval_samples, cfg.data_dir)
+        stage = Explain(split, cfg.gate.speedup_batch_size, 2, cfg.hardware.target())
         art = Runner(tmp_path / "w", cfg.hardware.target(), log=lambda m: None).run(
             stage, parents["quantize"], fp32=parents["fp32"])
         assert art.meta["nodes"] and art.files.keys() == {"explain.json"}

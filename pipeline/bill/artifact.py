@@ -17,10 +17,7 @@ import statistics
 from pathlib import Path
 
 from pipeline.bill import capacity, onnx_cost, roofline
-
-# One sample's input when nothing better is known: a text line of height 32 and width 164, the
-# median width of the OCR evaluation lines (first 400 of seed 2, measured with ocr_data.generate).
-REPRESENTATIVE = {"ocr": [1, 32, 164]}
+from pipeline.errors import ConfigError
 
 
 def artifact_bill(model_path: str | Path, batch: int, input_shape, hardware) -> dict:
@@ -38,11 +35,22 @@ def artifact_bill(model_path: str | Path, batch: int, input_shape, hardware) -> 
     return out
 
 
-def sample_shape(task_name: str, widths: list[int] | None = None) -> list[int] | None:
-    """The task's representative sample; its width replaced by the median of ``widths``."""
-    shape = list(REPRESENTATIVE.get(task_name, [])) or None
-    if shape is not None and widths:
-        shape[-1] = int(4 * round(statistics.median(widths) / 4))  # the CRNN wants multiples of 4
+def sample_shape(key, sizes: list[int] | None = None) -> list[int] | None:
+    """The task's representative sample (its contract's ``representative``: one sample of the
+    first input, without the batch), its dynamic size axis replaced by the median of ``sizes``
+    rounded to the task's ``size_multiple``. None when the task declares none."""
+    from pipeline.models import task
+
+    try:
+        t = task(key)
+    except ConfigError:  # a bill-only model (an LLM shape): no sample
+        return None
+    shape = list(getattr(t, "representative", None) or []) or None
+    if shape is not None and sizes:
+        name, axis = t.size_axis
+        if name == t.inputs[0].name:
+            step = getattr(t, "size_multiple", 1)
+            shape[axis - 1] = int(step * round(statistics.median(sizes) / step))
     return shape
 
 
@@ -51,8 +59,10 @@ def run_bill(outcome, cfg) -> dict:
     batch = cfg.gate.speedup_batch_size
     batches = outcome.bench.meta["batches"]
     timed = batches[str(batch)]
+    from pipeline.models.sources import task_key
+
     widths = _widths(timed)
-    shape = sample_shape(cfg.model.name, widths)
+    shape = sample_shape(task_key(cfg.model, cfg.data, cfg.metric, cfg.data_dir), widths)
     models = {}
     for role, art in outcome.models.items():
         bill = artifact_bill(art.model, batch, shape, cfg.hardware)
@@ -75,10 +85,10 @@ def run_bill(outcome, cfg) -> dict:
 
 
 def _widths(timed: dict) -> list[int]:
-    """The padded input widths the benchmark timed at one batch size."""
+    """The padded sizes of the dynamic axis the benchmark timed at one batch size."""
     if "input_widths" in timed:
         return list(timed["input_widths"])
-    return [r["width"] for r in timed.get("per_width", {}).get("candidate", [])]
+    return [r["size"] for r in timed.get("per_size", {}).get("candidate", [])]
 
 
 def _hardware_summary(hw) -> dict:

@@ -45,7 +45,8 @@ def content_digest(path: Path, *extra: Path) -> str:
     return h.hexdigest()
 
 
-def load(cfg: DataConfig) -> UserData:
+def load(cfg: DataConfig, cache_dir: str | None = None) -> UserData:
+    """``cache_dir``: where ``datasets`` may keep the Arrow files it builds (default: its own)."""
     import datasets
 
     datasets.disable_progress_bars()
@@ -54,7 +55,7 @@ def load(cfg: DataConfig) -> UserData:
         raise ConfigError(f"data.path={cfg.path}: no such file or folder")
     extra = [Path(cfg.labels)] if cfg.format == DataFormat.labels_file else []
     try:
-        ds = _read(cfg, path)
+        ds = _read(cfg, path, cache_dir)
     except (ConfigError, StageError):
         raise
     except Exception as e:  # noqa: BLE001 - datasets' own errors name the file; keep one line
@@ -70,7 +71,7 @@ def load(cfg: DataConfig) -> UserData:
     return UserData(ds, content_digest(path, *extra), has_labels, cal, ev)
 
 
-def _read(cfg: DataConfig, path: Path):
+def _read(cfg: DataConfig, path: Path, cache_dir: str | None = None):
     from datasets import load_dataset, load_from_disk
 
     if cfg.format == DataFormat.saved:
@@ -89,11 +90,13 @@ def _read(cfg: DataConfig, path: Path):
             raise StageError(f"data.path={cfg.path}: no samples found (no image files)")
         # A flat folder has no label subfolders: imagefolder then gives no label column.
         flat = not any(p.is_dir() for p in path.iterdir())
-        ds = load_dataset("imagefolder", data_dir=str(path), split="train", drop_labels=flat)
+        ds = load_dataset("imagefolder", data_dir=str(path), split="train", drop_labels=flat,
+                          cache_dir=cache_dir)
         return ds.rename_column("image", cfg.input_column) if cfg.input_column != "image" else ds
     if cfg.format == DataFormat.labels_file:
         return _labels_file(cfg, path)
-    return load_dataset(_BUILDER[cfg.format], data_files=str(path), split="train")
+    return load_dataset(_BUILDER[cfg.format], data_files=str(path), split="train",
+                        cache_dir=cache_dir)
 
 
 def _labels_file(cfg: DataConfig, folder: Path):

@@ -34,7 +34,7 @@ so.intra_op_num_threads = s["intra_op_threads"]; so.inter_op_num_threads = s["in
 sess = ort.InferenceSession(sys.argv[1], so, providers=[s["provider"]],
                             disabled_optimizers=s.get("disabled_optimizers") or None)
 t2 = time.perf_counter()
-sess.run(None, {sess.get_inputs()[0].name: np.zeros(s["shape"], np.float32)})
+sess.run(None, {n: np.zeros(shape, dtype) for n, shape, dtype in s["inputs"]})
 t3 = time.perf_counter()
 """ + _PRINT,
     "openvino": r"""
@@ -47,14 +47,15 @@ s = json.loads(sys.argv[2])
 compiled = ov.Core().compile_model(sys.argv[1], "CPU", s["config"])
 request = compiled.create_infer_request()
 t2 = time.perf_counter()
-request.infer({0: np.zeros(s["shape"], np.float32)})
+request.infer({n: np.zeros(shape, dtype) for n, shape, dtype in s["inputs"]})
 t3 = time.perf_counter()
 """ + _PRINT,
 }
 
 
-def _settings(hardware, shape, model) -> dict:
-    out = {"shape": [int(d) for d in shape], "provider": hardware.provider,
+def _settings(hardware, example: dict, model) -> dict:
+    out = {"inputs": [[n, [int(d) for d in a.shape], str(a.dtype)] for n, a in example.items()],
+           "provider": hardware.provider,
            "intra_op_threads": hardware.intra_op_threads,
            "inter_op_threads": hardware.inter_op_threads}
     if hardware.runtime == "onnxruntime":
@@ -68,7 +69,9 @@ def _settings(hardware, shape, model) -> dict:
     return out
 
 
-def measure(model, hardware, repeats: int, shape: tuple[int, ...]) -> dict:
+def measure(model, hardware, repeats: int, example: dict) -> dict:
+    """``example``: the feeds of one request (input name -> array); zeros of their shapes and
+    dtypes are what the fresh process runs first."""
     runtime = getattr(hardware, "runtime", "onnxruntime")
     if runtime not in _CHILD:
         return {"error": f"no cold-start probe for runtime {runtime!r}"}
@@ -76,7 +79,7 @@ def measure(model, hardware, repeats: int, shape: tuple[int, ...]) -> dict:
     for _ in range(repeats):
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-c", _CHILD[runtime], str(model),
-                               json.dumps(_settings(hardware, shape, model))],
+                               json.dumps(_settings(hardware, example, model))],
                               capture_output=True, text=True)
         total = (time.perf_counter() - t0) * 1e3
         if proc.returncode != 0:

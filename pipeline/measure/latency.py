@@ -20,20 +20,20 @@ MIN_BLOCK_ROUNDS = 10  # rounds of blocks before the CI may stop the timing
 MIN_STATE_ROUNDS = 20  # rounds a core state needs before its own speedup is reported
 
 
-def shape_outliers(per_width: dict) -> list[dict]:
+def shape_outliers(per_size: dict) -> list[dict]:
     """Inputs whose latency jumps out of line with the others': more than ``OUTLIER_FACTOR``
-    times what a straight line through (width, p50) of all of that model's inputs predicts.
+    times what a straight line through (size, p50) of all of that model's inputs predicts.
     A runtime falling back to a slow kernel for one shape shows up this way."""
     flagged = []
-    for role, rows in per_width.items():
-        if len(rows) < 3:
+    for role, rows in per_size.items():
+        if len(rows) < 3 or len({r["size"] for r in rows}) < 2:
             continue
-        w = np.array([r["width"] for r in rows], dtype=float)
+        w = np.array([r["size"] for r in rows], dtype=float)
         y = np.array([r["p50"] for r in rows])
         slope, intercept = np.polyfit(w, y, 1)
         for r, expected in zip(rows, intercept + slope * w):
             if expected > 0 and r["p50"] > OUTLIER_FACTOR * expected:
-                flagged.append({"model": role, "width": r["width"], "p50": r["p50"],
+                flagged.append({"model": role, "size": r["size"], "p50": r["p50"],
                                 "expected_p50": float(expected)})
     return flagged
 
@@ -82,9 +82,13 @@ def blocking(cfg, runtimes_timed: set) -> tuple[int, int, int]:
     return block, max(MIN_BLOCK_ROUNDS, math.ceil(cfg.min_rounds / block)), MIN_BLOCK_ROUNDS
 
 
-def contract(t, shapes: list[tuple]) -> dict:
-    """What was measured, so a server can refuse inputs that never were."""
-    dims = list(zip(*shapes))
-    return {"input": t.INPUT_NAME, "dtype": "float32",
-            "shape": [{"min": int(min(d)), "max": int(max(d))} for d in dims],
+def contract(t, timed: list[dict]) -> dict:
+    """What was measured, per input, so a server can refuse inputs that never were. The first
+    input's entry stays at the top level (``input``, ``dtype``, ``shape``) as before."""
+    per_input = []
+    for spec in t.inputs:
+        dims = list(zip(*(feeds[spec.name].shape for feeds in timed)))
+        per_input.append({"input": spec.name, "dtype": str(timed[0][spec.name].dtype),
+                          "shape": [{"min": int(min(d)), "max": int(max(d))} for d in dims]})
+    return {**per_input[0], "inputs": per_input,
             "note": "dimension ranges measured by the benchmark; inputs outside them are untested"}

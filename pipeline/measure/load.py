@@ -19,10 +19,16 @@ def qps_steps(ms_b1: float, ms_bmax: float, max_batch: int, n: int) -> list[floa
 
 
 def shape_key(bucket: int):
-    """A request's shape class: every dimension but the batch rounded up to ``bucket``."""
+    """A request's shape class: every dimension but the batch, of every input, rounded up to
+    ``bucket``."""
     if not bucket:
         return None
-    return lambda x: tuple(-(-d // bucket) for d in x.shape[1:])
+
+    def key(feeds):
+        arrays = feeds.values() if isinstance(feeds, dict) else [feeds]
+        return tuple(-(-d // bucket) for a in arrays for d in a.shape[1:])
+
+    return key
 
 
 def max_within(step_at, grid: list[float], refine: int) -> list[dict]:

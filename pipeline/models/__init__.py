@@ -1,10 +1,16 @@
-"""Tasks the pipeline knows, by ``model.name``. A task module provides: ``build_network``,
-``example_input``, ``dataset``, ``batches``, ``stack``, ``decode``, ``margins``, ``metrics``,
-``PRIMARY_METRIC``,
-``INPUT_NAME`` and ``OUTPUT_NAME``. Bring your own model by adding a module with these and a line
-here (see the README)."""
+"""Models the pipeline compiles, each seen by the stages only through the task contract
+(``pipeline.models.contract``: inputs with their dynamic axes, data splits, batches,
+predictions, metrics with their directions).
+
+``task(key)`` gives the ``Task`` for a key: a built-in name (``ocr``, ``ocr_mobile``: the project's
+own text recognizers, ``pipeline.models.ocr.task``), or a frozen source spec for the user's own
+model (``pipeline.models.sources``: an ONNX file or a torch factory, with their data and metric).
+Keys are hashable and part of stage keys; the task is rebuilt from the key in a stage's child
+process. ``module(name)`` is a built-in task's own module, for the project's OCR benchmarks.
+"""
 from __future__ import annotations
 
+import functools
 import importlib
 
 from pipeline.errors import ConfigError
@@ -12,7 +18,19 @@ from pipeline.errors import ConfigError
 TASKS = {"ocr": "pipeline.models.ocr.crnn", "ocr_mobile": "pipeline.models.ocr.mobile"}
 
 
-def task(name: str):
+def module(name: str):
     if name not in TASKS:
         raise ConfigError(f"model.name={name!r}: unknown task; valid choices: {', '.join(TASKS)}")
     return importlib.import_module(TASKS[name])
+
+
+@functools.lru_cache(maxsize=None)
+def task(key):
+    """The ``Task`` for ``key`` (a built-in name or a source spec); one instance per process."""
+    if isinstance(key, str):
+        from pipeline.models.ocr.task import OcrTask
+
+        return OcrTask(key, module(key))
+    from pipeline.models import sources
+
+    return sources.build(key)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 
 from pipeline import gate
 from pipeline.config import QuantMode
@@ -39,10 +40,12 @@ def _quant_cfg(cfg, mode: QuantMode, **changes):
     return dataclasses.replace(cfg, quant=dataclasses.replace(cfg.quant, mode=mode, **changes))
 
 
-def _drop_and_agreement(ev, ref, metric: str) -> tuple[float, float]:
+def _drop_and_agreement(ev, ref, metric) -> tuple[float, float]:
+    """``metric``: the primary ``MetricSpec``; the drop is positive when ``ev`` is worse."""
     from pipeline.metrics.outputs import agreement
 
-    return ref.meta["metrics"][metric] - ev.meta["metrics"][metric], agreement(ev, ref)
+    return (metric.drop(ref.meta["metrics"][metric.name], ev.meta["metrics"][metric.name]),
+            agreement(ev, ref))
 
 
 def _named(lab: str) -> str:
@@ -64,7 +67,7 @@ def as_candidate(bench, lab: str, raw_lab: str | None = None):
             continue
         at["candidate_label"] = lab
         at["latency_ms"]["candidate"] = at["latency_ms"][lab]
-        at["per_width"]["candidate"] = at["per_width"][lab]
+        at["per_size"]["candidate"] = at["per_size"][lab]
         at["speedup_vs_fastest_float"] = at["speedup_vs_fastest_float_by_label"][lab]
         states = at.get("core_state_by_label", {}).get(lab)
         if states is not None:
@@ -90,13 +93,13 @@ def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_bat
            "fastest_float": at.get("fastest_float")}
     if ev is not None:
         drop, agree = _drop_and_agreement(ev, ref, metric)
-        row.update({metric: ev.meta["metrics"][metric], "accuracy_drop": drop,
+        row.update({metric.name: ev.meta["metrics"][metric.name], "accuracy_drop": drop,
                     "agreement_with_fp16": agree, "output_sha256": ev.meta.get("output_sha256")})
     row["p50"] = (row["latency_ms"].get(str(gate_batch)) or {}).get("p50")
     return row
 
 
-def recipe(cfg, runner, t, source, exported, fp32, fp16, pruning=None):
+def recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning=None):
     """The ``quant=auto`` branch of ``pipeline.recipe.recipe``, from the float artifacts on."""
     from pipeline.env import environment
     from pipeline.quant.recipe import int8 as int8_recipe
@@ -104,17 +107,17 @@ def recipe(cfg, runner, t, source, exported, fp32, fp16, pruning=None):
     from pipeline.stages.benchmark import Benchmark
     from pipeline.stages.evaluate import Evaluate
 
-    m, metric, g = cfg.model, t.PRIMARY_METRIC, cfg.gate
+    m, metric, g = cfg.model, t.metrics.primary_spec, cfg.gate
     hw = dataclasses.replace(cfg.hardware.target(), runtime="auto")  # every runtime here
     plan = Plan(hw, "auto")
-    evaluate = Evaluate(m.name, m.eval_samples, m.eval_batch_size, cfg.data_dir, hw)
+    evaluate = Evaluate(data=splits.evaluation, batch_size=m.eval_batch_size, hardware=hw)
     evals = {role: runner.run(plan.evaluation(evaluate, role), art, label=f"evaluate[{role}]")
              for role, art in (("export", exported), ("fp32", fp32), ("fp16", fp16))}
     ref = evals["fp16"]
 
     def build(mode, **changes):
         return int8_recipe(_quant_cfg(cfg, mode, **changes), runner, fp32, evals["fp32"], ref,
-                           metric)
+                           t, splits.evaluation, splits.calibration)
 
     int8, int8_info = build(QuantMode.int8)
     # Dynamic INT8 quantizes the LSTM only: floating what profiles slower would give back FP32.
@@ -142,8 +145,9 @@ def recipe(cfg, runner, t, source, exported, fp32, fp16, pruning=None):
     # neither can win or be the fastest float there; both are still evaluated.
     skip = {"candidate", "export"} | (set() if cpu_supports("fp16") else {"fp16"})
     refs = {r: a for r, a in models.items() if r not in skip}
-    bench = runner.run(Benchmark(m.name, cfg.bench.timing(), m.eval_samples, cfg.data_dir, plan.hw,
-                                 plan.bench_options(), contenders=contenders),
+    bench = runner.run(Benchmark(data=splits.evaluation, bench=cfg.bench.timing(),
+                                 hardware=plan.hw, options=plan.bench_options(),
+                                 contenders=contenders),
                        int8, label="benchmark[auto]", **refs)
     plan.failures.update(bench.meta.get("failures", {}))
 
@@ -179,7 +183,7 @@ def recipe(cfg, runner, t, source, exported, fp32, fp16, pruning=None):
     for b, at in meta["batches"].items():
         for tg in plan.options:
             src, dst = label(hw, role, tg), label(hw, "candidate", tg)
-            for key in ("latency_ms", "per_width", "speedup_vs_fastest_float_by_label",
+            for key in ("latency_ms", "per_size", "speedup_vs_fastest_float_by_label",
                         "core_state_by_label"):
                 if src in at.get(key, {}):
                     at[key][dst] = at[key][src]
@@ -203,7 +207,7 @@ def recipe(cfg, runner, t, source, exported, fp32, fp16, pruning=None):
                    pruning, auto=auto)
 
 
-def choose(table: list[dict], metric: str) -> dict:
+def choose(table: list[dict], metric) -> dict:
     """The fastest row that passes every gate; with none, the fastest that passes accuracy, else
     the most accurate (the gate then fails it, visibly)."""
     timed = [r for r in table if r["p50"] is not None]
@@ -213,7 +217,7 @@ def choose(table: list[dict], metric: str) -> dict:
     accurate = [r for r in timed if not {"accuracy_drop", "output_agreement"} & set(r["failed"])]
     if accurate:
         return min(accurate, key=lambda r: r["p50"])
-    return max(timed, key=lambda r: (r.get(metric, -1.0), -r["p50"]))
+    return min(timed, key=lambda r: (r.get("accuracy_drop", math.inf), r["p50"]))
 
 
 def _sp(r) -> str:
@@ -223,7 +227,7 @@ def _sp(r) -> str:
     return f"{sp['median']:.2f}x (95 % CI {sp['ci95'][0]:.2f}-{sp['ci95'][1]:.2f})"
 
 
-def why(winner: dict, table: list[dict], metric: str) -> list[str]:
+def why(winner: dict, table: list[dict], metric) -> list[str]:
     """Why the winner won, in a few sentences: what passed, what was faster and why it lost."""
     lines = []
     passing = [r for r in table if r["passed"]]
@@ -253,7 +257,7 @@ def why(winner: dict, table: list[dict], metric: str) -> list[str]:
     return lines
 
 
-def float_hint(verdict: dict, evals: dict, bench, plan, gate_cfg, metric: str, model: str) -> None:
+def float_hint(verdict: dict, evals: dict, bench, plan, gate_cfg, metric, model: str) -> None:
     """``quant=int8`` (or dynamic, mixed) failed its speed check: say, in the verdict, which float
     artifact and runtime would pass and that ``quant=auto`` publishes it. Never changes the
     outcome: a model slower than its float baseline is not shipped."""

@@ -39,7 +39,7 @@ def regions_markdown(reg: dict | None) -> list[str]:
     return lines
 
 
-def markdown(auto: dict, metric: str = "sequence_accuracy") -> list[str]:
+def markdown(auto: dict, metric: str) -> list[str]:
     w = auto["winner"]
     batches = sorted({b for r in auto["table"] for b in r["latency_ms"]}, key=int)
     lines = ["", "## quant=auto: every candidate on every runtime", "",

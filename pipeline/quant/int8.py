@@ -66,15 +66,21 @@ class Quantizer:
     ranking subset, and the calls that quantize, score and explain (calibrations cached per
     method). The steps themselves are ``pipeline.quant.recipe``."""
 
-    def __init__(self, cfg, runner, fp32, fp32_eval, fp16_eval, primary_metric: str):
+    def __init__(self, cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration):
+        """``t``: the task (its primary metric, its default dynamic op types); ``evaluation``:
+        the evaluation ``DataSplit``; ``calibration``: a function giving the calibration split
+        (built only when a method needs it)."""
         self.cfg, self.runner, self.fp32 = cfg, runner, fp32
-        self.fp16_eval, self.metric = fp16_eval, primary_metric
+        self.fp16_eval, self.metric = fp16_eval, t.metrics.primary_spec
+        self.evaluation, self._calibration_split = evaluation, calibration
         m, q = cfg.model, cfg.quant
+        self.dynamic_op_types = tuple(q.dynamic_op_types if q.dynamic_op_types is not None
+                                      else t.dynamic_op_types)
         self.hw = cfg.hardware.target()
         self.settings = quant_defaults.resolve(q, effective_flags())
         self.prepared = runner.run(Prepare(), fp32)
         check_exclude(q.exclude, self.prepared.model, m.name)
-        self.subset = hardest(fp32_eval, min(q.ranking_samples, m.eval_samples))
+        self.subset = hardest(fp32_eval, min(q.ranking_samples, evaluation.count))
         self.static = None if q.mode != QuantMode.dynamic else ()
         if q.static_op_types is not None:
             self.static = tuple(q.static_op_types)
@@ -82,16 +88,16 @@ class Quantizer:
 
     def calibration(self, method: str):
         if method not in self.calibrations:
-            m, q = self.cfg.model, self.cfg.quant
+            q = self.cfg.quant
             self.calibrations[method] = self.runner.run(
-                Calibrate(m.name, method, m.calibration_samples, q.calibration_batch_size,
-                          self.cfg.data_dir), self.prepared, label=f"calibrate[{method}]")
+                Calibrate(self._calibration_split(), method, q.calibration_batch_size),
+                self.prepared, label=f"calibrate[{method}]")
         return self.calibrations[method]
 
     def quantize(self, method: str, exclude=(), label="quantize"):
         q = self.cfg.quant
         stage = Quantize(tuple(sorted(self.settings.items())), q.per_channel, method,
-                         self.static, tuple(q.dynamic_op_types), tuple(sorted(exclude)))
+                         self.static, self.dynamic_op_types, tuple(sorted(exclude)))
         if self.static == ():  # dynamic only: nothing to calibrate
             return self.runner.run(stage, self.prepared, label=label)
         return self.runner.run(stage, self.prepared, label=label,
@@ -99,12 +105,12 @@ class Quantizer:
 
     def score(self, art, label: str, subset=True) -> float:
         m = self.cfg.model
-        ev = self.runner.run(Evaluate(m.name, m.eval_samples, m.eval_batch_size, self.cfg.data_dir,
-                                      self.hw, self.subset if subset else ()), art, label=label)
-        return ev.meta["metrics"][self.metric]
+        ev = self.runner.run(Evaluate(self.evaluation, m.eval_batch_size, self.hw,
+                                      self.subset if subset else ()), art, label=label)
+        return ev.meta["metrics"][self.metric.name]
 
     def explain(self, art, label="explain"):
-        m, q = self.cfg.model, self.cfg.quant
-        return self.runner.run(Explain(m.name, self.cfg.gate.speedup_batch_size, q.profile_runs,
-                                       m.eval_samples, self.cfg.data_dir, self.hw), art,
+        q = self.cfg.quant
+        return self.runner.run(Explain(self.evaluation, self.cfg.gate.speedup_batch_size,
+                                       q.profile_runs, self.hw), art,
                                label=label, fp32=self.fp32)

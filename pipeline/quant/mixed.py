@@ -26,14 +26,14 @@ REPAIR_TRIES = 3
 
 
 def search(qz, method: str, exclude: set, all_int8):
-    cfg, m = qz.cfg, qz.cfg.model
+    cfg = qz.cfg
     budget = cfg.quant.max_accuracy_drop
-    ref = qz.fp16_eval.meta["metrics"][qz.metric]
+    ref = qz.fp16_eval.meta["metrics"][qz.metric.name]
     expl = qz.explain(all_int8).meta
     gains = {r["node"]: r["gain_ms"] for r in expl["nodes"]}
     ops = {r["node"]: r["fp32_op"] for r in expl["nodes"]}
     nodes = [n for n, p in all_int8.meta["precision"].items() if p.startswith("int8")]
-    sqnr = qz.runner.run(Sqnr(m.name, qz.subset, m.eval_samples, cfg.data_dir, qz.hw), all_int8,
+    sqnr = qz.runner.run(Sqnr(qz.evaluation, qz.subset, qz.hw), all_int8,
                          fp32=qz.fp32).meta["sqnr_db"]
     base = qz.score(all_int8, "rank[all-int8]")
     table = []
@@ -47,7 +47,9 @@ def search(qz, method: str, exclude: set, all_int8):
             # neighbours) is no choice for the search: it stays INT8 whatever is excluded.
             table.append({**row, "metric_effect": None, "score": None, "can_float": False})
             continue
-        effect = qz.score(alone, f"rank[float {node}]") - base
+        # How much better floating this node makes the model (positive: helps), in the metric's
+        # unit whatever its direction.
+        effect = qz.metric.drop(qz.score(alone, f"rank[float {node}]"), base)
         table.append({**row, "metric_effect": effect, "score": effect / max(gain, 0.01),
                       "can_float": True})
     table.sort(key=lambda r: (not r["can_float"], -(r["score"] or 0.0), r["node"]))
@@ -62,8 +64,9 @@ def search(qz, method: str, exclude: set, all_int8):
         evaluations += 1
         acc = qz.score(art, f"evaluate[mixed {len(floated)} float]", subset=False)
         est = int8_ms + sum(gains.get(n, 0.0) for n in floated)  # a float node gives its gain back
-        row = {"float_nodes": list(floated), "accuracy": acc, "drop": ref - acc,
-               "within_budget": ref - acc <= budget + 1e-9, "estimated_ms": est,
+        drop = qz.metric.drop(ref, acc)
+        row = {"float_nodes": list(floated), "accuracy": acc, "drop": drop,
+               "within_budget": drop <= budget + 1e-9, "estimated_ms": est,
                "artifact": art}
         trace.append(row)
         return row

@@ -30,9 +30,11 @@ class Current:
     node_trial: tuple | None = None  # (artifact, float nodes) of the latency trial, for regions
 
 
-def int8(cfg, runner, fp32, fp32_eval, fp16_eval, primary_metric: str) -> tuple:
-    """(candidate artifact, QuantInfo) for quant=int8, dynamic or mixed."""
-    qz = Quantizer(cfg, runner, fp32, fp32_eval, fp16_eval, primary_metric)  # prepare, subset
+def int8(cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration) -> tuple:
+    """(candidate artifact, QuantInfo) for quant=int8, dynamic or mixed. ``t``: the task;
+    ``evaluation``: its evaluation ``DataSplit``; ``calibration``: a function giving the
+    calibration split (built only when a method needs it)."""
+    qz = Quantizer(cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration)
     info = QuantInfo(settings=qz.settings, calibration=cfg.quant.calibration.value)
     method = info.calibration = calibration(qz, info)
     cur = quantize(qz, method)
@@ -57,8 +59,10 @@ def calibration(qz: Quantizer, info: QuantInfo) -> str:
     for candidate_method in METHODS:
         art = qz.quantize(candidate_method, q.exclude, label=f"quantize[{candidate_method}]")
         info.calibration_ranking[candidate_method] = qz.score(art, f"rank[{candidate_method}]")
-    # Best on the hardest lines; ties go to the cheaper, simpler method (list order).
-    return max(METHODS, key=lambda k: (info.calibration_ranking[k], -METHODS.index(k)))
+    # Best on the hardest samples (in the primary metric's direction); ties go to the cheaper,
+    # simpler method (list order).
+    sign = 1 if qz.metric.higher_is_better else -1
+    return max(METHODS, key=lambda k: (sign * info.calibration_ranking[k], -METHODS.index(k)))
 
 
 def quantize(qz: Quantizer, method: str) -> Current:
@@ -85,11 +89,11 @@ def float_fallback(qz: Quantizer, method: str, cur: Current, info: QuantInfo) ->
     if q.region_trials:
         cur.node_trial = (trial, floated)
         return cur
-    m, bench = qz.cfg.model, qz.cfg.bench
+    bench = qz.cfg.bench
     # No longer than the benchmark itself may time a batch size (a quick run's short
     # bench.max_seconds); at the defaults this is the stage's own budget and key.
     verdict = qz.runner.run(
-        Compare(m.name, qz.cfg.gate.speedup_batch_size, m.eval_samples, qz.cfg.data_dir, qz.hw,
+        Compare(data=qz.evaluation, batch_size=qz.cfg.gate.speedup_batch_size, hardware=qz.hw,
                 min_rounds=min(Compare.min_rounds, bench.min_rounds),
                 max_seconds=min(Compare.max_seconds, bench.max_seconds)),
         trial, label="compare[latency-aware]", other=cur.art).meta["a_over_b_speedup"]
@@ -153,7 +157,5 @@ def sensitivity(qz: Quantizer, art) -> list:
     """Each node's output SQNR against FP32 on the ranking subset, for the per-layer table."""
     from pipeline.stages.sqnr import Sqnr
 
-    m = qz.cfg.model
-    sqnr = qz.runner.run(Sqnr(m.name, qz.subset, m.eval_samples, qz.cfg.data_dir, qz.hw), art,
-                         fp32=qz.fp32).meta["sqnr_db"]
+    sqnr = qz.runner.run(Sqnr(data=qz.evaluation, subset=qz.subset, hardware=qz.hw), art, fp32=qz.fp32).meta["sqnr_db"]
     return [{"node": n, "sqnr_db": v} for n, v in sqnr.items()]

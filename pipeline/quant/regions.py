@@ -119,7 +119,7 @@ def search(qz, method: str, exclude: set, art, expl_meta: dict, node_trial=None)
     latency-aware trial, timed with the regions so the best of all of them is kept."""
     from pipeline.stages.regions import RegionTrials
 
-    q, m = qz.cfg.quant, qz.cfg.model
+    q = qz.cfg.quant
     regs = regions(qz.prepared.model)
     by_name = {r["name"]: r for r in regs}
     gains = {r["node"]: r["gain_ms"] for r in expl_meta["nodes"]}
@@ -145,7 +145,7 @@ def search(qz, method: str, exclude: set, art, expl_meta: dict, node_trial=None)
         record["summary"] = "no region could be made float"
         return art, [], record
     timed = qz.runner.run(
-        RegionTrials(m.name, qz.cfg.gate.speedup_batch_size, m.eval_samples, qz.cfg.data_dir,
+        RegionTrials(qz.evaluation, qz.cfg.gate.speedup_batch_size,
                      qz.hw, tuple(t["name"] for t in trials),
                      # bounded like the benchmark: at most 100 rounds and 30 s
                      min(100, qz.cfg.bench.min_rounds), min(30.0, qz.cfg.bench.max_seconds)),

@@ -19,9 +19,14 @@ def body(cfg, out, record: list) -> dict:
     from pipeline.report import run as rep
     from pipeline.runner import plain
 
+    from pipeline.models import task
+    from pipeline.models.sources import task_key
+
     mode = cfg.quant.mode.value
+    t = task(task_key(cfg.model, cfg.data, cfg.metric, cfg.data_dir))
     report = {"model": cfg.model.name, "quant": mode, "config": plain(cfg),
-              "environment": environment(cfg.hardware), "verdict": out.verdict,
+              "environment": environment(cfg.hardware), "metrics": rep.metric_specs(t),
+              "verdict": out.verdict,
               "rows": rep.rows(out, mode), "aa_check": rep.aa_checks(out),
               "timing": rep.timing(out), "bill": _bill(out, cfg), "stages": record,
               "lineage": {role: {"digest": a.digest, "stage": a.stage, "parent": a.parent,
@@ -86,8 +91,8 @@ def manifest(out, report: dict) -> dict:
     cand = next(r for r in report["rows"] if r["role"] == "candidate")
     deployed = out.runtimes["deployed"]
     return {"config": report["config"], "lineage": report["lineage"], "verdict": out.verdict,
-            "metrics": {k: cand[k] for k in ("sequence_accuracy", "cer",
-                                             "agreement_with_fp16", "output_sha256")},
+            "metrics": {k: cand.get(k) for k in (*(m["name"] for m in report["metrics"]),
+                                                 "agreement_with_fp16", "output_sha256")},
             "latency": cand["latency"], "environment": report["environment"],
             "input_contract": out.bench.meta.get("input_contract"),
             "evaluation_set": out.evals["candidate"].meta["evaluation_set"],

@@ -2,8 +2,8 @@
 
 In: the recipe's ``Outcome``, the run record and the environment. Out: a run folder under
 ``<workdir>/runs/`` written atomically, and the path of its ``report.md``. Each row shows one
-step's model (size, nodes, accuracy, CER, agreement with FP16, p50/p99 per batch size, speedup
-against the fastest float baseline), so the effect of each step is visible on its own line.
+step's model (size, nodes, the task's metrics as its contract names them, agreement with FP16,
+p50/p99 per batch size, speedup against the fastest float baseline), so the effect of each step is visible on its own line.
 """
 from __future__ import annotations
 
@@ -52,16 +52,29 @@ def rows(outcome, mode: str) -> list[dict]:
     return out
 
 
+def metric_specs(t) -> list[dict]:
+    """The task's metrics as the report records them (primary first)."""
+    specs = sorted(t.metrics.specs, key=lambda s: s.name != t.metrics.primary)
+    return [{"name": s.name, "unit": s.unit, "higher_is_better": s.higher_is_better,
+             "primary": s.name == t.metrics.primary} for s in specs]
+
+
 def markdown(report: dict) -> str:
     bs = list(next(r for r in report["rows"] if r["role"] == "candidate")["latency"])
-    head = ("| step | size MB | nodes | seq acc % | CER % | agree fp16 % | "
+    metrics = report.get("metrics") or []
+    primary = next((m["name"] for m in metrics if m.get("primary")), None)
+    head = ("| step | size MB | nodes | "
+            + "".join(f"{m['name']} {m['unit']}".rstrip() + " | " for m in metrics)
+            + "agree fp16 % | "
             + " | ".join(f"p50/p99 ms b{b} | speedup b{b}" for b in bs) + " |")
     lines = [f"# {report['model']} — quant={report['quant']}", "",
              f"**Gate: {report['verdict']['summary']}**", "", head,
-             "|" + "---|" * (6 + 2 * len(bs))]
+             "|" + "---|" * (4 + len(metrics) + 2 * len(bs))]
     for r in report["rows"]:
-        cells = [r["step"], f"{r['size_mb']:.2f}", str(r["nodes"]), f"{r['sequence_accuracy']:.2f}",
-                 f"{r['cer']:.2f}", f"{100 * r['agreement_with_fp16']:.2f}"]
+        cells = [r["step"], f"{r['size_mb']:.2f}", str(r["nodes"]),
+                 *(f"{r[m['name']]:.2f}" if isinstance(r.get(m["name"]), (int, float)) else "–"
+                   for m in metrics),
+                 f"{100 * r['agreement_with_fp16']:.2f}"]
         for b in bs:
             lat = r["latency"].get(b)
             cells += [f"{lat['p50']:.2f} / {lat['p99']:.2f}", f"{lat['speedup_vs_fastest_float']:.2f}x"] \
@@ -86,13 +99,14 @@ def markdown(report: dict) -> str:
                      else "CI still wider than the bound")
             lines.append(f"- batch {b}: {t['rounds']} interleaved rounds in {t['seconds']} s"
                          f"{f' — **noisy**: {noisy}' if t['noisy'] else ''}; "
-                         f"widths timed: {', '.join(str(w['width']) for w in t['per_width'])}")
+                         f"{t.get('size_axis', {}).get('meaning', 'size')}s timed: "
+                         f"{', '.join(str(w['size']) for w in t['per_size'])}")
             if cs.get("states"):
                 lines.append("  - core state (core-to-core round trip): " + "; ".join(
                     f"{st['round_trip_ns']:.0f} ns in {st['share']:.0%} of rounds, "
                     f"{st['speedup_vs_fastest_float']['median']:.2f}x" for st in cs["states"]))
             for o in t["shape_outliers"]:
-                lines.append(f"  - slow shape: {o['model']} at width {o['width']}: p50 "
+                lines.append(f"  - slow shape: {o['model']} at size {o['size']}: p50 "
                              f"{o['p50']:.2f} ms where its other shapes predict "
                              f"{o['expected_p50']:.2f} ms")
         for role, cold in timing.get("cold_start_ms", {}).items():
@@ -109,11 +123,11 @@ def markdown(report: dict) -> str:
     if report.get("auto"):
         from pipeline.quant.auto_report import markdown as auto_markdown
 
-        lines += auto_markdown(report["auto"])
+        lines += auto_markdown(report["auto"], primary)
     if report.get("runtimes"):
         from pipeline.runtimes.render import markdown as runtimes_markdown
 
-        lines += ["", *runtimes_markdown(report["runtimes"])]
+        lines += ["", *runtimes_markdown(report["runtimes"], primary)]
     if report.get("bill"):
         from pipeline.bill.render import markdown as bill_markdown
 
@@ -222,7 +236,8 @@ def timing(outcome) -> dict:
     meta = outcome.bench.meta
     return {"batches": {b: {"rounds": at["rounds"], "seconds": at["seconds"], "noisy": at["noisy"],
                             "core_state": at.get("core_state"),
-                            "per_width": at["per_width"]["candidate"],
+                            "per_size": at["per_size"]["candidate"],
+                            "size_axis": meta.get("size_axis"),
                             "shape_outliers": at["shape_outliers"]}
                         for b, at in meta["batches"].items()},
             "cold_start_ms": meta.get("cold_start_ms", {}), "input_contract": meta.get("input_contract")}

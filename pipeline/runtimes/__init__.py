@@ -37,9 +37,9 @@ class RuntimeFailure(StageError):
 
 
 class Loaded(Protocol):
-    def run(self, batch: np.ndarray) -> np.ndarray: ...
+    def run(self, batch: dict | np.ndarray) -> np.ndarray: ...  # feeds by name -> 1st output
 
-    def describe(self, example: np.ndarray | None = None) -> dict: ...
+    def describe(self, example: dict | np.ndarray | None = None) -> dict: ...
 
 
 class Backend(Protocol):
@@ -108,7 +108,8 @@ def probe(model: Path, settings, batch: np.ndarray) -> dict:
     """Load, run ``batch`` once and describe: {"output", "describe"}. Sets the process-global
     ONNX Runtime pool, so call it in a child (``pipeline.isolate.call``)."""
     loaded = load(model, settings)
-    return {"output": loaded.run(batch), "describe": loaded.describe(batch[:1])}
+    first = {n: a[:1] for n, a in batch.items()} if isinstance(batch, dict) else batch[:1]
+    return {"output": loaded.run(batch), "describe": loaded.describe(first)}
 
 
 def first_line(e: BaseException) -> str:

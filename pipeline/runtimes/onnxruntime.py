@@ -76,9 +76,15 @@ def session(model: Path, hardware, optimize: bool = True, options=None):
                                 disabled_optimizers=disabled_optimizers(model) or None)
 
 
-def run(sess, images):
-    """Logits for one float32 batch."""
-    return sess.run(None, {sess.get_inputs()[0].name: images})[0]
+def feeds_for(sess, batch) -> dict:
+    """A batch as ONNX Runtime's feeds: a dict (input name -> array) as it is, a bare array as
+    the first input."""
+    return batch if isinstance(batch, dict) else {sess.get_inputs()[0].name: batch}
+
+
+def run(sess, batch):
+    """The first output for one batch (feeds by input name, or one array for the first input)."""
+    return sess.run(None, feeds_for(sess, batch))[0]
 
 
 class OrtModel:
@@ -88,7 +94,7 @@ class OrtModel:
         self._input = self.sess.get_inputs()[0].name
 
     def run(self, batch):
-        return self.sess.run(None, {self._input: batch})[0]
+        return self.sess.run(None, batch if isinstance(batch, dict) else {self._input: batch})[0]
 
     def describe(self, example=None) -> dict:
         s = self.settings
@@ -112,7 +118,7 @@ def executed(model: Path, settings, example) -> dict:
     with tempfile.TemporaryDirectory(prefix="ort-profile-") as tmp:
         so.profile_file_prefix = os.path.join(tmp, "profile")
         sess = session(model, settings, options=so)
-        sess.run(None, {sess.get_inputs()[0].name: example})
+        sess.run(None, feeds_for(sess, example))
         events = json.loads(Path(sess.end_profiling()).read_text())
     ops: dict[str, dict[str, int]] = {}
     for e in events:

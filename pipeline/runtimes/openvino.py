@@ -77,7 +77,8 @@ class OvModel:
     def run(self, batch):
         # share_inputs: no copy of the input (as ONNX Runtime binds numpy memory); the output is
         # copied, since the request's buffer is reused by the next call.
-        return self.request.infer({0: batch}, share_inputs=True)[0]
+        feeds = batch if isinstance(batch, dict) else {0: batch}
+        return self.request.infer(feeds, share_inputs=True)[0]
 
     def describe(self, example=None) -> dict:
         if example is not None:

@@ -101,14 +101,15 @@ class Plan:
     def evaluation_of(self, evals: dict, role: str, t: Target):
         return evals.get(role) if t == home(self.hw, role) else self.extra.get((role, t))
 
-    def decide(self, evals: dict, bench, gate, metric: str, gate_batch: int):
-        """(evals view, bench view, summary): the gate and the report read the views."""
+    def decide(self, evals: dict, bench, gate, metric, gate_batch: int):
+        """(evals view, bench view, summary): the gate and the report read the views.
+        ``metric``: the task's primary ``MetricSpec`` (name and direction)."""
         from pipeline.metrics.outputs import agreement
 
         batches = bench.meta["batches"]
         self.failures.update(bench.meta.get("failures", {}))
         ref = evals["fp16"]
-        ref_acc = ref.meta["metrics"][metric]
+        ref_acc = ref.meta["metrics"][metric.name]
         choice = {}
         for b, at in batches.items():
             rows = []
@@ -117,14 +118,15 @@ class Plan:
                 lat = at["latency_ms"].get(lab)
                 if ev is None or lat is None:
                     continue
-                acc = ev.meta["metrics"][metric]
+                acc = ev.meta["metrics"][metric.name]
                 agree = agreement(ev, ref)
+                drop = metric.drop(ref_acc, acc)
                 rows.append({"target": str(t), "runtime": t.runtime, "precision": t.precision,
-                             "label": lab, metric: acc, "accuracy_drop": ref_acc - acc,
+                             "label": lab, metric.name: acc, "accuracy_drop": drop,
                              "agreement_with_fp16": agree, "p50": lat["p50"], "p99": lat["p99"],
                              "speedup_vs_fastest_float":
                                  at.get("speedup_vs_fastest_float_by_label", {}).get(lab),
-                             "passes_accuracy": (ref_acc - acc <= gate.max_accuracy_drop + 1e-9
+                             "passes_accuracy": (drop <= gate.max_accuracy_drop + 1e-9
                                                  and agree >= gate.min_output_agreement)})
             if not rows:
                 raise StageError(f"batch {b}: no candidate target was both evaluated and timed "
@@ -132,11 +134,11 @@ class Plan:
             passing = [r for r in rows if r["passes_accuracy"]]
             # None passes: the most accurate ships to the gate, which then fails it visibly.
             pick = min(passing, key=lambda r: r["p50"]) if passing else \
-                max(rows, key=lambda r: (r[metric], -r["p50"]))
+                min(rows, key=lambda r: (r["accuracy_drop"], r["p50"]))
             choice[b] = {**pick, "considered": rows}
         deployed_row = choice.get(str(gate_batch)) or next(iter(choice.values()))
         deployed = Target(deployed_row["runtime"], deployed_row["precision"])
-        summary = self._summary(evals, bench, choice, deployed, metric)
+        summary = self._summary(evals, bench, choice, deployed)
         view = {**evals, "candidate": self.evaluation_of(evals, "candidate", deployed)}
         if self.auto:
             bench = self._bench_view(bench, choice)
@@ -148,14 +150,14 @@ class Plan:
             lab = choice[b]["label"]
             at["candidate_label"] = lab
             at["latency_ms"]["candidate"] = at["latency_ms"][lab]
-            if lab in at.get("per_width", {}):
-                at["per_width"]["candidate"] = at["per_width"][lab]
+            if lab in at.get("per_size", {}):
+                at["per_size"]["candidate"] = at["per_size"][lab]
             by = at.get("speedup_vs_fastest_float_by_label", {})
             if lab in by:
                 at["speedup_vs_fastest_float"] = by[lab]
         return dataclasses.replace(bench, meta=meta)
 
-    def _summary(self, evals, bench, choice, deployed: Target, metric: str) -> dict:
+    def _summary(self, evals, bench, choice, deployed: Target) -> dict:
         columns = list(self.options) if self.auto else sorted(
             {t for _, t in timed(self.hw, (), ("export", "fp32", "fp16", "candidate"), "").values()})
         cells: dict = {}
@@ -166,7 +168,7 @@ class Plan:
                 ev = self.evaluation_of(evals, role, t)
                 cell = {}
                 if ev is not None:
-                    cell.update({k: ev.meta["metrics"].get(k) for k in (metric, "cer")},
+                    cell.update(ev.meta["metrics"],
                                 output_sha256=ev.meta.get("output_sha256"),
                                 executed=(ev.meta.get("runtime") or {}).get("executed"))
                 lat = {b: {k: at["latency_ms"][lab][k] for k in ("p50", "p99")}

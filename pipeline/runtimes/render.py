@@ -35,7 +35,7 @@ def _cell(cell: dict | None, metric: str) -> str:
     return " · ".join(out) or "–"
 
 
-def markdown(summary: dict | None, metric: str = "sequence_accuracy") -> list[str]:
+def markdown(summary: dict | None, metric: str) -> list[str]:
     if not summary:
         return []
     cols = summary["targets"]

@@ -9,7 +9,7 @@ input contract (the shapes that were measured); and cold-start times per model.
 How it is timed, and why: all sessions live in one child process pinned to ``hardware.affinity``
 and share one global thread pool (per-session pools make identical models read 0.67x on 2 cores).
 Each model warms up until its timings stabilise. Rounds then run every model on the same real
-batch in a rotated order (``pipeline.measure.timing``), cycling through batches drawn from each width
+batch in a rotated order (``pipeline.measure.timing``), cycling through batches drawn from each size
 bucket of the evaluation set, so the numbers describe the input distribution, not one shape.
 The ``fp32`` model is loaded twice: the ratio between the copies (the A/A check) must read
 1.00 +- ``aa_tolerance`` or the timing is not trusted. Rounds continue while the intervals are
@@ -39,26 +39,22 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.data import real_batches
 from pipeline.errors import StageError
 from pipeline.measure import timing
 from pipeline.measure.latency import blocking, contract, core_states, shape_outliers
+from pipeline.models.contract import size_of
 
 FLOAT_ROLES = ("fp32", "fp16")
 AA_ROLE = "fp32 (A/A copy)"
 
 
-def width_buckets(widths: np.ndarray, n: int) -> list[np.ndarray]:
-    """Indices of the evaluation lines split into ``n`` buckets of equal count by width."""
-    order = np.argsort(widths, kind="stable")
-    return [b for b in np.array_split(order, n) if b.size]
 
 
 @dataclass(frozen=True)
 class Benchmark:
-    task: str
+    data: object           # DataSplit: the evaluation samples the batches are cut from
     bench: object          # TimingConfig: what shapes the numbers, no load-test knobs
-    eval_samples: int
-    data_dir: str
     hardware: object       # the target (runtime=auto: see ``options``)
     # runtime=auto: every (runtime, precision) each artifact is also timed on; () otherwise
     options: tuple = field(default=(), metadata={"key_omit_default": True})
@@ -66,7 +62,7 @@ class Benchmark:
     # fastest float and its core states, like the candidate); () otherwise
     contenders: tuple = field(default=(), metadata={"key_omit_default": True})
     name = "benchmark"
-    version = 4
+    version = 5  # 5: any task's inputs (feeds), sizes of its dynamic axis (per_size)
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, **baselines) -> dict:
@@ -85,8 +81,10 @@ class Benchmark:
         from pipeline.runtimes import plan
 
         cfg, hw = self.bench, self.hardware
-        t = task(self.task)
-        ds, _ = t.dataset("evaluation", self.eval_samples, self.data_dir)
+        t = task(self.data.task)
+        ds = t.dataset(self.data)
+        name, axis = t.size_axis
+        meaning = next(i for i in t.inputs if i.name == name).dynamic[axis]
         paths = {"candidate": parent.model, **{r: a.model for r, a in baselines.items()}}
         entries = plan.timed(hw, self.options, list(paths), AA_ROLE)
         models, failures = {}, {}
@@ -101,25 +99,21 @@ class Benchmark:
                              + "; ".join(failures[m] for m in missing))
         fns = {lab: m.run for lab, m in models.items()}
         block, min_rounds, check_every = blocking(cfg, {entries[lab][1].runtime for lab in models})
-        buckets = width_buckets(np.asarray(ds["width"]), cfg.width_buckets)
         rng = np.random.default_rng(0)
         result: dict = {"batches": {}, "affinity": sorted(os.sched_getaffinity(0)),
                         "targets": {lab: {"role": entries[lab][0], "runtime": entries[lab][1].runtime,
                                           "precision": entries[lab][1].precision}
                                     for lab in models},
-                        "failures": failures}
+                        "failures": failures,
+                        "size_axis": {"input": name, "axis": axis, "meaning": meaning}}
         floats = [lab for lab in models if lab != AA_ROLE and plan.is_float_baseline(*entries[lab])]
         candidates = [lab for lab in models
                       if entries[lab][0] == "candidate" or entries[lab][0] in self.contenders]
         shapes, raw = [], {}
         for b in cfg.batch_sizes:
-            inputs, bucket_of = [], []
-            for k, idx in enumerate(buckets):
-                for _ in range(cfg.batches_per_bucket):
-                    pick = [int(i) for i in rng.choice(idx, size=min(b, idx.size), replace=False)]
-                    inputs.append(next(t.batches(ds.select(pick), b))[1])
-                    bucket_of.append(k)
-            shapes += [x.shape for x in inputs]
+            inputs, bucket_of = real_batches.bucketed(t, ds, b, cfg.width_buckets,
+                                                      cfg.batches_per_bucket, rng)
+            shapes += inputs
             warm = {lab: timing.warm_up(fn, inputs, cfg.warmup_window, cfg.warmup_tolerance,
                                         cfg.warmup_max_runs) for lab, fn in fns.items()}
             pairs = [(f, c) for f in floats for c in candidates] + [("fp32", AA_ROLE)]
@@ -131,11 +125,11 @@ class Benchmark:
             raw[str(b)] = {lab: [round(float(ms), 4) for ms in v] for lab, v in times.items()}
             fastest = min(floats, key=lambda r: stats[r]["p50"])
             used = np.arange(run_info["rounds"]) % len(inputs)
-            per_width = {lab: sorted(({"width": int(x.shape[-1]), "bucket": bucket_of[i],
-                                       "p50": float(np.median(v[used == i]))}
-                                      for i, x in enumerate(inputs) if np.any(used == i)),
-                                     key=lambda r: r["width"])
-                         for lab, v in times.items()}
+            per_size = {lab: sorted(({"size": size_of(t, x), "bucket": bucket_of[i],
+                                      "p50": float(np.median(v[used == i]))}
+                                     for i, x in enumerate(inputs) if np.any(used == i)),
+                                    key=lambda r: r["size"])
+                        for lab, v in times.items()}
             aa = timing.ratio_ci(times["fp32"], times[AA_ROLE])
             probes = run_info.pop("probes")
             states = core_states(probes, times, fastest, cfg.rel_ci)
@@ -156,14 +150,14 @@ class Benchmark:
                     lab: core_states(probes, {**times, "candidate": times[lab]}, fastest, cfg.rel_ci)
                     for lab in candidates}} if self.contenders else {}),
                 "warmup_runs": warm, **run_info, "block": block,
-                "per_width": per_width, "shape_outliers": shape_outliers(per_width),
+                "per_size": per_size, "shape_outliers": shape_outliers(per_size),
             }
         result["input_contract"] = contract(t, shapes)
         result["environment"] = environment(hw)
         if cfg.cold_start_repeats:  # per runtime: what a fresh replica pays on each target
             result["cold_start_ms"] = {
                 lab: coldstart.measure(paths[role], runtimes.settings_for(hw, target),
-                                       cfg.cold_start_repeats, t.example_input(1).shape)
+                                       cfg.cold_start_repeats, t.example(1))
                 for lab, (role, target) in entries.items()
                 if lab in models and lab != AA_ROLE and (lab == role or role == "candidate")}
         (out_dir / "latency.json").write_text(json.dumps(result, indent=2))

@@ -41,16 +41,14 @@ def write_ranges(ranges, path: Path) -> None:
 
 @dataclass(frozen=True)
 class Calibrate:
-    task: str
+    data: object           # DataSplit: the calibration samples
     method: str
-    samples: int
     batch_size: int
-    data_dir: str
     # Batches per collect_data call: the memory bound. One, because the histogram calibrators
     # stack a call's outputs into one array, which fails when batch widths differ.
     chunk: int = 1
     name = "calibrate"
-    version = 4  # 4: calibration.json written with sorted keys
+    version = 5  # 5: the data split (with its digest) in the key; 4: calibration.json written with sorted keys
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
@@ -58,16 +56,16 @@ class Calibrate:
 
         from pipeline.models import task
 
-        t = task(self.task)
-        ds, digest = t.dataset("calibration", self.samples, self.data_dir)
+        t = task(self.data.task)
+        ds = t.dataset(self.data)
         rss_before = peak_rss_mb()
         with tempfile.TemporaryDirectory() as tmp:  # the runner puts it inside out_dir
             calibrator = create_calibrator(str(parent.model), None,
                                            augmented_model_path=str(Path(tmp) / "augmented.onnx"),
                                            calibrate_method=ort_method(self.method))
             feeds, chunks = [], 0
-            for _, images, _ in t.batches(ds, self.batch_size, sort_by_width=False, bounded=True):
-                feeds.append({t.INPUT_NAME: images})
+            for batch in t.batches(ds, self.batch_size, sort=False, bounded=True):
+                feeds.append(batch.feeds)
                 if len(feeds) == self.chunk:
                     calibrator.collect_data(Feeds(feeds))
                     feeds, chunks = [], chunks + 1
@@ -80,6 +78,6 @@ class Calibrate:
                 raise StageError(f"{self.method} calibration produced no ranges: {e}") from None
             del calibrator
         write_ranges(ranges, out_dir / "calibration.json")
-        return {"method": self.method, "calibration_set": digest, "samples": len(ds),
+        return {"method": self.method, "calibration_set": self.data.digest, "samples": len(ds),
                 "chunks": chunks, "tensors": len(list(ranges.keys())),
                 "peak_rss_mb": peak_rss_mb(), "rss_before_mb": rss_before}

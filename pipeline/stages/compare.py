@@ -15,15 +15,13 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Compare:
-    task: str
+    data: object           # DataSplit: the evaluation samples the batches are cut from
     batch_size: int
-    eval_samples: int
-    data_dir: str
     hardware: object
     min_rounds: int = 100
     max_seconds: float = 20.0
     name = "compare"
-    version = 2
+    version = 3
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, other) -> dict:
@@ -31,11 +29,11 @@ class Compare:
         from pipeline.measure import timing
         from pipeline.models import task
 
-        t = task(self.task)
-        ds, _ = t.dataset("evaluation", self.eval_samples, self.data_dir)
+        from pipeline.data import real_batches
+
+        t = task(self.data.task)
         b = self.batch_size
-        inputs = [next(t.batches(ds.select(range(k * b, (k + 1) * b)), b))[1]
-                  for k in range(min(8, max(1, len(ds) // b)))]
+        inputs = real_batches.in_order(t, t.dataset(self.data), b)
         # On the target's runtime and precision (runtime=auto: the primary one, as every step of
         # the quantization search): an INT8 kernel that loses on ONNX Runtime may win on OpenVINO.
         fns = {role: runtimes.load(a.model, self.hardware).run for role, a in (("a", parent), ("b", other))}

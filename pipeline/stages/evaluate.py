@@ -21,39 +21,40 @@ from pipeline.metrics.outputs import output_hash
 
 @dataclass(frozen=True)
 class Evaluate:
-    task: str
-    eval_samples: int
+    data: object           # DataSplit: the evaluation samples
     batch_size: int
-    data_dir: str
     hardware: object
     subset: tuple = ()     # evaluation-set indices to score (the ranking subset); () = all
     name = "evaluate"
-    version = 2
+    version = 3
     hardware_dependent = True  # kernels differ per CPU, and so may the last bits of the outputs
 
     def run(self, parent, out_dir: Path) -> dict:
         from pipeline import runtimes
         from pipeline.models import task
 
-        t = task(self.task)
-        ds, digest = t.dataset("evaluation", self.eval_samples, self.data_dir)
+        t = task(self.data.task)
+        ds = t.dataset(self.data)
         if self.subset:
             ds = ds.select(list(self.subset))
         # On the target's runtime and settings: the accuracy gated is the accuracy deployed.
         model = runtimes.load(parent.model, self.hardware)
-        predictions: list[str | None] = [None] * len(ds)
-        labels: list[str | None] = [None] * len(ds)
+        predictions: list = [None] * len(ds)
+        labels: list = [None] * len(ds)
         margins = [0.0] * len(ds)
-        for idx, images, texts in t.batches(ds, self.batch_size):
-            logits = model.run(images)
-            for i, pred, text, m in zip(idx, t.decode(logits), texts, t.margins(logits)):
-                predictions[i], labels[i], margins[i] = pred, text, m
+        reference = getattr(t, "reference_labels", None)  # label-free: the model as given
+        for idx, feeds, truth in t.batches(ds, self.batch_size):
+            outputs = model.run(feeds)
+            if reference is not None:
+                truth = reference(feeds) or truth
+            for i, pred, label, m in zip(idx, t.predictions(outputs), truth, t.margins(outputs)):
+                predictions[i], labels[i], margins[i] = pred, label, m
         (out_dir / "predictions.json").write_text(json.dumps(predictions))
         # How close each output came to changing: the hardest samples rank quantization choices.
         (out_dir / "margins.json").write_text(json.dumps([round(m, 5) for m in margins]))
-        return {"metrics": t.metrics(predictions, labels), "output_sha256": output_hash(predictions),
-                "evaluation_set": digest, "samples": len(ds),
-                "runtime": model.describe(t.example_input(1))}
+        return {"metrics": t.score(predictions, labels), "output_sha256": output_hash(predictions),
+                "evaluation_set": self.data.digest, "samples": len(ds),
+                "runtime": model.describe(t.example(1))}
 
 
 def hardest(evaluation, count: int) -> tuple[int, ...]:

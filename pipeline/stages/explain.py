@@ -28,23 +28,21 @@ SLOWER_MARGIN = 1.05  # 5 %: below that, profile noise, not a slower kernel
 
 @dataclass(frozen=True)
 class Explain:
-    task: str
+    data: object           # DataSplit: the evaluation samples the profiled batch is cut from
     batch_size: int
     runs: int
-    eval_samples: int
-    data_dir: str
     hardware: object
     name = "explain"
-    version = 5
+    version = 6
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, fp32) -> dict:
         from pipeline.models import task
 
-        t = task(self.task)
-        ds, _ = t.dataset("evaluation", self.eval_samples, self.data_dir)
-        pick = list(range(0, len(ds), max(1, len(ds) // self.batch_size)))[:self.batch_size]
-        batch = next(t.batches(ds.select(pick), self.batch_size))[1]
+        from pipeline.data import real_batches
+
+        t = task(self.data.task)
+        batch = real_batches.spread(t, t.dataset(self.data), self.batch_size)
         f32 = profile(fp32.model, self.hardware, batch, self.runs)
         i8 = profile(parent.model, self.hardware, batch, self.runs)
         precision = parent.meta.get("precision", {})

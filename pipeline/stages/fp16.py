@@ -36,21 +36,19 @@ def _load_and_run(model: Path, example, hardware) -> None:
 
 @dataclass(frozen=True)
 class ToFp16:
-    task: str
     keep_float32: tuple[str, ...]
-    parity_samples: int
-    data_dir: str
+    data: object           # DataSplit: the samples parity is checked on
     hardware: object
     name = "fp16"
-    version = 1
+    version = 2
     hardware_dependent = True  # which kernels exist (and crash) depends on the target
 
     def run(self, parent, out_dir: Path) -> dict:
         from pipeline.runtimes import onnxruntime as ort
         from pipeline.models import task
 
-        t = task(self.task)
-        example = t.example_input()
+        t = task(self.data.task)
+        example = t.example(2)
         all_ops = set(node_counts(parent.model))
         kept = {op: "configured" for op in self.keep_float32 if op in all_ops}
         probe = out_dir / "probe.onnx"
@@ -66,7 +64,7 @@ class ToFp16:
         # The combination can still fail where each op alone did not: check it, isolated.
         isolate.call("fp16 model", _load_and_run, target, example, self.hardware)
 
-        ds, _ = t.dataset("evaluation", self.parity_samples, self.data_dir)
+        ds = t.dataset(self.data)
         ref, cand = ort.session(parent.model, self.hardware), ort.session(target, self.hardware)
         parity = compare(lambda x: ort.run(ref, x), lambda x: ort.run(cand, x), t, ds)
         return {"kept_float32": kept, "nodes": node_counts(target), "parity_vs_fp32": parity}

@@ -1,6 +1,7 @@
-"""load: the trained network as an artifact (safetensors weights plus the widths that rebuild it).
+"""load: the trained network as an artifact (safetensors weights plus the params that rebuild it).
 
-In: ``model.checkpoint`` (a safetensors file) or null for a seeded random network. Out:
+In: the task (its ``build_network``), the network's params (``model.params``) and
+``model.checkpoint`` (a safetensors file) or null for a seeded random network. Out:
 ``model.safetensors`` and ``net.json``. The checkpoint's sha256 is part of this stage's key, so a
 retrained checkpoint invalidates everything after it. Weights are read with safetensors only: no
 pickle is ever loaded.
@@ -16,13 +17,12 @@ from pipeline.errors import StageError
 
 @dataclass(frozen=True)
 class Load:
-    task: str
+    task: object               # the task's key (pipeline.models.task)
     checkpoint: str | None
     checkpoint_sha256: str | None
-    widths: tuple[int, ...]
-    hidden: int
+    params: tuple = ()         # the network's params as sorted (name, value) pairs
     name = "load"
-    version = 1
+    version = 2
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
@@ -39,21 +39,34 @@ class Load:
             except (OSError, SafetensorError) as e:
                 raise StageError(f"checkpoint {self.checkpoint} is not a readable safetensors "
                                  f"file: {e}") from None
-        net = t.build_network(self.widths, self.hidden, weights)
+        params = {k: thawed(v) for k, v in self.params}
+        net = t.build_network(params, weights)
         state = {k: v.contiguous() for k, v in net.state_dict().items()}
         save_file(state, str(out_dir / "model.safetensors"))
-        params = sum(p.numel() for p in net.parameters())
+        count = sum(p.numel() for p in net.parameters())
         (out_dir / "net.json").write_text(json.dumps(
-            {"task": self.task, "widths": list(self.widths), "hidden": self.hidden,
-             "parameters": params, "source": self.checkpoint or "random-init"}))
-        return {"parameters": params, "source": self.checkpoint or "random-init",
+            {"params": params, "parameters": count, "source": self.checkpoint or "random-init"}))
+        return {"parameters": count, "source": self.checkpoint or "random-init",
                 "checkpoint_sha256": self.checkpoint_sha256}
 
 
-def network_from(artifact, task_module):
+def params_key(params: dict) -> tuple:
+    """A network's params as a hashable, ordered value for a stage key (lists become tuples)."""
+    def frozen(v):
+        if isinstance(v, dict):
+            return tuple(sorted((k, frozen(x)) for k, x in v.items()))
+        return tuple(frozen(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+    return frozen(dict(params))
+
+
+def thawed(v):
+    return [thawed(x) for x in v] if isinstance(v, (list, tuple)) else v
+
+
+def network_from(artifact, task):
     """Rebuild the torch network stored in a load artifact."""
     from safetensors.torch import load_file
 
     net = json.loads((artifact.path / "net.json").read_text())
-    return task_module.build_network(net["widths"], net["hidden"],
-                                     load_file(str(artifact.path / "model.safetensors")))
+    return task.build_network(net["params"], load_file(str(artifact.path / "model.safetensors")))

@@ -29,16 +29,14 @@ from pipeline.measure.serving import rss_mb, serve
 
 @dataclass(frozen=True)
 class LoadTest:
-    task: str
+    data: object           # DataSplit: the evaluation samples the requests are drawn from
     mode: str              # "load" or "soak"
     load: object           # LoadConfig
     slo_p99_ms: float
-    eval_samples: int
-    data_dir: str
     hardware: object
     nonce: str = ""        # a new value forces a fresh measurement
     name = "loadtest"
-    version = 3
+    version = 4
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, fp32) -> dict:
@@ -51,10 +49,10 @@ class LoadTest:
         cfg, hw = self.load, self.hardware
         if hw.affinity:
             os.sched_setaffinity(0, hw.affinity)
-        t = task(self.task)
-        ds, _ = t.dataset("evaluation", self.eval_samples, self.data_dir)
-        pool = [images[k:k + 1] for _, images, _ in t.batches(ds.select(range(min(256, len(ds)))), 1)
-                for k in range(len(images))]
+        from pipeline.data import real_batches
+
+        t = task(self.data.task)
+        pool = real_batches.singles(t, t.dataset(self.data))
         result: dict = {"slo_p99_ms": self.slo_p99_ms, "mode": self.mode, "models": {}}
         models = {"candidate": parent.model} if self.mode == "soak" else \
             {"candidate": parent.model, "fp32": fp32.model}

@@ -22,13 +22,11 @@ from pipeline.stages.parity import compare, node_counts, require
 
 @dataclass(frozen=True)
 class Optimize:
-    task: str
-    parity_samples: int
-    data_dir: str
+    data: object           # DataSplit: the samples parity is checked on
     hardware: object
     tolerance: float = 1e-3
     name = "optimize"
-    version = 2
+    version = 3
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
@@ -51,8 +49,8 @@ class Optimize:
         onnx.save(model, str(out_dir / "model.onnx"))
         onnx.checker.check_model(str(out_dir / "model.onnx"))
 
-        t = task(self.task)
-        ds, _ = t.dataset("evaluation", self.parity_samples, self.data_dir)
+        t = task(self.data.task)
+        ds = t.dataset(self.data)
         before = ort.session(parent.model, self.hardware)
         after = ort.session(out_dir / "model.onnx", self.hardware)
         parity = compare(lambda x: ort.run(before, x), lambda x: ort.run(after, x), t, ds)

@@ -1,6 +1,7 @@
 """Parity between two forward functions on the same real inputs: the check run after every
-conversion (export, optimize, FP16). In: two callables images -> logits, a task and a data set.
-Out: max absolute logit difference and the share of identical decoded strings."""
+conversion (export, optimize, FP16). In: two callables feeds -> first output, a task and a data
+set. Out: max absolute output difference and the share of identical predictions (the task's own:
+decoded strings, classes)."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,10 +11,10 @@ from pipeline.errors import StageError
 
 def compare(reference, candidate, task, ds, batch_size: int = 16) -> dict:
     max_diff, same, total = 0.0, 0, 0
-    for _, images, _ in task.batches(ds, batch_size):
-        a, b = reference(images), candidate(images)
+    for _, feeds, _ in task.batches(ds, batch_size):
+        a, b = reference(feeds), candidate(feeds)
         max_diff = max(max_diff, float(np.max(np.abs(a.astype(np.float64) - b))))
-        da, db = task.decode(a), task.decode(b)
+        da, db = task.predictions(a), task.predictions(b)
         same += sum(x == y for x, y in zip(da, db))
         total += len(da)
     return {"max_abs_diff": max_diff, "decoded_agreement": same / total, "samples": total}
@@ -22,7 +23,7 @@ def compare(reference, candidate, task, ds, batch_size: int = 16) -> dict:
 def require(parity: dict, tolerance: float, what: str) -> dict:
     """Fail the stage, with the numbers, when a lossless conversion changed the outputs."""
     if parity["max_abs_diff"] > tolerance or parity["decoded_agreement"] < 1.0:
-        raise StageError(f"{what}: max |logit diff| {parity['max_abs_diff']:.2e} (tolerance "
+        raise StageError(f"{what}: max |output diff| {parity['max_abs_diff']:.2e} (tolerance "
                          f"{tolerance:.0e}), decoded agreement {parity['decoded_agreement']:.1%}")
     return parity
 

@@ -33,4 +33,6 @@ class Prepare:
             except Exception as e:  # noqa: BLE001
                 raise StageError(f"quant_pre_process failed ({first}); without symbolic shape "
                                  f"inference too: {e}") from None
+            print(f"  prepare: symbolic shape inference failed ({str(first).splitlines()[0][:120]}"
+                  "); continued without it", flush=True)
             return {"symbolic_shape_inference": False, "symbolic_failure": str(first)[:300]}

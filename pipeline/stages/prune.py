@@ -7,10 +7,12 @@ parameters and MACs before and after, each pruned layer's width, held-out accura
 unpruned, the pruned and the recovered network, and the recovery's seconds, steps per second and
 precision (float32 or bfloat16 autocast, from the CPU's flags: ``env.training_precision``).
 Torch-Pruning does the pruning (``pipeline.prune.channels``); the task's own training loop does the
-recovery (``pipeline.models.ocr.prune``). The plan (ignored names, whole-layer removal, the
+recovery (the module the task names as ``pruning``: ``pipeline.models.ocr.prune`` for the
+CRNN). The plan (ignored names, whole-layer removal, the
 trace) is checked before any minute is spent on recovery, and the written files are rebuilt and
-must give the recovered network's outputs bit for bit. Deliberately not handled: tasks without a pruning
-helper in ``HELPERS``, and choosing the ratio (``make bench`` measures what one buys).
+must give the recovered network's outputs bit for bit. Deliberately not handled: tasks without a
+pruning helper (an ONNX-only model has no network to prune: refused with one line), and choosing
+the ratio (``make bench`` measures what one buys).
 """
 from __future__ import annotations
 
@@ -24,15 +26,25 @@ from types import SimpleNamespace
 from pipeline.env import training_precision
 from pipeline.errors import ConfigError, StageError
 
-HELPERS = {"ocr": "pipeline.models.ocr.prune"}  # task -> widths, data and recovery for pruning
-MAC_INPUT = "one line of width 128"  # what the MAC counts are per (the trace input, batch 1)
+def helper(key):
+    """The task's pruning helper (its trace input, held-out data, scores and recovery loop), or
+    one line saying why this model cannot be pruned."""
+    from pipeline.models import task
+
+    t = task(key)
+    if not getattr(t, "pruning", None):
+        why = getattr(t, "no_pruning", None) or f"model {key!r} has no pruning support"
+        raise ConfigError(f"prune=channels: {why}")
+    return importlib.import_module(t.pruning)
 
 
-def helper(task_name: str):
-    if task_name not in HELPERS:
-        raise ConfigError(f"prune=channels: model.name={task_name!r} has no pruning support; "
-                          f"tasks with it: {', '.join(HELPERS)}")
-    return importlib.import_module(HELPERS[task_name])
+def with_ignored(cfg, t):
+    """``prune.ignored: null`` means the model's own default (layers whose width is fixed)."""
+    import dataclasses
+
+    if cfg.ignored is not None:
+        return cfg
+    return dataclasses.replace(cfg, ignored=list(t.prune_ignored))
 
 
 def preflight(cfg) -> dict[str, list[int]]:
@@ -41,20 +53,23 @@ def preflight(cfg) -> dict[str, list[int]]:
     recovery. Returns the planned {layer: [before, after]}."""
     from pipeline.prune import channels as pruning
     from pipeline.models import task
+    from pipeline.models.sources import task_key
 
-    h = helper(cfg.model.name)
-    net = task(cfg.model.name).build_network(cfg.model.widths, cfg.model.hidden)
-    return pruning.plan(net, h.example(), cfg.prune).widths
+    key = task_key(cfg.model, cfg.data, cfg.metric, cfg.data_dir)
+    h, t = helper(key), task(key)
+    net = t.build_network(cfg.model.params)
+    return pruning.plan(net, h.example(), with_ignored(cfg.prune, t)).widths
 
 
 @dataclass(frozen=True)
 class Prune:
-    task: str
-    prune: object          # PruneConfig
+    task: object           # the task's key (pipeline.models.task)
+    prune: object          # PruneConfig, ignored names resolved (with_ignored)
     # float32 or bfloat16 recovery, from the CPU's flags: part of the key, as it changes weights
     precision: str = field(default_factory=lambda: training_precision()["dtype"])
     name = "prune"
-    version = 3  # 2: LSTM hidden units pruned too; layers in network order. 3: recovery precision
+    version = 4  # 2: LSTM hidden units pruned too; layers in network order. 3: recovery precision
+    # 4: net.json holds the network's params
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
@@ -67,7 +82,8 @@ class Prune:
         from pipeline.prune.progress import Progress
         from pipeline.stages.load import network_from
 
-        t, h, cfg = task(self.task), helper(self.task), self.prune
+        t, h = task(self.task), helper(self.task)
+        cfg = with_ignored(self.prune, t)
         net = network_from(parent, t)
         example = h.example()
         plan = pruning.plan(net, example, cfg)  # every refusal happens here, before the work
@@ -81,8 +97,8 @@ class Prune:
         pruned_score = h.score(net, held)
         print(f"  prune: {before['parameters']:,} -> {after['parameters']:,} parameters, MACs "
               f"-{100 * (1 - after['macs'] / before['macs']):.1f} %; held-out accuracy "
-              f"{before['held_out']['sequence_accuracy']:.2f} -> "
-              f"{pruned_score['sequence_accuracy']:.2f} %; recovering", flush=True)
+              f"{before['held_out'][t.metrics.primary]:.2f} -> "
+              f"{pruned_score[t.metrics.primary]:.2f} %; recovering", flush=True)
         chosen = training_precision()
         precision_reason = (chosen["reason"] if chosen["dtype"] == self.precision
                             else f"{self.precision} set by the caller")
@@ -95,20 +111,20 @@ class Prune:
         recover_s = time.monotonic() - t0
         recovered = h.score(net, held)
 
-        widths, hidden = h.widths_of(net)
+        params = h.params_of(net)
         save_file({k: v.contiguous() for k, v in net.state_dict().items()},
                   str(out_dir / "model.safetensors"))
         (out_dir / "net.json").write_text(json.dumps(
-            {"task": self.task, "widths": widths, "hidden": hidden,
-             "parameters": after["parameters"], "source": f"pruned from {parent.digest}"}))
+            {"params": params, "parameters": after["parameters"],
+             "source": f"pruned from {parent.digest}"}))
         self._check_round_trip(net, out_dir, t, example)
         return {
             "parameters": after["parameters"], "source": f"pruned from {parent.digest}",
-            "widths": widths, "hidden": hidden,
+            **params,
             "layers": [[name, b, a] for name, (b, a) in layers.items()],  # network order
             "parameters_before": before["parameters"], "macs_before": before["macs"],
             "macs": after["macs"], "macs_reduction": 1 - after["macs"] / before["macs"],
-            "macs_per": MAC_INPUT,
+            "macs_per": h.MAC_INPUT,
             "held_out": {"seed": h.HELD_OUT_SEED, "samples": cfg.eval_samples,
                          "unpruned": before["held_out"], "pruned": pruned_score,
                          "recovered": recovered},

@@ -17,16 +17,14 @@ BASE, FP32 = "all-int8", "fp32"
 
 @dataclass(frozen=True)
 class RegionTrials:
-    task: str
+    data: object           # DataSplit: the evaluation samples the batches are cut from
     batch_size: int
-    eval_samples: int
-    data_dir: str
     hardware: object
     trials: tuple          # trial names, in the order of the refs t0, t1, ...
     min_rounds: int = 100
     max_seconds: float = 30.0
     name = "regions"
-    version = 1
+    version = 2
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, fp32, **refs) -> dict:
@@ -34,11 +32,11 @@ class RegionTrials:
         from pipeline.measure import timing
         from pipeline.models import task
 
-        t = task(self.task)
-        ds, _ = t.dataset("evaluation", self.eval_samples, self.data_dir)
+        from pipeline.data import real_batches
+
+        t = task(self.data.task)
         b = self.batch_size
-        inputs = [next(t.batches(ds.select(range(k * b, (k + 1) * b)), b))[1]
-                  for k in range(min(8, max(1, len(ds) // b)))]
+        inputs = real_batches.in_order(t, t.dataset(self.data), b)
         arts = {BASE: parent, FP32: fp32, **{name: refs[f"t{i}"] for i, name in enumerate(self.trials)}}
         fns = {role: runtimes.load(a.model, self.hardware).run for role, a in arts.items()}
         pairs = [(FP32, BASE)] + [(r, name) for name in self.trials for r in (BASE, FP32)]

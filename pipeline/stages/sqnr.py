@@ -30,14 +30,12 @@ def _with_outputs(model_path: Path, names: list[str], out: Path) -> Path:
 
 @dataclass(frozen=True)
 class Sqnr:
-    task: str
+    data: object           # DataSplit: the evaluation samples (the subset indexes them)
     subset: tuple
-    eval_samples: int
-    data_dir: str
     hardware: object
     batches: int = 4
     name = "sqnr"
-    version = 4
+    version = 5
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path, fp32) -> dict:
@@ -46,8 +44,8 @@ class Sqnr:
 
         from pipeline.models import task
 
-        t = task(self.task)
-        ds, _ = t.dataset("evaluation", self.eval_samples, self.data_dir)
+        t = task(self.data.task)
+        ds = t.dataset(self.data)
         ds = ds.select(list(self.subset))
         graph = onnx.load(str(parent.model), load_external_data=False).graph
         precision = parent.meta["precision"]
@@ -93,13 +91,13 @@ class Sqnr:
                                           ("int8", parent.model, q_names))]
         signal = dict.fromkeys(tensors, 0.0)
         noise = dict.fromkeys(tensors, 0.0)
-        for k, (_, images, _) in enumerate(t.batches(ds, 32)):
+        for k, (_, feeds, _) in enumerate(t.batches(ds, 32)):
             if k == self.batches:
                 break
             outs = []
             for sess in sessions:
                 wanted = [o.name for o in sess.get_outputs()]
-                outs.append(dict(zip(wanted, sess.run(None, {t.INPUT_NAME: images}))))
+                outs.append(dict(zip(wanted, sess.run(None, feeds))))
             for node in tensors:
                 a, b = reference[node], tensors[node]
                 if a in outs[0] and b in outs[1] and outs[0][a].shape == outs[1][b].shape:

@@ -19,6 +19,7 @@ from pipeline.models.ocr.train import batches, evaluate_samples, fit
 HELD_OUT_SEED = 3       # calibration 1, evaluation 2, training 1000+: this sample meets none
 RECOVER_SEED = 2000     # recovery lines: a stream the checkpoint was never trained on
 TRACE_INPUT = (2, 1, 32, 128)  # [N, C, H, W] the dependency graph and MAC counts use
+MAC_INPUT = "one line of width 128"  # what the MAC counts are per (the trace input, batch 1)
 
 
 def example() -> torch.Tensor:
@@ -30,6 +31,12 @@ def widths_of(net: CRNN) -> tuple[list[int], int]:
     convs = [m for m in net.cnn if isinstance(m, torch.nn.Conv2d)]
     assert len(convs) == len(POOLS), "not the CRNN layout"
     return [c.out_channels for c in convs] + [net.collapse[0].out_channels], net.rnn.hidden_size
+
+
+def params_of(net: CRNN) -> dict:
+    """The params ``ocr.build_network`` rebuilds the (pruned) network from."""
+    widths, hidden = widths_of(net)
+    return {"widths": widths, "hidden": hidden}
 
 
 def held_out(count: int) -> list[dict]:

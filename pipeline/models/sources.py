@@ -1,0 +1,100 @@
+"""Where a model comes from: the key that names its task, and the data splits a run reads.
+
+In: the run's ``ModelConfig``, ``DataConfig`` and ``MetricConfig``. Out: ``task_key`` (a built-in
+task's name, or a frozen ``Source`` for the user's own model: an ONNX file or a torch factory,
+with its data and metric as canonical JSON, so the key is hashable, picklable and stable across
+processes), ``build`` (the ``Task`` for a ``Source``: ``pipeline.models.onnx_file`` or
+``pipeline.models.torch_factory``) and ``Splits`` (the evaluation, parity and calibration
+``DataSplit`` values of a run, each carrying the content digest of its data). The model file's
+and the checkpoint's sha256 are in the key, so a replaced file gives a new task key.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.artifact import sha256_file
+from pipeline.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str                 # onnx | torch
+    path: str                 # onnx: the model file; torch: the factory (package.module:fn)
+    sha256: str               # onnx: of the file; torch: of the checkpoint ("" without one)
+    checkpoint: str           # torch: the safetensors file ("" without one)
+    spec: str                 # canonical JSON: params, inputs, outputs (torch)
+    data: str                 # canonical JSON of the DataConfig
+    metric: str               # canonical JSON of the MetricConfig
+    data_dir: str             # where the datasets library may cache what it reads
+
+
+def _json(obj) -> str:
+    from pipeline.runner import plain
+
+    return json.dumps(plain(obj), sort_keys=True)
+
+
+def task_key(model, data=None, metric=None, data_dir: str = "calibration"):
+    """The task key of a run: the built-in task's name, or a ``Source``."""
+    if model.name not in ("onnx", "torch"):
+        return model.name
+    if model.name == "onnx":
+        path = Path(model.path)
+        if not path.is_file():
+            raise ConfigError(f"model.path={model.path}: "
+                              f"{'not a file' if path.exists() else 'no such file'}")
+        return Source("onnx", str(path.resolve()), sha256_file(path), "", "{}", _json(data),
+                      _json(metric), str(data_dir))
+    checkpoint, sha = "", ""
+    if model.checkpoint:
+        ck = Path(model.checkpoint)
+        if not ck.is_file():
+            raise ConfigError(f"model.checkpoint={model.checkpoint}: "
+                              f"{'not a file' if ck.exists() else 'no such file'}")
+        checkpoint, sha = str(ck.resolve()), sha256_file(ck)
+    spec = json.dumps({"params": model.params, "inputs": model.inputs,
+                       "input_dtypes": model.input_dtypes, "outputs": list(model.outputs)},
+                      sort_keys=True)
+    return Source("torch", model.factory, sha, checkpoint, spec, _json(data), _json(metric),
+                  str(data_dir))
+
+
+def build(key: Source):
+    if key.kind == "onnx":
+        from pipeline.models.onnx_file import OnnxTask
+
+        return OnnxTask(key)
+    from pipeline.models.torch_factory import TorchTask
+
+    return TorchTask(key)
+
+
+class Splits:
+    """The run's data splits, made once: evaluation and parity now (their digests are in every
+    key below), calibration when a quantization method first needs it."""
+
+    def __init__(self, t, cfg):
+        self.t, self.data_dir = t, cfg.data_dir
+        if cfg.data is not None:  # the user's data: its own counts
+            n_eval, self.n_cal = cfg.data.evaluation_samples, cfg.data.calibration_samples
+        else:
+            n_eval, self.n_cal = cfg.model.eval_samples, cfg.model.calibration_samples
+        self.evaluation = t.split("evaluation", n_eval, cfg.data_dir)
+        self.parity = t.split("evaluation", min(cfg.model.parity_samples, n_eval), cfg.data_dir)
+        self._calibration = None
+
+    def calibration(self):
+        if self._calibration is None:
+            self._calibration = self.t.split("calibration", self.n_cal, self.data_dir)
+        return self._calibration
+
+
+def config_of(key: Source) -> tuple:
+    """(DataConfig, MetricConfig) back from a ``Source``'s JSON."""
+    from pipeline.data.spec import DataConfig
+    from pipeline.metrics.config import MetricConfig
+
+    return DataConfig(**json.loads(key.data)), MetricConfig(**json.loads(key.metric))
+

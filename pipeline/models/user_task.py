@@ -1,0 +1,240 @@
+"""What the user's own model (an ONNX file or a torch factory) shares: their data and their metric
+behind the task contract.
+
+In: a ``Source`` (its data and metric configs) and the model's declared inputs and outputs (from
+the ONNX graph or the config). Out: the contract's data side (splits with the data's content
+digest, batches of real samples preprocessed declaratively, int64 and multiple inputs included)
+and its output side, per metric: ``classification`` (predictions are the top-k classes; top-1 is
+primary), ``ctc`` (decoded strings; sequence accuracy primary, CER) or ``agreement`` (no labels:
+each sample's label is the model-as-given's output for it, ``reference_labels``, and the score is
+argmax agreement or cosine similarity with it). A metric that does not fit the outputs, or labels
+the metric needs and the data lacks, is one line before any stage runs.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import ConfigError, StageError
+from pipeline.metrics import agreement as agreement_metrics
+from pipeline.metrics import classification, ctc
+from pipeline.metrics.config import MetricName
+from pipeline.metrics.spec import MetricSpec
+from pipeline.models.contract import Batch, DataSplit, MetricsSpec
+
+
+class UserTask:
+    """Subclasses set ``inputs``, ``outputs`` and, for ``reference_labels``, ``_reference``."""
+
+    dynamic_op_types: tuple[str, ...] = ("LSTM", "GRU")  # no static INT8 kernels for these
+    prune_ignored: tuple[str, ...] = ()
+
+    def __init__(self, key):
+        from pipeline.models.sources import config_of
+
+        self.key = key
+        self.data_cfg, self.metric_cfg = config_of(key)
+        self._data = None
+
+    # -- set up by the subclass once inputs/outputs are known ----------------------------------
+    def _finish(self):
+        """Check data against the model and the metric against the outputs: one line each."""
+        if not self.inputs:
+            raise ConfigError(f"{self.what}: the model declares no inputs")
+        dyn = [(i.name, a) for i in self.inputs for a, m in i.dynamic.items() if m != "batch"]
+        # fixed-size inputs: the batch is the only axis that varies (timing then has one shape)
+        self.size_axis = dyn[0] if dyn else (self.inputs[0].name, 0)
+        data = self.data()
+        if len(self.inputs) > 1:
+            missing = [i.name for i in self.inputs if i.name not in data.dataset.column_names]
+            if missing:
+                raise ConfigError(f"{self.what} has inputs {[i.name for i in self.inputs]}; the data "
+                                  f"has no column {missing[0]!r} (columns: "
+                                  f"{', '.join(data.dataset.column_names)})")
+        self.metrics = self._metrics(data)
+
+    @property
+    def what(self) -> str:
+        return f"model={self.key.kind} ({Path(self.key.path).name})"
+
+    def _metrics(self, data) -> MetricsSpec:
+        m, out = self.metric_cfg, self.outputs[0]
+        if m.name != MetricName.agreement and not data.has_labels:
+            raise ConfigError(f"metric={m.name.value} needs labels: data.path={self.data_cfg.path} "
+                              f"has no {self.data_cfg.label_column!r} column (a folder without "
+                              "label subfolders?); use metric=agreement for a label-free run")
+        last = out.shape[-1] if out.shape else None
+        if m.name == MetricName.classification:
+            if len(out.shape) != 2:
+                raise ConfigError(f"metric=classification needs an output [batch, classes]; "
+                                  f"{self.what}'s output {out.name} has shape {list(out.shape)}")
+            specs = [classification.SPECS["top1"]]
+            if m.top_k > 1 and (not isinstance(last, int) or m.top_k <= last):
+                specs.append(MetricSpec(f"top{m.top_k}", True))
+            return MetricsSpec(tuple(specs), "top1")
+        if m.name == MetricName.ctc:
+            if len(out.shape) != 3:
+                raise ConfigError(f"metric=ctc needs an output [batch, time, classes]; {self.what}'s "
+                                  f"output {out.name} has shape {list(out.shape)}")
+            self.charset = self._charset()
+            if isinstance(last, int) and last != len(self.charset) + 1:
+                raise ConfigError(f"metric=ctc: the output has {last} classes; a character set of "
+                                  f"{len(self.charset)} plus the blank needs "
+                                  f"{len(self.charset) + 1}")
+            return MetricsSpec((ctc.SPECS["sequence_accuracy"], ctc.SPECS["cer"]),
+                               "sequence_accuracy")
+        classes = isinstance(last, int) and last > 1 and len(out.shape) >= 2
+        primary = "argmax_agreement" if classes else "cosine_mean"
+        names = ([primary] if classes else []) + ["cosine_mean", "cosine_p1", "max_abs_diff",
+                                                  "mean_abs_diff"]
+        return MetricsSpec(tuple(agreement_metrics.SPECS[n] for n in dict.fromkeys(names)), primary)
+
+    def _charset(self) -> list[str]:
+        if self.metric_cfg.charset:
+            try:
+                return ctc.charset_from_file(self.metric_cfg.charset)
+            except ValueError as e:
+                raise ConfigError(f"metric.charset: {e}") from None
+        found = self.charset_from_model()
+        if not found:
+            raise ConfigError(f"metric=ctc: no character set: give metric.charset=<file>; "
+                              f"{self.what} has none in its metadata "
+                              f"({', '.join(ctc.METADATA_KEYS)})")
+        return found
+
+    def charset_from_model(self) -> list[str] | None:
+        return None
+
+    # -- data ----------------------------------------------------------------------------------
+    def data(self):
+        if self._data is None:
+            from pipeline.data.load import load
+
+            self._data = load(self.data_cfg, cache_dir=str(Path(self.key.data_dir) / "hf-cache"))
+        return self._data
+
+    def split(self, which: str, count: int, data_dir: str) -> DataSplit:
+        data = self.data()
+        rows = data.calibration if which == "calibration" else data.evaluation
+        return DataSplit(self.key, which, min(count, len(rows)), self.data_cfg.path, data.digest)
+
+    def dataset(self, split: DataSplit):
+        data = self.data()
+        if data.digest != split.digest:
+            raise StageError(f"data.path={self.data_cfg.path} changed since the run started "
+                             f"(digest {data.digest[:12]} != {split.digest[:12]}); run again")
+        rows = data.calibration if split.split == "calibration" else data.evaluation
+        return data.dataset.select(rows[:split.count])
+
+    def _arrays(self, ds, rows: list[int]) -> list[dict]:
+        """Per sample, its feeds without the batch axis (images preprocessed, others as arrays)."""
+        from pipeline.data.images import to_array
+
+        col = self.data_cfg.input_column
+        out = []
+        for r in ds.select(rows):
+            if len(self.inputs) == 1:
+                value = r[col]
+                a = (to_array(value, self.data_cfg.image) if hasattr(value, "convert")
+                     else np.asarray(value))
+                out.append({self.inputs[0].name: a.astype(self.inputs[0].dtype, copy=False)})
+            else:
+                out.append({i.name: np.asarray(r[i.name]).astype(i.dtype, copy=False)
+                            for i in self.inputs})
+        return out
+
+    def sizes(self, ds) -> np.ndarray:
+        name, axis = self.size_axis
+        if axis == 0:
+            return np.ones(len(ds), dtype=np.int64)
+        return np.asarray([s[name].shape[axis - 1] for s in self._arrays(ds, list(range(len(ds))))])
+
+    def _collate(self, samples: list[dict]) -> dict:
+        feeds = {}
+        for i in self.inputs:
+            arrays = [s[i.name] for s in samples]
+            target = [max(a.shape[d] for a in arrays) for d in range(arrays[0].ndim)]
+            multiple = self.data_cfg.image.pad_width_multiple
+            if i.name == self.size_axis[0] and self.size_axis[1] > 0 and multiple > 1:
+                d = self.size_axis[1] - 1
+                target[d] = -(-target[d] // multiple) * multiple
+            mode = "edge" if np.issubdtype(arrays[0].dtype, np.floating) else "constant"
+            feeds[i.name] = np.stack([np.pad(a, [(0, t - s) for s, t in zip(a.shape, target)],
+                                             mode=mode) for a in arrays])
+        return feeds
+
+    def batches(self, ds, batch_size: int, sort: bool = True, bounded: bool = False):
+        label = self.data_cfg.label_column
+        labels = ds[label] if label in ds.column_names else [None] * len(ds)
+        order = (np.argsort(self.sizes(ds), kind="stable") if sort else np.arange(len(ds)))
+        for k in range(0, len(order), batch_size):
+            idx = [int(i) for i in order[k:k + batch_size]]
+            yield Batch(idx, self._collate(self._arrays(ds, idx)), [labels[i] for i in idx])
+
+    def stack(self, requests: list[dict]) -> dict:
+        return self._collate([{n: a[0] for n, a in r.items()} for r in requests])
+
+    def example(self, batch: int = 1) -> dict:
+        """The first evaluation sample, repeated: a real input of every declared shape."""
+        ds = self.data().dataset.select(self.data().evaluation[:1])
+        first = next(self.batches(ds, 1)).feeds
+        return {n: np.repeat(a, batch, axis=0) for n, a in first.items()}
+
+    # -- outputs -------------------------------------------------------------------------------
+    def predictions(self, outputs) -> list:
+        out = np.asarray(outputs)
+        name = self.metric_cfg.name
+        if name == MetricName.classification:
+            k = max(1, min(self.metric_cfg.top_k, out.shape[1]))
+            return [[int(c) for c in row] for row in np.argsort(-out, axis=1, kind="stable")[:, :k]]
+        if name == MetricName.ctc:
+            return ctc.greedy_decode(out, self.charset, self.metric_cfg.time_major)
+        # agreement: the sample's decision (argmax, per frame if any) and its output, rounded
+        decide = out.ndim >= 2 and out.shape[-1] > 1
+        return [{"decision": json.dumps(np.argmax(row, axis=-1).tolist()) if decide else None,
+                 "output": np.round(row.astype(np.float64), 6).tolist()} for row in out]
+
+    def margins(self, outputs) -> list[float]:
+        x = np.asarray(outputs, dtype=np.float64)
+        if self.metric_cfg.name == MetricName.ctc and self.metric_cfg.time_major:
+            x = x.transpose(1, 0, 2)
+        if x.ndim < 2 or x.shape[-1] < 2:
+            return [0.0] * len(x)
+        x = x - x.max(axis=-1, keepdims=True)
+        logp = x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+        top2 = np.sort(logp, axis=-1)[..., -2:]
+        gap = top2[..., 1] - top2[..., 0]
+        return [float(v) for v in gap.reshape(len(x), -1).min(axis=1)]
+
+    def score(self, predictions: list, labels: list) -> dict[str, float]:
+        name = self.metric_cfg.name
+        if name == MetricName.classification:
+            try:
+                y = classification.label_ids(labels, self.metric_cfg.class_names or None)
+            except ValueError as e:
+                raise StageError(f"metric=classification: {e}") from None
+            k = self.metrics.specs[-1].name
+            hit1 = [p[0] == t for p, t in zip(predictions, y)]
+            hitk = [t in p for p, t in zip(predictions, y)]
+            res = {"top1": 100.0 * float(np.mean(hit1))}
+            if k != "top1":
+                res[k] = 100.0 * float(np.mean(hitk))
+            return res
+        if name == MetricName.ctc:
+            return ctc.score(predictions, [str(t) for t in labels])
+        outs = [np.asarray(p["output"], dtype=np.float64)[None] for p in predictions]
+        refs = [np.asarray(t, dtype=np.float64)[None] for t in labels]
+        return agreement_metrics.agreement(refs, outs)
+
+    def reference_labels(self, feeds: dict) -> list | None:
+        """Label-free runs: each sample's label is the model-as-given's output for it."""
+        if self.metric_cfg.name != MetricName.agreement:
+            return None
+        out = np.asarray(self._reference(feeds), dtype=np.float64)
+        return [np.round(row, 6).tolist() for row in out]
+
+    def _reference(self, feeds: dict):
+        raise NotImplementedError
+

@@ -1,0 +1,64 @@
+"""import: an ONNX file the user brings, taken in as the export would have made it.
+
+In: the task key and the file (``model=onnx model.path=...``) with its sha256. Out: ``model.onnx``
+in the artifact: the file as given, its opset upgraded to 13 when lower (per-channel QDQ needs
+13: a per-channel model at opset 12 is invalid) with onnx's version converter, external data
+loaded from the model's own folder only and saved inside the model. Parity: the upgraded model
+against the file as given, on real samples, must agree (max output difference within
+``tolerance``, identical predictions); there is no torch network, so no torch parity.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import StageError
+from pipeline.stages.parity import compare, node_counts, require
+
+MIN_OPSET = 13
+
+
+@dataclass(frozen=True)
+class ImportOnnx:
+    task: object           # the task's key (a Source of kind onnx)
+    path: str
+    sha256: str            # of the file: a replaced file is a new artifact
+    data: object           # DataSplit: the samples parity is checked on
+    hardware: object
+    tolerance: float = 1e-3
+    name = "import"
+    version = 1
+    hardware_dependent = False
+
+    def run(self, parent, out_dir: Path) -> dict:
+        import onnx
+        from onnx import version_converter
+
+        from pipeline.runtimes import onnxruntime as ort
+        from pipeline.models import task
+        from pipeline.models.onnx_file import external_data_inside, read
+
+        t = task(self.task)
+        external_data_inside(read(self.path), self.path)
+        model = onnx.load(self.path)  # external data from the model's folder (checked above)
+        before = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        after = before
+        if before < MIN_OPSET:
+            try:
+                model = version_converter.convert_version(model, MIN_OPSET)
+            except Exception as e:  # noqa: BLE001 - the converter's errors are long; keep one line
+                raise StageError(f"model.path={self.path}: opset {before} cannot be upgraded to "
+                                 f"{MIN_OPSET} ({type(e).__name__}: "
+                                 f"{str(e).splitlines()[0][:200]})") from None
+            after = MIN_OPSET
+        target = out_dir / "model.onnx"
+        onnx.save(model, str(target))
+        onnx.checker.check_model(str(target))
+        ds = t.dataset(self.data)
+        given = ort.session(Path(self.path), self.hardware)
+        taken = ort.session(target, self.hardware)
+        parity = compare(lambda f: ort.run(given, f), lambda f: ort.run(taken, f), t, ds)
+        require(parity, self.tolerance, f"the opset {before} -> {after} upgrade changed outputs")
+        return {"opset": after, "opset_given": before, "source": self.path,
+                "source_sha256": self.sha256, "parity_vs_file": parity,
+                "nodes": node_counts(target)}

@@ -1,0 +1,181 @@
+"""Bring your own model: the three ways in, end to end, on a small classifier trained in seconds.
+
+The same network (``tests.byo_net``) arrives as a torch factory plus a safetensors checkpoint, and
+as an ONNX file only (opset 12: the pipeline upgrades it); its data is an image folder with
+labels, or a flat folder without (a label-free run scored by agreement with the model as given).
+Bad inputs end with one line naming the problem and exit 2 or 3. Every task meets the contract.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+FAST = ["registry=null", "bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=1",
+        "bench.warmup_max_runs=20", "bench.width_buckets=2", "bench.cold_start_repeats=0",
+        "bench.aa_tolerance=0.5", "gate.min_speedup=0", "quant.profile_runs=3",
+        "quant.ranking_samples=20"]
+TORCH = ["model=torch", "model.factory=tests.byo_net:small_cnn",
+         "model.inputs={image: [batch, 3, 16, 16]}", "model.outputs=[logits]"]
+DATA = ["data=imagefolder", "data.calibration_samples=30", "data.evaluation_samples=60"]
+
+
+@pytest.fixture(scope="module")
+def byo(tmp_path_factory):
+    """Generated images (labelled and flat), the trained checkpoint and its ONNX file."""
+    from tests import byo_net
+
+    root = tmp_path_factory.mktemp("byo")
+    byo_net.write_folder(root / "data", 40)
+    byo_net.write_folder(root / "flat", 14, seed=1, labelled=False)
+    checkpoint = byo_net.train(root / "cnn.safetensors")
+    byo_net.to_onnx(checkpoint, root / "cnn.onnx", opset=12)
+    return root
+
+
+def _run(root: Path, workdir: str, *args: str):
+    return run_cli(*args, f"workdir={root / workdir}", f"data_dir={root / workdir / 'data'}",
+                   *FAST)
+
+
+def _report(root: Path, workdir: str) -> dict:
+    return json.loads((root / workdir / "runs" / "latest" / "report.json").read_text())
+
+
+def _one_line(proc, code: int, *words: str) -> None:
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert len(lines) == 1, proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_torch_factory_classifier_end_to_end(byo):
+    proc = _run(byo, "torch", *TORCH, f"model.checkpoint={byo / 'cnn.safetensors'}", *DATA,
+                f"data.path={byo / 'data'}", "metric=classification", "metric.top_k=2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = _report(byo, "torch")
+    rows = {r["role"]: r for r in rep["rows"]}
+    assert [m["name"] for m in rep["metrics"]] == ["top1", "top2"] and rep["metrics"][0]["primary"]
+    # trained on the same generator: the float model classifies the held-out images
+    assert rows["fp32"]["top1"] >= 90.0 and rows["fp32"]["top2"] >= rows["fp32"]["top1"]
+    assert rows["candidate"]["top1"] >= rows["fp16"]["top1"] - 5.0
+    assert rep["verdict"]["checks"][0]["check"] == "accuracy_drop"
+    assert "top1" in rep["verdict"]["checks"][0]["detail"]
+    stages = {s["label"]: s for s in rep["stages"]}
+    assert {"load", "export", "optimize", "fp16", "calibrate[minmax]"} <= set(stages)
+    contract = rep["timing"]["input_contract"]
+    assert contract["input"] == "image" and contract["shape"][1:] == [
+        {"min": 3, "max": 3}, {"min": 16, "max": 16}, {"min": 16, "max": 16}]
+
+
+def test_the_same_network_as_an_onnx_file_only(byo):
+    proc = _run(byo, "onnx", "model=onnx", f"model.path={byo / 'cnn.onnx'}", *DATA,
+                f"data.path={byo / 'data'}", "metric=classification", "metric.top_k=2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = _report(byo, "onnx")
+    stages = {s["label"]: s for s in rep["stages"]}
+    assert "load" not in stages and "export" not in stages  # nothing to load or export
+    imported = json.loads((Path(stages["import"]["path"]) / "artifact.json").read_text())["meta"]
+    assert (imported["opset_given"], imported["opset"]) == (12, 13)
+    assert imported["parity_vs_file"]["decoded_agreement"] == 1.0
+    rows = {r["role"]: r for r in rep["rows"]}
+    assert rows["fp32"]["top1"] >= 90.0
+    # the same weights and data as the torch run: the same float accuracy
+    torch_rows = {r["role"]: r for r in _report(byo, "torch")["rows"]} if (
+        byo / "torch" / "runs" / "latest").exists() else None
+    if torch_rows:
+        assert rows["fp32"]["top1"] == pytest.approx(torch_rows["fp32"]["top1"], abs=1e-6)
+
+
+def test_editing_the_data_in_place_reruns_the_evaluation(byo):
+    """A second run reuses every stage; after one image changes in place, the data's digest
+    changes and every stage that reads the data runs again."""
+    data = byo / "data-edit"
+    shutil.copytree(byo / "data", data)
+    args = ["model=onnx", f"model.path={byo / 'cnn.onnx'}", *DATA, f"data.path={data}",
+            "metric=classification", "quant=fp16"]
+    assert _run(byo, "edit", *args).returncode == 0
+    second = _run(byo, "edit", *args)
+    assert second.returncode == 0 and "stages: " in second.stdout
+    reused = {s["label"]: s["reused"] for s in _report(byo, "edit")["stages"]}
+    assert all(reused.values()), reused
+    victim = sorted((data / "class1").iterdir())[0]
+    shutil.copy(sorted((data / "class0").iterdir())[0], victim)  # same name, other content
+    assert _run(byo, "edit", *args).returncode == 0
+    reused = {s["label"]: s["reused"] for s in _report(byo, "edit")["stages"]}
+    # (evaluate[candidate] is the FP16 model's evaluation again in quant=fp16: reused in-run)
+    assert not any(reused[k] for k in ("import", "evaluate[fp32]", "evaluate[fp16]")), reused
+
+
+def test_label_free_run_with_an_onnx_file_and_an_unlabelled_folder(byo):
+    proc = _run(byo, "free", "model=onnx", f"model.path={byo / 'cnn.onnx'}", "data=imagefolder",
+                f"data.path={byo / 'flat'}", "data.calibration_samples=12",
+                "data.evaluation_samples=30", "metric=agreement")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = _report(byo, "free")
+    assert rep["metrics"][0]["name"] == "argmax_agreement"
+    rows = {r["role"]: r for r in rep["rows"]}
+    # the optimized FP32 model is the file as given, up to float rounding
+    assert rows["fp32"]["argmax_agreement"] == 100.0 and rows["fp32"]["cosine_mean"] > 0.9999
+    assert 0.0 <= rows["candidate"]["argmax_agreement"] <= 100.0
+
+
+def test_every_task_meets_the_contract(byo):
+    from pipeline.compose import compose
+    from pipeline.models import TASKS, task
+    from pipeline.models.contract import check
+    from pipeline.models.sources import task_key
+
+    for name in TASKS:
+        assert check(task(name)) == [], name
+    for args in (["model=onnx", f"model.path={byo / 'cnn.onnx'}", "metric=classification"],
+                 [*TORCH, "metric=classification"],
+                 ["model=onnx", f"model.path={byo / 'cnn.onnx'}", "metric=agreement"]):
+        cfg = compose([*args, "data=imagefolder", f"data.path={byo / 'data'}",
+                       "data.calibration_samples=30", "data.evaluation_samples=60"])
+        t = task(task_key(cfg.model, cfg.data, cfg.metric, str(byo / "ctr")))
+        assert check(t) == [], args
+        batch = next(t.batches(t.dataset(t.split("evaluation", 8, "")), 4))
+        assert set(batch.feeds) == {i.name for i in t.inputs} and len(batch.indices) == 4
+
+
+def test_bad_inputs_end_with_one_line(byo, tmp_path):
+    not_onnx = tmp_path / "model.onnx"
+    not_onnx.write_text("this is not a model")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    bad_ck = tmp_path / "other.safetensors"
+    from safetensors.torch import save_file
+
+    from tests import byo_net
+
+    save_file({k: v.contiguous() for k, v in byo_net.small_cnn(width=4).state_dict().items()},
+              str(bad_ck))
+    onnx = ["model=onnx", f"model.path={byo / 'cnn.onnx'}"]
+    labelled = ["data=imagefolder", f"data.path={byo / 'data'}"]
+    cases = [
+        (["model=onnx", f"model.path={not_onnx}", *labelled, "metric=classification"], 2,
+         ("not an ONNX model",)),
+        ([*TORCH[:1], "model.factory=no_such_pkg.mod:fn", *TORCH[2:], *labelled,
+          "metric=classification"], 2, ("cannot import no_such_pkg.mod",)),
+        ([*TORCH, f"model.checkpoint={bad_ck}", *labelled, "metric=classification"], 2,
+         ("does not fit",)),
+        ([*onnx, "data=imagefolder", f"data.path={empty}", "metric=classification"], 3,
+         ("no samples",)),
+        ([*onnx, "data=imagefolder", f"data.path={byo / 'flat'}", "data.calibration_samples=12",
+          "data.evaluation_samples=30", "metric=classification"], 2,
+         ("needs labels", "metric=agreement")),
+        ([*onnx, *labelled, "metric=ctc", f"metric.charset={not_onnx}"], 2,
+         ("metric=ctc needs an output [batch, time, classes]",)),
+        ([*onnx, *labelled, "metric=classification", "prune=channels"], 2,
+         ("prune=channels", "no network to prune")),
+    ]
+    for args, code, words in cases:
+        proc = _run(tmp_path, "bad", *args)
+        _one_line(proc, code, *words)
+        assert not (tmp_path / "bad" / "runs").exists()  # nothing half-written
