@@ -11,6 +11,8 @@ cached speedup would otherwise pass a gate). The key it was built under must be 
 """
 from __future__ import annotations
 
+import dataclasses
+import enum
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -108,3 +110,19 @@ class Artifact:
                 raise StageError(f"artifact {path} is corrupt: its {MANIFEST} names key "
                                  f"{str(art.key)[:16]}..., not its folder's")
         return art
+
+
+def plain(obj):
+    """Dataclasses and enums as JSON-ready values (for keys and manifests)."""
+    if dataclasses.is_dataclass(obj):
+        # A field marked key_omit_default is left out at its default, so adding such a field
+        # (a runtime setting) keeps every key made before it valid.
+        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not (f.metadata.get("key_omit_default") and getattr(obj, f.name) == f.default)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): plain(v) for k, v in obj.items()}
+    return obj

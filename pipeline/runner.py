@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from pipeline import isolate, leftovers, locks
-from pipeline.artifact import FORMAT, Artifact, canonical_meta, content_digest, digest_files
+from pipeline.artifact import FORMAT, Artifact, canonical_meta, content_digest, digest_files, plain
 from pipeline.env import hardware_fingerprint, tool_versions
 from pipeline.errors import StageError
 
@@ -43,22 +43,6 @@ class Stage(Protocol):
     hardware_dependent: ClassVar[bool]  # measures, or its output depends on, the machine
 
     def run(self, parent: Artifact | None, out_dir: Path, **refs: Artifact) -> dict: ...
-
-
-def plain(obj):
-    """Dataclasses and enums as JSON-ready values (for keys and manifests)."""
-    if dataclasses.is_dataclass(obj):
-        # A field marked key_omit_default is left out at its default, so adding such a field
-        # (a runtime setting) keeps every key made before it valid.
-        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                if not (f.metadata.get("key_omit_default") and getattr(obj, f.name) == f.default)}
-    if isinstance(obj, enum.Enum):
-        return obj.value
-    if isinstance(obj, (list, tuple)):
-        return [plain(v) for v in obj]
-    if isinstance(obj, dict):
-        return {str(k): plain(v) for k, v in obj.items()}
-    return obj
 
 
 SCRATCH = ".scratch"  # inside the stage's temporary folder; removed before it is hashed

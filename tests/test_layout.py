@@ -22,8 +22,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("pipeline", "pipeline.errors", "pipeline.env", "pipeline.locks",
               "pipeline.leftovers", "pipeline.artifact", "pipeline.isolate")),
     # The typed schema of every config group: plain dataclasses and enums that every
-    # capability may read (the bill reads Precision), so it must not import any of them.
-    ("config", ("pipeline.config",)),
+    # capability may read (the bill reads Precision), so it must not import any of them. The
+    # data= and metric= groups' schemas live beside the code that reads them.
+    ("config", ("pipeline.config", "pipeline.data.spec", "pipeline.metrics.config")),
     # Libraries, each about one thing, called by stages and by the CLIs; none knows the order of
     # work. Peers in one layer may import each other (models decode with metrics, cold start
     # times a runtime) as long as no cycle forms.

@@ -31,6 +31,10 @@ def task(key):
         from pipeline.models.ocr.task import OcrTask
 
         return OcrTask(key, module(key))
-    from pipeline.models import sources
+    if key.kind == "onnx":  # a Source (pipeline.models.sources): the user's own model
+        from pipeline.models.onnx_file import OnnxTask
 
-    return sources.build(key)
+        return OnnxTask(key)
+    from pipeline.models.torch_factory import TorchTask
+
+    return TorchTask(key)

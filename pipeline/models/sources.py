@@ -3,8 +3,7 @@
 In: the run's ``ModelConfig``, ``DataConfig`` and ``MetricConfig``. Out: ``task_key`` (a built-in
 task's name, or a frozen ``Source`` for the user's own model: an ONNX file or a torch factory,
 with its data and metric as canonical JSON, so the key is hashable, picklable and stable across
-processes), ``build`` (the ``Task`` for a ``Source``: ``pipeline.models.onnx_file`` or
-``pipeline.models.torch_factory``) and ``Splits`` (the evaluation, parity and calibration
+processes; ``pipeline.models.task`` builds its ``Task``) and ``Splits`` (the evaluation, parity and calibration
 ``DataSplit`` values of a run, each carrying the content digest of its data). The model file's
 and the checkpoint's sha256 are in the key, so a replaced file gives a new task key.
 """
@@ -31,7 +30,7 @@ class Source:
 
 
 def _json(obj) -> str:
-    from pipeline.runner import plain
+    from pipeline.artifact import plain
 
     return json.dumps(plain(obj), sort_keys=True)
 
@@ -59,16 +58,6 @@ def task_key(model, data=None, metric=None, data_dir: str = "calibration"):
                       sort_keys=True)
     return Source("torch", model.factory, sha, checkpoint, spec, _json(data), _json(metric),
                   str(data_dir))
-
-
-def build(key: Source):
-    if key.kind == "onnx":
-        from pipeline.models.onnx_file import OnnxTask
-
-        return OnnxTask(key)
-    from pipeline.models.torch_factory import TorchTask
-
-    return TorchTask(key)
 
 
 class Splits:

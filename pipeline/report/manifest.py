@@ -17,7 +17,7 @@ def body(cfg, out, record: list) -> dict:
     from pipeline.env import environment
     from pipeline.quant import report as quant_report
     from pipeline.report import run as rep
-    from pipeline.runner import plain
+    from pipeline.artifact import plain
 
     from pipeline.models import task
     from pipeline.models.sources import task_key
