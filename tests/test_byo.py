@@ -157,7 +157,9 @@ def test_bad_inputs_end_with_one_line(byo, tmp_path):
     save_file({k: v.contiguous() for k, v in byo_net.small_cnn(width=4).state_dict().items()},
               str(bad_ck))
     onnx = ["model=onnx", f"model.path={byo / 'cnn.onnx'}"]
-    labelled = ["data=imagefolder", f"data.path={byo / 'data'}"]
+    # enough samples for the counts asked, so each case fails on its own problem
+    labelled = ["data=imagefolder", f"data.path={byo / 'data'}", "data.calibration_samples=30",
+                "data.evaluation_samples=60"]
     cases = [
         (["model=onnx", f"model.path={not_onnx}", *labelled, "metric=classification"], 2,
          ("not an ONNX model",)),

@@ -30,11 +30,11 @@ class Current:
     node_trial: tuple | None = None  # (artifact, float nodes) of the latency trial, for regions
 
 
-def int8(cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration) -> tuple:
+def int8(cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration_split) -> tuple:
     """(candidate artifact, QuantInfo) for quant=int8, dynamic or mixed. ``t``: the task;
-    ``evaluation``: its evaluation ``DataSplit``; ``calibration``: a function giving the
+    ``evaluation``: its evaluation ``DataSplit``; ``calibration_split``: a function giving the
     calibration split (built only when a method needs it)."""
-    qz = Quantizer(cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration)
+    qz = Quantizer(cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration_split)
     info = QuantInfo(settings=qz.settings, calibration=cfg.quant.calibration.value)
     method = info.calibration = calibration(qz, info)
     cur = quantize(qz, method)
