@@ -89,6 +89,9 @@ def pytest_pyfunc_call(pyfuncitem):
 # ``--dist loadgroup`` marks do not take effect with pytest 9, hence a scheduler of our own.
 TINY_RUN_FILES = {f"tests/{p.name}" for p in (ROOT / "tests").glob("test_*.py")
                   if "tiny_run" in p.read_text()}
+# Files whose tests are long but whose fixtures are cheap (seconds): each test is a unit of its
+# own, so the two workers share them (the fixture is then built on both).
+PER_TEST_FILES = {"tests/test_byo.py"}
 
 if importlib.util.find_spec("xdist") is not None:
     def pytest_xdist_make_scheduler(config, log):
@@ -97,6 +100,8 @@ if importlib.util.find_spec("xdist") is not None:
         class ByFixture(LoadScopeScheduling):
             def _split_scope(self, nodeid: str) -> str:
                 file = nodeid.split("::", 1)[0]
+                if file in PER_TEST_FILES:
+                    return nodeid
                 return "tiny_run" if file in TINY_RUN_FILES else file
 
         return ByFixture(config, log)

@@ -53,7 +53,7 @@ def test_pruned_network_flows_through_export_and_every_later_stage(tiny_run, tmp
     assert rep["lineage"]["export"]["parent"] == by_label["prune"]["digest"]
     assert rep["lineage"]["unpruned"]["digest"] == by_label["load"]["digest"]
 
-    net = json.loads((Path(by_label["prune"]["path"]) / "net.json").read_text())
+    net = json.loads((Path(by_label["prune"]["path"]) / "net.json").read_text())["params"]
     assert net["widths"] == [8, 4, 8, 8, 8, 8]
     model = onnx.load(str(Path(rep["lineage"]["export"]["path"]) / "model.onnx"))
     conv_out = sorted(i.dims[0] for i in model.graph.initializer if len(i.dims) == 4)
