@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import signal
+import sys
 import traceback
 
 from pipeline.errors import PipelineError, StageError, describe_os_error
 
 _ctx = None
+ALWAYS = ["numpy", "onnx", "onnxruntime"]
+# Imported by every child once the run needs them, and slow to import (1.5 to 3 s each): a run
+# on the user's data reads it through ``datasets`` in every stage, a torch model loads torch.
+# The forkserver imports them once when the parent already has (it checked the model and data
+# before the first stage), instead of every child paying for them again.
+IF_LOADED = ["datasets", "torch", "transformers"]
 
 
 def context():
@@ -22,7 +29,7 @@ def context():
     global _ctx
     if _ctx is None:
         _ctx = mp.get_context("forkserver")
-        _ctx.set_forkserver_preload(["numpy", "onnx", "onnxruntime"])
+        _ctx.set_forkserver_preload(ALWAYS + [m for m in IF_LOADED if m in sys.modules])
     return _ctx
 
 
