@@ -5,11 +5,23 @@ import importlib.util
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Each xdist worker has machine-wide locks of its own (``pipeline.locks``; every run a test starts
+# inherits this). The pipeline's timed stages hold the machine alone, which for two workers meant
+# one idled through every benchmark of the other: about a third of the suite's time. The tests
+# judge timings only against themselves (A/A, ratios of side-by-side rounds, with wide
+# tolerances), never against a number, so a neighbour's load spoils none of them. Within a worker
+# the locks still work as in production, and the tests of the locks (tests/test_sweep.py) see
+# them whole.
+if os.environ.get("PYTEST_XDIST_WORKER") and "PIPELINE_LOCK_DIR" not in os.environ:
+    os.environ["PIPELINE_LOCK_DIR"] = tempfile.mkdtemp(
+        prefix=f"pipeline-locks-{os.environ['PYTEST_XDIST_WORKER']}-")
 
 
 def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
