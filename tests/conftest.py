@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Each xdist worker has machine-wide locks of its own (``pipeline.locks``; every run a test starts
 # inherits this). The pipeline's timed stages hold the machine alone, which for two workers meant
-# one idled through every benchmark of the other: about a third of the suite's time. The tests
+# that one idled through every benchmark, profile and load test of the other. The tests
 # judge timings only against themselves (A/A, ratios of side-by-side rounds, with wide
 # tolerances), never against a number, so a neighbour's load spoils none of them. Within a worker
 # the locks still work as in production, and the tests of the locks (tests/test_sweep.py) see
