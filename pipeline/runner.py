@@ -17,7 +17,6 @@ a key while the others wait and reuse it, and timed stages run alone on the mach
 from __future__ import annotations
 
 import dataclasses
-import enum
 import hashlib
 import json
 import os
@@ -44,6 +43,10 @@ class Stage(Protocol):
 
     def run(self, parent: Artifact | None, out_dir: Path, **refs: Artifact) -> dict: ...
 
+
+# The metadata of a stage field that only runs the stage's checks (the target a parity check's
+# session runs on, say) and so does not shape its output: the field stays out of the key.
+CHECKS_ONLY = {"in_key": False}
 
 SCRATCH = ".scratch"  # inside the stage's temporary folder; removed before it is hashed
 
@@ -79,10 +82,8 @@ class Runner:
             self.log(f"  removed {removed} temporary or corrupt folder(s) left by killed runs")
 
     def key(self, stage: Stage, parent: Artifact | None, refs: dict[str, Artifact]) -> str:
-        config = plain(stage)
-        if not stage.hardware_dependent:
-            # Such stages use the hardware only to run checks; their output does not depend on it.
-            config.pop("hardware", None)
+        skip = {f.name for f in dataclasses.fields(stage) if f.metadata.get("in_key") is False}
+        config = {k: v for k, v in plain(stage).items() if k not in skip}
         blob = {
             "stage": stage.name, "version": stage.version, "config": config,
             "format": FORMAT,  # how digests are made: entries made another way are never read

@@ -9,10 +9,11 @@ against the file as given, on real samples, must agree (max output difference wi
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.errors import StageError
+from pipeline.runner import CHECKS_ONLY
 from pipeline.stages.parity import compare, node_counts, require
 
 MIN_OPSET = 13
@@ -24,7 +25,7 @@ class ImportOnnx:
     path: str
     sha256: str            # of the file: a replaced file is a new artifact
     data: object           # DataSplit: the samples parity is checked on
-    hardware: object
+    hardware: object = field(metadata=CHECKS_ONLY)  # runs its checks: not in the key
     tolerance: float = 1e-3
     name = "import"
     version = 1
