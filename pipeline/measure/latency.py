@@ -92,3 +92,28 @@ def contract(t, timed: list[dict]) -> dict:
                           "shape": [{"min": int(min(d)), "max": int(max(d))} for d in dims]})
     return {**per_input[0], "inputs": per_input,
             "note": "dimension ranges measured by the benchmark; inputs outside them are untested"}
+
+
+def speedups(times: dict, stats: dict, floats: list, candidates: list, probes: list, cfg,
+             aa_role: str, by_label: bool) -> dict:
+    """One batch size's verdict on speed: the candidate's ratio over every other model and over
+    the fastest float baseline (each ``contender``'s too), the A/A check of ``fp32`` against its
+    copy ``aa_role``, and the speedups per core state (``by_label``: each contender's as well)."""
+    fastest = min(floats, key=lambda r: stats[r]["p50"])
+    aa = timing.ratio_ci(times["fp32"], times[aa_role])
+    out = {
+        "speedup": {lab: timing.ratio_ci(times[lab], times["candidate"])
+                    for lab in times if lab != "candidate"},
+        "fastest_float": fastest,
+        "speedup_vs_fastest_float": timing.ratio_ci(times[fastest], times["candidate"]),
+        "speedup_vs_fastest_float_by_label": {
+            lab: timing.ratio_ci(times[fastest], times[lab]) for lab in candidates},
+        "aa_check": {**aa, "tolerance": cfg.aa_tolerance,
+                     "ok": abs(aa["median"] - 1.0) <= cfg.aa_tolerance},
+        "core_state": core_states(probes, times, fastest, cfg.rel_ci),
+    }
+    if by_label:
+        out["core_state_by_label"] = {
+            lab: core_states(probes, {**times, "candidate": times[lab]}, fastest, cfg.rel_ci)
+            for lab in candidates}
+    return out

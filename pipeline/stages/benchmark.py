@@ -42,13 +42,11 @@ import numpy as np
 from pipeline.data import real_batches
 from pipeline.errors import StageError
 from pipeline.measure import timing
-from pipeline.measure.latency import blocking, contract, core_states, shape_outliers
+from pipeline.measure.latency import blocking, contract, shape_outliers, speedups
 from pipeline.models.contract import size_of
 
 FLOAT_ROLES = ("fp32", "fp16")
 AA_ROLE = "fp32 (A/A copy)"
-
-
 
 
 @dataclass(frozen=True)
@@ -123,32 +121,18 @@ class Benchmark:
                                                  probe=probe.measure, min_seconds=cfg.min_seconds)
             stats = {lab: timing.percentiles(single[lab], b) for lab in times}
             raw[str(b)] = {lab: [round(float(ms), 4) for ms in v] for lab, v in times.items()}
-            fastest = min(floats, key=lambda r: stats[r]["p50"])
             used = np.arange(run_info["rounds"]) % len(inputs)
             per_size = {lab: sorted(({"size": size_of(t, x), "bucket": bucket_of[i],
                                       "p50": float(np.median(v[used == i]))}
                                      for i, x in enumerate(inputs) if np.any(used == i)),
                                     key=lambda r: r["size"])
                         for lab, v in times.items()}
-            aa = timing.ratio_ci(times["fp32"], times[AA_ROLE])
-            probes = run_info.pop("probes")
-            states = core_states(probes, times, fastest, cfg.rel_ci)
-            if states["changed"]:
+            speed = speedups(times, stats, floats, candidates, run_info.pop("probes"), cfg,
+                             AA_ROLE, by_label=bool(self.contenders))
+            if speed["core_state"]["changed"]:
                 run_info["noisy"] = True  # one number would average two machines; see core_state
             result["batches"][str(b)] = {
-                "latency_ms": stats,
-                "speedup": {lab: timing.ratio_ci(times[lab], times["candidate"])
-                            for lab in times if lab != "candidate"},
-                "fastest_float": fastest,
-                "speedup_vs_fastest_float": timing.ratio_ci(times[fastest], times["candidate"]),
-                "speedup_vs_fastest_float_by_label": {
-                    lab: timing.ratio_ci(times[fastest], times[lab]) for lab in candidates},
-                "aa_check": {**aa, "tolerance": cfg.aa_tolerance,
-                             "ok": abs(aa["median"] - 1.0) <= cfg.aa_tolerance},
-                "core_state": states,
-                **({"core_state_by_label": {
-                    lab: core_states(probes, {**times, "candidate": times[lab]}, fastest, cfg.rel_ci)
-                    for lab in candidates}} if self.contenders else {}),
+                "latency_ms": stats, **speed,
                 "warmup_runs": warm, **run_info, "block": block,
                 "per_size": per_size, "shape_outliers": shape_outliers(per_size),
             }
