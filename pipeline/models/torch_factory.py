@@ -4,8 +4,7 @@ In: a ``Source`` of kind ``torch``: ``package.module:function`` (called with ``m
 keyword arguments), an optional safetensors checkpoint (never a pickle), the inputs with their
 dynamic axes by meaning (``{image: [batch, 3, 32, width]}``) and the output names, plus the data
 and metric configs. Out: a ``Task`` the load and export stages build and export with exactly
-those dynamic axes; its outputs' shapes come from one forward pass on a real sample, and its
-reference for label-free runs is the network itself. One line, before any stage, for: a factory
+those dynamic axes; its outputs' shapes come from one forward pass on a real sample. One line, before any stage, for: a factory
 that does not import or is not callable, a factory that does not return an ``nn.Module``, a
 checkpoint that does not fit the network.
 """
@@ -111,6 +110,3 @@ class TorchTask(UserTask):
                               for i in self.inputs))
         out = out[0] if isinstance(out, (tuple, list)) else out
         return out.float().numpy()
-
-    def _reference(self, feeds: dict):
-        return self._forward(feeds)

@@ -31,6 +31,7 @@ class OcrTask:
         self.metrics = MetricsSpec((ctc.SPECS["sequence_accuracy"], ctc.SPECS["cer"]),
                                    module.PRIMARY_METRIC)
         self.size_axis = (module.INPUT_NAME, 3)
+        self.label_free = False  # generated lines come with their text
         self.dynamic_op_types = ("LSTM",)
         self.prune_ignored = ("cnn.0", "head")
         # The module pruning takes its trace input, held-out data and recovery loop from: the
