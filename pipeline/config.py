@@ -148,17 +148,10 @@ class ModelConfig:
                                   "and shape, e.g. {image: [batch, 3, 32, 32]}")
         if self.checkpoint is not None and self.name == "onnx":
             raise ConfigError("model.checkpoint: model=onnx takes its weights from model.path")
-        if self.name in ("ocr", "ocr_mobile"):  # the built-in networks' architecture
-            # absent: the CRNN's defaults (pipeline.models.ocr.task); never written back here, as
-            # this default instance is also the schema every model option merges onto
-            widths = self.params.get("widths", [32, 64, 128, 256, 256])
-            hidden = self.params.get("hidden", 128)
-            if not isinstance(widths, (list, tuple)) or len(widths) != 5 or any(
-                    not isinstance(w, int) or w <= 0 for w in widths):
-                raise ConfigError(f"model.params.widths={widths}: expected 5 positive channel "
-                                  "counts")
-            if not isinstance(hidden, int) or hidden <= 0:
-                raise ConfigError(f"model.params.hidden={hidden}: must be a positive integer")
+        if self.kind == ModelKind.task and self.name not in ("onnx", "torch"):
+            from pipeline.models import check_params
+
+            check_params(self.name, self.params)  # a built-in network's own architecture
 
 
 @dataclass
@@ -371,7 +364,7 @@ class TimingConfig:
     max_seconds: float = 60.0               # per batch size: keep measuring while CIs are wide
     rel_ci: float = 0.03                    # target half-width of each ratio's 95 % CI
     block: int = 1                          # runs per model per round (>1 across runtimes)
-    width_buckets: int = 4                  # input shape classes from the evaluation set
+    size_buckets: int = 4                   # input shape classes by the dynamic axis's size
     batches_per_bucket: int = 2             # distinct real batches per shape class
     warmup_window: int = 10                 # warm-up ends when two windows' medians agree ...
     warmup_tolerance: float = 0.05          # ... within this fraction
@@ -381,7 +374,7 @@ class TimingConfig:
     nonce: str = ""                         # any new value forces a fresh measurement (make bench)
 
     def __post_init__(self):
-        _positive(self, "bench", "min_rounds", "block", "width_buckets", "batches_per_bucket",
+        _positive(self, "bench", "min_rounds", "block", "size_buckets", "batches_per_bucket",
                   "warmup_window", "warmup_max_runs")
         if not self.batch_sizes or any(b <= 0 for b in self.batch_sizes):
             raise ConfigError(f"bench.batch_sizes={self.batch_sizes}: expected positive sizes")

@@ -1,7 +1,7 @@
 """evaluate: score a model on the held-out evaluation set, on the target runtime.
 
 In: any artifact with a ``model.onnx``. Out: ``predictions.json`` (decoded strings in data-set
-order), the task metrics (sequence accuracy and CER for OCR) and a sha256 over the decoded outputs:
+order), the task's metrics (its contract's ``metrics``) and a sha256 over the decoded outputs:
 the output-hash ledger the source article asks for, so two artifacts whose outputs differ in a
 single line are told apart even when their accuracy is equal. Agreement with the FP16 baseline is
 computed from two of these files (``pipeline.metrics.outputs``), so this stage needs only its own

@@ -20,6 +20,20 @@ from pipeline.models.contract import Batch, DataSplit, InputSpec, MetricsSpec, O
 DEFAULT_PARAMS = {"widths": [32, 64, 128, 256, 256], "hidden": 128}  # the schema's defaults
 
 
+def check_params(params: dict) -> None:
+    """``model.params`` of the built-in networks; absent values are ``DEFAULT_PARAMS`` (never
+    written back: the config's default instance is the schema every model option merges onto)."""
+    from pipeline.errors import ConfigError
+
+    widths = params.get("widths", DEFAULT_PARAMS["widths"])
+    hidden = params.get("hidden", DEFAULT_PARAMS["hidden"])
+    if not isinstance(widths, (list, tuple)) or len(widths) != 5 or any(
+            not isinstance(w, int) or w <= 0 for w in widths):
+        raise ConfigError(f"model.params.widths={widths}: expected 5 positive channel counts")
+    if not isinstance(hidden, int) or hidden <= 0:
+        raise ConfigError(f"model.params.hidden={hidden}: must be a positive integer")
+
+
 class OcrTask:
     def __init__(self, key: str, module):
         from pipeline.models.ocr.data import ALPHABET, HEIGHT
