@@ -73,6 +73,33 @@ def test_torch_factory_classifier_end_to_end(byo):
         {"min": 3, "max": 3}, {"min": 16, "max": 16}, {"min": 16, "max": 16}]
 
 
+def test_torch_factory_pruned_end_to_end(byo):
+    """prune=channels on a factory's network: the classifier layer kept (the model's default),
+    the channels removed recorded as a history that export replays on the rebuilt network."""
+    import onnx
+
+    proc = _run(byo, "pruned", *TORCH, f"model.checkpoint={byo / 'cnn.safetensors'}", *DATA,
+                f"data.path={byo / 'data'}", "metric=classification", "quant=none",
+                "prune=channels", "prune.ratio=0.5", "prune.round_to=4", "prune.recover_steps=20",
+                "prune.recover_batch_size=16", "prune.recover_lr=0.005", "prune.eval_samples=60")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = _report(byo, "pruned")
+    section = rep["pruning"]
+    assert section["config"]["ignored"] == ["7"]  # the last Linear: its outputs are the classes
+    assert section["layers"] == [["0", 8, 4], ["3", 16, 8]]
+    unpruned, pruned, recovered = section["rows"]
+    assert pruned["parameters"] < unpruned["parameters"] and pruned["onnx_mb"] < unpruned["onnx_mb"]
+    assert unpruned["top1"] >= 90.0 and 0.0 <= recovered["top1"] <= 100.0
+    stages = {s["label"]: s for s in rep["stages"]}
+    history = json.loads((Path(stages["prune"]["path"]) / "net.json").read_text())
+    assert [h[0] for h in history["pruning_history"]] == ["3", "0"]
+    graph = onnx.load(str(Path(rep["lineage"]["export"]["path"]) / "model.onnx")).graph
+    assert sorted(i.dims[0] for i in graph.initializer if len(i.dims) == 4) == [4, 8]
+    rows = {r["role"]: r for r in rep["rows"]}
+    assert rows["fp32"]["top1"] == pytest.approx(recovered["top1"], abs=5.0)  # ORT vs torch
+    assert "held-out top1 %" in (byo / "pruned" / "runs" / "latest" / "report.md").read_text()
+
+
 def test_the_same_network_as_an_onnx_file_only(byo):
     proc = _run(byo, "onnx", "model=onnx", f"model.path={byo / 'cnn.onnx'}", *DATA,
                 f"data.path={byo / 'data'}", "metric=classification", "metric.top_k=2")

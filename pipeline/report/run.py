@@ -140,7 +140,7 @@ def markdown(report: dict) -> str:
     if report.get("pruning"):
         from pipeline.prune.report import markdown as pruning_markdown
 
-        lines += pruning_markdown(report["pruning"])
+        lines += pruning_markdown(report["pruning"], {m["name"]: m["unit"] for m in metrics})
     if report.get("quantization"):
         from pipeline.quant.report import markdown as quant_markdown
 
