@@ -148,10 +148,6 @@ class ModelConfig:
                                   "and shape, e.g. {image: [batch, 3, 32, 32]}")
         if self.checkpoint is not None and self.name == "onnx":
             raise ConfigError("model.checkpoint: model=onnx takes its weights from model.path")
-        if self.kind == ModelKind.task and self.name not in ("onnx", "torch"):
-            from pipeline.models import check_params
-
-            check_params(self.name, self.params)  # a built-in network's own architecture
 
 
 @dataclass

@@ -24,7 +24,7 @@ from pipeline.models import task
 from pipeline.outcome import Outcome
 from pipeline.models.sources import Splits, task_key
 from pipeline.stages.benchmark import Benchmark
-from pipeline.stages.evaluate import Evaluate, against
+from pipeline.stages.evaluate import Evaluate, against, baselines
 from pipeline.stages.export import Export
 from pipeline.stages.fp16 import ToFp16
 from pipeline.stages.load import Load, params_key
@@ -113,13 +113,3 @@ def recipe(cfg: Config, runner) -> Outcome:
 
         float_hint(verdict, evals, bench, plan, cfg.gate, metric, m.name)
     return Outcome(models, evals, bench, verdict, source, load, quant_info, targets, pruning)
-
-
-def baselines(runner, plan, evaluate, t, exported, fp32, fp16) -> dict:
-    """The float artifacts' evaluations. The FP16 one first: a label-free run scores every other
-    evaluation against its outputs (``against``)."""
-    ref = runner.run(plan.evaluation(evaluate, "fp16"), fp16, label="evaluate[fp16]")
-    evals = {role: runner.run(plan.evaluation(evaluate, role), art, label=f"evaluate[{role}]",
-                              **against(t, ref))
-             for role, art in (("export", exported), ("fp32", fp32))}
-    return {**evals, "fp16": ref}

@@ -105,8 +105,7 @@ def recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning=None):
     from pipeline.quant.recipe import int8 as int8_recipe
     from pipeline.outcome import Outcome
     from pipeline.stages.benchmark import Benchmark
-    from pipeline.recipe import baselines
-    from pipeline.stages.evaluate import Evaluate, against
+    from pipeline.stages.evaluate import Evaluate, against, baselines
 
     m, metric, g = cfg.model, t.metrics.primary_spec, cfg.gate
     hw = dataclasses.replace(cfg.hardware.target(), runtime="auto")  # every runtime here

@@ -90,3 +90,13 @@ def hardest(evaluation, count: int) -> tuple[int, ...]:
     """Indices of the ``count`` samples with the smallest decision margin (ties by index)."""
     margins = json.loads((evaluation.path / "margins.json").read_text())
     return tuple(sorted(sorted(range(len(margins)), key=lambda i: (margins[i], i))[:count]))
+
+
+def baselines(runner, plan, evaluate, t, exported, fp32, fp16) -> dict:
+    """The float artifacts' evaluations. The FP16 one first: a label-free run scores every other
+    evaluation against its outputs (``against``)."""
+    ref = runner.run(plan.evaluation(evaluate, "fp16"), fp16, label="evaluate[fp16]")
+    evals = {role: runner.run(plan.evaluation(evaluate, role), art, label=f"evaluate[{role}]",
+                              **against(t, ref))
+             for role, art in (("export", exported), ("fp32", fp32))}
+    return {**evals, "fp16": ref}
