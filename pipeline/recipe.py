@@ -22,7 +22,7 @@ from pipeline.config import Config, PruneMethod, QuantMode
 from pipeline.errors import ConfigError
 from pipeline.models import task
 from pipeline.outcome import Outcome
-from pipeline.models.sources import Splits, task_key
+from pipeline.models.sources import Source, Splits, task_key
 from pipeline.stages.benchmark import Benchmark
 from pipeline.stages.evaluate import Evaluate, against, baselines
 from pipeline.stages.export import Export
@@ -63,8 +63,9 @@ def recipe(cfg: Config, runner) -> Outcome:
             from pipeline.stages.prune import with_ignored
 
             pruning = {"load": source,
-                       "prune": runner.run(Prune(task=key, prune=with_ignored(cfg.prune, t)),
-                                           source)}
+                       "prune": runner.run(Prune(task=key, prune=with_ignored(cfg.prune, t),
+                                                 data=splits.evaluation if isinstance(key, Source)
+                                                 else None), source)}
             source = pruning["prune"]  # the load format: later stages see a smaller network
         export = Export(task=key, opset=OPSET, data=splits.parity, hardware=hw)
         exported = runner.run(export, source)

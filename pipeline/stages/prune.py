@@ -72,6 +72,10 @@ class Prune:
     prune: object          # PruneConfig, ignored names resolved (with_ignored)
     # float32 or bfloat16 recovery, from the CPU's flags: part of the key, as it changes weights
     precision: str = field(default_factory=lambda: training_precision()["dtype"])
+    # The user's data (a DataSplit: its content digest), which a factory's held-out scores and
+    # recovery read; None where the task generates them from fixed seeds (the OCR CRNN), whose
+    # keys stay as they were.
+    data: object = field(default=None, metadata={"key_omit_default": True})
     name = "prune"
     version = 4  # 2: LSTM hidden units pruned too; layers in network order. 3: recovery precision
     # 4: net.json holds the network's params (and, for a factory, the pruning history)
@@ -88,6 +92,8 @@ class Prune:
         from pipeline.stages.load import network_from
 
         t = task(self.task)
+        if self.data is not None:
+            t.dataset(self.data)  # refuses data changed since the run started
         cfg = with_ignored(self.prune, t)
         net = network_from(parent, t)
         h = helper(t, net)
