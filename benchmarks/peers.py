@@ -117,7 +117,7 @@ def measure(paths: dict, choice: dict, hw, bench, model_cfg, data_dir: str, metr
                 t, mine[target][0], ds, model_cfg.eval_batch_size, metric, reference)
             out["executed"][f"pipeline ({target})"] = mine[target][0].describe(example)
     rng = np.random.default_rng(0)
-    buckets = width_buckets(np.asarray(ds["width"]), bench.width_buckets)
+    buckets = width_buckets(np.asarray(ds["width"]), bench.size_buckets)
     for b, c in choice.items():
         target = runtimes.Target(c["runtime"], c["precision"])
         fns = {"pipeline": mine[target][0].run, AA: mine[target][1].run,

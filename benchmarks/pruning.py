@@ -97,7 +97,7 @@ def section(base: list[str], cli) -> dict:
                      for name, a in (("unpruned", base), ("pruned", [*base, *PRUNED]))},
         "exit_codes": {n: r["exit_code"] for n, r in runs.items()},
         "seconds": {n: r["seconds"] for n, r in runs.items()},
-        "pruning": {k: pruning[k] for k in ("rows", "layers", "widths", "macs_reduction",
+        "pruning": {k: pruning[k] for k in ("rows", "layers", "params", "macs_reduction",
                                            "parameters_reduction", "onnx_size_reduction",
                                            "recover", "config")},
         "side_by_side": side,  # each pipeline's own benchmark run: compare within a run

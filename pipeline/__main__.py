@@ -49,12 +49,13 @@ def _preflight(cfg) -> None:
     from pipeline import runtimes
 
     runtimes.check(cfg.hardware, cfg.quant.mode)  # runtime installed, precision on this CPU
-    from pipeline.models import task
+    from pipeline.models import check_params, task
     from pipeline.models.contract import check
     from pipeline.models.sources import task_key
 
     # The model, its data and metric must fit each other before any stage runs: a file that is
     # not ONNX, a factory that does not import, a metric that does not fit the outputs.
+    check_params(cfg.model.name, cfg.model.params)  # a built-in network's own architecture
     t = task(task_key(cfg.model, cfg.data, cfg.metric, cfg.data_dir))
     problems = check(t)
     if problems:

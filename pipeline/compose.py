@@ -7,6 +7,7 @@ key, the bad value and the valid choices (exit code 2) instead of a multi-line r
 """
 from __future__ import annotations
 
+import sys
 import typing
 from dataclasses import is_dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from pipeline.config import APPS, GROUPS, register
 from pipeline.errors import ConfigError
 
 NULLABLE = {"registry"}  # groups whose stage is optional
+RENAMED = {"bench.width_buckets": "bench.size_buckets"}  # old key -> new key, still accepted
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
@@ -30,6 +32,18 @@ def compilable_models(conf_dir: Path = CONF_DIR) -> list[str]:
             if OmegaConf.load(conf_dir / "model" / f"{o}.yaml").get("kind", "task") == "task"]
 
 
+def _renamed(overrides: list[str]) -> list[str]:
+    """Overrides of a renamed key, under its new name, with one line saying so."""
+    out = []
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        if sep and key in RENAMED:
+            print(f"pipeline: {key} is deprecated, use {RENAMED[key]}", file=sys.stderr)
+            o = f"{RENAMED[key]}={value}"
+        out.append(o)
+    return out
+
+
 def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR,
             config_name: str = "config"):
     """A validated ``Config`` (or ``BillApp`` for ``config_name="bill"``) from the overrides."""
@@ -41,7 +55,7 @@ def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR,
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    overrides = list(overrides or [])
+    overrides = _renamed(list(overrides or []))
     schema = APPS[config_name]
     groups = [g for g in GROUPS if g in schema.__dataclass_fields__]
     try:

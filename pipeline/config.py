@@ -148,17 +148,6 @@ class ModelConfig:
                                   "and shape, e.g. {image: [batch, 3, 32, 32]}")
         if self.checkpoint is not None and self.name == "onnx":
             raise ConfigError("model.checkpoint: model=onnx takes its weights from model.path")
-        if self.name in ("ocr", "ocr_mobile"):  # the built-in networks' architecture
-            # absent: the CRNN's defaults (pipeline.models.ocr.task); never written back here, as
-            # this default instance is also the schema every model option merges onto
-            widths = self.params.get("widths", [32, 64, 128, 256, 256])
-            hidden = self.params.get("hidden", 128)
-            if not isinstance(widths, (list, tuple)) or len(widths) != 5 or any(
-                    not isinstance(w, int) or w <= 0 for w in widths):
-                raise ConfigError(f"model.params.widths={widths}: expected 5 positive channel "
-                                  "counts")
-            if not isinstance(hidden, int) or hidden <= 0:
-                raise ConfigError(f"model.params.hidden={hidden}: must be a positive integer")
 
 
 @dataclass
@@ -371,7 +360,7 @@ class TimingConfig:
     max_seconds: float = 60.0               # per batch size: keep measuring while CIs are wide
     rel_ci: float = 0.03                    # target half-width of each ratio's 95 % CI
     block: int = 1                          # runs per model per round (>1 across runtimes)
-    width_buckets: int = 4                  # input shape classes from the evaluation set
+    size_buckets: int = 4                   # input shape classes by the dynamic axis's size
     batches_per_bucket: int = 2             # distinct real batches per shape class
     warmup_window: int = 10                 # warm-up ends when two windows' medians agree ...
     warmup_tolerance: float = 0.05          # ... within this fraction
@@ -381,7 +370,7 @@ class TimingConfig:
     nonce: str = ""                         # any new value forces a fresh measurement (make bench)
 
     def __post_init__(self):
-        _positive(self, "bench", "min_rounds", "block", "width_buckets", "batches_per_bucket",
+        _positive(self, "bench", "min_rounds", "block", "size_buckets", "batches_per_bucket",
                   "warmup_window", "warmup_max_runs")
         if not self.batch_sizes or any(b <= 0 for b in self.batch_sizes):
             raise ConfigError(f"bench.batch_sizes={self.batch_sizes}: expected positive sizes")
@@ -511,7 +500,7 @@ class BillConfig:
                                             # fragmentation, runtime context); 0 = the article's sum
     tokens_per_s: float = 100.0             # a decode rate to size compute for
     input_shape: Optional[list[int]] = None  # artifact: one sample's input shape, without the
-                                            # batch; null = the task's (OCR: 1 x 32 x 160)
+                                            # batch; null = the task's representative sample
 
     def __post_init__(self):
         _positive(self, "bill", "batch", "seq")

@@ -22,9 +22,9 @@ from pipeline.config import Config, PruneMethod, QuantMode
 from pipeline.errors import ConfigError
 from pipeline.models import task
 from pipeline.outcome import Outcome
-from pipeline.models.sources import Splits, task_key
+from pipeline.models.sources import Source, Splits, task_key
 from pipeline.stages.benchmark import Benchmark
-from pipeline.stages.evaluate import Evaluate
+from pipeline.stages.evaluate import Evaluate, against, baselines
 from pipeline.stages.export import Export
 from pipeline.stages.fp16 import ToFp16
 from pipeline.stages.load import Load, params_key
@@ -63,8 +63,9 @@ def recipe(cfg: Config, runner) -> Outcome:
             from pipeline.stages.prune import with_ignored
 
             pruning = {"load": source,
-                       "prune": runner.run(Prune(task=key, prune=with_ignored(cfg.prune, t)),
-                                           source)}
+                       "prune": runner.run(Prune(task=key, prune=with_ignored(cfg.prune, t),
+                                                 data=splits.evaluation if isinstance(key, Source)
+                                                 else None), source)}
             source = pruning["prune"]  # the load format: later stages see a smaller network
         export = Export(task=key, opset=OPSET, data=splits.parity, hardware=hw)
         exported = runner.run(export, source)
@@ -81,8 +82,7 @@ def recipe(cfg: Config, runner) -> Outcome:
         return auto.recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning)
     plan = Plan(hw, cfg.quant.mode)  # which runtime and precision each artifact runs on
     evaluate = Evaluate(data=splits.evaluation, batch_size=m.eval_batch_size, hardware=hw)
-    evals = {role: runner.run(plan.evaluation(evaluate, role), art, label=f"evaluate[{role}]")
-             for role, art in (("export", exported), ("fp32", fp32), ("fp16", fp16))}
+    evals = baselines(runner, plan, evaluate, t, exported, fp32, fp16)
     quant_info = None
     if cfg.quant.mode in (QuantMode.int8, QuantMode.dynamic, QuantMode.mixed):
         # prepare, calibrate, quantize, explain, float fallback, float regions, float outputs,
@@ -94,8 +94,8 @@ def recipe(cfg: Config, runner) -> Outcome:
                      QuantMode.bf16: fp32}[cfg.quant.mode]  # bf16: a precision, not a file
     models = {"export": exported, "fp32": fp32, "fp16": fp16, "candidate": candidate}
     evals["candidate"] = runner.run(plan.evaluation(evaluate, "candidate"), candidate,
-                                    label="evaluate[candidate]")
-    plan.evaluate_others(runner, evaluate, models)  # runtime=auto: every target, per artifact
+                                    label="evaluate[candidate]", **against(t, evals["fp16"]))
+    plan.evaluate_others(runner, evaluate, models, against(t, evals["fp16"]))  # runtime=auto: every target, per artifact
     bench = runner.run(Benchmark(data=splits.evaluation, bench=cfg.bench.timing(),
                                  hardware=plan.hw, options=plan.bench_options()),
                        candidate, fp32=fp32, fp16=fp16, export=exported)

@@ -36,7 +36,7 @@ def tiny_args(workdir: Path, *extra: str) -> list[str]:
     timings of a few rounds); everything else is the real pipeline."""
     return ["model=ocr_tiny", f"workdir={workdir}", f"data_dir={workdir / 'data'}",
             f"registry.root={workdir / 'registry'}", "bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=1",
-            "bench.warmup_max_runs=20", "bench.width_buckets=2", "bench.cold_start_repeats=1",
+            "bench.warmup_max_runs=20", "bench.size_buckets=2", "bench.cold_start_repeats=1",
             "bench.aa_tolerance=0.5",
             "gate.min_speedup=0", *extra]
 

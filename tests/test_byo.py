@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import run_cli
 
 FAST = ["registry=null", "bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=1",
-        "bench.warmup_max_runs=20", "bench.width_buckets=2", "bench.cold_start_repeats=0",
+        "bench.warmup_max_runs=20", "bench.size_buckets=2", "bench.cold_start_repeats=0",
         "bench.aa_tolerance=0.5", "gate.min_speedup=0", "quant.profile_runs=3",
         "quant.ranking_samples=20", "quant.region_trials=0"]  # regions: tests/test_auto.py
 TORCH = ["model=torch", "model.factory=tests.byo_net:small_cnn",
@@ -73,6 +73,33 @@ def test_torch_factory_classifier_end_to_end(byo):
         {"min": 3, "max": 3}, {"min": 16, "max": 16}, {"min": 16, "max": 16}]
 
 
+def test_torch_factory_pruned_end_to_end(byo):
+    """prune=channels on a factory's network: the classifier layer kept (the model's default),
+    the channels removed recorded as a history that export replays on the rebuilt network."""
+    import onnx
+
+    proc = _run(byo, "pruned", *TORCH, f"model.checkpoint={byo / 'cnn.safetensors'}", *DATA,
+                f"data.path={byo / 'data'}", "metric=classification", "quant=none",
+                "prune=channels", "prune.ratio=0.5", "prune.round_to=4", "prune.recover_steps=20",
+                "prune.recover_batch_size=16", "prune.recover_lr=0.005", "prune.eval_samples=60")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = _report(byo, "pruned")
+    section = rep["pruning"]
+    assert section["config"]["ignored"] == ["7"]  # the last Linear: its outputs are the classes
+    assert section["layers"] == [["0", 8, 4], ["3", 16, 8]]
+    unpruned, pruned, recovered = section["rows"]
+    assert pruned["parameters"] < unpruned["parameters"] and pruned["onnx_mb"] < unpruned["onnx_mb"]
+    assert unpruned["top1"] >= 90.0 and 0.0 <= recovered["top1"] <= 100.0
+    stages = {s["label"]: s for s in rep["stages"]}
+    history = json.loads((Path(stages["prune"]["path"]) / "net.json").read_text())
+    assert [h[0] for h in history["pruning_history"]] == ["3", "0"]
+    graph = onnx.load(str(Path(rep["lineage"]["export"]["path"]) / "model.onnx")).graph
+    assert sorted(i.dims[0] for i in graph.initializer if len(i.dims) == 4) == [4, 8]
+    rows = {r["role"]: r for r in rep["rows"]}
+    assert rows["fp32"]["top1"] == pytest.approx(recovered["top1"], abs=5.0)  # ORT vs torch
+    assert "held-out top1 %" in (byo / "pruned" / "runs" / "latest" / "report.md").read_text()
+
+
 def test_the_same_network_as_an_onnx_file_only(byo):
     proc = _run(byo, "onnx", "model=onnx", f"model.path={byo / 'cnn.onnx'}", *DATA,
                 f"data.path={byo / 'data'}", "metric=classification", "metric.top_k=2")
@@ -119,10 +146,17 @@ def test_label_free_run_with_an_onnx_file_and_an_unlabelled_folder(byo):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rep = _report(byo, "free")
     assert rep["metrics"][0]["name"] == "argmax_agreement"
+    assert rep["metrics"][0]["against"] == "fp16_outputs"
     rows = {r["role"]: r for r in rep["rows"]}
-    # the optimized FP32 model is the file as given, up to float rounding
-    assert rows["fp32"]["argmax_agreement"] == 100.0 and rows["fp32"]["cosine_mean"] > 0.9999
-    assert 0.0 <= rows["candidate"]["argmax_agreement"] <= 100.0
+    # every row is scored against the FP16 baseline's outputs: its own row agrees by construction
+    assert rows["fp16"]["argmax_agreement"] == 100.0 and rows["fp16"]["max_abs_diff"] == 0.0
+    assert rows["fp16"]["cosine_mean"] == pytest.approx(1.0, abs=1e-12)
+    # FP32 differs from FP16 by rounding only (nonzero: it is not compared with itself)
+    assert rows["fp32"]["argmax_agreement"] >= 90.0 and 0.0 < rows["fp32"]["max_abs_diff"] < 0.1
+    assert rows["candidate"]["cosine_mean"] <= rows["fp16"]["cosine_mean"] + 1e-12
+    check = rep["verdict"]["checks"][0]
+    assert check["check"] == "accuracy_drop" and check["value"] == pytest.approx(
+        100.0 - rows["candidate"]["argmax_agreement"])
 
 
 def test_every_task_meets_the_contract(byo):

@@ -41,6 +41,14 @@ def test_quant_options_map_to_modes():
     assert {compose([f"quant={o}"]).quant.mode for o in group_options("quant")} == set(QuantMode)
 
 
+def test_a_renamed_key_still_works_and_says_so(capsys):
+    assert compose(["bench.width_buckets=3"]).bench.size_buckets == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["pipeline: bench.width_buckets is deprecated, use bench.size_buckets"]
+    assert compose(["bench.size_buckets=3"]).bench.size_buckets == 3
+    assert capsys.readouterr().err == ""
+
+
 def test_registry_can_be_dropped():
     assert compose(["registry=null"]).registry is None
 

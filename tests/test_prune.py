@@ -240,8 +240,8 @@ def test_stage_writes_safetensors_and_widths_that_rebuild_the_network(tmp_path, 
 
     meta = _run_stage(_load_artifact(tmp_path), tmp_path / "a")
     net_json = json.loads((tmp_path / "a" / "net.json").read_text())
-    assert net_json["params"]["widths"] == meta["widths"] == [8, 8, 16, 16, 16, 16]
-    assert net_json["params"]["hidden"] == meta["hidden"] == 8
+    assert net_json["params"]["widths"] == meta["params"]["widths"] == [8, 8, 16, 16, 16, 16]
+    assert net_json["params"]["hidden"] == meta["params"]["hidden"] == 8
     assert net_json["parameters"] == meta["parameters"]
     tensors = load_file(str(tmp_path / "a" / "model.safetensors"))
     assert tensors["cnn.4.weight"].shape == (8, 8, 3, 3)

@@ -111,7 +111,8 @@ def _latest(cfg) -> tuple[Path, dict]:
 
 def _identity(model: dict) -> tuple:
     """What makes two model configs the same network (the task name alone does not)."""
-    return tuple(str(model.get(k)) for k in ("name", "checkpoint", "widths", "hidden"))
+    return tuple(json.dumps(model.get(k) or None, sort_keys=True, default=str)
+                 for k in ("name", "checkpoint", "params", "path", "factory"))
 
 
 def _option_of(model: dict) -> str:

@@ -6,7 +6,8 @@ JSON-ready dicts: the artifact's cost (``pipeline.bill.onnx_cost``), its rooflin
 profile (``pipeline.bill.roofline``) and whether weights plus peak activations fit the device
 memory; for a run, one entry per report row with the measured p50 beside the roofline, the source
 network's parameter count, and a capacity plan for the candidate (``pipeline.bill.capacity``).
-The run's bill is priced at the gate's batch size on the padded widths the benchmark really timed,
+The run's bill is priced at the gate's batch size on the padded sizes (of the input's dynamic axis)
+the benchmark really timed,
 so the roofline and the measured latency describe the same work.
 Deliberately not handled: models with several inputs of dynamic size (only the first input's
 shape can be given).
@@ -61,8 +62,8 @@ def run_bill(outcome, cfg) -> dict:
     timed = batches[str(batch)]
     from pipeline.models.sources import task_key
 
-    widths = _widths(timed)
-    shape = sample_shape(task_key(cfg.model, cfg.data, cfg.metric, cfg.data_dir), widths)
+    sizes = _sizes(timed)
+    shape = sample_shape(task_key(cfg.model, cfg.data, cfg.metric, cfg.data_dir), sizes)
     models = {}
     for role, art in outcome.models.items():
         bill = artifact_bill(art.model, batch, shape, cfg.hardware)
@@ -74,17 +75,17 @@ def run_bill(outcome, cfg) -> dict:
     measured = {int(b): {"p99_ms": at["latency_ms"]["candidate"]["p99"],
                          "throughput": at["latency_ms"]["candidate"]["throughput"]}
                 for b, at in batches.items()}
-    widest = max((w for at in batches.values() for w in _widths(at)), default=None)
+    largest = max((w for at in batches.values() for w in _sizes(at)), default=None)
     return {"batch": batch, "input_shape": [batch, *shape] if shape else None,
-            "width_from": ("median padded width of the benchmarked batches" if widths
-                           else "the task's representative sample"),
+            "size_from": ("median padded size of the benchmarked batches' dynamic axis" if sizes
+                          else "the task's representative sample"),
             "hardware": _hardware_summary(cfg.hardware),
             "source_parameters": outcome.source.meta.get("parameters"),
             "models": models,
-            "capacity": capacity.plan(measured, cfg.slo, cfg.hardware.price_per_hour, widest)}
+            "capacity": capacity.plan(measured, cfg.slo, cfg.hardware.price_per_hour, largest)}
 
 
-def _widths(timed: dict) -> list[int]:
+def _sizes(timed: dict) -> list[int]:
     """The padded sizes of the dynamic axis the benchmark timed at one batch size."""
     if "input_widths" in timed:
         return list(timed["input_widths"])

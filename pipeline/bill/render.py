@@ -128,8 +128,9 @@ def markdown(bill: dict) -> list[str]:
     hw, models = bill["hardware"], bill["models"]
     peaks = ", ".join(f"{k} {v:g}" for k, v in hw["peak_tflops"].items())
     lines = ["## Bill", "",
-             f"One inference at batch {bill['batch']}, input {bill['input_shape']} (width: "
-             f"{bill['width_from']}), on hardware `{hw['name']}`: memory bandwidth "
+             f"One inference at batch {bill['batch']}, input {bill['input_shape']} (dynamic "
+             f"axis: {bill.get('size_from') or bill.get('width_from')}), on hardware "
+             f"`{hw['name']}`: memory bandwidth "
              f"{_n(hw['memory_bandwidth_gbs'], 1)} GB/s, dense peak TFLOP/s {peaks or '—'} "
              f"({hw['source'] or 'no source given'}).", ""]
     src, export = bill.get("source_parameters"), models.get("export")

@@ -2,7 +2,7 @@
 state, inputs whose latency is out of line with their shape, how runs alternate when several
 runtimes are timed together, and the input contract that was measured.
 
-In: per-round times per model, the core-state probes, per-width medians, the shapes timed. Out:
+In: per-round times per model, the core-state probes, per-size medians, the shapes timed. Out:
 plain dicts for ``latency.json`` (``stages/benchmark.py``). Core states are read by
 ``corestate``; the interleaving and ratio CIs are ``timing``.
 """

@@ -24,6 +24,14 @@ def module(name: str):
     return importlib.import_module(TASKS[name])
 
 
+def check_params(name: str, params: dict) -> None:
+    """A built-in task's ``model.params``, checked when the config is made (one line each)."""
+    if name in TASKS:
+        from pipeline.models.ocr.task import check_params as check
+
+        check(params)
+
+
 @functools.lru_cache(maxsize=None)
 def task(key):
     """The ``Task`` for ``key`` (a built-in name or a source spec); one instance per process."""

@@ -91,6 +91,7 @@ class Task(Protocol):
     size_axis: tuple[str, int]    # (input, axis): the dynamic axis timing buckets batches by
     dynamic_op_types: tuple[str, ...]  # ops quantized dynamically (no calibration) by default
     prune_ignored: tuple[str, ...]     # modules pruning keeps whole by default
+    label_free: bool              # no labels: scored by agreement with the FP16 baseline's outputs
 
     def split(self, which: str, count: int, data_dir: str) -> DataSplit: ...
 
@@ -132,7 +133,7 @@ def check(task) -> list[str]:
     task's own example through its declared inputs, so a mismatch shows before any stage."""
     problems = []
     for attr in ("key", "inputs", "outputs", "metrics", "size_axis", "dynamic_op_types",
-                 "prune_ignored", "split", "dataset", "sizes", "batches", "stack", "example",
+                 "prune_ignored", "label_free", "split", "dataset", "sizes", "batches", "stack", "example",
                  "predictions", "margins", "score"):
         if not hasattr(task, attr):
             problems.append(f"missing {attr}")

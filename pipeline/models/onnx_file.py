@@ -3,8 +3,7 @@
 In: a ``Source`` of kind ``onnx`` (the file, its sha256, the data and metric configs). Out: a
 ``Task`` whose inputs, outputs and dynamic axes are read from the graph (a named dynamic axis keeps
 its name when it is one of the known meanings, any other dynamic axis but the first is
-``dynamic``), whose reference for label-free runs is the file as given on ONNX Runtime, and which
-has no network to load, export or prune. The checks that end a run before any stage, one line
+``dynamic``), and which has no network to load, export or prune. The checks that end a run before any stage, one line
 each: a file that is not ONNX, external data outside the model's folder, a metric that does not
 fit the outputs, labels the metric needs and the data lacks.
 """
@@ -78,7 +77,6 @@ class OnnxTask(UserTask):
                                       _shape(i)) for i in model.graph.input if i.name not in weights)
         self.outputs = tuple(OutputSpec(o.name, DTYPES.get(o.type.tensor_type.elem_type, "float32"),
                                         _shape(o)) for o in model.graph.output)
-        self._session = None
         self._finish()
 
     # Nothing to prune: the network exists only as a graph.
@@ -93,22 +91,3 @@ class OnnxTask(UserTask):
         from pipeline.metrics.ctc import charset_from_onnx
 
         return charset_from_onnx(self.model_proto)
-
-    def _reference(self, feeds: dict):
-        import onnxruntime as ort
-
-        from pipeline.runtimes import onnxruntime as backend
-
-        if self._session is None:
-            # The process may already share one global thread pool (the stages' sessions do):
-            # join it then, as a per-session pool would be refused.
-            so = backend._options(_Threads()) if backend._pool_set else ort.SessionOptions()
-            so.log_severity_level = 3
-            self._session = ort.InferenceSession(self.key.path, so,
-                                                 providers=["CPUExecutionProvider"])
-        return self._session.run(None, feeds)[0]
-
-
-class _Threads:
-    """Thread counts for a pool that is already set (never used to size one)."""
-    intra_op_threads, inter_op_threads = 1, 1

@@ -4,13 +4,13 @@ In: a ``Source`` of kind ``torch``: ``package.module:function`` (called with ``m
 keyword arguments), an optional safetensors checkpoint (never a pickle), the inputs with their
 dynamic axes by meaning (``{image: [batch, 3, 32, width]}``) and the output names, plus the data
 and metric configs. Out: a ``Task`` the load and export stages build and export with exactly
-those dynamic axes; its outputs' shapes come from one forward pass on a real sample, and its
-reference for label-free runs is the network itself. One line, before any stage, for: a factory
+those dynamic axes; its outputs' shapes come from one forward pass on a real sample. One line, before any stage, for: a factory
 that does not import or is not callable, a factory that does not return an ``nn.Module``, a
 checkpoint that does not fit the network.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 
@@ -36,9 +36,7 @@ def resolve(spec: str):
 
 
 class TorchTask(UserTask):
-    pruning = None
-    no_pruning = ("model=torch: pruning needs a recovery loop for the model, which a factory does "
-                  "not provide yet; run with prune=none")
+    pruning = "pipeline.models.torch_prune"  # trace input, held-out scores, recovery: generic
 
     def __init__(self, key):
         super().__init__(key)
@@ -64,6 +62,22 @@ class TorchTask(UserTask):
 
     def __repr__(self) -> str:
         return f"TorchTask({self.key.path!r})"
+
+    @functools.cached_property
+    def prune_ignored(self) -> tuple[str, ...]:
+        """Pruning keeps whole the layers whose channels are the outputs (a classifier's last
+        layer), read off the traced network; a network the tracer cannot follow gets none here
+        and is refused, with the tracer's reason, when pruning plans."""
+        import torch
+
+        from pipeline.prune.channels import output_layers
+
+        ex = self.example(2)
+        try:
+            return tuple(output_layers(self._net, tuple(torch.from_numpy(ex[i.name])
+                                                        for i in self.inputs)))
+        except Exception:  # noqa: BLE001 - reported by pruning's own trace, with the network
+            return ()
 
     def _weights(self):
         if not self.key.checkpoint:
@@ -111,6 +125,3 @@ class TorchTask(UserTask):
                               for i in self.inputs))
         out = out[0] if isinstance(out, (tuple, list)) else out
         return out.float().numpy()
-
-    def _reference(self, feeds: dict):
-        return self._forward(feeds)

@@ -5,9 +5,9 @@ In: a ``Source`` (its data and metric configs) and the model's declared inputs a
 the ONNX graph or the config). Out: the contract's data side (splits with the data's content
 digest, batches of real samples preprocessed declaratively, int64 and multiple inputs included)
 and its output side, per metric: ``classification`` (predictions are the top-k classes; top-1 is
-primary), ``ctc`` (decoded strings; sequence accuracy primary, CER) or ``agreement`` (no labels:
-each sample's label is the model-as-given's output for it, ``reference_labels``, and the score is
-argmax agreement or cosine similarity with it). A metric that does not fit the outputs, or labels
+primary), ``ctc`` (decoded strings; sequence accuracy primary, CER) or ``agreement`` (no labels,
+``label_free``: the evaluate stage labels each sample with the FP16 baseline's output for it, and
+the score is argmax agreement or cosine similarity with it). A metric that does not fit the outputs, or labels
 the metric needs and the data lacks, is one line before any stage runs.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pipeline.models.contract import Batch, DataSplit, MetricsSpec
 
 
 class UserTask:
-    """Subclasses set ``inputs``, ``outputs`` and, for ``reference_labels``, ``_reference``."""
+    """Subclasses set ``inputs`` and ``outputs``."""
 
     dynamic_op_types: tuple[str, ...] = ("LSTM", "GRU")  # no static INT8 kernels for these
     prune_ignored: tuple[str, ...] = ()
@@ -54,6 +54,10 @@ class UserTask:
                                   f"has no column {missing[0]!r} (columns: "
                                   f"{', '.join(data.dataset.column_names)})")
         self.metrics = self._metrics(data)
+
+    @property
+    def label_free(self) -> bool:
+        return self.metric_cfg.name == MetricName.agreement
 
     @property
     def what(self) -> str:
@@ -227,14 +231,4 @@ class UserTask:
         outs = [np.asarray(p["output"], dtype=np.float64)[None] for p in predictions]
         refs = [np.asarray(t, dtype=np.float64)[None] for t in labels]
         return agreement_metrics.agreement(refs, outs)
-
-    def reference_labels(self, feeds: dict) -> list | None:
-        """Label-free runs: each sample's label is the model-as-given's output for it."""
-        if self.metric_cfg.name != MetricName.agreement:
-            return None
-        out = np.asarray(self._reference(feeds), dtype=np.float64)
-        return [np.round(row, 6).tolist() for row in out]
-
-    def _reference(self, feeds: dict):
-        raise NotImplementedError
 

@@ -1,8 +1,11 @@
 """Structured channel pruning of a torch network with Torch-Pruning's dependency graph.
 
-In: a network, an example input and a ``PruneConfig`` (``ratio``, ``importance``, ``round_to``,
-``ignored``). Out: the same network with channels physically removed (smaller weight tensors,
-the layers' channel attributes updated) and each pruned layer's width before and after.
+In: a network, an example input (a tensor, or a tuple of tensors for a network of several inputs)
+and a ``PruneConfig`` (``ratio``, ``importance``, ``round_to``, ``ignored``). Out: the same network
+with channels physically removed (smaller weight tensors, the layers' channel attributes updated),
+each pruned layer's width before and after, and the pruning history (per pruned layer, the
+channels removed: JSON) from which ``rebuild`` makes the same structure out of the unpruned
+network, for networks whose constructor arguments cannot describe the pruned widths.
 Torch-Pruning (``torch_pruning``) traces one forward pass and groups coupled layers: a conv's
 output channels with the BatchNorm after it and the input channels of whatever consumes them (the
 next conv, the LSTM). Each group's channels are ranked by the chosen importance and the lowest
@@ -68,6 +71,16 @@ class Plan:
     """What pruning will do, computed before anything is removed."""
     groups: list               # Torch-Pruning groups, each removing channels of one root layer
     widths: dict[str, list[int]]  # root layer name -> [channels before, after]
+    graph: object = None       # their dependency graph: it records the history as they prune
+
+
+def args(example) -> tuple:
+    """The network's positional inputs: one tensor, or a tuple of them in input order."""
+    return tuple(example) if isinstance(example, (tuple, list)) else (example,)
+
+
+def shapes(example) -> str:
+    return ", ".join(str(list(x.shape)) for x in args(example))
 
 
 def prunable_layers(net: nn.Module) -> dict[str, nn.Module]:
@@ -119,7 +132,7 @@ def plan(net: nn.Module, example: torch.Tensor, cfg) -> Plan:
                                       customized_pruners={nn.LSTM: _lstm_handler()})
     except Exception as e:  # noqa: BLE001 - any tracing failure is reported with the network
         raise StageError(f"torch-pruning could not trace {type(net).__name__} on an input of "
-                         f"shape {list(example.shape)}: {type(e).__name__}: "
+                         f"shape {shapes(example)}: {type(e).__name__}: "
                          f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from None
     names = {m: n for n, m in prunable_layers(net).items()}
     unreached = [n for m, n in names.items() if m not in pruner.DG.module2node]
@@ -158,7 +171,8 @@ def plan(net: nn.Module, example: torch.Tensor, cfg) -> Plan:
     if found != expected:
         raise StageError(f"torch-pruning planned {found} where {expected} was expected "
                          "(a group it could not prune?)")
-    return Plan(groups, {n: found[n] for n in names.values() if n in found})  # network order
+    return Plan(groups, {n: found[n] for n in names.values() if n in found},  # network order
+                pruner.DG)
 
 
 def apply(net: nn.Module, p: Plan, example: torch.Tensor) -> dict[str, list[int]]:
@@ -169,7 +183,7 @@ def apply(net: nn.Module, p: Plan, example: torch.Tensor) -> dict[str, list[int]
         group.prune()
     try:
         with torch.inference_mode():
-            net(example)
+            net(*args(example))
     except RuntimeError as e:
         raise StageError(f"the pruned {type(net).__name__} no longer runs: "
                          f"{str(e).splitlines()[0]}") from None
@@ -178,3 +192,51 @@ def apply(net: nn.Module, p: Plan, example: torch.Tensor) -> dict[str, list[int]
 
 def prune(net: nn.Module, example: torch.Tensor, cfg) -> dict[str, list[int]]:
     return apply(net, plan(net, example, cfg), example)
+
+
+def history(p: Plan) -> list:
+    """What ``apply`` removed, as JSON: [layer name, output channels?, [channel indices]] per
+    group, in the order they were removed (Torch-Pruning's own pruning history)."""
+    return [[name, bool(out), [int(getattr(i, "idx", i)) for i in idxs]]
+            for name, out, idxs in p.graph.pruning_history()]
+
+
+def rebuild(net: nn.Module, example, removed: list) -> nn.Module:
+    """Remove from the unpruned ``net`` exactly the channels ``removed`` lists (``history``), so
+    the pruned weights then load into it strictly; in place."""
+    import torch_pruning as tp
+
+    net.eval()
+    graph = tp.DependencyGraph().build_dependency(net, args(example),
+                                                  customized_pruners={nn.LSTM: _lstm_handler()})
+    try:
+        graph.load_pruning_history([[n, out, list(idxs)] for n, out, idxs in removed])
+    except (AttributeError, IndexError, ValueError) as e:
+        raise StageError(f"the pruning history does not fit {type(net).__name__}: "
+                         f"{type(e).__name__}: {e}") from None
+    return net
+
+
+def output_layers(net: nn.Module, example) -> list[str]:
+    """The prunable layers no other prunable layer consumes: their channels are the network's
+    outputs (a classifier's classes), so pruning them would change what the network answers.
+    Read off Torch-Pruning's dependency graph: the group of such a layer's output channels
+    reaches no other layer's input channels."""
+    import torch_pruning as tp
+
+    net.eval()
+    graph = tp.DependencyGraph().build_dependency(net, args(example),
+                                                  customized_pruners={nn.LSTM: _lstm_handler()})
+    names = {m: n for n, m in prunable_layers(net).items()}
+    found = []
+    for m, name in names.items():
+        if m not in graph.module2node:
+            continue
+        pruner = graph.get_pruner_of_module(m)
+        group = graph.get_pruning_group(m, pruner.prune_out_channels, [0])
+        consumers = [dep.target.module for dep, _ in group
+                     if dep.target.module is not m and dep.target.module in names
+                     and graph.is_in_channel_pruning_fn(dep.handler)]
+        if not consumers:
+            found.append(name)
+    return found

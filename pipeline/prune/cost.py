@@ -1,12 +1,13 @@
 """Parameters and multiply-accumulates of a torch network, counted on one forward pass.
 
-In: an ``nn.Module`` and an example input. Out: the parameter count, the MACs of that input
-(total and per layer name) for Conv, Linear and LSTM/GRU/RNN layers, the ops that carry nearly all
-of the compute here. Forward hooks read each layer's real input and output shapes, so pooling,
-strides and sequence lengths are what the network actually does. Counted ourselves rather than
-with Torch-Pruning's op counter, whose recurrent-layer hook takes the batch size from the wrong
-axis of a ``batch_first`` LSTM. Deliberately not counted: normalisation, activations, pooling and
-element-wise ops (memory-bound, a few percent of the total), so this is a lower bound.
+In: an ``nn.Module`` and an example input (a tensor, or a tuple of them). Out: the parameter count,
+the MACs of that input (total and per layer name) for Conv, Linear and LSTM/GRU/RNN layers, the ops
+that carry nearly all of the compute here. Forward hooks read each layer's real input and output
+shapes, so pooling, strides and sequence lengths are what the network actually does. Counted
+ourselves rather than with Torch-Pruning's op counter, whose recurrent-layer hook takes the batch
+size from the wrong axis of a ``batch_first`` LSTM. Deliberately not counted: normalisation,
+activations, pooling and element-wise ops (memory-bound, a few percent of the total), so this is a
+lower bound.
 """
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def macs(net: nn.Module, example: torch.Tensor) -> dict:
     try:
         net.eval()
         with torch.inference_mode():
-            net(example)
+            net(*(example if isinstance(example, tuple) else (example,)))
     finally:
         for h in hooks:
             h.remove()

@@ -105,14 +105,13 @@ def recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning=None):
     from pipeline.quant.recipe import int8 as int8_recipe
     from pipeline.outcome import Outcome
     from pipeline.stages.benchmark import Benchmark
-    from pipeline.stages.evaluate import Evaluate
+    from pipeline.stages.evaluate import Evaluate, against, baselines
 
     m, metric, g = cfg.model, t.metrics.primary_spec, cfg.gate
     hw = dataclasses.replace(cfg.hardware.target(), runtime="auto")  # every runtime here
     plan = Plan(hw, "auto")
     evaluate = Evaluate(data=splits.evaluation, batch_size=m.eval_batch_size, hardware=hw)
-    evals = {role: runner.run(plan.evaluation(evaluate, role), art, label=f"evaluate[{role}]")
-             for role, art in (("export", exported), ("fp32", fp32), ("fp16", fp16))}
+    evals = baselines(runner, plan, evaluate, t, exported, fp32, fp16)
     ref = evals["fp16"]
 
     def build(mode, **changes):
@@ -127,18 +126,18 @@ def recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning=None):
     infos = {"candidate": int8_info, "dynamic": dynamic_info}
     for role in ("candidate", "dynamic"):
         evals[role] = runner.run(plan.evaluation(evaluate, role), models[role],
-                                 label=f"evaluate[{NAMES[role]}]")
+                                 label=f"evaluate[{NAMES[role]}]", **against(t, ref))
     drop, agree = _drop_and_agreement(evals["candidate"], ref, metric)
     notes = {}
     if drop > g.max_accuracy_drop + 1e-9 or agree < g.min_output_agreement:
         models["mixed"], infos["mixed"] = build(QuantMode.mixed, max_accuracy_drop=g.max_accuracy_drop)
         evals["mixed"] = runner.run(plan.evaluation(evaluate, "mixed"), models["mixed"],
-                                    label="evaluate[mixed]")
+                                    label="evaluate[mixed]", **against(t, ref))
     else:
         notes["mixed"] = (f"not built: static INT8 is already within the accuracy budget (drop "
                           f"{drop:.2f} <= {g.max_accuracy_drop}), so the mixed search would "
                           "return that same model")
-    plan.evaluate_others(runner, evaluate, models)
+    plan.evaluate_others(runner, evaluate, models, against(t, ref))
     contenders = tuple(r for r in ("fp32", "dynamic", "mixed") if r in models)
     # Timed: the contenders and the float baselines the gate compares with. The export is an
     # unoptimized copy of FP32 and FP16 ONNX runs emulated on a CPU without FP16 kernels, so

@@ -15,7 +15,7 @@ from pipeline.config import QuantMode
 from pipeline.env import effective_flags
 from pipeline.errors import ConfigError
 from pipeline.stages.calibrate import Calibrate
-from pipeline.stages.evaluate import Evaluate, hardest
+from pipeline.stages.evaluate import Evaluate, against, hardest
 from pipeline.stages.explain import Explain
 from pipeline.stages.prepare import Prepare
 from pipeline.stages.quantize import Quantize
@@ -72,6 +72,7 @@ class Quantizer:
         (built only when a method needs it)."""
         self.cfg, self.runner, self.fp32 = cfg, runner, fp32
         self.fp16_eval, self.metric = fp16_eval, t.metrics.primary_spec
+        self.against = against(t, fp16_eval)  # a label-free run: scored against FP16's outputs
         self.evaluation, self._calibration_split = evaluation, calibration
         m, q = cfg.model, cfg.quant
         self.dynamic_op_types = tuple(q.dynamic_op_types if q.dynamic_op_types is not None
@@ -106,7 +107,8 @@ class Quantizer:
     def score(self, art, label: str, subset=True) -> float:
         m = self.cfg.model
         ev = self.runner.run(Evaluate(self.evaluation, m.eval_batch_size, self.hw,
-                                      self.subset if subset else ()), art, label=label)
+                                      self.subset if subset else ()), art, label=label,
+                               **self.against)
         return ev.meta["metrics"][self.metric.name]
 
     def explain(self, art, label="explain"):

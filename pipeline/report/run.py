@@ -53,10 +53,12 @@ def rows(outcome, mode: str) -> list[dict]:
 
 
 def metric_specs(t) -> list[dict]:
-    """The task's metrics as the report records them (primary first)."""
+    """The task's metrics as the report records them (primary first). ``against``: what each
+    row is scored against: the data's labels, or (label-free) the FP16 baseline's outputs."""
     specs = sorted(t.metrics.specs, key=lambda s: s.name != t.metrics.primary)
+    against = "fp16_outputs" if t.label_free else "labels"
     return [{"name": s.name, "unit": s.unit, "higher_is_better": s.higher_is_better,
-             "primary": s.name == t.metrics.primary} for s in specs]
+             "primary": s.name == t.metrics.primary, "against": against} for s in specs]
 
 
 def markdown(report: dict) -> str:
@@ -82,6 +84,9 @@ def markdown(report: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Speedup is against the fastest float baseline at that batch size (p50 ratio; the "
               "candidate's is the median of per-round ratios, 95 % CI in report.json)."]
+    if metrics and metrics[0].get("against") == "fp16_outputs":
+        lines.append("No labels: every row's metrics measure agreement with the FP16 baseline's "
+                     "outputs on the same inputs (the FP16 row agrees with itself by construction).")
     for b, aa in report["aa_check"].items():
         lines.append(f"A/A check at batch {b} (FP32 against a second copy of itself): "
                      f"{aa['median']:.3f} (95 % CI {aa['ci95'][0]:.3f}-{aa['ci95'][1]:.3f}).")
@@ -135,7 +140,7 @@ def markdown(report: dict) -> str:
     if report.get("pruning"):
         from pipeline.prune.report import markdown as pruning_markdown
 
-        lines += pruning_markdown(report["pruning"])
+        lines += pruning_markdown(report["pruning"], {m["name"]: m["unit"] for m in metrics})
     if report.get("quantization"):
         from pipeline.quant.report import markdown as quant_markdown
 

@@ -82,15 +82,17 @@ class Plan:
         """The Evaluate stage for a role on its home target."""
         return dataclasses.replace(evaluate, hardware=settings_for(self.hw, home(self.hw, role)))
 
-    def evaluate_others(self, runner, evaluate, models: dict) -> None:
-        """auto: every artifact on every other target; a failing one is recorded, not fatal."""
+    def evaluate_others(self, runner, evaluate, models: dict, refs: dict | None = None) -> None:
+        """auto: every artifact on every other target; a failing one is recorded, not fatal.
+        ``refs``: what every evaluation takes (a label-free run's FP16 baseline)."""
         for t in self.options:
             for role, art in models.items():
                 if t == home(self.hw, role):
                     continue
                 stage = dataclasses.replace(evaluate, hardware=settings_for(self.hw, t))
                 try:
-                    self.extra[(role, t)] = runner.run(stage, art, label=f"evaluate[{role} @ {t}]")
+                    self.extra[(role, t)] = runner.run(stage, art, label=f"evaluate[{role} @ {t}]",
+                                                       **(refs or {}))
                 except StageError as e:
                     self.failures[f"{role} @ {t}"] = str(e)
 

@@ -109,7 +109,7 @@ class Benchmark:
                       if entries[lab][0] == "candidate" or entries[lab][0] in self.contenders]
         shapes, raw = [], {}
         for b in cfg.batch_sizes:
-            inputs, bucket_of = real_batches.bucketed(t, ds, b, cfg.width_buckets,
+            inputs, bucket_of = real_batches.bucketed(t, ds, b, cfg.size_buckets,
                                                       cfg.batches_per_bucket, rng)
             shapes += inputs
             warm = {lab: timing.warm_up(fn, inputs, cfg.warmup_window, cfg.warmup_tolerance,

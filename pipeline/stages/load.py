@@ -65,8 +65,27 @@ def thawed(v):
 
 
 def network_from(artifact, task):
-    """Rebuild the torch network stored in a load artifact."""
+    """Rebuild the torch network stored in a load artifact. A pruned network whose params cannot
+    describe its widths (a torch factory's) carries its pruning history: the unpruned network is
+    built from the params, the same channels are removed again, then the weights load strictly."""
     from safetensors.torch import load_file
 
     net = json.loads((artifact.path / "net.json").read_text())
-    return task.build_network(net["params"], load_file(str(artifact.path / "model.safetensors")))
+    weights = load_file(str(artifact.path / "model.safetensors"))
+    if not net.get("pruning_history"):
+        return task.build_network(net["params"], weights)
+    import torch
+
+    from pipeline.prune.channels import rebuild
+
+    example = task.example(2)
+    shell = rebuild(task.build_network(net["params"]),
+                    tuple(torch.from_numpy(example[i.name]) for i in task.inputs),
+                    net["pruning_history"])
+    try:
+        shell.load_state_dict(weights, strict=True)
+    except RuntimeError as e:  # torch lists every tensor: the first line after its header
+        detail = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        raise StageError("the pruned weights do not fit the network rebuilt from its pruning "
+                         f"history: {detail[1] if len(detail) > 1 else detail[0]}") from None
+    return shell.eval()

@@ -60,7 +60,7 @@ class LoadTest:
             # On the deployed target: the candidate at its precision, the FP32 baseline in fp32.
             run = runtimes.load(path, hw if role == "candidate" else
                                 dataclasses.replace(hw, precision="fp32")).run
-            # pool is sorted by width: the max batch is of the median width, as the batcher forms them
+            # pool is sorted by size: the max batch is of the median size, as the batcher forms them
             full = t.stack([pool[len(pool) // 2]] * cfg.max_batch)
             timing.warm_up(run, [pool[0], full])
             ms_b1 = float(np.median([timing.clock_ms(run, pool[k]) for k in range(20)]))

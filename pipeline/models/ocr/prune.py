@@ -10,6 +10,8 @@ early stopping or validation during recovery (a fixed step count keeps the time 
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from pipeline.models.ocr.data import generate
@@ -20,6 +22,16 @@ HELD_OUT_SEED = 3       # calibration 1, evaluation 2, training 1000+: this samp
 RECOVER_SEED = 2000     # recovery lines: a stream the checkpoint was never trained on
 TRACE_INPUT = (2, 1, 32, 128)  # [N, C, H, W] the dependency graph and MAC counts use
 MAC_INPUT = "one line of width 128"  # what the MAC counts are per (the trace input, batch 1)
+rebuild_by_history = False  # the params (widths, hidden) rebuild the pruned CRNN
+
+
+def helper(task, net):
+    """The prune stage's helper: this module (its data are generated, not the task's)."""
+    return sys.modules[__name__]
+
+
+def held_out_what(count: int) -> str:
+    return f"{count} generated lines (seed {HELD_OUT_SEED})"
 
 
 def example() -> torch.Tensor:

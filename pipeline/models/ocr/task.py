@@ -20,6 +20,22 @@ from pipeline.models.contract import Batch, DataSplit, InputSpec, MetricsSpec, O
 DEFAULT_PARAMS = {"widths": [32, 64, 128, 256, 256], "hidden": 128}  # the schema's defaults
 
 
+def check_params(params: dict) -> None:
+    """``model.params`` as the user gives them, before any stage (``__main__``'s preflight): five
+    conv widths and the LSTM's hidden size; absent values are ``DEFAULT_PARAMS``, never written
+    back (the config's default instance is the schema every model option merges onto). A pruned
+    network's params (six widths: the collapse conv's too) come from the prune stage instead."""
+    from pipeline.errors import ConfigError
+
+    widths = params.get("widths", DEFAULT_PARAMS["widths"])
+    hidden = params.get("hidden", DEFAULT_PARAMS["hidden"])
+    if not isinstance(widths, (list, tuple)) or len(widths) != 5 or any(
+            not isinstance(w, int) or w <= 0 for w in widths):
+        raise ConfigError(f"model.params.widths={widths}: expected 5 positive channel counts")
+    if not isinstance(hidden, int) or hidden <= 0:
+        raise ConfigError(f"model.params.hidden={hidden}: must be a positive integer")
+
+
 class OcrTask:
     def __init__(self, key: str, module):
         from pipeline.models.ocr.data import ALPHABET, HEIGHT
@@ -31,6 +47,7 @@ class OcrTask:
         self.metrics = MetricsSpec((ctc.SPECS["sequence_accuracy"], ctc.SPECS["cer"]),
                                    module.PRIMARY_METRIC)
         self.size_axis = (module.INPUT_NAME, 3)
+        self.label_free = False  # generated lines come with their text
         self.dynamic_op_types = ("LSTM",)
         self.prune_ignored = ("cnn.0", "head")
         # The module pruning takes its trace input, held-out data and recovery loop from: the
