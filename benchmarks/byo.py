@@ -126,7 +126,8 @@ def _run(cli, args: list[str]) -> dict:
             "latency_ms_in_run": {role: {b: v["p50"] for b, v in r["latency"].items()}
                                   for role, r in rows.items()},
             "quantization": {k: q.get(k) for k in ("settings", "latency_exclusions",
-                                                   "latency_trial", "float_outputs", "search")
+                                                   "latency_trial", "float_outputs", "search",
+                                                   "versus_fp32")
                              if k in q},
             "lineage": {k: v["path"] for k, v in rep["lineage"].items()},
             "environment": rep.get("environment")}
