@@ -49,6 +49,15 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _tables(name: str, section: dict) -> list[str]:
+    """A section's own side-by-side table, where it has one (``byo``), before its targets."""
+    if name == "byo":
+        from benchmarks.byo import table
+
+        return table(section)
+    return []
+
+
 def render(results: dict, source: str = "bench.json") -> str:
     lines = [HEADER.format(source=source)]
     for name, section in results.items():
@@ -63,6 +72,7 @@ def render(results: dict, source: str = "bench.json") -> str:
         if "error" in section:
             lines.append(f"The section failed: `{_cell(section['error'])}`\n")
             continue
+        lines += _tables(name, section)
         targets = section.get("targets") or {}
         if not targets:
             lines.append("No targets recorded.\n")

@@ -25,6 +25,11 @@ Sections (each one records its own error and the others still run):
 - ``auto``: ``quant=auto`` on ``ocr`` and ``ocr_mobile``: the winner, the whole table and the
   float-region trials, and the winner timed against the peers of ``runtimes``
   (``benchmarks/auto.py``).
+- ``byo``: a text recognizer handed over only as an ONNX file (opset 12) plus a character-set
+  file, with its data as an image folder and a labels file (``model=onnx metric=ctc``):
+  ``quant=int8`` and ``quant=mixed``, their gate verdicts and accuracy next to FP32 and FP16, and
+  their artifacts timed at batch 1 and 8 against FP32 and onnxruntime's default
+  ``quantize_static`` in one process (``benchmarks/byo.py``).
 Each target is listed with its measured value and whether it was met; ``docs/results.md`` is
 rendered from the file (``benchmarks.results``), with each section's time and CPU. A
 benchmark, not a test: nothing here asserts, and the numbers only compare with ones from the
@@ -217,12 +222,18 @@ def auto(base: list[str]) -> dict:
     return section(base, _cli)
 
 
+def byo(base: list[str]) -> dict:
+    from benchmarks.byo import section
+
+    return section(base, _cli)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("bench.json"))
     ap.add_argument("--page", type=Path, default=Path("docs") / "results.md")
     ap.add_argument("--sections",
-                    default="spine,repeatability,quantization,load,soak,pruning,runtimes,auto")
+                    default="spine,repeatability,quantization,load,soak,pruning,runtimes,auto,byo")
     args, overrides = ap.parse_known_args(argv)
     # A fresh measurement for this bench run (cached timings may come from a busier moment);
     # both spine runs share it, so the second one still reuses every stage.
@@ -238,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                 "soak": lambda: soak(base),
                 "pruning": lambda: pruning(base),
                 "runtimes": lambda: runtimes(base),
-                "auto": lambda: auto(base)}
+                "auto": lambda: auto(base),
+                "byo": lambda: byo(base)}
     for name in wanted:
         try:
             results[name] = sections[name]()

@@ -40,3 +40,20 @@ def test_cli_writes_the_page_and_refuses_a_missing_file(tmp_path, capsys):
     assert bench_results.main([str(src), str(dst)]) == 0
     assert dst.read_text() == bench_results.render(_bench(), "bench.json")
     assert [p.name for p in dst.parent.iterdir()] == ["results.md"]  # no temp file left
+
+
+def test_the_byo_section_gets_its_side_by_side_table():
+    sp = {"median": 1.5, "ci95": [1.4, 1.6]}
+    acc = {"sequence_accuracy": 90.0, "cer": 2.0}
+    run = {"verdict": "FAIL: 0.98x vs fp32", "accuracy": {"fp32": acc, "fp16": acc, "candidate": acc}}
+    roles = ["fp32", "file as given", "ort_default_int8", "int8", "mixed", "int8 (A/A copy)"]
+    speedup = {f"{r} vs fp32": sp for r in roles[1:5]}
+    speedup |= {"int8 vs ort_default_int8": sp, "mixed vs ort_default_int8": sp}
+    byo = {"measured_at": "2026-12-01 04:44 UTC", "cpu": {"model": "AMD EPYC"},
+           "runs": {"int8": run, "mixed": run}, "ort_default": {"accuracy": acc},
+           "timing": {b: {"p50_ms": {r: 2.0 for r in roles}, "speedup": speedup} for b in ("1", "8")},
+           "targets": {"int8 batch 8: not slower than FP32 (speedup, CI)": [sp, True]}}
+    page = bench_results.render({"byo": byo})
+    assert "| pipeline quant=int8 (gate FAIL) | 90.00 | 2.00 | 2.00 | 2.00 | 1.50 [1.40, 1.60]" in page
+    assert "| onnxruntime default quantize_static | 90.00 | 2.00 |" in page
+    assert page.index("| model | sequence accuracy %") < page.index("| target | measured | met |")

@@ -327,3 +327,38 @@ def test_equal_ranges_give_equal_calibration_bytes(tmp_path):
     back = load_tensors_data(tmp_path / "b.json")  # still what quantize_static reads
     assert sorted(back.keys()) == sorted(names)
     assert float(back["lstm_out"].range_value[1]) == pytest.approx(4.25)
+
+
+@pytest.mark.parametrize("medians, min_speedup, expect", [
+    ({1: 1.3, 8: 1.6}, 1.0, "int8"),      # INT8 pays at every batch size: kept
+    ({1: 1.1, 8: 0.72}, 1.0, "fp32"),     # slower at batch 8: the FP32 model is the candidate
+    ({1: 0.98, 8: 1.02}, 1.0, "int8"),    # not shown slower (the interval spans 1): kept
+    ({1: 0.5, 8: 0.5}, 0.0, "int8"),      # the gate asks for no speed: INT8 kept for its size
+])
+def test_int8_that_cannot_pay_falls_back_to_the_fp32_model(medians, min_speedup, expect):
+    """The last INT8 step times the final model against FP32 at every benchmarked batch size
+    (a stubbed runner stands in for the compare stage's timings)."""
+    from pipeline.quant.int8 import QuantInfo
+    from pipeline.quant.recipe import not_slower_than_fp32
+
+    calls = []
+
+    def run(stage, art, label, other):
+        calls.append((stage.batch_size, label, other))
+        m = medians[stage.batch_size]
+        return SimpleNamespace(meta={"a_over_b_speedup": {"median": m, "ci95": [m - 0.02, m + 0.02]}})
+
+    cfg = SimpleNamespace(quant=SimpleNamespace(latency_aware=True),
+                          gate=SimpleNamespace(min_speedup=min_speedup),
+                          bench=SimpleNamespace(batch_sizes=[1, 8], min_rounds=20, max_seconds=1.0))
+    qz = SimpleNamespace(cfg=cfg, runner=SimpleNamespace(run=run), evaluation=None, hw=None,
+                         fp32="fp32-artifact")
+    info = QuantInfo(settings={}, calibration="minmax")
+    chosen = not_slower_than_fp32(qz, "int8-artifact", info)
+    assert chosen == {"int8": "int8-artifact", "fp32": "fp32-artifact"}[expect]
+    if min_speedup == 0:
+        assert calls == [] and info.versus_fp32 is None
+    else:
+        assert [c[0] for c in calls] == [1, 8] and all(c[2] == "fp32-artifact" for c in calls)
+        assert info.versus_fp32["candidate"] == expect
+        assert info.versus_fp32["slower_at_batch"] == (["8"] if expect == "fp32" else [])

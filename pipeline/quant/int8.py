@@ -34,6 +34,8 @@ class QuantInfo:
     float_outputs: list = field(default_factory=list)  # output nodes left float: no 8-bit logits
     sensitivity: list = field(default_factory=list)
     search: dict | None = None
+    versus_fp32: dict | None = None      # the final INT8 model against FP32 per batch size; when
+    #                                      slower somewhere, the candidate is the FP32 model
 
 
 def output_nodes(model) -> dict[str, str]:

@@ -1,5 +1,6 @@
 """The INT8 sub-recipe, step by step: calibrate, quantize and explain, keep float what got slower,
-float whole regions, float outputs, search a mix, per-node sensitivity.
+float whole regions, float outputs, search a mix, per-node sensitivity, and float altogether when
+the result is still slower than FP32.
 
 In: the config, the runner, the optimized FP32 artifact and the evaluations of the float
 baselines (FP32 for the ranking subset of hardest samples, FP16 as the accuracy reference).
@@ -30,10 +31,12 @@ class Current:
     node_trial: tuple | None = None  # (artifact, float nodes) of the latency trial, for regions
 
 
-def int8(cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration_split) -> tuple:
+def int8(cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration_split,
+         guard: bool = True) -> tuple:
     """(candidate artifact, QuantInfo) for quant=int8, dynamic or mixed. ``t``: the task;
     ``evaluation``: its evaluation ``DataSplit``; ``calibration_split``: a function giving the
-    calibration split (built only when a method needs it)."""
+    calibration split (built only when a method needs it). ``guard=False`` keeps the INT8 model
+    even when it is slower than FP32 (``quant=auto`` ranks it against the float models itself)."""
     qz = Quantizer(cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration_split)
     info = QuantInfo(settings=qz.settings, calibration=cfg.quant.calibration.value)
     method = info.calibration = calibration(qz, info)
@@ -45,7 +48,7 @@ def int8(cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration_spl
     info.explain = cur.explain.meta
     if not info.sensitivity:  # the per-layer table still gets each node's output SQNR
         info.sensitivity = sensitivity(qz, cur.art)
-    return cur.art, info
+    return (not_slower_than_fp32(qz, cur.art, info) if guard else cur.art), info
 
 
 def calibration(qz: Quantizer, info: QuantInfo) -> str:
@@ -151,6 +154,31 @@ def mixed_search(qz: Quantizer, method: str, cur: Current, info: QuantInfo) -> C
 
     art, info.sensitivity, info.search = search(qz, method, cur.exclude, cur.art)
     return Current(art, qz.explain(art, label="explain[mixed]"), cur.exclude)
+
+
+def not_slower_than_fp32(qz: Quantizer, art, info: QuantInfo):
+    """INT8 that cannot pay falls back to float. The steps above keep float what profiled slower
+    node by node, but on a CPU without fast integer dot products (no VNNI) a mobile network's
+    INT8 can stay slower than FP32 end to end: every HardSwish and squeeze-excite adds Q/DQ pairs
+    the float model fused away. So the final model is timed against FP32 at every benchmarked
+    batch size; where it is slower (upper bound of its speedup's 95 % interval below 1), the
+    candidate is the FP32 model itself, and the report says why. Only when the gate asks for
+    speed (``gate.min_speedup > 0``): without that, INT8 may be wanted for its size."""
+    cfg = qz.cfg
+    if not (cfg.quant.latency_aware and cfg.gate.min_speedup > 0):
+        return art
+    bench = cfg.bench
+    speedups = {}
+    for b in bench.batch_sizes:
+        speedups[str(b)] = qz.runner.run(
+            Compare(data=qz.evaluation, batch_size=b, hardware=qz.hw,
+                    min_rounds=min(Compare.min_rounds, bench.min_rounds),
+                    max_seconds=min(Compare.max_seconds, bench.max_seconds)),
+            art, label=f"compare[int8 vs fp32, b{b}]", other=qz.fp32).meta["a_over_b_speedup"]
+    slower = [b for b, sp in speedups.items() if sp["ci95"][1] < 1.0]
+    info.versus_fp32 = {"speedup": speedups, "slower_at_batch": slower,
+                        "candidate": "fp32" if slower else "int8"}
+    return qz.fp32 if slower else art
 
 
 def sensitivity(qz: Quantizer, art) -> list:

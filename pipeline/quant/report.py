@@ -66,6 +66,12 @@ def markdown(q: dict) -> list[str]:
         from pipeline.quant.auto_report import regions_markdown
 
         lines += regions_markdown(q["regions"])
+    vs = q.get("versus_fp32")
+    if vs and vs["slower_at_batch"]:
+        lines.append("- INT8 cannot pay here: the final INT8 model ran " + ", ".join(
+            f"{sp['median']:.2f}x (95 % CI {sp['ci95'][0]:.2f}-{sp['ci95'][1]:.2f}) at batch {b}"
+            for b, sp in vs["speedup"].items()) + " against FP32 end to end; the candidate is the "
+            "FP32 model (`quant=auto` picks the fastest artifact that passes every gate)")
     if q.get("float_outputs"):
         lines.append(f"- model outputs kept float: {', '.join(q['float_outputs'])} (no weights: INT8 "
                      "there gains microseconds and rounds the model's output to 8 bits)")
