@@ -89,7 +89,7 @@ def timed(models: dict, args: list[str]) -> dict:
     mine = [r for r in models if r in QUANTS]
     pairs = ([("fp32", r) for r in models if r != "fp32"] + [(ORT_DEFAULT, r) for r in mine]
              + [("int8", AA)])
-    buckets = width_buckets(t.sizes(ds), bench.width_buckets)
+    buckets = width_buckets(t.sizes(ds), bench.size_buckets)
     rng = np.random.default_rng(0)
     out = {}
     for b in BATCHES:
