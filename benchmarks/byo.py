@@ -236,6 +236,6 @@ if __name__ == "__main__":  # python -m benchmarks.byo [overrides...]: this sect
     import json
     import sys
 
-    from benchmarks.run import _cli
+    from benchmarks.common import cli as _cli
 
     print(json.dumps(section(sys.argv[1:], _cli), indent=2, default=str))

@@ -7,7 +7,11 @@ task metrics of a model, and paired speedups with their 95 % intervals. Used by 
 """
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -65,3 +69,14 @@ def width_buckets(widths, n: int) -> list:
 
     order = np.argsort(widths, kind="stable")
     return [b for b in np.array_split(order, n) if b.size]
+
+
+def cli(args: list[str]) -> tuple[int, float, dict]:
+    """Run ``python -m pipeline`` with ``args``: (exit code, seconds, the report it wrote)."""
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True)
+    seconds = time.time() - t0
+    sys.stdout.write(proc.stdout)
+    sys.stderr.write(proc.stderr)
+    latest = Path("artifacts") / "runs" / "latest" / "report.json"
+    return proc.returncode, seconds, json.loads(latest.read_text()) if latest.exists() else {}

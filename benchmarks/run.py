@@ -39,28 +39,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
 
 from benchmarks import results as bench_results
+from benchmarks.common import cli as _cli
 from benchmarks.quant import quantization
 from pipeline.env import cpu_info
 
 LOAD_P99_MS = 20.0  # an interactive OCR service's per-line budget, for the load section
-
-
-def _cli(args: list[str]) -> tuple[int, float, dict]:
-    t0 = time.time()
-    proc = subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True)
-    seconds = time.time() - t0
-    sys.stdout.write(proc.stdout)
-    sys.stderr.write(proc.stderr)
-    latest = Path("artifacts") / "runs" / "latest" / "report.json"
-    return proc.returncode, seconds, json.loads(latest.read_text()) if latest.exists() else {}
 
 
 def spine(base: list[str]) -> dict:
