@@ -1,0 +1,188 @@
+"""model=hf: a transformer from a local Hugging Face folder, end to end, on a tiny random BERT.
+
+The folder (``tests.hf_tiny``: a ``BertConfig`` with 2 layers, hidden 32, 2 heads, random
+weights, and a WordPiece tokenizer trained here on generated sentences) is saved with
+``save_pretrained``; its text data is a generated JSONL file. Export and parity against
+transformers in torch, the fusions onnxruntime.transformers finds, dynamic INT8, the gate and the
+report run through ``python -m pipeline``; bad folders end with one line and exit 2.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_cli
+
+pytest.importorskip("transformers")
+
+FAST = ["registry=null", "bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=1",
+        "bench.warmup_max_runs=20", "bench.width_buckets=2", "bench.cold_start_repeats=0",
+        "bench.aa_tolerance=0.5", "gate.min_speedup=0", "quant.profile_runs=3",
+        "quant.ranking_samples=20"]
+DATA = ["data=jsonl", "data.input_column=text", "data.calibration_samples=24",
+        "data.evaluation_samples=40"]
+
+
+@pytest.fixture(scope="module")
+def hf(tmp_path_factory):
+    from tests import hf_tiny
+
+    root = tmp_path_factory.mktemp("hf")
+    hf_tiny.bert(root / "embed")
+    hf_tiny.bert(root / "classify", task="sequence-classification", num_labels=3)
+    hf_tiny.text_data(root / "text.jsonl", 80)
+    hf_tiny.text_data(root / "labelled.jsonl", 80, labels=3)
+    return root
+
+
+def _key(folder: Path, data: Path, metric: str = "agreement", params: dict | None = None):
+    from pipeline.config import ModelConfig
+    from pipeline.data.spec import DataConfig
+    from pipeline.metrics.config import MetricConfig
+    from pipeline.models.sources import task_key
+
+    return task_key(ModelConfig(name="hf", path=str(folder), params=params or {}),
+                    DataConfig(format="jsonl", path=str(data), input_column="text",
+                               calibration_samples=24, evaluation_samples=40),
+                    MetricConfig(name=metric), data_dir=str(folder.parent / "data"))
+
+
+def _run(root: Path, workdir: str, *args: str):
+    return run_cli(*args, f"workdir={root / workdir}", f"data_dir={root / workdir / 'data'}",
+                   *FAST)
+
+
+def _report(root: Path, workdir: str) -> dict:
+    return json.loads((root / workdir / "runs" / "latest" / "report.json").read_text())
+
+
+def test_the_task_reads_the_folder_and_meets_the_contract(hf):
+    from pipeline.models.contract import check
+    from pipeline.models.sources import build
+
+    t = build(_key(hf / "embed", hf / "text.jsonl"))
+    assert check(t) == []
+    assert [i.name for i in t.inputs] == ["input_ids", "attention_mask", "token_type_ids"]
+    assert all(i.dtype == "int64" and i.shape == ("batch", "sequence") for i in t.inputs)
+    assert t.outputs[0].shape == ("batch", 32) and t.metrics.primary == "cosine_mean"
+    assert t.fusion == {"model_type": "bert", "num_heads": 2, "hidden_size": 32,
+                        "source_type": "bert"}
+    ds = t.dataset(t.split("evaluation", 40, str(hf / "data")))
+    sizes = t.sizes(ds)
+    assert sizes.min() < sizes.max()          # varied real lengths, not one padded shape
+    batch = next(t.batches(ds, 8))
+    ids, mask = batch.feeds["input_ids"], batch.feeds["attention_mask"]
+    assert ids.dtype == np.int64 and ids.shape == mask.shape
+    assert ids.shape[1] == mask.sum(axis=1).max()  # padded per batch to its longest row
+    # the embedding is the mean over real tokens, L2-normalized
+    out = t._reference(batch.feeds)
+    assert np.allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
+
+    c = build(_key(hf / "classify", hf / "labelled.jsonl", "classification",
+                   {"max_length": 16}))
+    assert c.kind == "sequence-classification" and c.outputs[0].shape == ("batch", 3)
+    assert c.metrics.primary == "top1" and check(c) == []
+    assert max(c.sizes(c.dataset(c.split("evaluation", 40, str(hf / "data"))))) == 16
+
+
+def test_export_fuse_and_parity(hf, tmp_path):
+    """The stages themselves: the export matches transformers in torch, the fusions are found."""
+    import onnxruntime
+
+    from pipeline.config import HardwareConfig
+    from pipeline.models import task
+    from pipeline.runner import Runner
+    from pipeline.stages.export import Export
+    from pipeline.stages.fuse import Fuse
+    from pipeline.stages.load import Load
+
+    key = _key(hf / "embed", hf / "text.jsonl")
+    t = task(key)
+    parity = t.split("evaluation", 16, str(hf / "data"))
+    hw = HardwareConfig().target()
+    runner = Runner(tmp_path, hw, log=lambda *a, **k: None)
+    exported = runner.run(Export(key, 18, parity, hw), runner.run(Load(key, None, None, ())))
+    meta = exported.meta
+    assert meta["parity_vs_torch"]["max_abs_diff"] < 1e-4
+    assert meta["parity_vs_torch"]["decoded_agreement"] == 1.0
+    sess = onnxruntime.InferenceSession(str(exported.model), providers=["CPUExecutionProvider"])
+    shapes = {i.name: i.shape for i in sess.get_inputs()}
+    assert shapes["input_ids"] == ["batch", "sequence"]
+    fused = runner.run(Fuse(parity, hw, "bert", 2, 32), exported).meta
+    for op in ("Attention", "SkipLayerNormalization", "EmbedLayerNormalization"):
+        assert fused["fusions"].get(op, 0) > 0, fused["fusions"]
+    assert fused["fusions"].get("BiasGelu", 0) + fused["fusions"].get("Gelu", 0) > 0
+    assert sum(fused["nodes"].values()) < sum(fused["nodes_before"].values())
+    assert fused["parity_vs_export"]["decoded_agreement"] == 1.0
+
+
+@pytest.mark.slow
+def test_embeddings_end_to_end_with_dynamic_int8(hf):
+    proc = _run(hf, "run_embed", "model=hf", f"model.path={hf / 'embed'}", *DATA,
+                f"data.path={hf / 'text.jsonl'}", "metric=agreement", "quant=dynamic",
+                "quant.dynamic_op_types=[MatMul,Gemm]", "gate.max_accuracy_drop=0.05",
+                "gate.min_output_agreement=0")
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    rep = _report(hf, "run_embed")
+    stages = {s["label"]: s for s in rep["stages"]}
+    assert {"load", "export", "fuse", "fp16"} <= set(stages)
+    fusion = rep["fusion"]
+    assert fusion["fusions"]["Attention"] == 2 and fusion["nodes_after"] < fusion["nodes_before"]
+    md = (hf / "run_embed" / "runs" / "latest" / "report.md").read_text()
+    assert "## Transformer fusions" in md and "| Attention | 2 |" in md
+    rows = {r["role"]: r for r in rep["rows"]}
+    assert rows["fp32"]["cosine_mean"] > 0.9999
+    assert 0.9 < rows["candidate"]["cosine_mean"] <= 1.0 + 1e-9
+    assert rows["candidate"]["cosine_p1"] <= rows["candidate"]["cosine_mean"]
+    assert rep["verdict"]["checks"][0]["check"] == "accuracy_drop"
+    assert "cosine_mean" in rep["verdict"]["checks"][0]["detail"]
+
+
+@pytest.mark.slow
+def test_classifier_end_to_end(hf):
+    proc = _run(hf, "run_classify", "model=hf", f"model.path={hf / 'classify'}", *DATA,
+                f"data.path={hf / 'labelled.jsonl'}", "metric=classification", "metric.top_k=2",
+                "quant=dynamic", "quant.latency_aware=false", "gate.max_accuracy_drop=100")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = _report(hf, "run_classify")
+    assert [m["name"] for m in rep["metrics"]][0] == "top1"
+    rows = {r["role"]: r for r in rep["rows"]}
+    assert 0.0 <= rows["candidate"]["top1"] <= 100.0
+    assert rep["verdict"]["passed"]
+
+
+def _one_line(proc, code: int, *words: str) -> None:
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert len(lines) == 1, proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_bad_folders_end_with_one_line(hf, tmp_path):
+    no_tok = tmp_path / "no_tokenizer"
+    shutil.copytree(hf / "embed", no_tok)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (no_tok / f).unlink()
+    unknown = tmp_path / "unknown"
+    shutil.copytree(hf / "embed", unknown)
+    cfg = json.loads((unknown / "config.json").read_text())
+    (unknown / "config.json").write_text(json.dumps({**cfg, "model_type": "nosuchformer"}))
+    misfit = tmp_path / "misfit"
+    shutil.copytree(hf / "embed", misfit)
+    (misfit / "config.json").write_text(json.dumps({**cfg, "hidden_size": 64,
+                                                    "intermediate_size": 256}))
+    common = [*DATA, f"data.path={hf / 'text.jsonl'}", "metric=agreement"]
+    for folder, words in ((no_tok, ["no tokenizer"]), (unknown, ["unknown architecture"]),
+                          (misfit, ["do not match", "config.json"]),
+                          (tmp_path / "absent", ["no such folder"])):
+        proc = _run(tmp_path, "bad", "model=hf", f"model.path={folder}", *common)
+        _one_line(proc, 2, str(folder.name), *words)
+    # an embedding model scored as a classifier: refused before any stage
+    proc = _run(tmp_path, "bad", "model=hf", f"model.path={hf / 'embed'}", *DATA,
+                f"data.path={hf / 'labelled.jsonl'}", "metric=classification")
+    _one_line(proc, 2, "feature-extraction")
