@@ -4,7 +4,9 @@ The folder (``tests.hf_tiny``: a ``BertConfig`` with 2 layers, hidden 32, 2 head
 weights, and a WordPiece tokenizer trained here on generated sentences) is saved with
 ``save_pretrained``; its text data is a generated JSONL file. Export and parity against
 transformers in torch, the fusions onnxruntime.transformers finds, dynamic INT8, the gate and the
-report run through ``python -m pipeline``; bad folders end with one line and exit 2.
+report run through ``python -m pipeline`` (one embedding run, shared by the tests that read it,
+and one classifier run); bad folders end with one line and exit 2. Stage children start with
+torch and transformers already imported (``pipeline.isolate.preload``), so a run takes seconds.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ pytest.importorskip("transformers")
 FAST = ["registry=null", "bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=1",
         "bench.warmup_max_runs=20", "bench.width_buckets=2", "bench.cold_start_repeats=0",
         "bench.aa_tolerance=0.5", "gate.min_speedup=0", "quant.profile_runs=3",
-        "quant.ranking_samples=20"]
+        "quant.ranking_samples=20", "quant.region_trials=0"]  # regions: tests/test_auto.py
 DATA = ["data=jsonl", "data.input_column=text", "data.calibration_samples=24",
         "data.evaluation_samples=40"]
 
@@ -62,7 +64,7 @@ def _report(root: Path, workdir: str) -> dict:
 
 def test_the_task_reads_the_folder_and_meets_the_contract(hf):
     from pipeline.models.contract import check
-    from pipeline.models.sources import build
+    from pipeline.models import task as build
 
     t = build(_key(hf / "embed", hf / "text.jsonl"))
     assert check(t) == []
@@ -89,30 +91,34 @@ def test_the_task_reads_the_folder_and_meets_the_contract(hf):
     assert max(c.sizes(c.dataset(c.split("evaluation", 40, str(hf / "data"))))) == 16
 
 
-def test_export_fuse_and_parity(hf, tmp_path):
-    """The stages themselves: the export matches transformers in torch, the fusions are found."""
+@pytest.fixture(scope="module")
+def embed_run(hf):
+    """One end-to-end run of the embedding model with dynamic INT8, shared by the tests below."""
+    proc = _run(hf, "run_embed", "model=hf", f"model.path={hf / 'embed'}", *DATA,
+                f"data.path={hf / 'text.jsonl'}", "metric=agreement", "quant=dynamic",
+                "gate.max_accuracy_drop=0.05", "gate.min_output_agreement=0")
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    return _report(hf, "run_embed")
+
+
+def _meta(rep: dict, role: str) -> dict:
+    path = Path(rep["lineage"][role]["path"]) / "artifact.json"
+    return json.loads(path.read_text())["meta"]
+
+
+def test_export_fuse_and_parity(embed_run):
+    """The stages themselves: the export matches transformers in torch with named dynamic axes,
+    the fusions are found and keep parity."""
     import onnxruntime
 
-    from pipeline.config import HardwareConfig
-    from pipeline.models import task
-    from pipeline.runner import Runner
-    from pipeline.stages.export import Export
-    from pipeline.stages.fuse import Fuse
-    from pipeline.stages.load import Load
-
-    key = _key(hf / "embed", hf / "text.jsonl")
-    t = task(key)
-    parity = t.split("evaluation", 16, str(hf / "data"))
-    hw = HardwareConfig().target()
-    runner = Runner(tmp_path, hw, log=lambda *a, **k: None)
-    exported = runner.run(Export(key, 18, parity, hw), runner.run(Load(key, None, None, ())))
-    meta = exported.meta
-    assert meta["parity_vs_torch"]["max_abs_diff"] < 1e-4
-    assert meta["parity_vs_torch"]["decoded_agreement"] == 1.0
-    sess = onnxruntime.InferenceSession(str(exported.model), providers=["CPUExecutionProvider"])
-    shapes = {i.name: i.shape for i in sess.get_inputs()}
-    assert shapes["input_ids"] == ["batch", "sequence"]
-    fused = runner.run(Fuse(parity, hw, "bert", 2, 32), exported).meta
+    export = _meta(embed_run, "export")
+    assert export["parity_vs_torch"]["max_abs_diff"] < 1e-4
+    assert export["parity_vs_torch"]["decoded_agreement"] == 1.0
+    model = Path(embed_run["lineage"]["export"]["path"]) / "model.onnx"
+    sess = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    assert {i.name: i.shape for i in sess.get_inputs()}["input_ids"] == ["batch", "sequence"]
+    fused = _meta(embed_run, "fp32")
+    assert embed_run["lineage"]["fp32"]["stage"] == "fuse"
     for op in ("Attention", "SkipLayerNormalization", "EmbedLayerNormalization"):
         assert fused["fusions"].get(op, 0) > 0, fused["fusions"]
     assert fused["fusions"].get("BiasGelu", 0) + fused["fusions"].get("Gelu", 0) > 0
@@ -120,16 +126,10 @@ def test_export_fuse_and_parity(hf, tmp_path):
     assert fused["parity_vs_export"]["decoded_agreement"] == 1.0
 
 
-@pytest.mark.slow
-def test_embeddings_end_to_end_with_dynamic_int8(hf):
-    proc = _run(hf, "run_embed", "model=hf", f"model.path={hf / 'embed'}", *DATA,
-                f"data.path={hf / 'text.jsonl'}", "metric=agreement", "quant=dynamic",
-                "quant.dynamic_op_types=[MatMul,Gemm]", "gate.max_accuracy_drop=0.05",
-                "gate.min_output_agreement=0")
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
-    rep = _report(hf, "run_embed")
+def test_embeddings_end_to_end_with_dynamic_int8(hf, embed_run):
+    rep = embed_run
     stages = {s["label"]: s for s in rep["stages"]}
-    assert {"load", "export", "fuse", "fp16"} <= set(stages)
+    assert {"load", "export", "fuse", "fp16", "quantize"} <= set(stages)
     fusion = rep["fusion"]
     assert fusion["fusions"]["Attention"] == 2 and fusion["nodes_after"] < fusion["nodes_before"]
     md = (hf / "run_embed" / "runs" / "latest" / "report.md").read_text()
@@ -142,11 +142,11 @@ def test_embeddings_end_to_end_with_dynamic_int8(hf):
     assert "cosine_mean" in rep["verdict"]["checks"][0]["detail"]
 
 
-@pytest.mark.slow
 def test_classifier_end_to_end(hf):
+    """Labels and top-k through the whole recipe; INT8 is the embedding run's (above)."""
     proc = _run(hf, "run_classify", "model=hf", f"model.path={hf / 'classify'}", *DATA,
                 f"data.path={hf / 'labelled.jsonl'}", "metric=classification", "metric.top_k=2",
-                "quant=dynamic", "quant.latency_aware=false", "gate.max_accuracy_drop=100")
+                "quant=none", "gate.max_accuracy_drop=100")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rep = _report(hf, "run_classify")
     assert [m["name"] for m in rep["metrics"]][0] == "top1"
@@ -164,25 +164,41 @@ def _one_line(proc, code: int, *words: str) -> None:
 
 
 def test_bad_folders_end_with_one_line(hf, tmp_path):
+    """Through the command line: one line and exit 2 (the task is checked before any stage)."""
+    # (unknown architecture, mismatched weights and the rest: in process, below)
     no_tok = tmp_path / "no_tokenizer"
     shutil.copytree(hf / "embed", no_tok)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         (no_tok / f).unlink()
+    proc = _run(tmp_path, "bad", "model=hf", f"model.path={no_tok}", *DATA,
+                f"data.path={hf / 'text.jsonl'}", "metric=agreement")
+    _one_line(proc, 2, "no_tokenizer", "no tokenizer")
+
+
+def test_more_bad_folders_are_config_errors(hf, tmp_path):
+    """The same checks in process (the command line turns a ConfigError into one line, exit 2,
+    as the test above shows): weights that do not fit config.json, an unknown architecture, no
+    folder, a metric that does not fit the model."""
+    from pipeline.errors import ConfigError
+    from pipeline.models import task
+
+    misfit = tmp_path / "misfit"
+    shutil.copytree(hf / "embed", misfit)
+    cfg = json.loads((misfit / "config.json").read_text())
+    (misfit / "config.json").write_text(json.dumps({**cfg, "hidden_size": 64,
+                                                    "intermediate_size": 256}))
+    with pytest.raises(ConfigError, match="do not match config.json") as e:
+        task(_key(misfit, hf / "text.jsonl"))
+    assert "\n" not in str(e.value) and "misfit" in str(e.value)
     unknown = tmp_path / "unknown"
     shutil.copytree(hf / "embed", unknown)
     cfg = json.loads((unknown / "config.json").read_text())
     (unknown / "config.json").write_text(json.dumps({**cfg, "model_type": "nosuchformer"}))
-    misfit = tmp_path / "misfit"
-    shutil.copytree(hf / "embed", misfit)
-    (misfit / "config.json").write_text(json.dumps({**cfg, "hidden_size": 64,
-                                                    "intermediate_size": 256}))
-    common = [*DATA, f"data.path={hf / 'text.jsonl'}", "metric=agreement"]
-    for folder, words in ((no_tok, ["no tokenizer"]), (unknown, ["unknown architecture"]),
-                          (misfit, ["do not match", "config.json"]),
-                          (tmp_path / "absent", ["no such folder"])):
-        proc = _run(tmp_path, "bad", "model=hf", f"model.path={folder}", *common)
-        _one_line(proc, 2, str(folder.name), *words)
+    with pytest.raises(ConfigError, match="unknown architecture") as e:
+        task(_key(unknown, hf / "text.jsonl"))
+    assert "\n" not in str(e.value) and "unknown" in str(e.value)
+    with pytest.raises(ConfigError, match="no such folder"):
+        _key(tmp_path / "absent", hf / "text.jsonl")
     # an embedding model scored as a classifier: refused before any stage
-    proc = _run(tmp_path, "bad", "model=hf", f"model.path={hf / 'embed'}", *DATA,
-                f"data.path={hf / 'labelled.jsonl'}", "metric=classification")
-    _one_line(proc, 2, "feature-extraction")
+    with pytest.raises(ConfigError, match="feature-extraction"):
+        task(_key(hf / "embed", hf / "labelled.jsonl", "classification"))

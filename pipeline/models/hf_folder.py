@@ -142,8 +142,10 @@ def network(model, kind: str, pooling: str, normalize: bool, inputs: tuple[str, 
 
 
 class HfTask(UserTask):
-    # Transformers: dynamic INT8 for the matrix products; LayerNorm and Softmax stay float.
-    dynamic_op_types = ("MatMul", "Gemm")
+    # Transformers: dynamic INT8 for the matrix products, the fused attention's Q/K/V projection
+    # included (QAttention); LayerNorm and Softmax stay float. The latency-aware fallback keeps
+    # float any of them that got slower on the target.
+    dynamic_op_types = ("MatMul", "Gemm", "Attention")
     pruning = None
     no_pruning = ("model=hf: pruning a transformer needs a recovery loop the folder does not "
                   "provide; run with prune=none")
@@ -154,6 +156,7 @@ class HfTask(UserTask):
         self.folder = Path(key.path)
         self.params = json.loads(key.spec)["params"]
         self.config = folder_config(self.folder)
+        _preload(self.config.model_type)
         self.tokenizer = folder_tokenizer(self.folder)
         self.kind = task_of(self.config, self.params)
         self.pooling = pooling_of(self.folder, self.params)
@@ -312,6 +315,19 @@ class HfTask(UserTask):
         if self.kind == "feature-extraction":
             return [0.0] * len(outputs)
         return super().margins(outputs)
+
+
+def _preload(model_type: str) -> None:
+    """Every stage of this task builds it, and building it imports torch and transformers' model
+    code (seconds per child process): the forkserver imports them once for all children."""
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    from pipeline import isolate
+
+    mod = model_type_to_module_name(model_type)
+    isolate.preload(["torch", "datasets", "transformers", "transformers.models.auto.modeling_auto",
+                     "transformers.models.auto.tokenization_auto",
+                     f"transformers.models.{mod}.modeling_{mod.rpartition('.')[2]}"])
 
 
 def _keys(entries) -> list[str]:
