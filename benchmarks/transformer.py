@@ -199,7 +199,7 @@ def section(cli, quick: bool = False) -> dict:
     fusion = rep.get("fusion") or {}
     return {
         "model": {**shape, "sentences": n, "quick": quick, "built_seconds": round(built_s, 1)},
-        "cpu": {"model": cpu_info().get("model"), "vnni": vnni},
+        "cpu_has_vnni": vnni,  # run.py stamps the whole cpu_info() as "cpu"
         "command": "python -m pipeline " + " ".join(args), "exit_code": code,
         "seconds": round(seconds, 1), "verdict": rep["verdict"]["passed"],
         "fusion": fusion, "p50_ms": {role: {b: v["p50"] for b, v in l.items()}
