@@ -108,16 +108,20 @@ def side_by_side(run_dir: Path, folder: Path, data: Path, workdir: Path, batches
     optimum_default_dynamic(export, optimum_model)
     theirs = ort.session(optimum_model, hw)
     ov, opt = "openvino default compile (fp32 export)", OPTIMUM
-    # cosine of each peer against the pipeline's fused FP32 on the evaluation batches
-    fp32 = ort.session(Path(lineage["fp32"]["path"]) / "model.onnx", hw)
-    cos = {k: [] for k in ("pipeline", ov, opt)}
+    # cosine of each model against the FP16 baseline (the gate's reference) and the fused FP32
+    refs = {r: ort.session(Path(lineage[r]["path"]) / "model.onnx", hw) for r in ("fp16", "fp32")}
+    cos = {r: {k: [] for k in ("pipeline", ov, opt)} for r in refs}
     for _, feeds, _ in t.batches(ds, 16):
-        ref = ort.run(fp32, feeds)
-        for k, y in (("pipeline", ort.run(mine, feeds)), (ov, request.infer(feeds)[0]),
-                     (opt, ort.run(theirs, feeds))):
-            cos[k] += list((ref * y).sum(-1) / np.maximum(
-                np.linalg.norm(ref, axis=-1) * np.linalg.norm(y, axis=-1), 1e-30))
-    out = {"cosine_mean_vs_fused_fp32": {k: float(np.mean(v)) for k, v in cos.items()}}
+        outs = {"pipeline": ort.run(mine, feeds), ov: request.infer(feeds)[0],
+                opt: ort.run(theirs, feeds)}
+        for r, s in refs.items():
+            ref = np.asarray(ort.run(s, feeds), dtype=np.float64)
+            for k, y in outs.items():
+                cos[r][k] += list((ref * y).sum(-1) / np.maximum(
+                    np.linalg.norm(ref, axis=-1) * np.linalg.norm(y, axis=-1), 1e-30))
+    out = {f"cosine_mean_vs_{r}": {k: float(np.mean(v)) for k, v in c.items()}
+           for r, c in cos.items()}
+    out["cosine_p1_vs_fp16"] = {k: float(np.percentile(v, 1)) for k, v in cos["fp16"].items()}
     for b in batches:
         inputs, _ = bucketed(t, ds, b, 4, 2, np.random.default_rng(0))
         fns = {"pipeline": lambda x: ort.run(mine, x),
@@ -217,11 +221,12 @@ def section(cli, quick: bool = False) -> dict:
                 "met": (ratio.get("8", {}).get("fused_fp32_vs_unfused_export") or 0) > 1},
             "int8_vs_fused_fp32_b8": {"value": b8, "target": target, "vnni": vnni,
                                       "met": b8 is not None and b8 >= target},
-            # the label-free metric compares with the model as given in torch (FP32)
-            "cosine_mean": {"value": rows["candidate"]["cosine_mean"],
-                            "target": TARGETS["cosine_mean_vs_fp16"],
-                            "met": rows["candidate"]["cosine_mean"]
-                            >= TARGETS["cosine_mean_vs_fp16"]},
+            # against the FP16 baseline's outputs (the run's own metric compares with the model
+            # as given in torch, FP32: in "cosine")
+            "cosine_mean_vs_fp16": {"value": peers["cosine_mean_vs_fp16"]["pipeline"],
+                                    "target": TARGETS["cosine_mean_vs_fp16"],
+                                    "met": peers["cosine_mean_vs_fp16"]["pipeline"]
+                                    >= TARGETS["cosine_mean_vs_fp16"]},
             "faster_than_openvino_default": {
                 b: {"value": peers[b]["pipeline_speedup_vs_openvino"]["median"],
                     "met": peers[b]["pipeline_speedup_vs_openvino"]["median"] > 1}
