@@ -19,6 +19,7 @@ that do not match the config.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 from pathlib import Path
 
@@ -172,7 +173,13 @@ class HfTask(UserTask):
             names = ["input_ids", "attention_mask"] + [n for n in names if n == "token_type_ids"]
         self.input_names = tuple(names)
         self.inputs = tuple(InputSpec(n, "int64", ("batch", "sequence")) for n in names)
-        self._net = self.build_network(self.params, None)
+        # The folder's weights are checked against its config where the run starts: one line
+        # before any stage. A stage's child process (whose key pins the folder's content digest)
+        # builds the network only if it uses it (load, export, the label-free reference):
+        # loading it costs about a second per child.
+        self._built = None
+        if multiprocessing.parent_process() is None:
+            self._built = self.build_network(self.params, None)
         if self.kind == "sequence-classification":
             self.outputs = (OutputSpec("logits", "float32", ("batch", self.config.num_labels)),)
         else:
@@ -186,6 +193,13 @@ class HfTask(UserTask):
 
     def __repr__(self) -> str:
         return f"HfTask({self.key.path!r})"
+
+    @property
+    def _net(self):
+        """The folder's network with its pooling: the label-free reference."""
+        if self._built is None:
+            self._built = self.build_network(self.params, None)
+        return self._built
 
     def _hidden(self) -> int:
         c = self.config
