@@ -332,14 +332,15 @@ class HfTask(UserTask):
 
 
 def _preload(model_type: str) -> None:
-    """Every stage of this task builds it, and building it imports torch and transformers' model
-    code (seconds per child process): the forkserver imports them once for all children."""
+    """Every stage of this task builds it, and building it imports transformers' auto classes and
+    the model type's code (seconds per child process, beyond torch and transformers themselves,
+    which the forkserver preloads anyway): the forkserver imports them once for all children."""
     from transformers.models.auto.configuration_auto import model_type_to_module_name
 
     from pipeline import isolate
 
     mod = model_type_to_module_name(model_type)
-    isolate.preload(["torch", "datasets", "transformers", "transformers.models.auto.modeling_auto",
+    isolate.preload(["transformers.models.auto.modeling_auto",
                      "transformers.models.auto.tokenization_auto",
                      f"transformers.models.{mod}.modeling_{mod.rpartition('.')[2]}"])
 
