@@ -140,6 +140,10 @@ def test_embeddings_end_to_end_with_dynamic_int8(hf, embed_run):
     assert rows["candidate"]["cosine_p1"] <= rows["candidate"]["cosine_mean"]
     assert rep["verdict"]["checks"][0]["check"] == "accuracy_drop"
     assert "cosine_mean" in rep["verdict"]["checks"][0]["detail"]
+    # the fused attention's projections run as INT8 too, and are reported so
+    explain = rep["quantization"]["explain"]
+    assert "QAttention" in explain["int8_kernels"]
+    assert not any("QAttention" in op for op in explain["float_compute"])
 
 
 def test_classifier_end_to_end(hf):
