@@ -4,9 +4,10 @@ The folder (``tests.hf_tiny``: a ``BertConfig`` with 2 layers, hidden 32, 2 head
 weights, and a WordPiece tokenizer trained here on generated sentences) is saved with
 ``save_pretrained``; its text data is a generated JSONL file. Export and parity against
 transformers in torch, the fusions onnxruntime.transformers finds, dynamic INT8, the gate and the
-report run through ``python -m pipeline`` (one embedding run, shared by the tests that read it,
-and one classifier run); bad folders end with one line and exit 2. Stage children start with
-torch and transformers already imported (``pipeline.isolate.preload``), so a run takes seconds.
+report run through ``python -m pipeline`` once (an embedding model, shared by the tests that read
+it); a classifier's export and scores go through the stages in process; bad folders end with one
+line and exit 2. Stage children start with torch and transformers already imported
+(``pipeline.isolate``), so a run takes seconds.
 """
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def hf(tmp_path_factory):
     return root
 
 
-def _key(folder: Path, data: Path, metric: str = "agreement", params: dict | None = None):
+def _key(folder: Path, data: Path, metric: str = "agreement", params: dict | None = None,
+         top_k: int = 5):
     from pipeline.config import ModelConfig
     from pipeline.data.spec import DataConfig
     from pipeline.metrics.config import MetricConfig
@@ -50,7 +52,7 @@ def _key(folder: Path, data: Path, metric: str = "agreement", params: dict | Non
     return task_key(ModelConfig(name="hf", path=str(folder), params=params or {}),
                     DataConfig(format="jsonl", path=str(data), input_column="text",
                                calibration_samples=24, evaluation_samples=40),
-                    MetricConfig(name=metric), data_dir=str(folder.parent / "data"))
+                    MetricConfig(name=metric, top_k=top_k), data_dir=str(folder.parent / "data"))
 
 
 def _run(root: Path, workdir: str, *args: str):
@@ -146,17 +148,39 @@ def test_embeddings_end_to_end_with_dynamic_int8(hf, embed_run):
     assert not any("QAttention" in op for op in explain["float_compute"])
 
 
-def test_classifier_end_to_end(hf):
-    """Labels and top-k through the whole recipe; INT8 is the embedding run's (above)."""
-    proc = _run(hf, "run_classify", "model=hf", f"model.path={hf / 'classify'}", *DATA,
-                f"data.path={hf / 'labelled.jsonl'}", "metric=classification", "metric.top_k=2",
-                "quant=none", "gate.max_accuracy_drop=100")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    rep = _report(hf, "run_classify")
-    assert [m["name"] for m in rep["metrics"]][0] == "top1"
-    rows = {r["role"]: r for r in rep["rows"]}
-    assert 0.0 <= rows["candidate"]["top1"] <= 100.0
-    assert rep["verdict"]["passed"]
+def test_classifier_export_and_scores(hf, tmp_path):
+    """A sequence classifier through the stages that differ from the embedding run's: the export
+    agrees with transformers in torch by argmax, and labels score top-1 and top-k. (The recipe
+    around them is the embedding run's, above: a second run through the command line would double
+    this file's time.)"""
+    import onnxruntime
+
+    from pipeline.config import HardwareConfig
+    from pipeline.models import task
+    from pipeline.runner import Runner
+    from pipeline.stages.export import Export
+    from pipeline.stages.load import Load
+
+    key = _key(hf / "classify", hf / "labelled.jsonl", "classification", top_k=2)
+    t = task(key)
+    assert t.kind == "sequence-classification" and t.fusion["num_heads"] == 2
+    hw = HardwareConfig().target()
+    runner = Runner(tmp_path, hw, log=lambda *a, **k: None)
+    parity = t.split("evaluation", 16, str(hf / "data"))
+    exported = runner.run(Export(task=key, opset=18, data=parity, hardware=hw),
+                          runner.run(Load(task=key, checkpoint=None, checkpoint_sha256=None)))
+    assert exported.meta["parity_vs_torch"]["decoded_agreement"] == 1.0
+    sess = onnxruntime.InferenceSession(str(exported.model), providers=["CPUExecutionProvider"])
+    ds = t.dataset(t.split("evaluation", 40, str(hf / "data")))
+    preds, labels = [], []
+    for batch in t.batches(ds, 8):
+        out = sess.run(None, batch.feeds)[0]
+        assert out.shape == (len(batch.labels), 3)
+        assert (out.argmax(-1) == t._reference(batch.feeds).argmax(-1)).all()
+        preds += t.predictions(out)
+        labels += batch.labels
+    scores = t.score(preds, labels)
+    assert set(scores) == {"top1", "top2"} and 0 <= scores["top1"] <= scores["top2"] <= 100
 
 
 def _one_line(proc, code: int, *words: str) -> None:
