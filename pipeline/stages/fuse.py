@@ -11,20 +11,21 @@ graph optimizations when it loads the file on the target.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.errors import StageError
+from pipeline.runner import CHECKS_ONLY
 from pipeline.stages.parity import compare, node_counts, require
 
 
 @dataclass(frozen=True)
 class Fuse:
     data: object           # DataSplit: the samples parity is checked on
-    hardware: object
     model_type: str        # onnxruntime.transformers' model type (bert for BERT-like encoders)
     num_heads: int
     hidden_size: int
+    hardware: object = field(metadata=CHECKS_ONLY)  # runs its checks: not in the key
     tolerance: float = 1e-3
     name = "fuse"
     version = 1
