@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(PIP_FLAGS) "torch==2.13.0"
-	$(PY) -m pip install -q $(PIP_FLAGS) -e ".[test,registry,ray]"
+	$(PY) -m pip install -q $(PIP_FLAGS) -e ".[test,registry,ray,hf]"
 	touch $@
 
 setup: $(VENV)/.installed

@@ -30,6 +30,9 @@ Sections (each one records its own error and the others still run):
   ``quant=int8`` and ``quant=mixed``, their gate verdicts and accuracy next to FP32 and FP16, and
   their artifacts timed at batch 1 and 8 against FP32 and onnxruntime's default
   ``quantize_static`` in one process (``benchmarks/byo.py``).
+- ``transformer``: a 6-layer, 384-hidden, 12-head BERT folder the project builds, through
+  ``model=hf`` with dynamic INT8: fusions, fused vs unfused, INT8 vs fused FP32, cosine, and
+  the pipeline against OpenVINO's default compile (``benchmarks/transformer.py``).
 Each target is listed with its measured value and whether it was met; ``docs/results.md`` is
 rendered from the file (``benchmarks.results``), with each section's time and CPU. A
 benchmark, not a test: nothing here asserts, and the numbers only compare with ones from the
@@ -217,12 +220,22 @@ def byo(base: list[str]) -> dict:
     return section(base, _cli)
 
 
+def transformer(quick: bool) -> dict:
+    from benchmarks.transformer import section
+
+    return section(_cli, quick)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("bench.json"))
     ap.add_argument("--page", type=Path, default=Path("docs") / "results.md")
     ap.add_argument("--sections",
-                    default="spine,repeatability,quantization,load,soak,pruning,runtimes,auto,byo")
+                    default="spine,repeatability,quantization,load,soak,pruning,runtimes,auto,byo,"
+                            "transformer")
+    ap.add_argument("--quick", action="store_true",
+                    help="transformer: a 2-layer model and 200 sentences, a check of the harness "
+                         "rather than a measurement")
     args, overrides = ap.parse_known_args(argv)
     # A fresh measurement for this bench run (cached timings may come from a busier moment);
     # both spine runs share it, so the second one still reuses every stage.
@@ -239,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
                 "pruning": lambda: pruning(base),
                 "runtimes": lambda: runtimes(base),
                 "auto": lambda: auto(base),
-                "byo": lambda: byo(base)}
+                "byo": lambda: byo(base),
+                "transformer": lambda: transformer(args.quick)}
     for name in wanted:
         try:
             results[name] = sections[name]()

@@ -103,7 +103,7 @@ class LlmConfig:
                               f"attention_heads={self.attention_heads}")
 
 
-SOURCES = ("onnx", "torch")  # model.name values that bring the user's own model
+SOURCES = ("onnx", "torch", "hf")  # model.name values that bring the user's own model
 
 
 @dataclass
@@ -117,7 +117,7 @@ class ModelConfig:
     # The network's own settings: a built-in task's architecture (ocr: widths, hidden), or the
     # keyword arguments model=torch passes to its factory.
     params: Dict[str, Any] = field(default_factory=dict)
-    path: Optional[str] = None              # model=onnx: the ONNX file
+    path: Optional[str] = None              # model=onnx: the ONNX file; model=hf: the folder
     factory: Optional[str] = None           # model=torch: package.module:function -> nn.Module
     # model=torch: input name -> shape, fixed sizes as ints and dynamic axes by their meaning
     # (batch, width, height, sequence), e.g. {image: [batch, 3, 32, width]}; exported so.
@@ -137,6 +137,12 @@ class ModelConfig:
                               f"{'set' if self.kind == ModelKind.llm else 'null'}")
         if self.kind == ModelKind.llm:
             return
+        if self.name == "hf" and not self.path:
+            raise ConfigError("model.path is empty: model=hf needs a local Hugging Face model "
+                              "folder (config.json, weights, tokenizer files)")
+        if self.name == "hf" and self.checkpoint is not None:
+            raise ConfigError("model.checkpoint: model=hf takes its weights from the folder in "
+                              "model.path")
         if self.name == "onnx" and not self.path:
             raise ConfigError("model.path is empty: model=onnx needs the ONNX file to compile")
         if self.name == "torch":
@@ -466,8 +472,8 @@ class Config:
     gate: GateConfig = field(default_factory=GateConfig)
     registry: Optional[RegistryConfig] = field(default_factory=RegistryConfig)  # null: no publish
     bench: BenchConfig = field(default_factory=BenchConfig)
-    data: Optional[DataConfig] = None       # model=onnx/torch: the user's data set (data=...)
-    metric: Optional[MetricConfig] = None   # model=onnx/torch: how outputs are scored (metric=...)
+    data: Optional[DataConfig] = None       # model=onnx/torch/hf: the user's data set (data=...)
+    metric: Optional[MetricConfig] = None   # model=onnx/torch/hf: how outputs are scored (metric=...)
     workdir: str = "artifacts"              # cache/, runs/ live here
     data_dir: str = "calibration"           # calibration and evaluation sets
 
@@ -482,7 +488,7 @@ class Config:
                                   "classification, ctc or agreement (no labels)")
         elif self.data is not None or self.metric is not None:
             raise ConfigError(f"model={self.model.name} brings its own data and metric; data= "
-                              "and metric= are for model=onnx and model=torch")
+                              "and metric= are for model=onnx, model=torch and model=hf")
         if self.gate.speedup_batch_size not in self.bench.batch_sizes:
             raise ConfigError(f"gate.speedup_batch_size={self.gate.speedup_batch_size} is not "
                               f"benchmarked; bench.batch_sizes={self.bench.batch_sizes}")

@@ -22,6 +22,22 @@ ALWAYS = ["numpy", "onnx", "onnxruntime"]
 # The forkserver imports them once when the parent already has (it checked the model and data
 # before the first stage), instead of every child paying for them again.
 IF_LOADED = ["datasets", "torch", "transformers"]
+# Asked for by a task whose every stage imports more than these (model=hf: transformers' model
+# and tokenizer code, seconds per child): ``preload``.
+ASKED: list[str] = []
+
+
+def preload(modules) -> None:
+    """Have the forkserver import ``modules`` too, once for all children. Asked before the first
+    child starts; afterwards the server runs and this changes nothing (children then import what
+    they need themselves, as before)."""
+    ASKED.extend(m for m in modules if m not in ASKED)
+    if _ctx is not None:
+        _ctx.set_forkserver_preload(_modules())
+
+
+def _modules() -> list[str]:
+    return ALWAYS + [m for m in IF_LOADED if m in sys.modules] + ASKED
 
 
 def context():
@@ -29,7 +45,7 @@ def context():
     global _ctx
     if _ctx is None:
         _ctx = mp.get_context("forkserver")
-        _ctx.set_forkserver_preload(ALWAYS + [m for m in IF_LOADED if m in sys.modules])
+        _ctx.set_forkserver_preload(_modules())
     return _ctx
 
 

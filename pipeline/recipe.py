@@ -1,7 +1,7 @@
 """The recipe: the order of work, top to bottom. Config only picks options.
 
-load -> (prune) -> export (for an ONNX file: import instead) -> optimize -> fp16 baseline -> evaluate
-the floats -> (INT8: prepare, calibrate, quantize, explain, keep float what got slower, float
+load -> (prune) -> export (for an ONNX file: import instead) -> optimize (a transformer: fuse) ->
+fp16 baseline -> evaluate the floats -> (INT8: prepare, calibrate, quantize, explain, keep float what got slower, float
 outputs, mixed search: the sub-recipe in pipeline/quant/recipe.py; quant=auto: every candidate,
 pipeline/quant/auto.py) ->
 evaluate the candidate -> benchmark -> (load test) -> gate.
@@ -72,7 +72,15 @@ def recipe(cfg: Config, runner) -> Outcome:
         if pruning:  # the unpruned export (shared with unpruned runs' cache) for the size row
             pruning["unpruned_export"] = runner.run(export, pruning["load"],
                                                     label="export[unpruned]")
-    fp32 = runner.run(Optimize(data=splits.parity, hardware=hw), exported)
+    fusion = getattr(t, "fusion", None)
+    if fusion:  # a transformer encoder: onnxruntime.transformers' fusions make the FP32 baseline
+        from pipeline.stages.fuse import Fuse
+
+        fp32 = runner.run(Fuse(data=splits.parity, hardware=hw, model_type=fusion["model_type"],
+                               num_heads=fusion["num_heads"], hidden_size=fusion["hidden_size"]),
+                          exported)
+    else:
+        fp32 = runner.run(Optimize(data=splits.parity, hardware=hw), exported)
     # fp16 probes ONNX Runtime's kernels whatever the target: its key ignores the runtime.
     fp16 = runner.run(ToFp16(keep_float32=tuple(cfg.quant.fp16_keep_float32), data=splits.parity,
                              hardware=settings_for(hw, PRIMARY)), fp32)

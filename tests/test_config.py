@@ -12,7 +12,8 @@ from tests.conftest import run_cli
 # The user's own model needs its file (or factory), a data set and a metric; composing checks
 # only that they are named (files are read when the run starts).
 USER = {"onnx": ["model.path=m.onnx"],
-        "torch": ["model.factory=pkg.mod:fn", "model.inputs={image: [batch, 3, 16, 16]}"]}
+        "torch": ["model.factory=pkg.mod:fn", "model.inputs={image: [batch, 3, 16, 16]}"],
+        "hf": ["model.path=my-encoder"]}
 COMPANIONS = ["data=imagefolder", "data.path=.", "metric=agreement"]
 
 

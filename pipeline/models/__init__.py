@@ -4,7 +4,8 @@ predictions, metrics with their directions).
 
 ``task(key)`` gives the ``Task`` for a key: a built-in name (``ocr``, ``ocr_mobile``: the project's
 own text recognizers, ``pipeline.models.ocr.task``), or a frozen source spec for the user's own
-model (``pipeline.models.sources``: an ONNX file or a torch factory, with their data and metric).
+model (``pipeline.models.sources``: an ONNX file, a torch factory or a Hugging Face folder, with
+their data and metric).
 Keys are hashable and part of stage keys; the task is rebuilt from the key in a stage's child
 process. ``module(name)`` is a built-in task's own module, for the project's OCR benchmarks.
 """
@@ -39,6 +40,10 @@ def task(key):
         from pipeline.models.ocr.task import OcrTask
 
         return OcrTask(key, module(key))
+    if key.kind == "hf":  # a Source (pipeline.models.sources): a Hugging Face folder
+        from pipeline.models.hf_folder import HfTask
+
+        return HfTask(key)
     if key.kind == "onnx":  # a Source (pipeline.models.sources): the user's own model
         from pipeline.models.onnx_file import OnnxTask
 

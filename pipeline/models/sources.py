@@ -1,10 +1,10 @@
 """Where a model comes from: the key that names its task, and the data splits a run reads.
 
 In: the run's ``ModelConfig``, ``DataConfig`` and ``MetricConfig``. Out: ``task_key`` (a built-in
-task's name, or a frozen ``Source`` for the user's own model: an ONNX file or a torch factory,
-with its data and metric as canonical JSON, so the key is hashable, picklable and stable across
-processes; ``pipeline.models.task`` builds its ``Task``) and ``Splits`` (the evaluation, parity and calibration
-``DataSplit`` values of a run, each carrying the content digest of its data). The model file's
+task's name, or a frozen ``Source`` for the user's own model: an ONNX file, a torch factory or
+a local Hugging Face folder, with its data and metric as canonical JSON, so the key is hashable,
+picklable and stable across processes; ``pipeline.models.task`` builds its ``Task``) and
+``Splits`` (the evaluation, parity and calibration ``DataSplit`` values of a run, each carrying the content digest of its data). The model file's
 and the checkpoint's sha256 are in the key, so a replaced file gives a new task key.
 """
 from __future__ import annotations
@@ -19,9 +19,11 @@ from pipeline.errors import ConfigError
 
 @dataclass(frozen=True)
 class Source:
-    kind: str                 # onnx | torch
-    path: str                 # onnx: the model file; torch: the factory (package.module:fn)
-    sha256: str               # onnx: of the file; torch: of the checkpoint ("" without one)
+    kind: str                 # onnx | torch | hf
+    path: str                 # onnx: the model file; torch: the factory (package.module:fn);
+                              # hf: the model folder
+    sha256: str               # onnx: of the file; torch: of the checkpoint ("" without one);
+                              # hf: the folder's content digest
     checkpoint: str           # torch: the safetensors file ("" without one)
     spec: str                 # canonical JSON: params, inputs, outputs (torch)
     data: str                 # canonical JSON of the DataConfig
@@ -37,8 +39,19 @@ def _json(obj) -> str:
 
 def task_key(model, data=None, metric=None, data_dir: str = "calibration"):
     """The task key of a run: the built-in task's name, or a ``Source``."""
-    if model.name not in ("onnx", "torch"):
+    if model.name not in ("onnx", "torch", "hf"):
         return model.name
+    if model.name == "hf":  # a folder: its content digest (weights, config, tokenizer) keys it
+        from pipeline.data.load import content_digest
+
+        folder = Path(model.path)
+        if not folder.is_dir():
+            raise ConfigError(f"model.path={model.path}: "
+                              f"{'not a folder' if folder.exists() else 'no such folder'} (model=hf "
+                              "takes a local Hugging Face model folder)")
+        spec = json.dumps({"params": model.params}, sort_keys=True)
+        return Source("hf", str(folder.resolve()), content_digest(folder), "", spec, _json(data),
+                      _json(metric), str(data_dir))
     if model.name == "onnx":
         path = Path(model.path)
         if not path.is_file():

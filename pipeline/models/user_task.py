@@ -47,13 +47,17 @@ class UserTask:
         # fixed-size inputs: the batch is the only axis that varies (timing then has one shape)
         self.size_axis = dyn[0] if dyn else (self.inputs[0].name, 0)
         data = self.data()
+        self._check_columns(data)
+        self.metrics = self._metrics(data)
+
+    def _check_columns(self, data) -> None:
+        """Several inputs: each is a column of the data."""
         if len(self.inputs) > 1:
             missing = [i.name for i in self.inputs if i.name not in data.dataset.column_names]
             if missing:
                 raise ConfigError(f"{self.what} has inputs {[i.name for i in self.inputs]}; the data "
                                   f"has no column {missing[0]!r} (columns: "
                                   f"{', '.join(data.dataset.column_names)})")
-        self.metrics = self._metrics(data)
 
     @property
     def label_free(self) -> bool:

@@ -32,6 +32,8 @@ def body(cfg, out, record: list) -> dict:
               "lineage": {role: {"digest": a.digest, "stage": a.stage, "parent": a.parent,
                                  "path": str(a.path)} for role, a in
                           {"source": out.source, **out.models}.items()}}
+    if rep.fusion(out) is not None:  # a transformer's fuse stage
+        report["fusion"] = rep.fusion(out)
     if out.quant is not None:
         report["quantization"] = quant_report.as_dict(out.quant)
     if out.pruning is not None:

@@ -25,6 +25,8 @@ def rows(outcome, mode: str) -> list[dict]:
     batches = outcome.bench.meta["batches"]
     for role, title in ROWS:
         art = outcome.models[role]
+        if role == "fp32" and art.stage == "fuse":
+            title = "fuse (transformer fusions, FP32 baseline)"
         if role == "candidate":
             title = f"{art.stage} ({mode}, candidate)"
             dep = (getattr(outcome, "runtimes", None) or {}).get("deployed")
@@ -50,6 +52,18 @@ def rows(outcome, mode: str) -> list[dict]:
             row["latency"][b] = entry
         out.append(row)
     return out
+
+
+def fusion(outcome) -> dict | None:
+    """A transformer's fuse stage (``stages.fuse``): each fusion and its count, node counts."""
+    art = outcome.models["fp32"]
+    if art.stage != "fuse":
+        return None
+    m = art.meta
+    return {"model_type": m["model_type"], "num_heads": m["num_heads"],
+            "hidden_size": m["hidden_size"], "fusions": m["fusions"],
+            "nodes_before": sum(m["nodes_before"].values()), "nodes_after": sum(m["nodes"].values()),
+            "parity_vs_export": m["parity_vs_export"]}
 
 
 def metric_specs(t) -> list[dict]:
@@ -165,6 +179,16 @@ def markdown(report: dict) -> str:
                              f"{'**LEAK**' if mem.get('leak') else 'no leak'} | |")
     for fname, status in report.get("figures", {}).items():
         lines += ["", f"![{fname}]({fname})" if status == "ok" else f"{fname}: {status}"]
+    fused = report.get("fusion")
+    if fused:
+        lines += ["", "## Transformer fusions", "",
+                  f"onnxruntime.transformers ({fused['model_type']}, {fused['num_heads']} heads, "
+                  f"hidden {fused['hidden_size']}): {fused['nodes_before']} nodes before, "
+                  f"{fused['nodes_after']} after; parity vs the export: max |diff| "
+                  f"{fused['parity_vs_export']['max_abs_diff']:.2e}, agreement "
+                  f"{fused['parity_vs_export']['decoded_agreement']:.1%}.", "",
+                  "| fusion | count |", "|---|---|"]
+        lines += [f"| {op} | {n} |" for op, n in fused["fusions"].items()]
     lines += ["", "## Stages", "", "| stage | status | seconds | digest |", "|---|---|---|---|"]
     for s in report["stages"]:
         lines.append(f"| {s['label']} | {'reused' if s['reused'] else 'built'} | "

@@ -25,10 +25,10 @@ GEMM_LIKE = ("Conv", "MatMul", "Gemm", "FullyConnected", "Convolution", "Deconvo
              "GroupConvolution")
 # What the dynamic quantizer puts in place of a float node.
 DYNAMIC_INT8_OPS = ("DynamicQuantizeLSTM", "DynamicQuantizeMatMul", "MatMulInteger",
-                    "ConvInteger")
+                    "ConvInteger", "QAttention")
 # Prefixes of ONNX Runtime's INT8 kernels after its graph optimizations.
 INT8_KERNELS = ("QLinear", "ConvInteger", "MatMulInteger", "DynamicQuantize",
-                "MatMulIntegerToFloat")
+                "MatMulIntegerToFloat", "QAttention")  # QAttention: a transformer's fused one
 # Quantize/dequantize: format conversions, not compute.
 FORMAT_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
 # Shape and layout ops: neither compute nor a format conversion.

@@ -2,7 +2,8 @@
 
 In: a ``load`` artifact and the task's inputs (names, and which axes are dynamic: batch, width,
 ...). Out: ``model.onnx`` (opset >= 17) and parity numbers on real samples of ``data``. torch's dynamo
-exporter (with onnxscript) does the work; its own graph optimizer is switched off so that the
+exporter (with onnxscript) does the work, unless the task exports itself
+(``export_onnx``: model=hf uses the TorchScript exporter, whose graph ORT's fusions know); its own graph optimizer is switched off so that the
 ``optimize`` stage's effect stays visible on its own line of the report. A max logit difference
 above ``tolerance`` or any changed decoded string fails the stage with the numbers.
 """
@@ -30,9 +31,6 @@ class Export:
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
-        import logging
-        import warnings
-
         import torch
 
         from pipeline.runtimes import onnxruntime as ort
@@ -41,6 +39,26 @@ class Export:
         t = task(self.task)
         net = network_from(parent, t)
         example = t.example(2)
+        target = out_dir / "model.onnx"
+        if hasattr(t, "export_onnx"):  # a task that exports itself (model=hf)
+            t.export_onnx(net, example, target, self.opset)
+        else:
+            self._dynamo(net, t, example, target)
+        ds = t.dataset(self.data)
+        sess = ort.session(target, self.hardware)
+        with torch.inference_mode():
+            parity = compare(lambda feeds: torch_forward(net, t, feeds),
+                             lambda feeds: ort.run(sess, feeds), t, ds)
+        require(parity, self.tolerance, "ONNX export differs from torch")
+        return {"opset": _opset(target), "parity_vs_torch": parity,
+                "parity_set": self.data.digest, "nodes": node_counts(target)}
+
+    def _dynamo(self, net, t, example: dict, target: Path) -> None:
+        import logging
+        import warnings
+
+        import torch
+
         args = tuple(torch.from_numpy(example[i.name]) for i in t.inputs)
         dims: dict[str, object] = {}  # one Dim per meaning: inputs sharing an axis share its size
         for i in t.inputs:
@@ -49,7 +67,6 @@ class Export:
                     dims[meaning] = torch.export.Dim(meaning, min=1 if meaning == "batch"
                                                      else DYNAMIC_MIN)
         dynamic = tuple({axis: dims[m] for axis, m in i.dynamic.items()} for i in t.inputs)
-        target = out_dir / "model.onnx"
         logging.getLogger("torch.onnx").setLevel(logging.ERROR)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -58,14 +75,13 @@ class Export:
                 input_names=[i.name for i in t.inputs], output_names=[o.name for o in t.outputs],
                 dynamic_shapes=dynamic, verbose=False)
         program.save(str(target))
-        ds = t.dataset(self.data)
-        sess = ort.session(target, self.hardware)
-        with torch.inference_mode():
-            parity = compare(lambda feeds: torch_forward(net, t, feeds),
-                             lambda feeds: ort.run(sess, feeds), t, ds)
-        require(parity, self.tolerance, "ONNX export differs from torch")
-        return {"opset": self.opset, "parity_vs_torch": parity, "parity_set": self.data.digest,
-                "nodes": node_counts(target)}
+
+
+def _opset(path) -> int:
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
 def torch_forward(net, t, feeds: dict):

@@ -1,0 +1,238 @@
+"""``make bench`` section ``transformer``: a BERT encoder from a local folder, through ``model=hf``.
+
+The project builds the folder itself (``build``): a 6-layer, 384-hidden, 12-head BERT with random
+weights and a WordPiece tokenizer trained on generated sentences, saved with ``save_pretrained``,
+plus a JSONL text set of at least 1,000 generated sentences of varied length. Nothing is
+downloaded. Then ``python -m pipeline model=hf ... metric=agreement quant=dynamic`` runs on it, and
+the section records: the fusions and node counts before and after; the fused FP32 against the
+unfused export and INT8 against the fused FP32 (from the run's own interleaved benchmark); mean
+and 1st-percentile cosine of INT8 against the model as given and against FP16; and, timed side by
+side in one process on the same real batches, the pipeline's INT8 against OpenVINO's default
+compile of the exported ONNX model and against Optimum's default dynamic INT8, at batch 1 and 8.
+Optimum itself (``optimum-onnx`` 0.1.0, the release that holds ``ORTQuantizer``) requires
+transformers < 4.58 and does not import next to the ``hf`` extra's transformers 5.24, so its
+peer is the settings ``AutoQuantizationConfig.avx2(is_static=False)`` documents (per-channel,
+full range, unsigned 8-bit weights and activations, every op type of onnxruntime's dynamic
+registry, QOperator) applied to the same export with ``onnxruntime.quantization.quantize_dynamic``,
+which is what ``ORTQuantizer.quantize`` calls; the section names it so. A benchmark, not a test:
+nothing here asserts.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+
+BERT = {"layers": 6, "hidden": 384, "heads": 12}
+SENTENCES = 1200
+TARGETS = {"int8_vs_fused_fp32_b8_vnni": 1.8, "int8_vs_fused_fp32_b8_no_vnni": 1.3,
+           "cosine_mean_vs_fp16": 0.99}
+WORDS = ("model data search query result vector index user page text language system fast slow "
+         "small large network layer token embedding answer question document review product "
+         "price store city river market school music movie team game player story news world "
+         "the a of to and in is for on with as by at from that this it be are was not").split()
+
+
+def sentences(n: int, seed: int = 0) -> list[str]:
+    """Generated sentences of 3 to 120 words: long tails matter to a length-bucketed timing."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        length = min(120, max(3, int(rng.lognormvariate(2.8, 0.7))))
+        out.append(" ".join(rng.choice(WORDS) for _ in range(length)))
+    return out
+
+
+def build(folder: Path, layers: int, hidden: int, heads: int, n: int, seed: int = 0) -> Path:
+    """The BERT folder and ``text.jsonl`` next to it; returns the JSONL path."""
+    import torch
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    text = sentences(n, seed)
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(text, trainers.WordPieceTrainer(
+        vocab_size=2000, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[(s, tok.token_to_id(s)) for s in ("[CLS]", "[SEP]")])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
+                                   model_input_names=["input_ids", "token_type_ids",
+                                                      "attention_mask"])
+    fast.save_pretrained(str(folder))
+    torch.manual_seed(seed)
+    BertModel(BertConfig(vocab_size=len(fast.get_vocab()), hidden_size=hidden,
+                         num_hidden_layers=layers, num_attention_heads=heads,
+                         intermediate_size=4 * hidden, max_position_embeddings=512)
+              ).eval().save_pretrained(str(folder))
+    data = folder.parent / "text.jsonl"
+    data.write_text("".join(json.dumps({"text": s}) + "\n" for s in text))
+    return data
+
+
+def side_by_side(run_dir: Path, folder: Path, data: Path, workdir: Path, batches=(1, 8),
+                 max_seconds: float = 20.0) -> dict:
+    """The pipeline's INT8 against OpenVINO's default compile of the exported ONNX model, on the
+    same real length-bucketed batches, interleaved in one process."""
+    from pipeline.config import HardwareConfig, ModelConfig
+    from pipeline.data.real_batches import bucketed
+    from pipeline.data.spec import DataConfig
+    from pipeline.measure import timing
+    from pipeline.metrics.config import MetricConfig
+    from pipeline.models import task
+    from pipeline.models.sources import task_key
+    from pipeline.runtimes import onnxruntime as ort
+    from pipeline.runtimes.openvino import core
+
+    rep = json.loads((run_dir / "report.json").read_text())
+    lineage = rep["lineage"]
+    hw = HardwareConfig().target()
+    key = task_key(ModelConfig(name="hf", path=str(folder)),
+                   DataConfig(**{k: v for k, v in rep["config"]["data"].items() if k != "image"}),
+                   MetricConfig(name="agreement"), str(workdir / "data"))
+    t = task(key)
+    ds = t.dataset(t.split("evaluation", rep["config"]["data"]["evaluation_samples"],
+                           str(workdir / "data")))
+    export = Path(lineage["export"]["path"]) / "model.onnx"
+    mine = ort.session(Path(lineage["candidate"]["path"]) / "model.onnx", hw)
+    compiled = core().compile_model(str(export), "CPU", {"PERFORMANCE_HINT": "LATENCY"})
+    request = compiled.create_infer_request()
+    optimum_model = workdir / "optimum-default-dynamic.onnx"
+    optimum_default_dynamic(export, optimum_model)
+    theirs = ort.session(optimum_model, hw)
+    ov, opt = "openvino default compile (fp32 export)", OPTIMUM
+    # cosine of each model against the FP16 baseline (the gate's reference) and the fused FP32
+    refs = {r: ort.session(Path(lineage[r]["path"]) / "model.onnx", hw) for r in ("fp16", "fp32")}
+    cos = {r: {k: [] for k in ("pipeline", ov, opt)} for r in refs}
+    for _, feeds, _ in t.batches(ds, 16):
+        outs = {"pipeline": ort.run(mine, feeds), ov: request.infer(feeds)[0],
+                opt: ort.run(theirs, feeds)}
+        for r, s in refs.items():
+            ref = np.asarray(ort.run(s, feeds), dtype=np.float64)
+            for k, y in outs.items():
+                cos[r][k] += list((ref * y).sum(-1) / np.maximum(
+                    np.linalg.norm(ref, axis=-1) * np.linalg.norm(y, axis=-1), 1e-30))
+    out = {f"cosine_mean_vs_{r}": {k: float(np.mean(v)) for k, v in c.items()}
+           for r, c in cos.items()}
+    out["cosine_p1_vs_fp16"] = {k: float(np.percentile(v, 1)) for k, v in cos["fp16"].items()}
+    for b in batches:
+        inputs, _ = bucketed(t, ds, b, 4, 2, np.random.default_rng(0))
+        fns = {"pipeline": lambda x: ort.run(mine, x),
+               ov: lambda x: request.infer(x, share_inputs=True)[0],
+               opt: lambda x: ort.run(theirs, x)}
+        times, info = timing.head_to_head(fns, inputs, [(ov, "pipeline"), (opt, "pipeline")], 30,
+                                          max_seconds, 0.03)
+        out[str(b)] = {"p50_ms": {k: float(np.median(v)) for k, v in times.items()},
+                       "pipeline_speedup_vs_openvino": timing.ratio_ci(times[ov],
+                                                                       times["pipeline"]),
+                       "pipeline_speedup_vs_optimum": timing.ratio_ci(times[opt],
+                                                                      times["pipeline"]),
+                       "rounds": info.get("rounds")}
+    out["optimum"] = OPTIMUM_NOTE
+    return out
+
+
+OPTIMUM = "optimum default dynamic int8 (avx2 settings)"
+OPTIMUM_NOTE = ("optimum-onnx 0.1.0 requires transformers<4.58 and does not import next to "
+                "transformers 5.24: AutoQuantizationConfig.avx2(is_static=False)'s documented "
+                "settings applied to the same export with onnxruntime's quantize_dynamic")
+
+
+def optimum_default_dynamic(model: Path, target: Path) -> None:
+    """``AutoQuantizationConfig.avx2(is_static=False)`` as Optimum 2.1 defines it, through the
+    onnxruntime call ``ORTQuantizer.quantize`` makes: QOperator (IntegerOps), unsigned 8-bit
+    activations (asymmetric) and weights (symmetric), per channel, full range, every op type of
+    onnxruntime's dynamic registry."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.registry import IntegerOpsRegistry
+
+    quantize_dynamic(str(model), str(target), op_types_to_quantize=list(IntegerOpsRegistry),
+                     per_channel=True, reduce_range=False, weight_type=QuantType.QUInt8,
+                     extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+
+
+def section(cli, quick: bool = False) -> dict:
+    """``cli(args) -> (exit code, seconds, report)`` runs ``python -m pipeline`` (``run.py``)."""
+    import tempfile
+
+    from pipeline.env import cpu_info
+
+    shape = {"layers": 2, "hidden": 64, "heads": 4} if quick else BERT
+    n = 200 if quick else SENTENCES
+    root = Path(tempfile.mkdtemp(prefix="bench-transformer-"))
+    folder = root / "bert"
+    t0 = time.time()
+    data = build(folder, shape["layers"], shape["hidden"], shape["heads"], n)
+    built_s = time.time() - t0
+    workdir = root / "work"
+    args = ["model=hf", f"model.path={folder}", "data=jsonl", f"data.path={data}",
+            "data.input_column=text", f"data.calibration_samples={64 if quick else 200}",
+            f"data.evaluation_samples={96 if quick else 800}", "metric=agreement",
+            "quant=dynamic",
+            "gate.max_accuracy_drop=0.01", "gate.min_output_agreement=0", "registry=null",
+            f"workdir={workdir}", f"data_dir={workdir / 'data'}", "bench.cold_start_repeats=0",
+            f"bench.nonce={time.time()}"]
+    if quick:
+        args += ["bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=2",
+                 "bench.warmup_max_runs=20", "bench.aa_tolerance=0.5"]
+    code, seconds, _ = cli(args)  # cli reads ./artifacts; this run's report is in workdir
+    latest = workdir / "runs" / "latest" / "report.json"
+    rep = json.loads(latest.read_text()) if latest.exists() else {}
+    if not rep:
+        raise RuntimeError(f"the pipeline wrote no report (exit {code})")
+    rows = {r["role"]: r for r in rep["rows"]}
+    lat = {role: r["latency"] for role, r in rows.items()}
+    ratio = {b: {"fused_fp32_vs_unfused_export": lat["export"][b]["p50"] / lat["fp32"][b]["p50"],
+                 "int8_vs_fused_fp32": lat["fp32"][b]["p50"] / lat["candidate"][b]["p50"]}
+             for b in lat["candidate"]}
+    flags = set(cpu_info().get("flags", []))
+    vnni = bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+    target = TARGETS["int8_vs_fused_fp32_b8_vnni" if vnni else "int8_vs_fused_fp32_b8_no_vnni"]
+    b8 = ratio.get("8", {}).get("int8_vs_fused_fp32")
+    cos = {"vs_model_as_given": {r: rows[r]["cosine_mean"] for r in rows},
+           "candidate_p1": rows["candidate"]["cosine_p1"]}
+    peers = side_by_side(workdir / "runs" / "latest", folder, data, workdir,
+                         max_seconds=5 if quick else 20)
+    fusion = rep.get("fusion") or {}
+    return {
+        "model": {**shape, "sentences": n, "quick": quick, "built_seconds": round(built_s, 1)},
+        "cpu_has_vnni": vnni,  # run.py stamps the whole cpu_info() as "cpu"
+        "command": "python -m pipeline " + " ".join(args), "exit_code": code,
+        "seconds": round(seconds, 1), "verdict": rep["verdict"]["passed"],
+        "fusion": fusion, "p50_ms": {role: {b: v["p50"] for b, v in l.items()}
+                                      for role, l in lat.items()},
+        "speedups_p50": ratio, "cosine": cos,
+        "candidate_speedup_gate_b8": rows["candidate"]["latency"].get("8", {}).get(
+            "speedup_vs_fastest_float"),
+        "peers": peers,
+        "targets": {
+            "fusions_cut_nodes": {"value": [fusion.get("nodes_before"), fusion.get("nodes_after")],
+                                  "met": bool(fusion) and fusion["nodes_after"]
+                                  < fusion["nodes_before"]},
+            "fused_faster_than_unfused_b8": {
+                "value": ratio.get("8", {}).get("fused_fp32_vs_unfused_export"),
+                "met": (ratio.get("8", {}).get("fused_fp32_vs_unfused_export") or 0) > 1},
+            "int8_vs_fused_fp32_b8": {"value": b8, "target": target, "vnni": vnni,
+                                      "met": b8 is not None and b8 >= target},
+            # against the FP16 baseline's outputs (the run's own metric compares with the model
+            # as given in torch, FP32: in "cosine")
+            "cosine_mean_vs_fp16": {"value": peers["cosine_mean_vs_fp16"]["pipeline"],
+                                    "target": TARGETS["cosine_mean_vs_fp16"],
+                                    "met": peers["cosine_mean_vs_fp16"]["pipeline"]
+                                    >= TARGETS["cosine_mean_vs_fp16"]},
+            "faster_than_openvino_default": {
+                b: {"value": peers[b]["pipeline_speedup_vs_openvino"]["median"],
+                    "met": peers[b]["pipeline_speedup_vs_openvino"]["median"] > 1}
+                for b in ("1", "8") if b in peers},
+            "faster_than_optimum_default": {
+                **{b: {"value": peers[b]["pipeline_speedup_vs_optimum"]["median"],
+                       "met": peers[b]["pipeline_speedup_vs_optimum"]["median"] > 1}
+                   for b in ("1", "8") if b in peers},
+                "note": peers["optimum"]}}}

@@ -1,0 +1,67 @@
+"""fuse: a transformer encoder's graph fused by ``onnxruntime.transformers`` (the FP32 baseline).
+
+In: an ``export`` artifact and the encoder's shape from its folder's ``config.json`` (model type
+for the optimizer, attention heads, hidden size). Out: ``model.onnx`` with attention, skip and
+bias LayerNorm, GELU and embedding LayerNorm fused into ONNX Runtime's contrib ops, each fusion
+with its count (``get_fused_operator_statistics``), node counts by op type before and after, and
+parity against the export (max abs difference; the task's own agreement test: cosine for
+embeddings, argmax for classifiers). This stage stands where ``optimize`` stands for other
+models: ``opt_level=0`` applies only the offline fusions, so ONNX Runtime still does its own
+graph optimizations when it loads the file on the target.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.errors import StageError
+from pipeline.runner import CHECKS_ONLY
+from pipeline.stages.parity import compare, node_counts, require
+
+
+@dataclass(frozen=True)
+class Fuse:
+    data: object           # DataSplit: the samples parity is checked on
+    model_type: str        # onnxruntime.transformers' model type (bert for BERT-like encoders)
+    num_heads: int
+    hidden_size: int
+    hardware: object = field(metadata=CHECKS_ONLY)  # runs its checks: not in the key
+    tolerance: float = 1e-3
+    name = "fuse"
+    version = 1
+    hardware_dependent = False
+
+    def run(self, parent, out_dir: Path) -> dict:
+        import logging
+
+        import onnx
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        from pipeline.models import task
+        from pipeline.runtimes import onnxruntime as ort
+
+        # the optimizer logs every pattern it tried and missed at WARNING
+        logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
+        try:
+            fused = optimize_model(str(parent.model), model_type=self.model_type,
+                                   num_heads=self.num_heads, hidden_size=self.hidden_size,
+                                   opt_level=0, use_gpu=False)
+        except Exception as e:  # noqa: BLE001 - the optimizer's errors: one line naming it
+            raise StageError(f"transformer fusion ({self.model_type}, {self.num_heads} heads, "
+                             f"hidden {self.hidden_size}) failed: {type(e).__name__}: "
+                             f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
+        stats = fused.get_fused_operator_statistics()
+        target = out_dir / "model.onnx"
+        fused.save_model_to_file(str(target))
+        onnx.checker.check_model(str(target))
+
+        t = task(self.data.task)
+        ds = t.dataset(self.data)
+        before = ort.session(parent.model, self.hardware)
+        after = ort.session(target, self.hardware)
+        parity = compare(lambda x: ort.run(before, x), lambda x: ort.run(after, x), t, ds)
+        require(parity, self.tolerance, "fused model differs from the export")
+        return {"fusions": {op: int(n) for op, n in sorted(stats.items()) if n},
+                "nodes_before": node_counts(parent.model), "nodes": node_counts(target),
+                "parity_vs_export": parity, "model_type": self.model_type,
+                "num_heads": self.num_heads, "hidden_size": self.hidden_size}

@@ -1,0 +1,70 @@
+"""A tiny BERT folder built in the test: random weights from a ``BertConfig`` (2 layers, hidden
+32, 2 heads) and a WordPiece tokenizer trained on a few generated sentences with ``tokenizers``,
+saved with ``save_pretrained``, plus generated text data (JSONL) of varied length. Nothing is
+downloaded."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+WORDS = ("the quick brown fox jumps over a lazy dog while seven small birds sing in green trees "
+         "near old stone bridges and rivers flow under bright summer skies every morning").split()
+
+
+def sentences(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 40))) for _ in range(n)]
+
+
+def tokenizer(folder: Path, seed: int = 0):
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(sentences(200, seed), trainers.WordPieceTrainer(
+        vocab_size=120, special_tokens=special))
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[(s, tok.token_to_id(s)) for s in ("[CLS]", "[SEP]")])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
+                                   model_input_names=["input_ids", "token_type_ids",
+                                                      "attention_mask"])
+    fast.save_pretrained(str(folder))
+    return fast
+
+
+def bert(folder: Path, task: str = "feature-extraction", num_labels: int = 3, seed: int = 0,
+         layers: int = 2, hidden: int = 32, heads: int = 2, with_tokenizer: bool = True) -> Path:
+    """Save a random tiny BERT (``BertModel`` or ``BertForSequenceClassification``) to folder."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertModel
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = 120
+    if with_tokenizer:
+        vocab = len(tokenizer(folder, seed).get_vocab())
+    cfg = BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                     num_attention_heads=heads, intermediate_size=4 * hidden,
+                     max_position_embeddings=64, num_labels=num_labels)
+    torch.manual_seed(seed)
+    cls = BertForSequenceClassification if task == "sequence-classification" else BertModel
+    cls(cfg).eval().save_pretrained(str(folder))
+    return folder
+
+
+def text_data(path: Path, n: int, seed: int = 0, labels: int = 0) -> Path:
+    """A JSONL file of ``n`` sentences (column ``text``), with integer labels when ``labels``."""
+    rng = random.Random(seed + 1)
+    with open(path, "w") as f:
+        for s in sentences(n, seed + 100):
+            row = {"text": s}
+            if labels:
+                row["label"] = rng.randrange(labels)
+            f.write(json.dumps(row) + "\n")
+    return path

@@ -1,0 +1,232 @@
+"""model=hf: a transformer from a local Hugging Face folder, end to end, on a tiny random BERT.
+
+The folder (``tests.hf_tiny``: a ``BertConfig`` with 2 layers, hidden 32, 2 heads, random
+weights, and a WordPiece tokenizer trained here on generated sentences) is saved with
+``save_pretrained``; its text data is a generated JSONL file. Export and parity against
+transformers in torch, the fusions onnxruntime.transformers finds, dynamic INT8, the gate and the
+report run through ``python -m pipeline`` once (an embedding model, shared by the tests that read
+it); a classifier's export and scores go through the stages in process; bad folders end with one
+line and exit 2. Stage children start with torch and transformers already imported
+(``pipeline.isolate``), so a run takes seconds.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_cli
+
+pytest.importorskip("transformers")
+
+FAST = ["registry=null", "bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=1",
+        "bench.warmup_max_runs=20", "bench.width_buckets=2", "bench.cold_start_repeats=0",
+        "bench.aa_tolerance=0.5", "gate.min_speedup=0", "quant.profile_runs=3",
+        "quant.ranking_samples=20", "quant.region_trials=0"]  # regions: tests/test_auto.py
+DATA = ["data=jsonl", "data.input_column=text", "data.calibration_samples=24",
+        "data.evaluation_samples=40"]
+
+
+@pytest.fixture(scope="module")
+def hf(tmp_path_factory):
+    from tests import hf_tiny
+
+    root = tmp_path_factory.mktemp("hf")
+    hf_tiny.bert(root / "embed")
+    hf_tiny.bert(root / "classify", task="sequence-classification", num_labels=3)
+    hf_tiny.text_data(root / "text.jsonl", 80)
+    hf_tiny.text_data(root / "labelled.jsonl", 80, labels=3)
+    return root
+
+
+def _key(folder: Path, data: Path, metric: str = "agreement", params: dict | None = None,
+         top_k: int = 5):
+    from pipeline.config import ModelConfig
+    from pipeline.data.spec import DataConfig
+    from pipeline.metrics.config import MetricConfig
+    from pipeline.models.sources import task_key
+
+    return task_key(ModelConfig(name="hf", path=str(folder), params=params or {}),
+                    DataConfig(format="jsonl", path=str(data), input_column="text",
+                               calibration_samples=24, evaluation_samples=40),
+                    MetricConfig(name=metric, top_k=top_k), data_dir=str(folder.parent / "data"))
+
+
+def _run(root: Path, workdir: str, *args: str):
+    return run_cli(*args, f"workdir={root / workdir}", f"data_dir={root / workdir / 'data'}",
+                   *FAST)
+
+
+def _report(root: Path, workdir: str) -> dict:
+    return json.loads((root / workdir / "runs" / "latest" / "report.json").read_text())
+
+
+def test_the_task_reads_the_folder_and_meets_the_contract(hf):
+    from pipeline.models.contract import check
+    from pipeline.models import task as build
+
+    t = build(_key(hf / "embed", hf / "text.jsonl"))
+    assert check(t) == []
+    assert [i.name for i in t.inputs] == ["input_ids", "attention_mask", "token_type_ids"]
+    assert all(i.dtype == "int64" and i.shape == ("batch", "sequence") for i in t.inputs)
+    assert t.outputs[0].shape == ("batch", 32) and t.metrics.primary == "cosine_mean"
+    assert t.fusion == {"model_type": "bert", "num_heads": 2, "hidden_size": 32,
+                        "source_type": "bert"}
+    ds = t.dataset(t.split("evaluation", 40, str(hf / "data")))
+    sizes = t.sizes(ds)
+    assert sizes.min() < sizes.max()          # varied real lengths, not one padded shape
+    batch = next(t.batches(ds, 8))
+    ids, mask = batch.feeds["input_ids"], batch.feeds["attention_mask"]
+    assert ids.dtype == np.int64 and ids.shape == mask.shape
+    assert ids.shape[1] == mask.sum(axis=1).max()  # padded per batch to its longest row
+    # the embedding is the mean over real tokens, L2-normalized
+    out = t._reference(batch.feeds)
+    assert np.allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
+
+    c = build(_key(hf / "classify", hf / "labelled.jsonl", "classification",
+                   {"max_length": 16}))
+    assert c.kind == "sequence-classification" and c.outputs[0].shape == ("batch", 3)
+    assert c.metrics.primary == "top1" and check(c) == []
+    assert max(c.sizes(c.dataset(c.split("evaluation", 40, str(hf / "data"))))) == 16
+
+
+@pytest.fixture(scope="module")
+def embed_run(hf):
+    """One end-to-end run of the embedding model with dynamic INT8, shared by the tests below."""
+    proc = _run(hf, "run_embed", "model=hf", f"model.path={hf / 'embed'}", *DATA,
+                f"data.path={hf / 'text.jsonl'}", "metric=agreement", "quant=dynamic",
+                "gate.max_accuracy_drop=0.05", "gate.min_output_agreement=0")
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    return _report(hf, "run_embed")
+
+
+def _meta(rep: dict, role: str) -> dict:
+    path = Path(rep["lineage"][role]["path"]) / "artifact.json"
+    return json.loads(path.read_text())["meta"]
+
+
+def test_export_fuse_and_parity(embed_run):
+    """The stages themselves: the export matches transformers in torch with named dynamic axes,
+    the fusions are found and keep parity."""
+    import onnxruntime
+
+    export = _meta(embed_run, "export")
+    assert export["parity_vs_torch"]["max_abs_diff"] < 1e-4
+    assert export["parity_vs_torch"]["decoded_agreement"] == 1.0
+    model = Path(embed_run["lineage"]["export"]["path"]) / "model.onnx"
+    sess = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    assert {i.name: i.shape for i in sess.get_inputs()}["input_ids"] == ["batch", "sequence"]
+    fused = _meta(embed_run, "fp32")
+    assert embed_run["lineage"]["fp32"]["stage"] == "fuse"
+    for op in ("Attention", "SkipLayerNormalization", "EmbedLayerNormalization"):
+        assert fused["fusions"].get(op, 0) > 0, fused["fusions"]
+    assert fused["fusions"].get("BiasGelu", 0) + fused["fusions"].get("Gelu", 0) > 0
+    assert sum(fused["nodes"].values()) < sum(fused["nodes_before"].values())
+    assert fused["parity_vs_export"]["decoded_agreement"] == 1.0
+
+
+def test_embeddings_end_to_end_with_dynamic_int8(hf, embed_run):
+    rep = embed_run
+    stages = {s["label"]: s for s in rep["stages"]}
+    assert {"load", "export", "fuse", "fp16", "quantize"} <= set(stages)
+    fusion = rep["fusion"]
+    assert fusion["fusions"]["Attention"] == 2 and fusion["nodes_after"] < fusion["nodes_before"]
+    md = (hf / "run_embed" / "runs" / "latest" / "report.md").read_text()
+    assert "## Transformer fusions" in md and "| Attention | 2 |" in md
+    rows = {r["role"]: r for r in rep["rows"]}
+    assert rows["fp32"]["cosine_mean"] > 0.9999
+    assert 0.9 < rows["candidate"]["cosine_mean"] <= 1.0 + 1e-9
+    assert rows["candidate"]["cosine_p1"] <= rows["candidate"]["cosine_mean"]
+    assert rep["verdict"]["checks"][0]["check"] == "accuracy_drop"
+    assert "cosine_mean" in rep["verdict"]["checks"][0]["detail"]
+    # the fused attention's projections run as INT8 too, and are reported so
+    explain = rep["quantization"]["explain"]
+    assert "QAttention" in explain["int8_kernels"]
+    assert not any("QAttention" in op for op in explain["float_compute"])
+
+
+def test_classifier_export_and_scores(hf, tmp_path):
+    """A sequence classifier through the stages that differ from the embedding run's: the export
+    agrees with transformers in torch by argmax, and labels score top-1 and top-k. (The recipe
+    around them is the embedding run's, above: a second run through the command line would double
+    this file's time.)"""
+    import onnxruntime
+
+    from pipeline.config import HardwareConfig
+    from pipeline.models import task
+    from pipeline.runner import Runner
+    from pipeline.stages.export import Export
+    from pipeline.stages.load import Load
+
+    key = _key(hf / "classify", hf / "labelled.jsonl", "classification", top_k=2)
+    t = task(key)
+    assert t.kind == "sequence-classification" and t.fusion["num_heads"] == 2
+    hw = HardwareConfig().target()
+    runner = Runner(tmp_path, hw, log=lambda *a, **k: None)
+    parity = t.split("evaluation", 16, str(hf / "data"))
+    exported = runner.run(Export(task=key, opset=18, data=parity, hardware=hw),
+                          runner.run(Load(task=key, checkpoint=None, checkpoint_sha256=None)))
+    assert exported.meta["parity_vs_torch"]["decoded_agreement"] == 1.0
+    sess = onnxruntime.InferenceSession(str(exported.model), providers=["CPUExecutionProvider"])
+    ds = t.dataset(t.split("evaluation", 40, str(hf / "data")))
+    preds, labels = [], []
+    for batch in t.batches(ds, 8):
+        out = sess.run(None, batch.feeds)[0]
+        assert out.shape == (len(batch.labels), 3)
+        assert (out.argmax(-1) == t._reference(batch.feeds).argmax(-1)).all()
+        preds += t.predictions(out)
+        labels += batch.labels
+    scores = t.score(preds, labels)
+    assert set(scores) == {"top1", "top2"} and 0 <= scores["top1"] <= scores["top2"] <= 100
+
+
+def _one_line(proc, code: int, *words: str) -> None:
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert len(lines) == 1, proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_bad_folders_end_with_one_line(hf, tmp_path):
+    """Through the command line: one line and exit 2 (the task is checked before any stage)."""
+    # (unknown architecture, mismatched weights and the rest: in process, below)
+    no_tok = tmp_path / "no_tokenizer"
+    shutil.copytree(hf / "embed", no_tok)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (no_tok / f).unlink()
+    proc = _run(tmp_path, "bad", "model=hf", f"model.path={no_tok}", *DATA,
+                f"data.path={hf / 'text.jsonl'}", "metric=agreement")
+    _one_line(proc, 2, "no_tokenizer", "no tokenizer")
+
+
+def test_more_bad_folders_are_config_errors(hf, tmp_path):
+    """The same checks in process (the command line turns a ConfigError into one line, exit 2,
+    as the test above shows): weights that do not fit config.json, an unknown architecture, no
+    folder, a metric that does not fit the model."""
+    from pipeline.errors import ConfigError
+    from pipeline.models import task
+
+    misfit = tmp_path / "misfit"
+    shutil.copytree(hf / "embed", misfit)
+    cfg = json.loads((misfit / "config.json").read_text())
+    (misfit / "config.json").write_text(json.dumps({**cfg, "hidden_size": 64,
+                                                    "intermediate_size": 256}))
+    with pytest.raises(ConfigError, match="do not match config.json") as e:
+        task(_key(misfit, hf / "text.jsonl"))
+    assert "\n" not in str(e.value) and "misfit" in str(e.value)
+    unknown = tmp_path / "unknown"
+    shutil.copytree(hf / "embed", unknown)
+    cfg = json.loads((unknown / "config.json").read_text())
+    (unknown / "config.json").write_text(json.dumps({**cfg, "model_type": "nosuchformer"}))
+    with pytest.raises(ConfigError, match="unknown architecture") as e:
+        task(_key(unknown, hf / "text.jsonl"))
+    assert "\n" not in str(e.value) and "unknown" in str(e.value)
+    with pytest.raises(ConfigError, match="no such folder"):
+        _key(tmp_path / "absent", hf / "text.jsonl")
+    # an embedding model scored as a classifier: refused before any stage
+    with pytest.raises(ConfigError, match="feature-extraction"):
+        task(_key(hf / "embed", hf / "labelled.jsonl", "classification"))
