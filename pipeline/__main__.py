@@ -62,7 +62,7 @@ def _preflight(cfg) -> None:
         raise ConfigError(f"model={cfg.model.name}: does not meet the task contract: "
                           + "; ".join(problems))
     if cfg.prune.method.value != "none":  # ignored names, whole layers removed, the trace
-        from pipeline.stages.prune import preflight
+        from pipeline.prune.preflight import preflight
 
         preflight(cfg)
 

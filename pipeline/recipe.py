@@ -60,7 +60,7 @@ def recipe(cfg: Config, runner) -> Outcome:
         source = runner.run(Load(task=key, checkpoint=m.checkpoint,
                                  checkpoint_sha256=checkpoint_sha, params=params_key(m.params)))
         if cfg.prune.method == PruneMethod.channels:  # off: no stage, every key stays as it was
-            from pipeline.stages.prune import with_ignored
+            from pipeline.prune.preflight import with_ignored
 
             pruning = {"load": source,
                        "prune": runner.run(Prune(task=key, prune=with_ignored(cfg.prune, t),

@@ -138,7 +138,7 @@ def test_precision_needs_every_input_dequantized_and_an_int8_kernel(tmp_path):
 
 
 def test_fused_activation_is_charged_to_the_conv_fp32_fuses_it_into(tmp_path):
-    from pipeline.stages._profile import fusion_groups
+    from pipeline.measure.profile import fusion_groups
 
     n = helper.make_node
     fp32 = _save(tmp_path, "f", [
@@ -162,7 +162,7 @@ def test_fused_activation_is_charged_to_the_conv_fp32_fuses_it_into(tmp_path):
 
 
 def test_no_fusion_groups_without_fused_nodes(tmp_path):
-    from pipeline.stages._profile import fusion_groups
+    from pipeline.measure.profile import fusion_groups
 
     fp32 = _save(tmp_path, "f", [helper.make_node("Conv", ["x", "w"], ["y"], name="conv")])
     g = fusion_groups(fp32, fp32, {"conv": {"op": "Conv", "ms": 1.0}},

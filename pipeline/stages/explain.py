@@ -12,7 +12,7 @@ node the Conv looks faster and the Mul has no FP32 time at all.
 Profiles come from onnxruntime's own profiler (``enable_profiling``) with the deployed graph
 optimizations; fused kernels keep the name of the node they came from plus a ``_token_N``
 suffix, which is stripped so FP32 and INT8 timings of the same module line up. The profiling and
-graph helpers live in ``stages/_profile.py``.
+graph helpers live in ``measure/profile.py``.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.runtimes.ops import FORMAT_OPS
-from pipeline.stages._profile import fusion_groups, op_types, optimized_graph_summary, profile
+from pipeline.measure.profile import fusion_groups, op_types, optimized_graph_summary, profile
 
 SLOWER_MARGIN = 1.05  # 5 %: below that, profile noise, not a slower kernel
 

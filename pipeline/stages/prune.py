@@ -19,7 +19,6 @@ the ratio (``make bench`` measures what one buys).
 """
 from __future__ import annotations
 
-import importlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -27,44 +26,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from pipeline.env import training_precision
-from pipeline.errors import ConfigError, StageError
-
-def refuse_unprunable(t) -> None:
-    """One line, before anything is built, for a model without a network to prune."""
-    if not getattr(t, "pruning", None):
-        why = getattr(t, "no_pruning", None) or f"model {t.key!r} has no pruning support"
-        raise ConfigError(f"prune=channels: {why}")
-
-
-def helper(t, net):
-    """The task's pruning helper for ``net`` (its trace input, held-out data, scores and
-    recovery loop), or one line saying why this model cannot be pruned."""
-    refuse_unprunable(t)
-    return importlib.import_module(t.pruning).helper(t, net)
-
-
-def with_ignored(cfg, t):
-    """``prune.ignored: null`` means the model's own default (layers whose width is fixed)."""
-    import dataclasses
-
-    if cfg.ignored is not None:
-        return cfg
-    return dataclasses.replace(cfg, ignored=list(t.prune_ignored))
-
-
-def preflight(cfg) -> dict[str, list[int]]:
-    """Plan the pruning on the configured architecture (random weights: the channel counts do not
-    depend on them) before any stage runs, so a bad ``prune.*`` value costs seconds, not a
-    recovery. Returns the planned {layer: [before, after]}."""
-    from pipeline.prune import channels as pruning
-    from pipeline.models import task
-    from pipeline.models.sources import task_key
-
-    t = task(task_key(cfg.model, cfg.data, cfg.metric, cfg.data_dir))
-    refuse_unprunable(t)
-    net = t.build_network(cfg.model.params)
-    return pruning.plan(net, helper(t, net).example(), with_ignored(cfg.prune, t)).widths
-
+from pipeline.errors import StageError
+from pipeline.prune.preflight import helper, with_ignored
 
 @dataclass(frozen=True)
 class Prune:
