@@ -142,9 +142,12 @@ def test_embeddings_end_to_end_with_dynamic_int8(hf, embed_run):
     assert rows["candidate"]["cosine_p1"] <= rows["candidate"]["cosine_mean"]
     assert rep["verdict"]["checks"][0]["check"] == "accuracy_drop"
     assert "cosine_mean" in rep["verdict"]["checks"][0]["detail"]
-    # the fused attention's projections run as INT8 too, and are reported so
+    # the fused attention's projections run as INT8 too, and are reported so, unless this
+    # machine timed every attention slower in INT8 and the latency-aware step kept them float
     explain = rep["quantization"]["explain"]
-    assert "QAttention" in explain["int8_kernels"]
+    kept_float = [n for n in rep["quantization"]["latency_exclusions"] or []
+                  if n.startswith("Attention")]
+    assert ("QAttention" in explain["int8_kernels"]) == (len(kept_float) < 2)
     assert not any("QAttention" in op for op in explain["float_compute"])
 
 
