@@ -30,6 +30,16 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.Comp
                           capture_output=True, text=True, timeout=timeout)
 
 
+
+def one_line(proc, code: int, *words: str) -> None:
+    """The command exited ``code`` with one line on stderr that names every one of ``words``."""
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert len(lines) == 1, proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
 def tiny_args(workdir: Path, *extra: str) -> list[str]:
     """A fast run of the whole recipe on the random tiny network. Its speed gate is off (a random
     network's INT8 is not expected to be faster) and its A/A tolerance wide (sub-millisecond

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import one_line, run_cli
 
 FAST = ["registry=null", "bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=1",
         "bench.warmup_max_runs=20", "bench.size_buckets=2", "bench.cold_start_repeats=0",
@@ -44,14 +44,6 @@ def _run(root: Path, workdir: str, *args: str):
 
 def _report(root: Path, workdir: str) -> dict:
     return json.loads((root / workdir / "runs" / "latest" / "report.json").read_text())
-
-
-def _one_line(proc, code: int, *words: str) -> None:
-    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-    assert proc.returncode == code, proc.stdout + proc.stderr
-    assert len(lines) == 1, proc.stderr
-    for w in words:
-        assert w in lines[0], lines[0]
 
 
 def test_torch_factory_classifier_end_to_end(byo):
@@ -213,5 +205,5 @@ def test_bad_inputs_end_with_one_line(byo, tmp_path):
     ]
     for args, code, words in cases:
         proc = _run(tmp_path, "bad", *args)
-        _one_line(proc, code, *words)
+        one_line(proc, code, *words)
         assert not (tmp_path / "bad" / "runs").exists()  # nothing half-written

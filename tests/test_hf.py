@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import one_line, run_cli
 
 pytest.importorskip("transformers")
 
@@ -186,14 +186,6 @@ def test_classifier_export_and_scores(hf, tmp_path):
     assert set(scores) == {"top1", "top2"} and 0 <= scores["top1"] <= scores["top2"] <= 100
 
 
-def _one_line(proc, code: int, *words: str) -> None:
-    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-    assert proc.returncode == code, proc.stdout + proc.stderr
-    assert len(lines) == 1, proc.stderr
-    for w in words:
-        assert w in lines[0], lines[0]
-
-
 def test_bad_folders_end_with_one_line(hf, tmp_path):
     """Through the command line: one line and exit 2 (the task is checked before any stage)."""
     # (unknown architecture, mismatched weights and the rest: in process, below)
@@ -203,7 +195,7 @@ def test_bad_folders_end_with_one_line(hf, tmp_path):
         (no_tok / f).unlink()
     proc = _run(tmp_path, "bad", "model=hf", f"model.path={no_tok}", *DATA,
                 f"data.path={hf / 'text.jsonl'}", "metric=agreement")
-    _one_line(proc, 2, "no_tokenizer", "no tokenizer")
+    one_line(proc, 2, "no_tokenizer", "no tokenizer")
 
 
 def test_more_bad_folders_are_config_errors(hf, tmp_path):
