@@ -46,19 +46,17 @@ def sentences(n: int, seed: int = 0) -> list[str]:
     return out
 
 
-def build(folder: Path, layers: int, hidden: int, heads: int, n: int, seed: int = 0) -> Path:
-    """The BERT folder and ``text.jsonl`` next to it; returns the JSONL path."""
-    import torch
+def wordpiece(folder: Path, text: list[str], vocab_size: int):
+    """A BERT-style WordPiece tokenizer trained on ``text`` with ``tokenizers`` and saved to
+    ``folder`` (what a local BERT folder holds; nothing downloaded)."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    folder.mkdir(parents=True, exist_ok=True)
-    text = sentences(n, seed)
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.train_from_iterator(text, trainers.WordPieceTrainer(
-        vocab_size=2000, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
+        vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[(s, tok.token_to_id(s)) for s in ("[CLS]", "[SEP]")])
@@ -67,6 +65,17 @@ def build(folder: Path, layers: int, hidden: int, heads: int, n: int, seed: int 
                                    model_input_names=["input_ids", "token_type_ids",
                                                       "attention_mask"])
     fast.save_pretrained(str(folder))
+    return fast
+
+
+def build(folder: Path, layers: int, hidden: int, heads: int, n: int, seed: int = 0) -> Path:
+    """The BERT folder and ``text.jsonl`` next to it; returns the JSONL path."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    folder.mkdir(parents=True, exist_ok=True)
+    text = sentences(n, seed)
+    fast = wordpiece(folder, text, vocab_size=2000)
     torch.manual_seed(seed)
     BertModel(BertConfig(vocab_size=len(fast.get_vocab()), hidden_size=hidden,
                          num_hidden_layers=layers, num_attention_heads=heads,

@@ -18,24 +18,10 @@ def sentences(n: int, seed: int = 0) -> list[str]:
 
 
 def tokenizer(folder: Path, seed: int = 0):
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
+    """The bench's BERT WordPiece tokenizer, trained on a few generated sentences."""
+    from benchmarks.transformer import wordpiece
 
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok.train_from_iterator(sentences(200, seed), trainers.WordPieceTrainer(
-        vocab_size=120, special_tokens=special))
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[(s, tok.token_to_id(s)) for s in ("[CLS]", "[SEP]")])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
-                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
-                                   model_input_names=["input_ids", "token_type_ids",
-                                                      "attention_mask"])
-    fast.save_pretrained(str(folder))
-    return fast
+    return wordpiece(folder, sentences(200, seed), vocab_size=120)
 
 
 def bert(folder: Path, task: str = "feature-extraction", num_labels: int = 3, seed: int = 0,
