@@ -32,7 +32,7 @@ setup: $(VENV)/.installed
 run: setup  ## compile, gate and publish the OCR model as INT8
 	$(PY) -m pipeline $(ARGS)
 
-test: setup  ## the test suite (8 to 10 minutes on 2 cores: two workers, see tests/conftest.py)
+test: setup  ## the test suite (8 to 12 minutes on 2 cores: two workers, see tests/conftest.py)
 	$(PY) -m pytest -q -n 2 --dist loadscope
 
 bench: setup  ## the numbers the issues ask for, written to bench.json (installs the bench extra)
