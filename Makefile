@@ -48,7 +48,7 @@ $(OPTIMUM_VENV)/.installed: $(VENV)/.installed
 	  "transformers<4.58" $(SAME_AS_VENV)
 	touch $@
 
-bench: setup $(OPTIMUM_VENV)/.installed  ## the numbers the issues ask for, written to bench.json (installs the bench extra)
+bench: setup $(OPTIMUM_VENV)/.installed  ## the numbers the issues ask for, written to bench.json (installs the bench extra and .venv-optimum)
 	$(PY) -m pip install -q $(PIP_FLAGS) -e ".[bench]"
 	$(PY) -m benchmarks.run --out bench.json
 
