@@ -164,6 +164,33 @@ def test_embeddings_end_to_end_with_dynamic_int8(hf, embed_run):
     assert not any("QAttention" in op for op in explain["float_compute"])
 
 
+def test_per_layer_table_names_transformer_modules(hf, embed_run):
+    """The INT8 table names each node by the module it came from: a MatMul by its Linear
+    (encoder.layer.0.intermediate.dense), a fused attention by its block
+    (encoder.layer.0.attention.self), the pooling the wrapper adds by its node name."""
+    from pipeline.quant.report import layer_rows
+
+    nodes = embed_run["quantization"]["explain"]["nodes"]
+    module = {r["node"]: r["module"] for r in nodes}
+    matmuls = [r["node"] for r in nodes if r["fp32_op"] == "MatMul"]
+    assert len(matmuls) == 6                 # 3 Linear layers outside attention, 2 layers
+    assert {module[n] for n in matmuls} == {
+        f"encoder.layer.{k}.{m}" for k in (0, 1)
+        for m in ("attention.output.dense", "intermediate.dense", "output.dense")}
+    assert {module[r["node"]] for r in nodes if r["fp32_op"] == "Attention"} == {
+        "encoder.layer.0.attention.self", "encoder.layer.1.attention.self"}
+    assert {module[r["node"]] for r in nodes if r["fp32_op"] == "EmbedLayerNormalization"} == {
+        "embeddings"}
+    assert all(module[r["node"]] is None for r in nodes if not r["node"][:1].isalpha()
+               and r["node"].count("/") == 1)  # /Mul, /ReduceSum: the pooling around the model
+    rows = layer_rows(embed_run["quantization"])
+    md = (hf / "run_embed" / "runs" / "latest" / "report.md").read_text()
+    for r in rows:  # what stayed INT8 is listed under its module path
+        assert r["module"].startswith(module[r["node"]] or r["node"])
+        assert f"| {r['module']} | {r['op']} →" in md
+    assert any(r["module"].startswith("encoder.layer.") for r in rows)
+
+
 def test_spearman_on_sentence_pairs_gates_when_named(hf, embed_run):
     """Pairs with gold scores: every row reports Spearman's rho next to the cosine against FP16;
     the FP32 row's rho is the one the folder's model in torch gives on the same pairs; the gate

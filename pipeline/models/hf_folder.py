@@ -152,6 +152,7 @@ class HfTask(UserTask):
     # float any of them that got slower on the target.
     dynamic_op_types = ("MatMul", "Gemm", "Attention")
     pruning = None
+    module_prefix = "model."  # node paths: ``network`` holds the transformers model as ``model``
     no_pruning = ("model=hf: pruning a transformer needs a recovery loop the folder does not "
                   "provide; run with prune=none")
 
