@@ -257,6 +257,39 @@ def test_pair_data_mistakes_are_config_errors(hf):
     assert task(_pairs_key(hf, primary="")).metrics.primary == "cosine_mean"
 
 
+def test_static_int8_on_a_transformer(hf, embed_run):
+    """quant=int8 on the same folder and pairs: static QDQ for the matrix products, calibrated on
+    the calibration split's per-batch padded sentences, the fused attention dynamic (the task's
+    dynamic op types: no static kernel for it), LayerNorm and GELU float; the latency-aware step
+    keeps float what it timed slower. The float stages come from the embedding run's cache."""
+    shutil.copytree(hf / "run_embed" / "cache", hf / "run_int8" / "cache")
+    proc = run_cli("model=hf", f"model.path={hf / 'embed'}", *PAIRS,
+                   f"data.path={hf / 'pairs.jsonl'}", "metric=agreement", "metric.primary=spearman",
+                   "quant=int8", "gate.max_accuracy_drop=0.05", "gate.min_output_agreement=0",
+                   f"workdir={hf / 'run_int8'}", f"data_dir={hf / 'run_embed' / 'data'}", *FAST)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    rep = _report(hf, "run_int8")
+    stages = {s["label"]: s for s in rep["stages"]}
+    assert all(stages[k]["reused"] for k in ("load", "export", "fuse", "fp16", "evaluate[fp16]"))
+    assert not stages["calibrate[minmax]"]["reused"] and rep["quantization"]["calibration"]
+    assert rep["quantization"]["settings"]["format"] == "QDQ"
+    first = json.loads((Path(stages["quantize"]["path"]) / "artifact.json").read_text())
+    precision = first["meta"]["precision"]
+    fused = {r["node"]: r["fp32_op"] for r in rep["quantization"]["explain"]["nodes"]}
+    by_op = {op: {precision.get(n, "float") for n, o in fused.items() if o == op}
+             for op in set(fused.values())}
+    assert by_op["MatMul"] == {"int8-static"} and by_op["Attention"] == {"int8-dynamic"}
+    for op in ("SkipLayerNormalization", "BiasGelu", "EmbedLayerNormalization"):
+        assert by_op[op] == {"float"}, (op, by_op)
+    final = _meta(rep, "candidate")["precision"]
+    kept = set(rep["quantization"]["latency_exclusions"] or [])
+    assert all(final.get(n, "float") == ("float" if n in kept else precision.get(n, "float"))
+               for n in fused)
+    rows = {r["role"]: r for r in rep["rows"]}
+    assert 0.9 < rows["candidate"]["cosine_mean"] <= 1.0 + 1e-9
+    assert -1.0 <= rows["candidate"]["spearman"] <= 1.0
+
+
 def test_classifier_export_and_scores(hf, tmp_path):
     """A sequence classifier through the stages that differ from the embedding run's: the export
     agrees with transformers in torch by argmax, and labels score top-1 and top-k. (The recipe
