@@ -3,7 +3,7 @@
 In: nothing (typed config). Out: ``MetricConfig``: ``classification`` (top-1 and top-k from
 logits and integer or named labels), ``ctc`` (greedy CTC decoding with a character set from a text
 file or the ONNX metadata, then sequence accuracy and CER) or ``agreement`` (no labels: how closely
-each model's outputs follow the model as given). Values are checked when the config is made
+each model's outputs follow the FP16 baseline's). Values are checked when the config is made
 (exit 2); whether the metric fits the model's outputs is checked when the task is built, before
 any stage runs, and so is a ``primary`` the task does not report.
 """

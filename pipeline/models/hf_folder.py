@@ -341,7 +341,7 @@ class HfTask(UserTask):
             if self.metric_cfg.name != MetricName.agreement:
                 raise ConfigError(f"metric={self.metric_cfg.name.value} does not fit a "
                                   "feature-extraction model (an embedding has no classes); use "
-                                  "metric=agreement (cosine similarity to the model as given)")
+                                  "metric=agreement (cosine similarity to the FP16 baseline's outputs)")
             names = ("cosine_mean", "cosine_p1", "max_abs_diff", "mean_abs_diff")
             specs = tuple(agreement_metrics.SPECS[n] for n in names)
             if self.pairs:  # next to the cosine against FP16: the rank correlation with gold
