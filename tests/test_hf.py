@@ -335,6 +335,12 @@ def test_bad_folders_end_with_one_line(hf, tmp_path):
     proc = _run(tmp_path, "bad", "model=hf", f"model.path={no_tok}", *DATA,
                 f"data.path={hf / 'text.jsonl'}", "metric=agreement")
     one_line(proc, 2, "no_tokenizer", "no tokenizer")
+    # pair columns are checked when the config is composed (the other pair mistakes and a
+    # metric.primary the task does not report, when the task is built: in process, below)
+    proc = _run(tmp_path, "bad", "model=hf", f"model.path={hf / 'embed'}", *PAIRS,
+                f"data.path={hf / 'pairs.jsonl'}", "data.pair_columns=[sentence1]",
+                "metric=agreement")
+    one_line(proc, 2, "data.pair_columns", "two different text columns")
 
 
 def test_more_bad_folders_are_config_errors(hf, tmp_path):
