@@ -32,7 +32,10 @@ Sections (each one records its own error and the others still run):
   ``quantize_static`` in one process (``benchmarks/byo.py``).
 - ``transformer``: a 6-layer, 384-hidden, 12-head BERT folder the project builds, through
   ``model=hf`` with dynamic INT8: fusions, fused vs unfused, INT8 vs fused FP32, cosine, and
-  the pipeline against OpenVINO's default compile (``benchmarks/transformer.py``).
+  the pipeline at batch 1 and 8 against OpenVINO's default compile and against Optimum's default
+  dynamic INT8, made by Optimum's ``ORTQuantizer`` in ``.venv-optimum`` (which ``make bench``
+  builds: Optimum needs an older transformers) and timed here (``benchmarks/transformer.py``,
+  ``benchmarks/optimum_peer.py``).
 Each target is listed with its measured value and whether it was met; ``docs/results.md`` is
 rendered from the file (``benchmarks.results``), with each section's time and CPU. A
 benchmark, not a test: nothing here asserts, and the numbers only compare with ones from the

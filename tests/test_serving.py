@@ -49,6 +49,17 @@ def test_batching_what_is_queued_waits_for_nobody():
     assert not heavy["saturated"] and heavy["mean_batch"] > 1.5
 
 
+def test_an_overloaded_step_drains_for_as_long_as_it_lasted_not_five_seconds():
+    # 20 ms a request, one at a time (50 QPS at most), offered 2,000 QPS for half a second: a
+    # thousand requests queue. The step is saturated; draining them all would take 20 s.
+    start = time.perf_counter()
+    r = serve(sleepy(20.0, 0.0), list(range(10)), stack, qps=2000, seconds=0.5, max_batch=1,
+              max_wait_ms=0.0)
+    elapsed = time.perf_counter() - start
+    assert r["saturated"] and r["backlog"] > 0.5 * r["requests"]
+    assert elapsed < 0.5 + 1.0 + 0.5  # the step, a one-second drain, one batch and slack
+
+
 def test_batches_keep_to_one_shape_class():
     seen = []
 

@@ -36,7 +36,7 @@ class LoadTest:
     hardware: object
     nonce: str = ""        # a new value forces a fresh measurement
     name = "loadtest"
-    version = 4
+    version = 5  # 5: a step drains for as long as it lasted (1-5 s), not always 5 s
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, fp32) -> dict:

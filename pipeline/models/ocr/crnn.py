@@ -69,11 +69,13 @@ def misfit(expected: dict, weights: dict) -> str | None:
     return problems[0] + (f" (and {more} more tensor(s) do not fit)" if more else "")
 
 
-def example_input(batch: int = 2, width: int = 40) -> np.ndarray:
-    """A blank short line. Short, because export traces the network on it and torch.export
-    unrolls the LSTM over its frames while tracing: a 128-pixel line took twice as long to export
-    as this one, and gave the same graph (the width axis stays dynamic; parity checks it on real
-    lines of every width)."""
+def example_input(batch: int = 2, width: int = 8) -> np.ndarray:
+    """A blank line of the shortest width export allows (``DYNAMIC_MIN``). Short, because export
+    traces the network on it and torch unrolls the LSTM over its frames while tracing and
+    decomposing: the tiny CRNN exported in 8.6 s from an 8-pixel line against 11.6 s from a
+    40-pixel one (28 s from 128 pixels), with the same ops, the same weights and outputs equal
+    within 1e-7 at widths 8 to 333. The width axis stays dynamic; parity checks real lines of
+    every width."""
     return np.zeros((batch, 1, ocr_data.HEIGHT, width), dtype=np.float32)
 
 
