@@ -1,7 +1,8 @@
 """A tiny BERT folder built in the test: random weights from a ``BertConfig`` (2 layers, hidden
 32, 2 heads) and a WordPiece tokenizer trained on a few generated sentences with ``tokenizers``,
-saved with ``save_pretrained``, plus generated text data (JSONL) of varied length. Nothing is
-downloaded."""
+saved with ``save_pretrained``, plus generated text data (JSONL) of varied length, and sentence
+pairs with a gold similarity score (the share of words the two sides share, STS-B style).
+Nothing is downloaded."""
 from __future__ import annotations
 
 import json
@@ -53,4 +54,20 @@ def text_data(path: Path, n: int, seed: int = 0, labels: int = 0) -> Path:
             if labels:
                 row["label"] = rng.randrange(labels)
             f.write(json.dumps(row) + "\n")
+    return path
+
+
+def pair_data(path: Path, n: int, seed: int = 0) -> Path:
+    """A JSONL file of ``n`` sentence pairs (``sentence1``, ``sentence2``, ``score``): the second
+    side is the first with some of its words replaced (at least one, up to all), and the gold
+    score is the share of positions left unchanged, so similar pairs score high."""
+    rng = random.Random(seed + 2)
+    with open(path, "w") as f:
+        for s in sentences(n, seed + 200):
+            words = s.split()
+            changed = set(rng.sample(range(len(words)), rng.randint(1, len(words))))
+            other = [rng.choice([w for w in WORDS if w != words[i]]) if i in changed else words[i]
+                     for i in range(len(words))]
+            f.write(json.dumps({"sentence1": s, "sentence2": " ".join(other),
+                                "score": round(1 - len(changed) / len(words), 4)}) + "\n")
     return path

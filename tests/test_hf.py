@@ -4,8 +4,8 @@ The folder (``tests.hf_tiny``: a ``BertConfig`` with 2 layers, hidden 32, 2 head
 weights, and a WordPiece tokenizer trained here on generated sentences) is saved with
 ``save_pretrained``; its text data is a generated JSONL file. Export and parity against
 transformers in torch, the fusions onnxruntime.transformers finds, dynamic INT8, the gate and the
-report run through ``python -m pipeline`` once (an embedding model, shared by the tests that read
-it); a classifier's export and scores go through the stages in process; bad folders end with one
+report run through ``python -m pipeline`` once (an embedding model on sentence pairs with gold
+similarity scores, gated on Spearman's rho; shared by the tests that read it); a classifier's export and scores go through the stages in process; bad folders end with one
 line and exit 2. Stage children start with torch and transformers already imported
 (``pipeline.isolate``), so a run takes seconds.
 """
@@ -28,6 +28,9 @@ FAST = ["registry=null", "bench.min_rounds=20", "bench.min_seconds=0", "bench.ma
         "quant.ranking_samples=20", "quant.region_trials=0"]  # regions: tests/test_auto.py
 DATA = ["data=jsonl", "data.input_column=text", "data.calibration_samples=24",
         "data.evaluation_samples=40"]
+# STS-B style pairs: each pair is two sentences, so 12 + 20 pairs read as many sentences as DATA
+PAIRS = ["data=jsonl", "data.pair_columns=[sentence1,sentence2]", "data.label_column=score",
+         "data.calibration_samples=12", "data.evaluation_samples=20"]
 
 
 @pytest.fixture(scope="module")
@@ -39,20 +42,29 @@ def hf(tmp_path_factory):
     hf_tiny.bert(root / "classify", task="sequence-classification", num_labels=3)
     hf_tiny.text_data(root / "text.jsonl", 80)
     hf_tiny.text_data(root / "labelled.jsonl", 80, labels=3)
+    hf_tiny.pair_data(root / "pairs.jsonl", 40)
     return root
 
 
 def _key(folder: Path, data: Path, metric: str = "agreement", params: dict | None = None,
-         top_k: int = 5):
+         top_k: int = 5, primary: str = "", **data_kw):
     from pipeline.config import ModelConfig
     from pipeline.data.spec import DataConfig
     from pipeline.metrics.config import MetricConfig
     from pipeline.models.sources import task_key
 
+    data_kw = {"input_column": "text", "calibration_samples": 24, "evaluation_samples": 40,
+               **data_kw}
     return task_key(ModelConfig(name="hf", path=str(folder), params=params or {}),
-                    DataConfig(format="jsonl", path=str(data), input_column="text",
-                               calibration_samples=24, evaluation_samples=40),
-                    MetricConfig(name=metric, top_k=top_k), data_dir=str(folder.parent / "data"))
+                    DataConfig(format="jsonl", path=str(data), **data_kw),
+                    MetricConfig(name=metric, top_k=top_k, primary=primary),
+                    data_dir=str(folder.parent / "data"))
+
+
+def _pairs_key(hf: Path, primary: str = "spearman"):
+    return _key(hf / "embed", hf / "pairs.jsonl", primary=primary,
+                pair_columns=["sentence1", "sentence2"], label_column="score",
+                calibration_samples=12, evaluation_samples=20)
 
 
 def _run(root: Path, workdir: str, *args: str):
@@ -95,10 +107,12 @@ def test_the_task_reads_the_folder_and_meets_the_contract(hf):
 
 @pytest.fixture(scope="module")
 def embed_run(hf):
-    """One end-to-end run of the embedding model with dynamic INT8, shared by the tests below."""
-    proc = _run(hf, "run_embed", "model=hf", f"model.path={hf / 'embed'}", *DATA,
-                f"data.path={hf / 'text.jsonl'}", "metric=agreement", "quant=dynamic",
-                "gate.max_accuracy_drop=0.05", "gate.min_output_agreement=0")
+    """One end-to-end run of the embedding model with dynamic INT8 on sentence pairs, gated on
+    Spearman's rho against the gold scores (cosine against FP16 reported next to it), shared by
+    the tests below."""
+    proc = _run(hf, "run_embed", "model=hf", f"model.path={hf / 'embed'}", *PAIRS,
+                f"data.path={hf / 'pairs.jsonl'}", "metric=agreement", "metric.primary=spearman",
+                "quant=dynamic", "gate.max_accuracy_drop=0.05", "gate.min_output_agreement=0")
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     return _report(hf, "run_embed")
 
@@ -141,7 +155,6 @@ def test_embeddings_end_to_end_with_dynamic_int8(hf, embed_run):
     assert 0.9 < rows["candidate"]["cosine_mean"] <= 1.0 + 1e-9
     assert rows["candidate"]["cosine_p1"] <= rows["candidate"]["cosine_mean"]
     assert rep["verdict"]["checks"][0]["check"] == "accuracy_drop"
-    assert "cosine_mean" in rep["verdict"]["checks"][0]["detail"]
     # the fused attention's projections run as INT8 too, and are reported so, unless this
     # machine timed every attention slower in INT8 and the latency-aware step kept them float
     explain = rep["quantization"]["explain"]
@@ -149,6 +162,132 @@ def test_embeddings_end_to_end_with_dynamic_int8(hf, embed_run):
                   if n.startswith("Attention")]
     assert ("QAttention" in explain["int8_kernels"]) == (len(kept_float) < 2)
     assert not any("QAttention" in op for op in explain["float_compute"])
+
+
+def test_per_layer_table_names_transformer_modules(hf, embed_run):
+    """The INT8 table names each node by the module it came from: a MatMul by its Linear
+    (encoder.layer.0.intermediate.dense), a fused attention by its block
+    (encoder.layer.0.attention.self), the pooling the wrapper adds by its node name."""
+    from pipeline.quant.report import layer_rows
+
+    nodes = embed_run["quantization"]["explain"]["nodes"]
+    module = {r["node"]: r["module"] for r in nodes}
+    matmuls = [r["node"] for r in nodes if r["fp32_op"] == "MatMul"]
+    assert len(matmuls) == 6                 # 3 Linear layers outside attention, 2 layers
+    assert {module[n] for n in matmuls} == {
+        f"encoder.layer.{k}.{m}" for k in (0, 1)
+        for m in ("attention.output.dense", "intermediate.dense", "output.dense")}
+    assert {module[r["node"]] for r in nodes if r["fp32_op"] == "Attention"} == {
+        "encoder.layer.0.attention.self", "encoder.layer.1.attention.self"}
+    assert {module[r["node"]] for r in nodes if r["fp32_op"] == "EmbedLayerNormalization"} == {
+        "embeddings"}
+    assert all(module[r["node"]] is None for r in nodes if not r["node"][:1].isalpha()
+               and r["node"].count("/") == 1)  # /Mul, /ReduceSum: the pooling around the model
+    rows = layer_rows(embed_run["quantization"])
+    md = (hf / "run_embed" / "runs" / "latest" / "report.md").read_text()
+    for r in rows:  # what stayed INT8 is listed under its module path
+        assert r["module"].startswith(module[r["node"]] or r["node"])
+        assert f"| {r['module']} | {r['op']} →" in md
+    assert any(r["module"].startswith("encoder.layer.") for r in rows)
+
+
+def test_spearman_on_sentence_pairs_gates_when_named(hf, embed_run):
+    """Pairs with gold scores: every row reports Spearman's rho next to the cosine against FP16;
+    the FP32 row's rho is the one the folder's model in torch gives on the same pairs; the gate
+    judges it because metric.primary names it."""
+    from pipeline.metrics.pairs import spearman
+    from pipeline.models import task
+
+    rep = embed_run
+    metrics = {m["name"]: m for m in rep["metrics"]}
+    assert metrics["spearman"]["primary"] and metrics["spearman"]["against"] == "gold_scores"
+    assert metrics["cosine_mean"]["against"] == "fp16_outputs"
+    rows = {r["role"]: r for r in rep["rows"]}
+    for r in rows.values():
+        assert -1.0 <= r["spearman"] <= 1.0, r
+    # the same pairs through the folder's model in torch, paired up and ranked here
+    t = task(_pairs_key(hf))
+    assert t.metrics.primary == "spearman" and t.label_free
+    ds = t.dataset(t.split("evaluation", 20, str(hf / "data")))
+    assert len(ds) == 40                   # 20 pairs: both sides as plain sentences
+    emb, gold = [None] * len(ds), [None] * len(ds)
+    for batch in t.batches(ds, 8):
+        for i, e, lab in zip(batch.indices, t._reference(batch.feeds), batch.labels):
+            emb[i], gold[i] = e, lab
+    assert all(gold[i]["pair"] == gold[i + 1]["pair"] for i in range(0, 40, 2))
+    cos = [float(emb[i] @ emb[i + 1] / np.linalg.norm(emb[i]) / np.linalg.norm(emb[i + 1]))
+           for i in range(0, 40, 2)]
+    golds = [gold[i]["gold"] for i in range(0, 40, 2)]
+    rho = spearman(cos, golds)
+    assert rows["fp32"]["spearman"] == pytest.approx(rho, abs=1e-9)
+    try:
+        from scipy.stats import spearmanr
+    except ImportError:
+        pass
+    else:
+        assert rho == pytest.approx(float(spearmanr(cos, golds).statistic), abs=1e-12)
+    check = rep["verdict"]["checks"][0]
+    assert check["check"] == "accuracy_drop" and "spearman" in check["detail"]
+    assert check["value"] == pytest.approx(rows["fp16"]["spearman"] - rows["candidate"]["spearman"])
+    # the cosine against FP16 is still measured over every sentence of every pair
+    assert rows["fp16"]["cosine_mean"] == pytest.approx(1.0)
+
+
+def test_pair_data_mistakes_are_config_errors(hf):
+    """One line each, before any stage (the command line makes them exit 2)."""
+    from pipeline.data.spec import DataConfig
+    from pipeline.errors import ConfigError
+    from pipeline.models import task
+
+    with pytest.raises(ConfigError, match="name two different text columns"):
+        DataConfig(format="jsonl", path="x.jsonl", pair_columns=["sentence1"])
+    with pytest.raises(ConfigError, match="sentence3 is not a column"):
+        task(_key(hf / "embed", hf / "pairs.jsonl", pair_columns=["sentence1", "sentence3"],
+                  label_column="score", calibration_samples=12, evaluation_samples=20))
+    with pytest.raises(ConfigError, match="need gold similarity scores"):
+        task(_key(hf / "embed", hf / "pairs.jsonl", pair_columns=["sentence1", "sentence2"],
+                  calibration_samples=12, evaluation_samples=20))
+    with pytest.raises(ConfigError, match="gold similarity scores must be numbers"):
+        task(_key(hf / "embed", hf / "pairs.jsonl", pair_columns=["sentence1", "sentence2"],
+                  label_column="sentence2", calibration_samples=12, evaluation_samples=20))
+    # spearman named where there are no pairs: the task's own metrics are listed
+    with pytest.raises(ConfigError, match="metric.primary=spearman: .* reports cosine_mean") as e:
+        task(_key(hf / "embed", hf / "text.jsonl", primary="spearman"))
+    assert "\n" not in str(e.value) and "data.pair_columns" in str(e.value)
+    assert task(_pairs_key(hf, primary="")).metrics.primary == "cosine_mean"
+
+
+def test_static_int8_on_a_transformer(hf, embed_run):
+    """quant=int8 on the same folder and pairs: static QDQ for the matrix products, calibrated on
+    the calibration split's per-batch padded sentences, the fused attention dynamic (the task's
+    dynamic op types: no static kernel for it), LayerNorm and GELU float; the latency-aware step
+    keeps float what it timed slower. The float stages come from the embedding run's cache."""
+    shutil.copytree(hf / "run_embed" / "cache", hf / "run_int8" / "cache")
+    proc = run_cli("model=hf", f"model.path={hf / 'embed'}", *PAIRS,
+                   f"data.path={hf / 'pairs.jsonl'}", "metric=agreement", "metric.primary=spearman",
+                   "quant=int8", "gate.max_accuracy_drop=0.05", "gate.min_output_agreement=0",
+                   f"workdir={hf / 'run_int8'}", f"data_dir={hf / 'run_embed' / 'data'}", *FAST)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    rep = _report(hf, "run_int8")
+    stages = {s["label"]: s for s in rep["stages"]}
+    assert all(stages[k]["reused"] for k in ("load", "export", "fuse", "fp16", "evaluate[fp16]"))
+    assert not stages["calibrate[minmax]"]["reused"] and rep["quantization"]["calibration"]
+    assert rep["quantization"]["settings"]["format"] == "QDQ"
+    first = json.loads((Path(stages["quantize"]["path"]) / "artifact.json").read_text())
+    precision = first["meta"]["precision"]
+    fused = {r["node"]: r["fp32_op"] for r in rep["quantization"]["explain"]["nodes"]}
+    by_op = {op: {precision.get(n, "float") for n, o in fused.items() if o == op}
+             for op in set(fused.values())}
+    assert by_op["MatMul"] == {"int8-static"} and by_op["Attention"] == {"int8-dynamic"}
+    for op in ("SkipLayerNormalization", "BiasGelu", "EmbedLayerNormalization"):
+        assert by_op[op] == {"float"}, (op, by_op)
+    final = _meta(rep, "candidate")["precision"]
+    kept = set(rep["quantization"]["latency_exclusions"] or [])
+    assert all(final.get(n, "float") == ("float" if n in kept else precision.get(n, "float"))
+               for n in fused)
+    rows = {r["role"]: r for r in rep["rows"]}
+    assert 0.9 < rows["candidate"]["cosine_mean"] <= 1.0 + 1e-9
+    assert -1.0 <= rows["candidate"]["spearman"] <= 1.0
 
 
 def test_classifier_export_and_scores(hf, tmp_path):
@@ -196,6 +335,12 @@ def test_bad_folders_end_with_one_line(hf, tmp_path):
     proc = _run(tmp_path, "bad", "model=hf", f"model.path={no_tok}", *DATA,
                 f"data.path={hf / 'text.jsonl'}", "metric=agreement")
     one_line(proc, 2, "no_tokenizer", "no tokenizer")
+    # pair columns are checked when the config is composed (the other pair mistakes and a
+    # metric.primary the task does not report, when the task is built: in process, below)
+    proc = _run(tmp_path, "bad", "model=hf", f"model.path={hf / 'embed'}", *PAIRS,
+                f"data.path={hf / 'pairs.jsonl'}", "data.pair_columns=[sentence1]",
+                "metric=agreement")
+    one_line(proc, 2, "data.pair_columns", "two different text columns")
 
 
 def test_more_bad_folders_are_config_errors(hf, tmp_path):

@@ -76,3 +76,25 @@ def test_every_metric_has_a_direction_and_drop_is_positive_when_worse():
     assert SPECS["max_abs_diff"].higher_is_better is False
     assert not SPECS["cosine_mean"].needs_labels and SPECS["top1"].needs_labels
     assert math.isnan(SPECS["top1"].drop(90.0, float("nan")))
+
+
+def test_spearman_of_sentence_pairs_ranks_ties_and_pairs_up_sides():
+    from pipeline.metrics import pairs
+
+    # average ranks for ties, then Pearson of the ranks (scipy.stats.spearmanr's definition)
+    assert list(pairs.ranks([3.0, 1.0, 3.0, 2.0])) == [3.5, 1.0, 3.5, 2.0]
+    assert pairs.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert pairs.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert pairs.spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(0.9486832980505138)
+    assert math.isnan(pairs.spearman([1, 1, 1], [1, 2, 3]))   # a constant has no ranking
+    assert math.isnan(pairs.spearman([1, 2], [1, 2]))         # too few pairs to rank
+    # two sides per pair, in any order; a pair with one side in the subset is left out
+    e = {"a": [1.0, 0.0], "b": [1.0, 0.1], "c": [0.0, 1.0], "d": [1.0, 1.0]}
+    emb = [e["a"], e["b"], e["a"], e["c"], e["d"], e["a"], e["c"]]
+    lab = [{"pair": 7, "gold": 5.0}, {"pair": 7, "gold": 5.0}, {"pair": 8, "gold": 0.0},
+           {"pair": 8, "gold": 0.0}, {"pair": 9, "gold": 2.0}, {"pair": 9, "gold": 2.0},
+           {"pair": 10, "gold": 1.0}]
+    cos, gold = pairs.pair_cosines(emb, lab)
+    assert gold == [5.0, 0.0, 2.0] and cos == pytest.approx([1 / math.sqrt(1.01), 0.0,
+                                                            1 / math.sqrt(2)])
+    assert pairs.score(emb, lab) == {"spearman": pytest.approx(1.0)}

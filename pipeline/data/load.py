@@ -63,9 +63,12 @@ def load(cfg: DataConfig, cache_dir: str | None = None) -> UserData:
                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
     if len(ds) == 0:
         raise StageError(f"data.path={cfg.path}: no samples found (format {cfg.format.value})")
-    if cfg.input_column not in ds.column_names:
-        raise ConfigError(f"data.input_column={cfg.input_column}: not a column of {cfg.path} "
-                          f"(columns: {', '.join(ds.column_names)})")
+    for column in cfg.pair_columns or [cfg.input_column]:
+        if column not in ds.column_names:
+            key = (f"pair_columns={list(cfg.pair_columns)}: {column} is" if cfg.pair_columns
+                   else f"input_column={column}:")
+            raise ConfigError(f"data.{key} not a column of {cfg.path} "
+                              f"(columns: {', '.join(ds.column_names)})")
     has_labels = cfg.label_column in ds.column_names
     cal, ev = splits(len(ds), cfg.calibration_samples, cfg.evaluation_samples, cfg.seed)
     return UserData(ds, content_digest(path, *extra), has_labels, cal, ev)

@@ -82,6 +82,10 @@ class DataConfig:
     path: str = ""
     labels: str = ""               # labels_file: the CSV/JSONL with file and label columns
     input_column: str = "image"    # the column holding the model input (an image, text or array)
+    pair_columns: list[str] = field(default_factory=list)  # model=hf embeddings: two text columns
+                                   # holding sentence pairs (e.g. [sentence1,sentence2]), in place
+                                   # of input_column; label_column then holds each pair's gold
+                                   # similarity score, and Spearman's rho is reported
     label_column: str = "label"    # absent from the data: a label-free run (agreement metrics only)
     file_column: str = "file"      # labels_file: the column naming each image file
     calibration_samples: int = 128
@@ -98,6 +102,10 @@ class DataConfig:
         if self.format == DataFormat.labels_file and not self.labels:
             raise ConfigError("data.labels is empty: format=labels_file needs the CSV or JSONL "
                               "that maps each file to its label")
+        if self.pair_columns and (len(self.pair_columns) != 2 or
+                                  len(set(self.pair_columns)) != 2 or not all(self.pair_columns)):
+            raise ConfigError(f"data.pair_columns={list(self.pair_columns)}: name two different "
+                              "text columns, e.g. [sentence1,sentence2]")
         for key in ("calibration_samples", "evaluation_samples"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"data.{key}={getattr(self, key)}: must be at least 1")

@@ -3,9 +3,9 @@
 In: nothing (typed config). Out: ``MetricConfig``: ``classification`` (top-1 and top-k from
 logits and integer or named labels), ``ctc`` (greedy CTC decoding with a character set from a text
 file or the ONNX metadata, then sequence accuracy and CER) or ``agreement`` (no labels: how closely
-each model's outputs follow the model as given). Values are checked when the config is made
+each model's outputs follow the FP16 baseline's). Values are checked when the config is made
 (exit 2); whether the metric fits the model's outputs is checked when the task is built, before
-any stage runs.
+any stage runs, and so is a ``primary`` the task does not report.
 """
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ class MetricConfig:
     charset: str = ""              # ctc: text file, one character per line or all on one line;
                                    # empty: the ONNX model's metadata (charset, vocab, ...)
     time_major: bool = False       # ctc: outputs are [time, batch, classes]
+    primary: str = ""              # the metric the gate (and the quantization search) judges, one
+                                   # of those the task reports (e.g. spearman, cosine_p1); empty:
+                                   # the task's own (top1, sequence_accuracy, cosine_mean, ...)
 
     def __post_init__(self):
         self.name = MetricName(self.name)

@@ -110,6 +110,7 @@ class Task(Protocol):
 
     def margins(self, outputs) -> list[float]: ...
 
+    # label-free tasks also take ``truth``: the data's own labels (None entries without)
     def score(self, predictions: list, labels: list) -> dict[str, float]: ...
 
 

@@ -9,7 +9,9 @@ configs. Out: a ``Task`` whose inputs are the tokenizer's ``input_ids``, ``atten
 ``token_type_ids`` when the tokenizer makes them), int64 ``[batch, sequence]``; whose output is
 a sentence embedding ``[batch, hidden]`` or classifier logits ``[batch, labels]``; whose samples
 are the data's text column tokenized with the folder's own tokenizer (truncated to
-``max_length``, padded per batch); and whose ``fusion`` (model type, heads, hidden size from
+``max_length``, padded per batch; with ``data.pair_columns``, both sides of each sentence pair,
+and Spearman's rho of the pairs' cosines against the gold scores in ``data.label_column``
+besides the cosine against FP16); and whose ``fusion`` (model type, heads, hidden size from
 ``config.json``) tells the recipe to fuse with ``onnxruntime.transformers`` (``stages.fuse``).
 Export uses the TorchScript exporter with eager attention: that graph is the one ONNX Runtime's
 transformer fusions recognise (the dynamo export of the same model fuses no attention).
@@ -27,11 +29,13 @@ import numpy as np
 
 from pipeline.errors import ConfigError
 from pipeline.metrics import agreement as agreement_metrics
+from pipeline.metrics import pairs as pair_metrics
 from pipeline.metrics.config import MetricName
 from pipeline.models.contract import InputSpec, MetricsSpec, OutputSpec
 from pipeline.models.user_task import UserTask
 
 TASKS = ("feature-extraction", "sequence-classification")
+PAIR_TEXT = "__pair_text__"  # the column both sides of sentence pairs are laid out in, in turn
 POOLINGS = ("mean", "cls", "max")
 # Files one of which a folder's tokenizer needs (a fast tokenizer's JSON, a WordPiece or BPE
 # vocabulary, a SentencePiece model): without them transformers builds an empty tokenizer.
@@ -148,6 +152,7 @@ class HfTask(UserTask):
     # float any of them that got slower on the target.
     dynamic_op_types = ("MatMul", "Gemm", "Attention")
     pruning = None
+    module_prefix = "model."  # node paths: ``network`` holds the transformers model as ``model``
     no_pruning = ("model=hf: pruning a transformer needs a recovery loop the folder does not "
                   "provide; run with prune=none")
 
@@ -162,6 +167,7 @@ class HfTask(UserTask):
         self.kind = task_of(self.config, self.params)
         self.pooling = pooling_of(self.folder, self.params)
         self.normalize = bool(self.params.get("normalize", True))
+        self.pairs = tuple(self.data_cfg.pair_columns)
         limit = min(getattr(self.config, "max_position_embeddings", 512) or 512, 512,
                     self.tokenizer.model_max_length or 512)
         self.max_length = int(self.params.get("max_length", limit))
@@ -272,10 +278,41 @@ class HfTask(UserTask):
 
     # -- data ------------------------------------------------------------------------------------
     def _check_columns(self, data) -> None:
-        """One text column feeds every input (the tokenizer makes them)."""
+        """One text column feeds every input (the tokenizer makes them). Sentence pairs: an
+        embedding model's, each with a finite gold score."""
+        if not self.pairs:
+            return
+        if self.kind != "feature-extraction":
+            raise ConfigError(f"data.pair_columns: sentence pairs are scored for embedding models "
+                              f"(feature-extraction); {self.what} is a {self.kind} model")
+        gold = self.data_cfg.label_column
+        if gold not in data.dataset.column_names:
+            raise ConfigError(f"data.pair_columns: pairs need gold similarity scores; "
+                              f"data.label_column={gold} is not a column of {self.data_cfg.path} "
+                              f"(columns: {', '.join(data.dataset.column_names)})")
+        values = data.dataset.select(data.calibration + data.evaluation)[gold]
+        bad = [v for v in values if not isinstance(v, (int, float)) or isinstance(v, bool)
+               or not np.isfinite(v)]
+        if bad:
+            raise ConfigError(f"data.label_column={gold}: gold similarity scores must be numbers; "
+                              f"{self.data_cfg.path} has {bad[0]!r}")
+
+    def _select(self, rows: list[int]):
+        """Sentence pairs: both sides as plain sentences, in turn (pair ``i`` gives two samples,
+        each labelled with the pair's row and gold score), so calibration, timing and the cosine
+        against FP16 read every sentence and the score pairs them up again."""
+        if not self.pairs:
+            return super()._select(rows)
+        from datasets import Dataset
+
+        ds = self.data().dataset.select(rows)
+        gold = ds[self.data_cfg.label_column]
+        texts = [str(t) for pair in zip(*(ds[c] for c in self.pairs)) for t in pair]
+        labels = [{"pair": int(r), "gold": float(g)} for r, g in zip(rows, gold) for _ in (0, 1)]
+        return Dataset.from_dict({PAIR_TEXT: texts, self.data_cfg.label_column: labels})
 
     def _arrays(self, ds, rows: list[int]) -> list[dict]:
-        col = self.data_cfg.input_column
+        col = PAIR_TEXT if self.pairs else self.data_cfg.input_column
         texts = [str(t) for t in ds.select(rows)[col]]
         enc = self.tokenizer(texts, truncation=True, max_length=self.max_length)
         return [{n: np.asarray(enc[n][k], dtype=np.int64) for n in self.input_names}
@@ -304,10 +341,19 @@ class HfTask(UserTask):
             if self.metric_cfg.name != MetricName.agreement:
                 raise ConfigError(f"metric={self.metric_cfg.name.value} does not fit a "
                                   "feature-extraction model (an embedding has no classes); use "
-                                  "metric=agreement (cosine similarity to the model as given)")
+                                  "metric=agreement (cosine similarity to the FP16 baseline's outputs)")
             names = ("cosine_mean", "cosine_p1", "max_abs_diff", "mean_abs_diff")
-            return MetricsSpec(tuple(agreement_metrics.SPECS[n] for n in names), "cosine_mean")
+            specs = tuple(agreement_metrics.SPECS[n] for n in names)
+            if self.pairs:  # next to the cosine against FP16: the rank correlation with gold
+                specs += (pair_metrics.SPECS["spearman"],)
+            return MetricsSpec(specs, "cosine_mean")
         return super()._metrics(data)
+
+    def score(self, predictions: list, labels: list, truth: list | None = None) -> dict:
+        scores = super().score(predictions, labels, truth)
+        if self.pairs and truth is not None:
+            scores.update(pair_metrics.score([p["output"] for p in predictions], truth))
+        return scores
 
     def predictions(self, outputs) -> list:
         if self.kind == "feature-extraction":  # no class axis: the vector is the output

@@ -48,10 +48,13 @@ class UserTask:
         self.size_axis = dyn[0] if dyn else (self.inputs[0].name, 0)
         data = self.data()
         self._check_columns(data)
-        self.metrics = self._metrics(data)
+        self.metrics = self._primary(self._metrics(data))
 
     def _check_columns(self, data) -> None:
         """Several inputs: each is a column of the data."""
+        if self.data_cfg.pair_columns:
+            raise ConfigError(f"data.pair_columns: sentence pairs are read by model=hf (a text "
+                              f"encoder); {self.what} reads data.input_column")
         if len(self.inputs) > 1:
             missing = [i.name for i in self.inputs if i.name not in data.dataset.column_names]
             if missing:
@@ -99,6 +102,18 @@ class UserTask:
                                                   "mean_abs_diff"]
         return MetricsSpec(tuple(agreement_metrics.SPECS[n] for n in dict.fromkeys(names)), primary)
 
+    def _primary(self, metrics: MetricsSpec) -> MetricsSpec:
+        """``metric.primary``: the user names which of the task's metrics the gate judges."""
+        want = self.metric_cfg.primary
+        if not want or want == metrics.primary:
+            return metrics
+        if want not in metrics.names:
+            hint = (" (spearman needs sentence pairs with gold scores: data.pair_columns and "
+                    "data.label_column)" if want == "spearman" else "")
+            raise ConfigError(f"metric.primary={want}: {self.what} reports "
+                              f"{', '.join(metrics.names)}{hint}")
+        return MetricsSpec(metrics.specs, want)
+
     def _charset(self) -> list[str]:
         if self.metric_cfg.charset:
             try:
@@ -134,7 +149,11 @@ class UserTask:
             raise StageError(f"data.path={self.data_cfg.path} changed since the run started "
                              f"(digest {data.digest[:12]} != {split.digest[:12]}); run again")
         rows = data.calibration if split.split == "calibration" else data.evaluation
-        return data.dataset.select(rows[:split.count])
+        return self._select(rows[:split.count])
+
+    def _select(self, rows: list[int]):
+        """The samples of these rows of the data set (one per row here)."""
+        return self.data().dataset.select(rows)
 
     def _arrays(self, ds, rows: list[int]) -> list[dict]:
         """Per sample, its feeds without the batch axis (images preprocessed, others as arrays)."""
@@ -186,7 +205,7 @@ class UserTask:
 
     def example(self, batch: int = 1) -> dict:
         """The first evaluation sample, repeated: a real input of every declared shape."""
-        ds = self.data().dataset.select(self.data().evaluation[:1])
+        ds = self._select(self.data().evaluation[:1])
         first = next(self.batches(ds, 1)).feeds
         return {n: np.repeat(a, batch, axis=0) for n, a in first.items()}
 
@@ -216,7 +235,9 @@ class UserTask:
         gap = top2[..., 1] - top2[..., 0]
         return [float(v) for v in gap.reshape(len(x), -1).min(axis=1)]
 
-    def score(self, predictions: list, labels: list) -> dict[str, float]:
+    def score(self, predictions: list, labels: list, truth: list | None = None) -> dict[str, float]:
+        """``truth``: in a label-free run (``labels`` are the FP16 baseline's outputs), the data's
+        own labels, which a task may score besides (``HfTask``: gold scores of sentence pairs)."""
         name = self.metric_cfg.name
         if name == MetricName.classification:
             try:

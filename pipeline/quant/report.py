@@ -6,6 +6,7 @@ sensitivity and the mixed search's accuracy-versus-latency trace).
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
@@ -15,17 +16,23 @@ def as_dict(info) -> dict:
 
 
 def layer_rows(q: dict) -> list[dict]:
-    """One row per node of the final model: module, ops, precision, SQNR, effect, times."""
+    """One row per node of the final model: module, ops, precision, SQNR, effect, times. The
+    module is the source module's path where explain found one (else the node name); two nodes of
+    one module (an attention's two MatMuls) add their node's own last name in brackets."""
     sens = {r["node"]: r for r in q.get("sensitivity", [])}
+    kept = [r for r in (q.get("explain") or {}).get("nodes", [])
+            if r["precision"] != "float" or r["node"] in sens]
+    shared = Counter(r.get("module") for r in kept)
     rows = []
-    for r in (q.get("explain") or {}).get("nodes", []):
-        if r["precision"] == "float" and r["node"] not in sens:
-            continue
+    for r in kept:
         s = sens.get(r["node"], {})
-        rows.append({"module": r["node"], "op": r["fp32_op"], "int8_kernel": r["int8_op"],
-                     "precision": r["precision"], "sqnr_db": s.get("sqnr_db"),
-                     "metric_effect": s.get("metric_effect"), "fp32_ms": r["fp32_ms"],
-                     "int8_ms": r["int8_ms"], "gain_ms": r["gain_ms"]})
+        module = r.get("module") or r["node"]
+        if r.get("module") and shared[r["module"]] > 1:
+            module = f"{module} [{r['node'].rstrip('/').rpartition('/')[2]}]"
+        rows.append({"module": module, "node": r["node"], "op": r["fp32_op"],
+                     "int8_kernel": r["int8_op"], "precision": r["precision"],
+                     "sqnr_db": s.get("sqnr_db"), "metric_effect": s.get("metric_effect"),
+                     "fp32_ms": r["fp32_ms"], "int8_ms": r["int8_ms"], "gain_ms": r["gain_ms"]})
     return rows
 
 

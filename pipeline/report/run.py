@@ -68,11 +68,17 @@ def fusion(outcome) -> dict | None:
 
 def metric_specs(t) -> list[dict]:
     """The task's metrics as the report records them (primary first). ``against``: what each
-    row is scored against: the data's labels, or (label-free) the FP16 baseline's outputs."""
+    row is scored against: the data's labels, or (label-free) the FP16 baseline's outputs, except
+    a label-free metric that needs labels (Spearman's rho of sentence pairs: the gold scores)."""
     specs = sorted(t.metrics.specs, key=lambda s: s.name != t.metrics.primary)
-    against = "fp16_outputs" if t.label_free else "labels"
+
+    def against(s) -> str:
+        if not t.label_free:
+            return "labels"
+        return "gold_scores" if s.needs_labels else "fp16_outputs"
+
     return [{"name": s.name, "unit": s.unit, "higher_is_better": s.higher_is_better,
-             "primary": s.name == t.metrics.primary, "against": against} for s in specs]
+             "primary": s.name == t.metrics.primary, "against": against(s)} for s in specs]
 
 
 def markdown(report: dict) -> str:
@@ -98,9 +104,12 @@ def markdown(report: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Speedup is against the fastest float baseline at that batch size (p50 ratio; the "
               "candidate's is the median of per-round ratios, 95 % CI in report.json)."]
-    if metrics and metrics[0].get("against") == "fp16_outputs":
+    if any(m.get("against") == "fp16_outputs" for m in metrics):
+        gold = [m["name"] for m in metrics if m.get("against") == "gold_scores"]
         lines.append("No labels: every row's metrics measure agreement with the FP16 baseline's "
-                     "outputs on the same inputs (the FP16 row agrees with itself by construction).")
+                     "outputs on the same inputs (the FP16 row agrees with itself by construction)"
+                     + (f", except {', '.join(gold)}: against the data's gold scores." if gold
+                        else "."))
     for b, aa in report["aa_check"].items():
         lines.append(f"A/A check at batch {b} (FP32 against a second copy of itself): "
                      f"{aa['median']:.3f} (95 % CI {aa['ci95'][0]:.3f}-{aa['ci95'][1]:.3f}).")

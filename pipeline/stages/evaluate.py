@@ -8,7 +8,8 @@ computed from two of these files (``pipeline.metrics.outputs``), so this stage n
 model, except in a label-free run (``metric=agreement``): there each sample's label is the FP16
 baseline's output for it, read from the baseline's own evaluation (the ``reference``, whose
 digest is in this stage's key; ``against`` says which evaluations take it), and the baseline's
-evaluation scores itself (100 % argmax agreement, cosine 1 by construction). Each sample's
+evaluation scores itself (100 % argmax agreement, cosine 1 by construction); the task may also
+score the data's own labels there (sentence pairs' gold similarity scores). Each sample's
 decision margin (``margins.json``) picks the hardest samples, on which quantization
 choices are ranked cheaply; ``subset`` scores only those. The model runs on the stage's target
 (``pipeline.runtimes``: runtime, precision, threads), and ``runtime`` in the result records the
@@ -31,7 +32,8 @@ class Evaluate:
     hardware: object
     subset: tuple = ()     # evaluation-set indices to score (the ranking subset); () = all
     name = "evaluate"
-    version = 4  # 4: label-free runs score against the FP16 baseline, not the model as given
+    version = 5  # 5: label-free runs also score the data's own labels where the task reads them
+                 # (Spearman's rho of sentence pairs); 4: against the FP16 baseline
     hardware_dependent = True  # kernels differ per CPU, and so may the last bits of the outputs
 
     def run(self, parent, out_dir: Path, reference=None) -> dict:
@@ -40,6 +42,7 @@ class Evaluate:
 
         t = task(self.data.task)
         ds = t.dataset(self.data)
+        full = len(ds)  # samples of the whole set (a sentence pair is two)
         if self.subset:
             ds = ds.select(list(self.subset))
         # On the target's runtime and settings: the accuracy gated is the accuracy deployed.
@@ -51,18 +54,20 @@ class Evaluate:
             outputs = model.run(feeds)
             for i, pred, label, m in zip(idx, t.predictions(outputs), truth, t.margins(outputs)):
                 predictions[i], labels[i], margins[i] = pred, label, m
+        truth = labels
         if t.label_free:
-            labels = self._baseline_outputs(reference, predictions)
+            labels = self._baseline_outputs(reference, predictions, full)
         (out_dir / "predictions.json").write_text(json.dumps(predictions))
         # How close each output came to changing: the hardest samples rank quantization choices.
         (out_dir / "margins.json").write_text(json.dumps([round(m, 5) for m in margins]))
-        return {"metrics": t.score(predictions, labels), "output_sha256": output_hash(predictions),
+        scores = t.score(predictions, labels, truth) if t.label_free else t.score(predictions, labels)
+        return {"metrics": scores, "output_sha256": output_hash(predictions),
                 "evaluation_set": self.data.digest, "samples": len(ds),
                 "runtime": model.describe(t.example(1)),
                 **({"reference": reference.digest if reference else "itself (the baseline)"}
                    if t.label_free else {})}
 
-    def _baseline_outputs(self, reference, predictions: list) -> list:
+    def _baseline_outputs(self, reference, predictions: list, full: int) -> list:
         """Label-free: each sample's label is the baseline's output for it (this model's own
         outputs when it is the baseline)."""
         if reference is None:
@@ -73,9 +78,9 @@ class Evaluate:
                              f"{self.data.digest[:12]})")
         ref = json.loads((reference.path / "predictions.json").read_text())
         rows = list(self.subset) if self.subset else range(len(predictions))
-        if len(ref) != self.data.count or max(rows, default=0) >= len(ref):
+        if len(ref) != full or max(rows, default=0) >= len(ref):
             raise StageError(f"evaluate: the reference evaluation holds {len(ref)} samples, "
-                             f"not the {self.data.count} of the evaluation set")
+                             f"not the {full} of the evaluation set")
         return [ref[i]["output"] for i in rows]
 
 

@@ -11,8 +11,10 @@ node the Conv looks faster and the Mul has no FP32 time at all.
 
 Profiles come from onnxruntime's own profiler (``enable_profiling``) with the deployed graph
 optimizations; fused kernels keep the name of the node they came from plus a ``_token_N``
-suffix, which is stripped so FP32 and INT8 timings of the same module line up. The profiling and
-graph helpers live in ``measure/profile.py``.
+suffix, which is stripped so FP32 and INT8 timings of the same module line up. Each node also
+carries the path of the source module it came from where the graph says
+(``quant/modules.py``: ``encoder.layer.0.attention.self`` for a fused attention), which the
+per-layer table shows. The profiling and graph helpers live in ``measure/profile.py``.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from pipeline.runtimes.ops import FORMAT_OPS
 from pipeline.measure.profile import fusion_groups, op_types, optimized_graph_summary, profile
+from pipeline.quant.modules import module_paths
 
 SLOWER_MARGIN = 1.05  # 5 %: below that, profile noise, not a slower kernel
 
@@ -33,7 +36,7 @@ class Explain:
     runs: int
     hardware: object
     name = "explain"
-    version = 6
+    version = 7  # 7: each node's module path (``module``)
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, fp32) -> dict:
@@ -49,6 +52,8 @@ class Explain:
         fp32_total = sum(r["ms"] for r in f32.values())
         fp32_ops = op_types(fp32.model)
         groups = fusion_groups(fp32.model, parent.model, f32, i8)
+        modules = module_paths(fp32.model, parent.model,
+                               prefix=getattr(t, "module_prefix", ""))
         nodes = []
         for name, row in i8.items():
             if row["op"] in FORMAT_OPS or (name not in f32 and name not in groups["host"]):
@@ -65,7 +70,8 @@ class Explain:
             slower = (b_group > a_group * SLOWER_MARGIN and b_group - a_group > 0.005 * fp32_total
                       and quantized)
             fp32_op = f32[name]["op"] if name in f32 else f"{fp32_ops[name]} (fused into {host})"
-            row = {"node": name, "fp32_op": fp32_op, "int8_op": row["op"],
+            row = {"node": name, "module": modules.get(name), "fp32_op": fp32_op,
+                   "int8_op": row["op"],
                    "precision": precision.get(name, "float"),
                    "fp32_ms": a, "int8_ms": b, "gain_ms": a - b, "slower_in_int8": slower}
             if host in groups["members"]:
