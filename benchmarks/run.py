@@ -68,6 +68,9 @@ def spine(base: list[str]) -> dict:
     drop = fp16["sequence_accuracy"] - cand["sequence_accuracy"]
     vs_fp32 = {b: fp32["latency"][b]["p50"] / cand["latency"][b]["p50"] for b in cand["latency"]}
     reused = [s["reused"] for s in rep2.get("stages", [])]
+    # the first run is cold only when no earlier section built its stages (pruning's unpruned
+    # run builds the same ones): say how many it found cached
+    first_reused = [s["reused"] for s in rep.get("stages", [])]
     return {
         "command": "python -m pipeline " + " ".join(base), "exit_codes": [code1, code2],
         "accuracy": {role: {k: r[k] for k in ("sequence_accuracy", "cer", "agreement_with_fp16",
@@ -81,6 +84,7 @@ def spine(base: list[str]) -> dict:
                                           for b, lat in cand["latency"].items()},
         "aa_check": rep["aa_check"], "timing": rep.get("timing"),
         "first_run_seconds": round(first_s, 1), "second_run_seconds": round(second_s, 1),
+        "first_run_reused": f"{sum(first_reused)} of {len(first_reused)}",
         "second_run_reused": f"{sum(reused)} of {len(reused)}",
         "verdict": rep["verdict"]["summary"], "environment": rep["environment"],
         "lineage": rep["lineage"], "stages": rep["stages"],
