@@ -36,7 +36,7 @@ def timed(models: dict, cfg, batch: int, extra_pairs=()) -> dict:
     from pipeline.models import module
 
     hw = cfg.hardware.target()
-    t = module(cfg.model.name)
+    t = module(cfg.model.source)
     ds, _ = t.dataset("evaluation", cfg.model.eval_samples, cfg.data_dir)
     inputs = [next(t.batches(ds.select(range(k * batch, (k + 1) * batch)), batch))[1] for k in range(8)]
     fns = {role: (lambda x, s=ort.session(path, hw): ort.run(s, x)) for role, path in models.items()}

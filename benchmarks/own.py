@@ -48,7 +48,7 @@ def own_model(extra: list[str] | None = None, workdir: str = "artifacts") -> dic
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         default = Path(tmp) / "ort_default.onnx"
         isolate.call("onnxruntime default quantize_static (own model)", default_quantize, fp32,
-                     default, cfg.model.name, cfg.model.calibration_samples, cfg.data_dir)
+                     default, cfg.model.source, cfg.model.calibration_samples, cfg.data_dir)
         default_metrics = isolate.call("evaluate default (own model)", evaluate, default, cfg)
         models = {"fp32": fp32, "pipeline_int8": ours, "ort_default_int8": default}
         timing = isolate.call(f"own model timing b{BATCH}", timed, models, cfg, BATCH,

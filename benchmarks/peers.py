@@ -181,7 +181,11 @@ def section(base: list[str], cli) -> dict:
            "pipeline_choice": {b: {k: v for k, v in c.items() if k != "considered"}
                                for b, c in rep["runtimes"]["choice"].items()},
            **compare(rep, cfg, Path(cfg.workdir) / "bench-peers")}
-    metric, gate = "sequence_accuracy", cfg.gate.max_accuracy_drop
+    from pipeline.metrics import SPECS
+    from pipeline.metrics.limits import limits
+
+    metric = "sequence_accuracy"
+    gate = limits(cfg.gate.max_accuracy_drop, SPECS[metric])[metric]  # in points
     acc = out["accuracy"]
     targets = {}
     for b, at in out["batches"].items():

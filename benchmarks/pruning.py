@@ -75,7 +75,7 @@ def section(base: list[str], cli) -> dict:
         paths[f"{name} fp32"] = str(Path(lineage["fp32"]["path"]) / "model.onnx")
         paths[f"{name} int8"] = str(Path(lineage["candidate"]["path"]) / "model.onnx")
     load_before = os.getloadavg()
-    head = isolate.call("pruning head-to-head", head_to_head, cfg.model.name, paths,
+    head = isolate.call("pruning head-to-head", head_to_head, cfg.model.source, paths,
                         cfg.hardware.target(), cfg.model.eval_samples, cfg.data_dir)
     load_after = os.getloadavg()
     int8 = head["ratio"]["pruned int8 / unpruned int8"]

@@ -28,7 +28,7 @@ def _calibration_rss(prepared: Path, cfg, samples: int) -> float:
 
     from pipeline.models import task
 
-    split = task(cfg.model.name).split("calibration", samples, cfg.data_dir)
+    split = task(cfg.model.source).split("calibration", samples, cfg.data_dir)
     stage = Calibrate(split, "percentile", 32)
     with tempfile.TemporaryDirectory(dir="artifacts") as out:
         meta = isolate.call(f"calibrate {samples}", stage.run, SimpleNamespace(model=prepared), Path(out))
@@ -47,7 +47,7 @@ def quantization(lineage: dict, stages: list[dict]) -> dict:
     with tempfile.TemporaryDirectory(dir="artifacts") as tmp:
         default = Path(tmp) / "ort_default.onnx"
         isolate.call("onnxruntime default quantize_static", default_quantize, fp32, default,
-                     cfg.model.name, cfg.model.calibration_samples, cfg.data_dir)
+                     cfg.model.source, cfg.model.calibration_samples, cfg.data_dir)
         out["accuracy"] = {"pipeline_int8": isolate.call("evaluate ours", evaluate, ours, cfg),
                            "ort_default_int8": isolate.call("evaluate default", evaluate, default, cfg),
                            "fp32": isolate.call("evaluate fp32", evaluate, fp32, cfg)}

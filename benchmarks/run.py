@@ -112,7 +112,7 @@ def repeatability(lineage: dict) -> dict:
     arts = {role: Artifact.read(Path(lineage[role]["path"])) for role in ("candidate", "fp32", "fp16", "export")}
     from pipeline.models import task
 
-    split = task(cfg.model.name).split("evaluation", cfg.model.eval_samples, cfg.data_dir)
+    split = task(cfg.model.source).split("evaluation", cfg.model.eval_samples, cfg.data_dir)
     stage = Benchmark(data=split, bench=cfg.bench.timing(), hardware=cfg.hardware.target())
     runs = []
     for k in range(2):

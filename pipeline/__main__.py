@@ -55,12 +55,17 @@ def _preflight(cfg) -> None:
 
     # The model, its data and metric must fit each other before any stage runs: a file that is
     # not ONNX, a factory that does not import, a metric that does not fit the outputs.
-    check_params(cfg.model.name, cfg.model.params)  # a built-in network's own architecture
+    check_params(cfg.model.source, cfg.model.params)  # a built-in network's own architecture
     t = task(task_key(cfg.model, cfg.data, cfg.metric, cfg.data_dir))
     problems = check(t)
     if problems:
-        raise ConfigError(f"model={cfg.model.name}: does not meet the task contract: "
+        raise ConfigError(f"model={cfg.model.source}: does not meet the task contract: "
                           + "; ".join(problems))
+    from pipeline.metrics.limits import limits
+
+    limits(cfg.gate.max_accuracy_drop, t.metrics)  # each judged metric has a limit it reports
+    for line in getattr(t, "warnings", ()):
+        print(f"pipeline: warning: {line}", file=sys.stderr)
     if cfg.prune.method.value != "none":  # ignored names, whole layers removed, the trace
         from pipeline.prune.preflight import preflight
 
@@ -77,7 +82,7 @@ def _run(argv: list[str]) -> int:
     from pipeline.runner import Runner
 
     t0 = time.time()
-    print(f"pipeline: model={cfg.model.name} quant={cfg.quant.mode.value} "
+    print(f"pipeline: model={cfg.model.name} ({cfg.model.source}) quant={cfg.quant.mode.value} "
           f"hardware={cfg.hardware.name}")
     runner = Runner(cfg.workdir, cfg.hardware.target())
     out = recipe(cfg, runner)

@@ -94,6 +94,14 @@ def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR,
             from pipeline.registry.names import check_repository
 
             check_repository(result.registry.repository)  # before any stage runs: exit 2
+        if getattr(result, "registry", "absent") != "absent" and result.model.llm is None:
+            from pipeline.registry.names import check_name
+
+            check_name(result.model.name, "model.name")  # it names the published model
+        if getattr(result, "gate", None) is not None:
+            from pipeline.metrics.limits import check_names
+
+            check_names(result.gate.max_accuracy_drop)  # a limit for a metric that does not exist
         if getattr(result, "hardware", None) is not None:
             from pipeline.bill.machine import apply
 

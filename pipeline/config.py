@@ -103,14 +103,20 @@ class LlmConfig:
                               f"attention_heads={self.attention_heads}")
 
 
-SOURCES = ("onnx", "torch", "hf")  # model.name values that bring the user's own model
+SOURCES = ("onnx", "torch", "hf")  # model.source values that bring the user's own model
 
 
 @dataclass
 class ModelConfig:
-    # A built-in task (pipeline.models.TASKS), or the user's own model: onnx (an ONNX file,
-    # model.path) or torch (model.factory builds it, model.checkpoint holds its weights).
+    # What the model is called in the registry and the report; empty: the ONNX file's stem, the
+    # Hugging Face folder's name, the torch checkpoint's stem (else the factory function's name),
+    # the built-in task's name; lower-cased into the registry's grammar.
     name: str = "ocr"
+    # Which loader builds it (the model= option sets it): a built-in task
+    # (pipeline.models.TASKS: ocr, ocr_mobile), or the user's own model: onnx (an ONNX file,
+    # model.path), torch (model.factory builds it, model.checkpoint holds its weights) or hf (a
+    # Hugging Face folder). null: model.name, as configs written before model.source said it.
+    source: Optional[str] = None
     kind: ModelKind = ModelKind.task        # llm: a shape for `python -m pipeline.bill` only
     llm: Optional[LlmConfig] = None         # the LLM's shape; required when kind=llm
     checkpoint: Optional[str] = None        # safetensors file; null = seeded random init (smoke tests)
@@ -132,28 +138,50 @@ class ModelConfig:
     def __post_init__(self):
         _positive(self, "model", "eval_samples", "calibration_samples", "eval_batch_size",
                   "parity_samples")
+        if self.source is None:  # before model.source, model.name chose the loader
+            self.source, self.name = self.name, "" if self.name in SOURCES else self.name
+        if not self.name:
+            self.name = self.default_name()
         if (self.kind == ModelKind.llm) != (self.llm is not None):
             raise ConfigError(f"model.kind={self.kind.value}: model.llm must be "
                               f"{'set' if self.kind == ModelKind.llm else 'null'}")
         if self.kind == ModelKind.llm:
             return
-        if self.name == "hf" and not self.path:
+        if self.source == "hf" and not self.path:
             raise ConfigError("model.path is empty: model=hf needs a local Hugging Face model "
                               "folder (config.json, weights, tokenizer files)")
-        if self.name == "hf" and self.checkpoint is not None:
+        if self.source == "hf" and self.checkpoint is not None:
             raise ConfigError("model.checkpoint: model=hf takes its weights from the folder in "
                               "model.path")
-        if self.name == "onnx" and not self.path:
+        if self.source == "onnx" and not self.path:
             raise ConfigError("model.path is empty: model=onnx needs the ONNX file to compile")
-        if self.name == "torch":
+        if self.source == "torch":
             if not self.factory or ":" not in self.factory:
                 raise ConfigError(f"model.factory={self.factory!r}: model=torch needs "
                                   "package.module:function, a function that returns the nn.Module")
             if not self.inputs:
                 raise ConfigError("model.inputs is empty: model=torch needs each input's name "
                                   "and shape, e.g. {image: [batch, 3, 32, 32]}")
-        if self.checkpoint is not None and self.name == "onnx":
+        if self.checkpoint is not None and self.source == "onnx":
             raise ConfigError("model.checkpoint: model=onnx takes its weights from model.path")
+
+    def default_name(self) -> str:
+        """The registry name when model.name is empty: what the user already calls the model,
+        in the registry's grammar (lower-case letters and digits joined by '.', '_' or '-')."""
+        import re
+        from pathlib import PurePath
+
+        if self.source in ("onnx", "hf") and self.path:
+            given = PurePath(str(self.path).rstrip("/\\"))
+            given = given.stem if self.source == "onnx" else given.name
+        elif self.source == "torch":
+            given = (PurePath(self.checkpoint).stem if self.checkpoint
+                     else str(self.factory or "").rpartition(":")[2])
+        else:
+            given = str(self.source or "")
+        name = re.sub(r"[^a-z0-9._-]+", "-", given.lower())
+        name = re.sub(r"[._-]*([._-])[._-]*", r"\1", name).strip("._-")
+        return name or "model"
 
 
 @dataclass
@@ -170,16 +198,18 @@ class QuantConfig:
     exclude: list[str] = field(default_factory=list)  # node (module) names kept float
     latency_aware: bool = True              # keep float the nodes profiled slower in INT8
     ranking_samples: int = 200              # hardest evaluation lines, for cheap comparisons
-    max_accuracy_drop: float = 0.1          # mixed: budget vs the FP16 baseline, in points
+    # mixed: the budget vs the FP16 baseline in the primary metric's scale; null = a third of
+    # the gate's limit for it (0.1 points of an accuracy, 0.0033 of a mean cosine)
+    max_accuracy_drop: Optional[float] = None
     profile_runs: int = 20                  # profiled runs per model when explaining INT8
     fp16_keep_float32: list[str] = field(default_factory=lambda: ["LSTM"])  # ops left in FP32 by fp16
     region_trials: int = 0                  # float regions (whole blocks) timed end to end; 0 = off
 
     def __post_init__(self):
         _positive(self, "quant", "calibration_batch_size", "ranking_samples", "profile_runs")
-        if not 0 <= self.max_accuracy_drop <= 100:
+        if self.max_accuracy_drop is not None and not 0 <= self.max_accuracy_drop <= 100:
             raise ConfigError(f"quant.max_accuracy_drop={self.max_accuracy_drop}: must be in "
-                              "[0, 100] (points of accuracy)")
+                              "[0, 100] (the primary metric's scale) or null")
         if len(set(self.exclude)) != len(self.exclude) or any(not n for n in self.exclude):
             raise ConfigError(f"quant.exclude={self.exclude}: node names, each once")
         if self.region_trials < 0:
@@ -405,8 +435,14 @@ class BenchConfig(TimingConfig):
 
 @dataclass
 class GateConfig:
-    max_accuracy_drop: float = 0.3          # points of sequence accuracy below the FP16 baseline
-    min_output_agreement: float = 0.95      # share of outputs identical to the FP16 baseline's
+    # The largest drop below the FP16 baseline, in each metric's own scale (pipeline.metrics.
+    # limits): null = each metric's default (0.3 points of an accuracy, 0.01 of a mean cosine and
+    # 0.03 of its 1st percentile, ...); a number = the primary metric's limit; a mapping
+    # {metric: limit} = those metrics judged too, e.g. {cosine_mean: 0.005, cer: 0.5}.
+    max_accuracy_drop: Any = None
+    min_output_agreement: float = 0.95      # share of outputs that agree with the FP16 baseline's
+    output_rtol: float = 0.25               # continuous outputs: a row agrees within this relative
+                                            # L2 error (0.25 ~ cosine 0.969 for unit vectors)
     min_speedup: float = 1.0                # lower 95 % bound vs the fastest float: never slower
     speedup_batch_size: int = 8             # the batch size the speed gate is judged at
     require_aa_check: bool = True           # refuse timings whose A/A self-check was off
@@ -414,9 +450,21 @@ class GateConfig:
     max_model_mb: Optional[float] = None    # size limit of the shipped file; null = none
 
     def __post_init__(self):
-        if not 0 <= self.max_accuracy_drop <= 100:
-            raise ConfigError(f"gate.max_accuracy_drop={self.max_accuracy_drop}: must be in "
-                              "[0, 100] (points of accuracy)")
+        drop = self.max_accuracy_drop
+        if isinstance(drop, dict):  # metric names are checked by compose (pipeline.metrics)
+            drop = self.max_accuracy_drop = {str(k): v for k, v in drop.items()}
+        for key, value in (drop.items() if isinstance(drop, dict) else [("", drop)]):
+            where = f"gate.max_accuracy_drop{'.' + key if key else ''}={value!r}"
+            if value is None and not key:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{where}: expected a number, null, or a mapping metric -> "
+                                  "limit such as {cosine_mean: 0.01}")
+            if not 0 <= value <= 100:
+                raise ConfigError(f"{where}: must be in [0, 100] (a drop in the metric's own "
+                                  "scale: points of an accuracy, a cosine, ...)")
+        if not 0 < self.output_rtol < 10:
+            raise ConfigError(f"gate.output_rtol={self.output_rtol}: must be in (0, 10)")
         if self.min_speedup < 0:
             raise ConfigError(f"gate.min_speedup={self.min_speedup}: must be >= 0")
         if not 0 <= self.min_output_agreement <= 1:
@@ -479,15 +527,15 @@ class Config:
 
     def __post_init__(self):
         _finite(self)
-        if self.model.name in SOURCES:
+        if self.model.source in SOURCES:
             if self.data is None:
-                raise ConfigError(f"model={self.model.name} needs a data set: data=imagefolder "
+                raise ConfigError(f"model={self.model.source} needs a data set: data=imagefolder "
                                   "(or labels_file, saved, csv, jsonl, parquet) data.path=...")
             if self.metric is None:
-                raise ConfigError(f"model={self.model.name} needs a metric: metric="
+                raise ConfigError(f"model={self.model.source} needs a metric: metric="
                                   "classification, ctc or agreement (no labels)")
         elif self.data is not None or self.metric is not None:
-            raise ConfigError(f"model={self.model.name} brings its own data and metric; data= "
+            raise ConfigError(f"model={self.model.source} brings its own data and metric; data= "
                               "and metric= are for model=onnx, model=torch and model=hf")
         if self.gate.speedup_batch_size not in self.bench.batch_sizes:
             raise ConfigError(f"gate.speedup_batch_size={self.gate.speedup_batch_size} is not "

@@ -2,8 +2,10 @@
 
 In: evaluate artifacts by role, the benchmark artifact, the candidate artifact, ``GateConfig``
 and ``SloConfig``. Out: a machine-readable verdict (also written as ``verdict.json`` by the
-report) and a short table for the terminal. Checks: accuracy drop against the FP16 baseline,
-agreement of outputs with it, the lower bound of the speedup's 95 % interval against the fastest
+report) and a short table for the terminal. Checks: accuracy drop against the FP16 baseline, each
+judged metric in its own scale (``accuracy_drop`` for the primary, ``<metric>_drop`` for the
+others it is gated with or the user named: ``pipeline.metrics.limits``), agreement of outputs
+with it (decisions identical, or continuous rows within ``gate.output_rtol``), the lower bound of the speedup's 95 % interval against the fastest
 float baseline, the A/A self-check of the timing, that the timings were taken in this
 environment (a baseline measured elsewhere is refused), the candidate's p99 against the SLO, and
 the model's size. It fails closed: a missing or non-finite measurement fails its check. Cheap and
@@ -14,7 +16,8 @@ from __future__ import annotations
 import math
 
 from pipeline.env import differences
-from pipeline.metrics.outputs import agreement
+from pipeline.metrics import limits as metric_limits
+from pipeline.metrics.outputs import RTOL, agreement, kind
 
 NAN = float("nan")
 
@@ -34,26 +37,39 @@ def _get(fn, default=NAN):
 
 
 def in_units(spec) -> str:
-    """How a drop in the metric reads: points of a percentage, or the metric's own unit."""
-    return "points" if spec.unit == "%" else (spec.unit or "")
+    """How a drop in the metric reads: points of a percentage, or the metric's own scale."""
+    return "points" if spec.unit == "%" else getattr(spec, "scale", spec.unit or "")
+
+
+def _accuracy(evals: dict, g, metrics) -> list[dict]:
+    """One check per judged metric, the primary's named ``accuracy_drop`` as it always was."""
+    ref = _get(lambda: evals["fp16"].meta["metrics"], {})
+    cand = _get(lambda: evals["candidate"].meta["metrics"], {})
+    checks = []
+    for i, r in enumerate(metric_limits.judged(ref, cand, g.max_accuracy_drop, metrics)):
+        f = ".2f" if r["unit"] == "%" else ".4f"  # a cosine's drops live in the third decimal
+        scale = "points" if r["unit"] == "%" else r["scale"]
+        checks.append(_check("accuracy_drop" if i == 0 else f"{r['metric']}_drop", r["drop"],
+                             r["limit"], lambda v, lim=r["limit"]: v <= lim + 1e-9,
+                             f"{r['metric']} {_get(lambda: format(r['candidate'], f))} vs FP16 "
+                             f"{_get(lambda: format(r['reference'], f))}: drop "
+                             f"{_get(lambda: format(r['drop'], f))} {scale}".rstrip()))
+    return checks
 
 
 def judge(evals: dict, bench, gate, metric, slo=None, candidate=None,
           environment: dict | None = None) -> dict:
-    """``metric``: the task's primary ``MetricSpec``; its direction turns the two values into a
-    drop (positive: the candidate is worse), whatever the metric."""
+    """``metric``: the task's ``MetricsSpec`` (or its primary ``MetricSpec`` alone); each judged
+    metric's direction turns the two values into a drop (positive: the candidate is worse)."""
     g = gate
-    ref = _get(lambda: evals["fp16"].meta["metrics"][metric.name])
-    cand = _get(lambda: evals["candidate"].meta["metrics"][metric.name])
-    drop = metric.drop(ref, cand)
-    checks = [_check("accuracy_drop", drop, g.max_accuracy_drop,
-                     lambda v: v <= g.max_accuracy_drop + 1e-9,
-                     f"{metric.name} {cand:.2f} vs FP16 {ref:.2f}: drop {drop:.2f} "
-                     f"{in_units(metric)}".rstrip())]
-    agree = _get(lambda: agreement(evals["candidate"], evals["fp16"]))
+    checks = _accuracy(evals, g, metric)
+    rtol = getattr(g, "output_rtol", RTOL)
+    agree = _get(lambda: agreement(evals["candidate"], evals["fp16"], rtol))
+    within = _get(lambda: kind(evals["fp16"]) == "within", False)
     checks.append(_check("output_agreement", agree, g.min_output_agreement,
                          lambda v: v >= g.min_output_agreement,
-                         f"{agree:.2%} of outputs identical to FP16's"))
+                         f"{agree:.2%} of outputs within {rtol:g} relative error of FP16's"
+                         if within else f"{agree:.2%} of outputs identical to FP16's"))
     at = _get(lambda: bench.meta["batches"][str(g.speedup_batch_size)], {})
     sp = at.get("speedup_vs_fastest_float", {})
     # When the host moved the vCPUs mid-run and the speedup differed between the placements,

@@ -43,7 +43,6 @@ def recipe(cfg: Config, runner) -> Outcome:
     key = task_key(m, cfg.data, cfg.metric, cfg.data_dir)
     t = task(key)
     splits = Splits(t, cfg)
-    metric = t.metrics.primary_spec
     pruning = None
     if getattr(t, "onnx_source", None):  # an ONNX file: nothing to load or export
         from pipeline.stages.import_onnx import ImportOnnx
@@ -108,7 +107,7 @@ def recipe(cfg: Config, runner) -> Outcome:
                                  hardware=plan.hw, options=plan.bench_options()),
                        candidate, fp32=fp32, fp16=fp16, export=exported)
     # runtime=auto picks the target here; the gate and the report see the chosen one.
-    evals, bench, targets, deployed = plan.decide(evals, bench, cfg.gate, metric,
+    evals, bench, targets, deployed = plan.decide(evals, bench, cfg.gate, t.metrics,
                                                   cfg.gate.speedup_batch_size)
     load = None
     if cfg.bench.mode.value != "latency":
@@ -116,9 +115,9 @@ def recipe(cfg: Config, runner) -> Outcome:
                                    load=cfg.bench.load, slo_p99_ms=cfg.slo.p99_ms,
                                    hardware=deployed, nonce=cfg.bench.nonce),
                           candidate, fp32=fp32)
-    verdict = gate.judge(evals, bench, cfg.gate, metric, cfg.slo, candidate, environment(hw))
+    verdict = gate.judge(evals, bench, cfg.gate, t.metrics, cfg.slo, candidate, environment(hw))
     if not verdict["passed"] and quant_info is not None:  # which float artifact would pass
         from pipeline.quant.auto import float_hint
 
-        float_hint(verdict, evals, bench, plan, cfg.gate, metric, m.name)
+        float_hint(verdict, evals, bench, plan, cfg.gate, t.metrics, m.source)
     return Outcome(models, evals, bench, verdict, source, load, quant_info, targets, pruning)

@@ -59,7 +59,7 @@ def test_explain_writes_nothing_beside_its_parent(tiny_run, tmp_path):
             shutil.copytree(src, ro / role / src.name)
             parents[role] = Artifact.read(ro / role / src.name)
         subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
-        split = task(cfg.model.name).split("evaluation", cfg.model.eval_samples, cfg.data_dir)
+        split = task(cfg.model.source).split("evaluation", cfg.model.eval_samples, cfg.data_dir)
         stage = Explain(split, cfg.gate.speedup_batch_size, 2, cfg.hardware.target())
         art = Runner(tmp_path / "w", cfg.hardware.target(), log=lambda m: None).run(
             stage, parents["quantize"], fp32=parents["fp32"])

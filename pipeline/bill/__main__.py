@@ -111,8 +111,9 @@ def _latest(cfg) -> tuple[Path, dict]:
 
 def _identity(model: dict) -> tuple:
     """What makes two model configs the same network (the task name alone does not)."""
-    return tuple(json.dumps(model.get(k) or None, sort_keys=True, default=str)
-                 for k in ("name", "checkpoint", "params", "path", "factory"))
+    source = model.get("source") or model.get("name")  # reports made before model.source
+    return (source, *(json.dumps(model.get(k) or None, sort_keys=True, default=str)
+                      for k in ("checkpoint", "params", "path", "factory")))
 
 
 def _option_of(model: dict) -> str:
@@ -133,7 +134,7 @@ def _artifact(cfg, args, overrides) -> int:
     from pipeline.bill.render import artifact_text, fmt_ms, table
 
     batch = cfg.bill.batch
-    shape = cfg.bill.input_shape or sample_shape(cfg.model.name)
+    shape = cfg.bill.input_shape or sample_shape(cfg.model.source)
     measured, ran_on = {}, None
     if args.onnx is not None:
         if args.compare == "precision":

@@ -15,7 +15,7 @@ import numpy as np
 from pipeline.metrics.spec import MetricSpec
 
 SPECS = {"sequence_accuracy": MetricSpec("sequence_accuracy", True),
-         "cer": MetricSpec("cer", False)}
+         "cer": MetricSpec("cer", False)}  # both in points, 0.3 by default (CER gated when named)
 METADATA_KEYS = ("charset", "character_set", "vocab", "alphabet")
 
 

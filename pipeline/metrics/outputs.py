@@ -5,11 +5,22 @@ label-free output's decision and values), or two evaluate artifacts (each with
 ``predictions.json``). Out: a sha256 over the predictions, so two artifacts whose outputs differ
 in a single sample are told apart even when their accuracy is equal; and the share of samples on
 whose decision two evaluations agree, which the gate, the report and the runtime choice read.
+A continuous output (an embedding, a regression: no class axis, so no decision) agrees when it is
+within a relative tolerance of the other's, row by row (``close``): compared exactly, float
+noise alone made every embedding model read 0 %, and a cosine of a one-value output would only
+check its sign.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+
+import numpy as np
+
+# A continuous row agrees when |candidate - baseline| <= RTOL * |baseline| (L2 norms over the
+# row; ``gate.output_rtol``). 0.25 is, for unit-length embeddings, a cosine of 0.969: the bar the
+# 1st-percentile cosine gate sets for the worst rows. For one value per row it is 25 % of it.
+RTOL = 0.25
 
 
 def output_hash(predictions: list) -> str:
@@ -23,7 +34,8 @@ def output_hash(predictions: list) -> str:
 def decision(prediction):
     """What two models must agree on for one sample: a decoded string as it is, a classifier's
     top-1 class (its predictions are top-k lists), a label-free output's argmax (``decision``) or,
-    for continuous outputs without a class axis, the rounded output itself."""
+    for continuous outputs without a class axis, the rounded output itself (``agrees`` compares
+    those within a tolerance instead)."""
     if isinstance(prediction, dict):
         return prediction["decision"] if prediction.get("decision") is not None else \
             json.dumps(prediction.get("output"))
@@ -32,10 +44,40 @@ def decision(prediction):
     return prediction
 
 
-def agreement(a, b) -> float:
-    """Share of samples on whose decision two evaluate artifacts agree."""
+def continuous(prediction) -> bool:
+    """A label-free output without a decision: compared within a tolerance, not exactly."""
+    return isinstance(prediction, dict) and prediction.get("decision") is None \
+        and prediction.get("output") is not None
+
+
+def close(x, y, rtol: float = RTOL) -> bool:
+    """Row ``x`` within ``rtol`` of the baseline's row ``y`` (relative L2 error); a zero baseline
+    row agrees only with zero."""
+    x, y = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()
+    if x.shape != y.shape:
+        return False
+    return bool(np.linalg.norm(x - y) <= rtol * np.linalg.norm(y))
+
+
+def agrees(x, y, rtol: float = RTOL) -> bool:
+    """Does prediction ``x`` agree with the baseline's ``y``?"""
+    if continuous(x) and continuous(y):
+        return close(x["output"], y["output"], rtol)
+    return decision(x) == decision(y)
+
+
+def agreement(a, b, rtol: float = RTOL) -> float:
+    """Share of samples on whose decision (continuous outputs: within ``rtol`` of the baseline
+    ``b``'s) two evaluate artifacts agree."""
     pa = json.loads((a.path / "predictions.json").read_text())
     pb = json.loads((b.path / "predictions.json").read_text())
     if len(pa) != len(pb):
         return 0.0
-    return sum(decision(x) == decision(y) for x, y in zip(pa, pb)) / len(pa)
+    return sum(agrees(x, y, rtol) for x, y in zip(pa, pb)) / len(pa)
+
+
+def kind(a) -> str:
+    """How the agreement of evaluation ``a`` reads: decisions identical, or rows within a
+    tolerance."""
+    pa = json.loads((a.path / "predictions.json").read_text())
+    return "within" if pa and continuous(pa[0]) else "identical"

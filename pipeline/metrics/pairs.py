@@ -17,7 +17,9 @@ import numpy as np
 
 from pipeline.metrics.spec import MetricSpec
 
-SPECS = {"spearman": MetricSpec("spearman", True, "", needs_labels=True)}
+# Rank correlation in [-1, 1]: a drop of 0.01 is what two runs of a good encoder differ by.
+SPECS = {"spearman": MetricSpec("spearman", True, "", needs_labels=True, limit=0.01,
+                                scale="rho")}
 
 
 def ranks(x) -> np.ndarray:

@@ -1,9 +1,13 @@
-"""What a metric is to the gate: a name, a direction and a unit.
+"""What a metric is to the gate: a name, a direction, a unit, its scale and its default limit.
 
 In: nothing. Out: ``MetricSpec`` and ``drop``, the one place that turns "the candidate against the
 FP16 baseline" into a loss that is positive when the candidate is worse, whatever the direction.
 The gate, the mixed-precision search and the runtime choice compare through it, so none of them
-needs to know whether a metric is an accuracy in points or an error rate.
+needs to know whether a metric is an accuracy in points or an error rate. Each metric declares
+the scale its drop is read in (points of a percentage, a cosine, a rank correlation, the output's
+own units) and the largest drop its default gate lets through in that scale: 0.3 points is
+nothing for an accuracy and everything for a cosine, which lives in [-1, 1]
+(``pipeline.metrics.limits`` applies them, and ``gate.max_accuracy_drop`` overrides them).
 """
 from __future__ import annotations
 
@@ -17,6 +21,11 @@ class MetricSpec:
     higher_is_better: bool
     unit: str = "%"          # "%" (points), "" (a plain number), "ms", ...
     needs_labels: bool = True
+    # The default gate: the largest drop against FP16 that passes, in ``scale``; None: no default
+    # (a difference in the output's own units, which only the user can size).
+    limit: float | None = 0.3
+    scale: str = "points"    # what a drop is measured in: points, cosine, rho, output units
+    gated_with: tuple[str, ...] = ()  # metrics the gate judges too when this one is primary
 
     def drop(self, baseline: float, candidate: float) -> float:
         """How much worse the candidate is than the baseline, in the metric's unit (negative:

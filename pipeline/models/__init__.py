@@ -21,7 +21,8 @@ TASKS = {"ocr": "pipeline.models.ocr.crnn", "ocr_mobile": "pipeline.models.ocr.m
 
 def module(name: str):
     if name not in TASKS:
-        raise ConfigError(f"model.name={name!r}: unknown task; valid choices: {', '.join(TASKS)}")
+        raise ConfigError(f"model.source={name!r}: unknown loader; valid choices: "
+                          f"{', '.join((*TASKS, 'onnx', 'torch', 'hf'))}")
     return importlib.import_module(TASKS[name])
 
 

@@ -38,10 +38,12 @@ def _json(obj) -> str:
 
 
 def task_key(model, data=None, metric=None, data_dir: str = "calibration"):
-    """The task key of a run: the built-in task's name, or a ``Source``."""
-    if model.name not in ("onnx", "torch", "hf"):
-        return model.name
-    if model.name == "hf":  # a folder: its content digest (weights, config, tokenizer) keys it
+    """The task key of a run: the built-in task's name, or a ``Source``. Chosen by
+    ``model.source`` (the loader), never by ``model.name`` (what the registry calls the model), so
+    renaming a model reuses every cached stage."""
+    if model.source not in ("onnx", "torch", "hf"):
+        return model.source
+    if model.source == "hf":  # a folder: its content digest (weights, config, tokenizer) keys it
         from pipeline.data.load import content_digest
 
         folder = Path(model.path)
@@ -52,7 +54,7 @@ def task_key(model, data=None, metric=None, data_dir: str = "calibration"):
         spec = json.dumps({"params": model.params}, sort_keys=True)
         return Source("hf", str(folder.resolve()), content_digest(folder), "", spec, _json(data),
                       _json(metric), str(data_dir))
-    if model.name == "onnx":
+    if model.source == "onnx":
         path = Path(model.path)
         if not path.is_file():
             raise ConfigError(f"model.path={model.path}: "

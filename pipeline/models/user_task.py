@@ -8,7 +8,12 @@ and its output side, per metric: ``classification`` (predictions are the top-k c
 primary), ``ctc`` (decoded strings; sequence accuracy primary, CER) or ``agreement`` (no labels,
 ``label_free``: the evaluate stage labels each sample with the FP16 baseline's output for it, and
 the score is argmax agreement or cosine similarity with it). A metric that does not fit the outputs, or labels
-the metric needs and the data lacks, is one line before any stage runs.
+the metric needs and the data lacks, is one line before any stage runs; so is a classifier with
+one output column (its argmax never changes: top-1 and agreement would pass any candidate).
+What is allowed but suspect is a line in ``warnings``, which the command line prints: CTC labels
+with characters outside the character set (those lines can never be read exactly), a label-free
+output of one value per sample (a cosine of one value only checks its sign, so the gate judges
+the absolute difference, whose limit is in the output's units and the user's to give).
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ class UserTask:
         self.key = key
         self.data_cfg, self.metric_cfg = config_of(key)
         self._data = None
+        self.warnings: list[str] = []  # one line each, printed before any stage runs
 
     # -- set up by the subclass once inputs/outputs are known ----------------------------------
     def _finish(self):
@@ -81,6 +87,11 @@ class UserTask:
             if len(out.shape) != 2:
                 raise ConfigError(f"metric=classification needs an output [batch, classes]; "
                                   f"{self.what}'s output {out.name} has shape {list(out.shape)}")
+            if last == 1:
+                raise ConfigError(f"metric=classification: {self.what}'s output {out.name} has one "
+                                  "class ([batch, 1]): its argmax never changes, so top-1 and "
+                                  "agreement cannot see a damaged candidate; for one logit or "
+                                  "score use metric=agreement (judged by the absolute difference)")
             specs = [classification.SPECS["top1"]]
             if m.top_k > 1 and (not isinstance(last, int) or m.top_k <= last):
                 specs.append(MetricSpec(f"top{m.top_k}", True))
@@ -94,13 +105,37 @@ class UserTask:
                 raise ConfigError(f"metric=ctc: the output has {last} classes; a character set of "
                                   f"{len(self.charset)} plus the blank needs "
                                   f"{len(self.charset) + 1}")
+            self._check_labels(data)
             return MetricsSpec((ctc.SPECS["sequence_accuracy"], ctc.SPECS["cer"]),
                                "sequence_accuracy")
         classes = isinstance(last, int) and last > 1 and len(out.shape) >= 2
+        fixed = [d for d in out.shape[1:] if isinstance(d, int)]
+        if len(fixed) == len(out.shape) - 1 and int(np.prod(fixed)) == 1:  # one value a sample
+            self.warnings.append(
+                f"metric=agreement: {self.what}'s output {out.name} holds one value per sample "
+                f"({list(out.shape)}): a cosine of one value only checks its sign, so the gate "
+                "judges max_abs_diff (in the output's units) and rows within gate.output_rtol")
+            names = ["max_abs_diff", "mean_abs_diff"]
+            return MetricsSpec(tuple(agreement_metrics.SPECS[n] for n in names), "max_abs_diff")
         primary = "argmax_agreement" if classes else "cosine_mean"
         names = ([primary] if classes else []) + ["cosine_mean", "cosine_p1", "max_abs_diff",
                                                   "mean_abs_diff"]
         return MetricsSpec(tuple(agreement_metrics.SPECS[n] for n in dict.fromkeys(names)), primary)
+
+    def _check_labels(self, data) -> None:
+        """CTC labels the character set cannot spell: never read exactly, whatever the model."""
+        col = self.data_cfg.label_column
+        if col not in data.dataset.column_names:
+            return
+        known = set(self.charset)
+        bad = [str(t) for t in data.dataset[col] if t is not None and set(str(t)) - known]
+        if bad:
+            chars = sorted(set("".join(bad)) - known)
+            self.warnings.append(
+                f"metric=ctc: {len(bad)} of {len(data.dataset)} labels in {self.data_cfg.path} hold "
+                f"characters outside the character set ({len(self.charset)} characters): "
+                f"{''.join(chars[:10])!r}{' ...' if len(chars) > 10 else ''}; those lines can "
+                "never be read exactly")
 
     def _primary(self, metrics: MetricsSpec) -> MetricsSpec:
         """``metric.primary``: the user names which of the task's metrics the gate judges."""

@@ -40,12 +40,13 @@ def _quant_cfg(cfg, mode: QuantMode, **changes):
     return dataclasses.replace(cfg, quant=dataclasses.replace(cfg.quant, mode=mode, **changes))
 
 
-def _drop_and_agreement(ev, ref, metric) -> tuple[float, float]:
-    """``metric``: the primary ``MetricSpec``; the drop is positive when ``ev`` is worse."""
-    from pipeline.metrics.outputs import agreement
+def _drop_and_agreement(ev, ref, metric, rtol: float | None = None) -> tuple[float, float]:
+    """``metric``: the primary ``MetricSpec``; the drop is positive when ``ev`` is worse;
+    ``rtol``: continuous outputs' tolerance (``gate.output_rtol``)."""
+    from pipeline.metrics.outputs import RTOL, agreement
 
     return (metric.drop(ref.meta["metrics"][metric.name], ev.meta["metrics"][metric.name]),
-            agreement(ev, ref))
+            agreement(ev, ref, RTOL if rtol is None else rtol))
 
 
 def _named(lab: str) -> str:
@@ -79,7 +80,7 @@ def as_candidate(bench, lab: str, raw_lab: str | None = None):
     return dataclasses.replace(bench, meta=meta)
 
 
-def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_batch):
+def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_batch, rtol=None):
     at = bench_view.meta["batches"].get(str(gate_batch), {})
     row = {"candidate": name, "role": role, "target": str(target), "label": lab,
            "runtime": target.runtime, "precision": target.precision,
@@ -92,7 +93,7 @@ def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_bat
            "speedup_vs_fastest_float": at.get("speedup_vs_fastest_float"),
            "fastest_float": at.get("fastest_float")}
     if ev is not None:
-        drop, agree = _drop_and_agreement(ev, ref, metric)
+        drop, agree = _drop_and_agreement(ev, ref, metric, rtol)
         row.update({metric.name: ev.meta["metrics"][metric.name], "accuracy_drop": drop,
                     "agreement_with_fp16": agree, "output_sha256": ev.meta.get("output_sha256")})
     row["p50"] = (row["latency_ms"].get(str(gate_batch)) or {}).get("p50")
@@ -107,7 +108,10 @@ def recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning=None):
     from pipeline.stages.benchmark import Benchmark
     from pipeline.stages.evaluate import Evaluate, against, baselines
 
+    from pipeline.metrics.limits import limits, within
+
     m, metric, g = cfg.model, t.metrics.primary_spec, cfg.gate
+    budget = limits(g.max_accuracy_drop, t.metrics)[metric.name]  # the primary's, in its scale
     hw = dataclasses.replace(cfg.hardware.target(), runtime="auto")  # every runtime here
     plan = Plan(hw, "auto")
     evaluate = Evaluate(data=splits.evaluation, batch_size=m.eval_batch_size, hardware=hw)
@@ -128,15 +132,16 @@ def recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning=None):
     for role in ("candidate", "dynamic"):
         evals[role] = runner.run(plan.evaluation(evaluate, role), models[role],
                                  label=f"evaluate[{NAMES[role]}]", **against(t, ref))
-    drop, agree = _drop_and_agreement(evals["candidate"], ref, metric)
+    drop, agree = _drop_and_agreement(evals["candidate"], ref, metric, g.output_rtol)
     notes = {}
-    if drop > g.max_accuracy_drop + 1e-9 or agree < g.min_output_agreement:
-        models["mixed"], infos["mixed"] = build(QuantMode.mixed, max_accuracy_drop=g.max_accuracy_drop)
+    if not within(ref.meta["metrics"], evals["candidate"].meta["metrics"], g.max_accuracy_drop,
+                  t.metrics) or agree < g.min_output_agreement:
+        models["mixed"], infos["mixed"] = build(QuantMode.mixed, max_accuracy_drop=budget)
         evals["mixed"] = runner.run(plan.evaluation(evaluate, "mixed"), models["mixed"],
                                     label="evaluate[mixed]", **against(t, ref))
     else:
         notes["mixed"] = (f"not built: static INT8 is already within the accuracy budget (drop "
-                          f"{drop:.2f} <= {g.max_accuracy_drop}), so the mixed search would "
+                          f"{drop:.2f} <= {budget:g}), so the mixed search would "
                           "return that same model")
     plan.evaluate_others(runner, evaluate, models, against(t, ref))
     contenders = tuple(r for r in ("fp32", "dynamic", "mixed") if r in models)
@@ -162,10 +167,10 @@ def recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning=None):
                 continue  # failed to load on that runtime: recorded in failures
             ev = plan.evaluation_of(evals, role, target)
             view = as_candidate(bench, lab)
-            verdict = gate.judge({"fp16": ref, "candidate": ev}, view, g, metric, cfg.slo,
+            verdict = gate.judge({"fp16": ref, "candidate": ev}, view, g, t.metrics, cfg.slo,
                                  models[role], env)
             table.append(_row(NAMES[role], role, target, lab, ev, ref, view, verdict, metric,
-                              g.speedup_batch_size))
+                              g.speedup_batch_size, g.output_rtol))
     winner = choose(table, metric)
     role, target = winner["role"], Target(winner["runtime"], winner["precision"])
 
@@ -194,8 +199,9 @@ def recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning=None):
     view = as_candidate(dataclasses.replace(bench, meta=meta), label(hw, "candidate", target),
                         label(hw, role, target))
     plan.allowed = [target]
-    final_evals, view, summary, _ = plan.decide(final_evals, view, g, metric, g.speedup_batch_size)
-    verdict = gate.judge(final_evals, view, g, metric, cfg.slo, models[role], env)
+    final_evals, view, summary, _ = plan.decide(final_evals, view, g, t.metrics,
+                                                g.speedup_batch_size)
+    verdict = gate.judge(final_evals, view, g, t.metrics, cfg.slo, models[role], env)
     auto = {"winner": winner, "table": table, "why": why(winner, table, metric),
             "notes": notes, "targets": [str(x) for x in plan.options],
             "unavailable": plan.unavailable, "failures": plan.failures,
@@ -273,13 +279,18 @@ def float_hint(verdict: dict, evals: dict, bench, plan, gate_cfg, metric, model:
     ev = plan.evaluation_of(evals, role, target)
     if ev is None:
         return
-    drop, agree = _drop_and_agreement(ev, evals["fp16"], metric)
-    ok = (drop <= gate_cfg.max_accuracy_drop + 1e-9 and agree >= gate_cfg.min_output_agreement)
+    from pipeline.metrics.limits import primary, within
+
+    metrics, metric = metric, primary(metric)
+    drop, agree = _drop_and_agreement(ev, evals["fp16"], metric, gate_cfg.output_rtol)
+    ok = (within(evals["fp16"].meta["metrics"], ev.meta["metrics"], gate_cfg.max_accuracy_drop,
+                 metrics) and agree >= gate_cfg.min_output_agreement)
     title = {"fp32": "the optimized FP32 model", "fp16": "the FP16 model"}.get(role, role)
     p50 = at["latency_ms"][lab]["p50"]
     if ok:
         hint = (f"{title} on {target} would pass (p50 {p50:.2f} ms at batch "
-                f"{gate_cfg.speedup_batch_size}, drop {drop:.2f} points): `python -m pipeline "
+                f"{gate_cfg.speedup_batch_size}, drop {drop:{'.2f' if metric.unit == '%' else '.4f'}} "
+                f"{'points' if metric.unit == '%' else metric.scale}): `python -m pipeline "
                 f"model={model} quant=auto` publishes the fastest artifact that passes every gate")
     else:
         hint = (f"the fastest float baseline, {title} on {target}, misses the accuracy gate too "

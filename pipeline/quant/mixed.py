@@ -28,6 +28,10 @@ REPAIR_TRIES = 3
 def search(qz, method: str, exclude: set, all_int8):
     cfg = qz.cfg
     budget = cfg.quant.max_accuracy_drop
+    if budget is None:  # a third of what the gate lets the primary metric lose, in its own scale
+        from pipeline.metrics.limits import limits
+
+        budget = round(limits(cfg.gate.max_accuracy_drop, qz.metric)[qz.metric.name] / 3, 9)
     ref = qz.fp16_eval.meta["metrics"][qz.metric.name]
     expl = qz.explain(all_int8).meta
     gains = {r["node"]: r["gain_ms"] for r in expl["nodes"]}

@@ -3,8 +3,8 @@ candidate, and publishing it.
 
 In: the run's ``Config``, the recipe's ``Outcome`` and the runner's record. Out: the body of
 ``report.json`` (rows, checks, timing, the bill, lineage, and each optional section), its figures,
-the version name (the quant mode, plus the ``quant=auto`` winner and a non-default deployed
-runtime), the manifest (config, lineage, verdict, metrics, latency, environment, data sets, the
+the version name (the quant mode, ``fp32`` when INT8 could not pay and the FP32 model is the
+candidate, plus the ``quant=auto`` winner and a non-default deployed runtime), the manifest (config, lineage, verdict, metrics, latency, environment, data sets, the
 quantization and runtime that were gated), and ``publish``: the report exists before publishing,
 and records what publishing then did, success or failure.
 """
@@ -27,7 +27,7 @@ def body(cfg, out, record: list) -> dict:
     report = {"model": cfg.model.name, "quant": mode, "config": plain(cfg),
               "environment": environment(cfg.hardware), "metrics": rep.metric_specs(t),
               "verdict": out.verdict,
-              "rows": rep.rows(out, mode), "aa_check": rep.aa_checks(out),
+              "rows": rep.rows(out, mode, cfg.gate.output_rtol), "aa_check": rep.aa_checks(out),
               "timing": rep.timing(out), "bill": _bill(out, cfg), "stages": record,
               "lineage": {role: {"digest": a.digest, "stage": a.stage, "parent": a.parent,
                                  "path": str(a.path)} for role, a in
@@ -78,8 +78,11 @@ def figures(cfg, out, report: dict) -> dict:
 
 
 def version_mode(cfg, out) -> str:
-    """The mode part of the published version: it says which candidate won and where it runs."""
+    """The mode part of the published version: it says what it holds and where it runs."""
     mode = cfg.quant.mode.value
+    fallback = getattr(out.quant, "versus_fp32", None) or {}
+    if fallback.get("candidate") == "fp32":  # INT8 could not pay: the FP32 model is what passed
+        mode = "fp32"
     if out.auto is not None:  # quant=auto: the version says which candidate won
         mode = f"{mode}.{out.auto['winner']['candidate']}"
     deployed = out.runtimes["deployed"]

@@ -14,13 +14,14 @@ import uuid
 from pathlib import Path
 
 from pipeline.leftovers import temp_name
-from pipeline.metrics.outputs import agreement
+from pipeline.metrics.outputs import RTOL, agreement
 
 ROWS = (("export", "export (torch -> ONNX, FP32)"), ("fp32", "optimize (FP32 baseline)"),
         ("fp16", "fp16 (baseline)"), ("candidate", "candidate"))
 
 
-def rows(outcome, mode: str) -> list[dict]:
+def rows(outcome, mode: str, rtol: float = RTOL) -> list[dict]:
+    """``rtol``: how close a continuous output must be to FP16's to agree (``gate.output_rtol``)."""
     out = []
     batches = outcome.bench.meta["batches"]
     for role, title in ROWS:
@@ -36,7 +37,8 @@ def rows(outcome, mode: str) -> list[dict]:
         row = {"role": role, "step": title, "digest": art.digest,
                "size_mb": art.model.stat().st_size / 1e6,
                "nodes": sum(art.meta.get("nodes", {}).values()),
-               **ev["metrics"], "agreement_with_fp16": agreement(outcome.evals[role], outcome.evals["fp16"]),
+               **ev["metrics"],
+               "agreement_with_fp16": agreement(outcome.evals[role], outcome.evals["fp16"], rtol),
                "output_sha256": ev["output_sha256"], "latency": {}}
         for b, at in batches.items():
             if role not in at["latency_ms"]:

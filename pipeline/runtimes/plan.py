@@ -105,9 +105,13 @@ class Plan:
 
     def decide(self, evals: dict, bench, gate, metric, gate_batch: int):
         """(evals view, bench view, summary): the gate and the report read the views.
-        ``metric``: the task's primary ``MetricSpec`` (name and direction)."""
-        from pipeline.metrics.outputs import agreement
+        ``metric``: the task's ``MetricsSpec`` (or its primary ``MetricSpec``): every metric the
+        gate judges must hold for a target to pass on accuracy."""
+        from pipeline.metrics import limits
+        from pipeline.metrics.outputs import RTOL, agreement
 
+        metrics, metric = metric, limits.primary(metric)
+        rtol = getattr(gate, "output_rtol", RTOL)
         batches = bench.meta["batches"]
         self.failures.update(bench.meta.get("failures", {}))
         ref = evals["fp16"]
@@ -121,15 +125,16 @@ class Plan:
                 if ev is None or lat is None:
                     continue
                 acc = ev.meta["metrics"][metric.name]
-                agree = agreement(ev, ref)
+                agree = agreement(ev, ref, rtol)
                 drop = metric.drop(ref_acc, acc)
                 rows.append({"target": str(t), "runtime": t.runtime, "precision": t.precision,
                              "label": lab, metric.name: acc, "accuracy_drop": drop,
                              "agreement_with_fp16": agree, "p50": lat["p50"], "p99": lat["p99"],
                              "speedup_vs_fastest_float":
                                  at.get("speedup_vs_fastest_float_by_label", {}).get(lab),
-                             "passes_accuracy": (drop <= gate.max_accuracy_drop + 1e-9
-                                                 and agree >= gate.min_output_agreement)})
+                             "passes_accuracy": (limits.within(
+                                 ref.meta["metrics"], ev.meta["metrics"], gate.max_accuracy_drop,
+                                 metrics) and agree >= gate.min_output_agreement)})
             if not rows:
                 raise StageError(f"batch {b}: no candidate target was both evaluated and timed "
                                  f"({'; '.join(self.failures.values()) or 'nothing ran'})")

@@ -1,0 +1,265 @@
+"""Gates in each metric's own units, output agreement for continuous outputs, the refusals and
+warnings for metrics that cannot see a damaged model, and the user's name for their model.
+
+Unit level on hand-made evaluations and tiny ``onnx.helper`` graphs, plus one re-run of the
+tiny pipeline from its cache under another model name (every stage reused, then published).
+"""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from pipeline.config import GateConfig
+from pipeline.errors import ConfigError
+from pipeline.gate import judge
+from pipeline.metrics import SPECS
+from pipeline.models.contract import MetricsSpec
+from tests.conftest import run_cli
+
+EMBED = MetricsSpec(tuple(SPECS[n] for n in ("cosine_mean", "cosine_p1", "max_abs_diff",
+                                             "mean_abs_diff")), "cosine_mean")
+OCR = MetricsSpec((SPECS["sequence_accuracy"], SPECS["cer"]), "sequence_accuracy")
+
+
+def evaluation(path, metrics: dict, predictions: list):
+    path.mkdir(parents=True)
+    (path / "predictions.json").write_text(json.dumps(predictions))
+    return SimpleNamespace(path=path, meta={"metrics": metrics})
+
+
+def vectors(n: int = 100, dim: int = 16, seed: int = 0) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=(n, dim))
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def rows(v: np.ndarray) -> list:
+    return [{"decision": None, "output": r.tolist()} for r in v]
+
+
+def fast_bench():
+    return SimpleNamespace(meta={"batches": {"8": {
+        "speedup_vs_fastest_float": {"median": 2.0, "ci95": [1.9, 2.1]}, "fastest_float": "fp32",
+        "aa_check": {"median": 1.0, "tolerance": 0.03}, "latency_ms": {"candidate": {"p99": 1}}}}})
+
+
+def failed(v) -> set:
+    return {c["check"] for c in v["checks"] if not c["passed"]}
+
+
+def embed_evals(tmp_path, cand_metrics: dict, cand_rows: np.ndarray):
+    ref = vectors()
+    return {"fp16": evaluation(tmp_path / "fp16", {"cosine_mean": 1.0, "cosine_p1": 1.0,
+                                                   "max_abs_diff": 0.0, "mean_abs_diff": 0.0},
+                               rows(ref)),
+            "candidate": evaluation(tmp_path / "cand", cand_metrics, rows(cand_rows))}
+
+
+def test_a_cosine_is_gated_in_its_own_units_with_its_first_percentile(tmp_path):
+    """The default gate let a candidate at mean cosine 0.82 through (0.18 <= 0.3 "points");
+    now the mean cosine may lose 0.01 and its 1st percentile 0.03."""
+    near = vectors() + 0.01 * vectors(seed=1)  # every row about 1 % off: cosine ~0.99995
+    damaged = judge(embed_evals(tmp_path / "a", {"cosine_mean": 0.82, "cosine_p1": 0.6,
+                                                 "max_abs_diff": 0.9, "mean_abs_diff": 0.2},
+                                near), fast_bench(), GateConfig(), EMBED)
+    assert {"accuracy_drop", "cosine_p1_drop"} <= failed(damaged)
+    check = damaged["checks"][0]
+    assert check["limit"] == 0.01 and "cosine_mean 0.8200 vs FP16 1.0000: drop 0.1800 cosine" \
+        in check["detail"]
+    # a good mean hides a few ruined rows: the 1st percentile catches them
+    tail = judge(embed_evals(tmp_path / "b", {"cosine_mean": 0.995, "cosine_p1": 0.95,
+                                              "max_abs_diff": 0.3, "mean_abs_diff": 0.01},
+                             near), fast_bench(), GateConfig(), EMBED)
+    assert failed(tail) == {"cosine_p1_drop"}
+    good = judge(embed_evals(tmp_path / "c", {"cosine_mean": 0.995, "cosine_p1": 0.98,
+                                              "max_abs_diff": 0.1, "mean_abs_diff": 0.01},
+                             near), fast_bench(), GateConfig(), EMBED)
+    assert good["passed"], good["summary"]
+    # per-metric overrides, each in its own units; a scalar is still the primary's limit
+    assert failed(judge(embed_evals(tmp_path / "d", {"cosine_mean": 0.995, "cosine_p1": 0.98,
+                                                     "max_abs_diff": 0.1, "mean_abs_diff": 0.01},
+                                    near), fast_bench(),
+                        GateConfig(max_accuracy_drop={"cosine_p1": 0.01, "max_abs_diff": 0.05}),
+                        EMBED)) == {"cosine_p1_drop", "max_abs_diff_drop"}
+
+
+def test_accuracies_keep_their_points_and_limits_resolve_per_metric():
+    from pipeline.metrics.limits import limits
+
+    assert limits(None, OCR) == {"sequence_accuracy": 0.3}  # the OCR gate as it always was
+    assert limits(0.5, OCR) == {"sequence_accuracy": 0.5}   # a scalar: the primary's
+    assert limits({"cer": 0.2}, OCR) == {"sequence_accuracy": 0.3, "cer": 0.2}
+    assert limits(None, EMBED) == {"cosine_mean": 0.01, "cosine_p1": 0.03}
+    assert limits(0.02, EMBED) == {"cosine_mean": 0.02, "cosine_p1": 0.03}
+    assert limits(None, MetricsSpec((SPECS["spearman"],), "spearman")) == {"spearman": 0.01}
+    with pytest.raises(ConfigError, match="a limit for cer, which this model does not report"):
+        limits({"cer": 1}, EMBED)
+    diff = MetricsSpec((SPECS["max_abs_diff"],), "max_abs_diff")
+    with pytest.raises(ConfigError, match="max_abs_diff has no default limit"):
+        limits(None, diff)
+    assert limits(0.05, diff) == {"max_abs_diff": 0.05}
+
+
+def test_limits_for_metrics_that_do_not_exist_are_refused_when_composing():
+    from pipeline.compose import compose
+
+    with pytest.raises(ConfigError) as e:
+        compose(["gate.max_accuracy_drop={cosin_mean: 0.01}"])
+    assert "no metric is named 'cosin_mean'" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match=r"gate.max_accuracy_drop.cer=-1: must be in \[0, 100\]"):
+        compose(["gate.max_accuracy_drop={cer: -1}"])
+    cfg = compose(["gate.max_accuracy_drop={cer: 0.5, top3: 1}"])
+    assert cfg.gate.max_accuracy_drop == {"cer": 0.5, "top3": 1}
+    assert compose([]).gate.max_accuracy_drop is None
+
+
+def test_continuous_outputs_agree_within_a_tolerance(tmp_path):
+    """Embeddings compared exactly read 0 % agreement whatever the candidate; within the
+    relative tolerance a near copy agrees and a damaged row does not. One value per row: a
+    cosine would see only its sign, the relative error sees the value."""
+    from pipeline.metrics.outputs import agreement
+
+    ref = vectors()
+    near = ref + 0.01 * vectors(seed=1)
+    damaged = near.copy()
+    damaged[:10] = vectors(10, seed=2)  # ten rows replaced by unrelated vectors
+    a = evaluation(tmp_path / "ref", {}, rows(ref))
+    assert agreement(evaluation(tmp_path / "near", {}, rows(near)), a) == 1.0
+    assert agreement(evaluation(tmp_path / "dmg", {}, rows(damaged)), a) == pytest.approx(0.9)
+    one = evaluation(tmp_path / "one", {}, rows(np.array([[2.0], [2.0], [2.0], [0.0]])))
+    other = evaluation(tmp_path / "two", {}, rows(np.array([[2.1], [3.0], [-2.0], [0.0]])))
+    assert agreement(other, one) == pytest.approx(0.5)  # 2.1 and 0.0 agree; 3.0 and -2.0 not
+    assert agreement(other, one, rtol=0.6) == pytest.approx(0.75)
+    v = judge(embed_evals(tmp_path / "g", {"cosine_mean": 0.9999, "cosine_p1": 0.999,
+                                           "max_abs_diff": 0.01, "mean_abs_diff": 0.001},
+                          near), fast_bench(), GateConfig(), EMBED)
+    agree = next(c for c in v["checks"] if c["check"] == "output_agreement")
+    assert agree["passed"] and agree["value"] == 1.0 and "within 0.25 relative" in agree["detail"]
+
+
+def _onnx(path, out_shape, in_shape=("batch", 4), k=None):
+    """y = x @ W: input [batch, ..., 4] float, output of ``out_shape``."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    k = k or int(out_shape[-1])
+    w = helper.make_tensor("W", TensorProto.FLOAT, [in_shape[-1], k],
+                           np.linspace(-1, 1, in_shape[-1] * k).tolist())
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape))], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def _task(tmp_path, model, data_rows, metric: str, **metric_kw):
+    from pipeline.config import ModelConfig
+    from pipeline.data.spec import DataConfig
+    from pipeline.metrics.config import MetricConfig
+    from pipeline.models import task
+    from pipeline.models.sources import task_key
+
+    data = tmp_path / f"{model.stem}.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in data_rows))
+    return task(task_key(ModelConfig(source="onnx", name="", path=str(model)),
+                         DataConfig(format="jsonl", path=str(data), input_column="x",
+                                    calibration_samples=4, evaluation_samples=8),
+                         MetricConfig(name=metric, **metric_kw), str(tmp_path / "data")))
+
+
+def test_metrics_that_cannot_see_a_damaged_model_are_refused_or_warned(tmp_path):
+    from pipeline.metrics.limits import limits
+
+    data = [{"x": [float(i), 1.0, -1.0, 0.5], "label": i % 2} for i in range(12)]
+    one = _onnx(tmp_path / "score.onnx", ("batch", 1))
+    # one class: the argmax never changes, so top-1 and agreement pass anything
+    with pytest.raises(ConfigError, match=r"has one class \(\[batch, 1\]\)") as e:
+        _task(tmp_path, one, data, "classification")
+    assert "\n" not in str(e.value)
+    # label-free, one value per sample: judged by its difference, whose limit is the user's
+    t = _task(tmp_path, one, data, "agreement")
+    assert t.metrics.primary == "max_abs_diff" and "cosine_mean" not in t.metrics.names
+    assert len(t.warnings) == 1 and "only checks its sign" in t.warnings[0]
+    with pytest.raises(ConfigError, match="max_abs_diff has no default limit"):
+        limits(None, t.metrics)
+    assert limits(0.05, t.metrics) == {"max_abs_diff": 0.05}
+    wide = _task(tmp_path, _onnx(tmp_path / "emb.onnx", ("batch", 8)), data, "agreement")
+    assert wide.metrics.primary == "argmax_agreement" and wide.warnings == []
+    # CTC: labels the character set cannot spell are named, not accepted silently
+    charset = tmp_path / "chars.txt"
+    charset.write_text("AB\n")
+    ctc_rows = [{"x": [[0.1, 0.2, 0.3, 0.4]] * 5, "label": t} for t in
+                ["AB", "BA", "ABZ", "A", "B", "AAB", "Bé", "AB", "BB", "A", "AB", "B"]]
+    ctc = _task(tmp_path, _onnx(tmp_path / "ctc.onnx", ("batch", "time", 3),
+                                in_shape=("batch", "time", 4)), ctc_rows, "ctc",
+                charset=str(charset))
+    assert len(ctc.warnings) == 1, ctc.warnings
+    assert "2 of 12 labels" in ctc.warnings[0] and "'Zé'" in ctc.warnings[0]
+    clean = [dict(r, label="AB") for r in ctc_rows]
+    assert _task(tmp_path, _onnx(tmp_path / "ctc2.onnx", ("batch", "time", 3),
+                                           in_shape=("batch", "time", 4)),
+                 clean, "ctc", charset=str(charset)).warnings == []
+
+
+# -- the user's name for their model ------------------------------------------------------------
+
+def test_model_name_defaults_to_the_file_and_the_loader_is_model_source(tmp_path):
+    from pipeline.compose import compose
+    from pipeline.models.sources import Source, task_key
+
+    model = _onnx(tmp_path / "My Net_v2.onnx", ("batch", 3))
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"x": [1.0, 2.0, 3.0, 4.0]}) + "\n"
+                                              for _ in range(6)))
+    user = ["model=onnx", f"model.path={model}", "data=jsonl", f"data.path={tmp_path / 'd.jsonl'}",
+            "data.input_column=x", "metric=agreement"]
+    cfg = compose(user)
+    assert (cfg.model.source, cfg.model.name) == ("onnx", "my-net_v2")
+    mine = compose([*user, "model.name=mine"])
+    assert (mine.model.source, mine.model.name) == ("onnx", "mine")
+    key = task_key(mine.model, mine.data, mine.metric, str(tmp_path / "data"))
+    assert isinstance(key, Source) and key == task_key(cfg.model, cfg.data, cfg.metric,
+                                                       str(tmp_path / "data"))
+    # built-in models keep their options and names; a name no longer picks the loader
+    assert [(c.model.source, c.model.name) for c in (compose(["model=ocr"]),
+                                                     compose(["model=ocr_tiny"]))] == \
+        [("ocr", "ocr"), ("ocr", "ocr")]
+    renamed = compose(["model=ocr", "model.name=mine"]).model
+    assert task_key(renamed) == "ocr" and renamed.name == "mine"
+    folder = tmp_path / "All-MiniLM-L6"
+    folder.mkdir()
+    assert compose(["model=hf", f"model.path={folder}/", "data=jsonl",
+                    f"data.path={tmp_path / 'd.jsonl'}", "metric=agreement"]).model.name == \
+        "all-minilm-l6"
+    with pytest.raises(ConfigError, match="model.name 'Mine/x': path separators"):
+        compose(["model=ocr", "model.name=Mine/x"])
+
+
+def test_a_renamed_model_reuses_every_stage_and_publishes_under_its_name(tiny_run, tmp_path):
+    from tests.faults import copy_of_tiny_run
+
+    proc = run_cli(*copy_of_tiny_run(tiny_run, tmp_path / "w"), "model.name=mine")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = json.loads((tmp_path / "w" / "runs" / "latest" / "report.json").read_text())
+    assert all(s["reused"] for s in rep["stages"])  # a name is no part of any stage key
+    assert rep["model"] == "mine" and rep["published"].startswith("mine:int8-")
+
+
+def test_the_fp32_fallback_is_published_as_fp32():
+    """When INT8 cannot pay and the FP32 model is the candidate, its version says so."""
+    from pipeline.report.manifest import version_mode
+
+    cfg = SimpleNamespace(quant=SimpleNamespace(mode=SimpleNamespace(value="int8")))
+
+    def out(candidate):
+        return SimpleNamespace(auto=None, quant=SimpleNamespace(versus_fp32={
+            "candidate": candidate, "slower_at_batch": ["8"] if candidate == "fp32" else []}),
+            runtimes={"deployed": {"runtime": "onnxruntime", "precision": "fp32"}})
+
+    assert version_mode(cfg, out("fp32")) == "fp32"
+    assert version_mode(cfg, out("int8")) == "int8"
+    plain = SimpleNamespace(auto=None, quant=None, runtimes={
+        "deployed": {"runtime": "openvino", "precision": "bf16"}})
+    assert version_mode(cfg, plain) == "int8.openvino-bf16"
