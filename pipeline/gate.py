@@ -5,10 +5,10 @@ and ``SloConfig``. Out: a machine-readable verdict (also written as ``verdict.js
 report) and a short table for the terminal. Checks: accuracy drop against the FP16 baseline, each
 judged metric in its own scale (``accuracy_drop`` for the primary, ``<metric>_drop`` for the
 others it is gated with or the user named: ``pipeline.metrics.limits``), agreement of outputs
-with it (decisions identical, or continuous rows within ``gate.output_rtol``), the lower bound of the speedup's 95 % interval against the fastest
-float baseline, the A/A self-check of the timing, that the timings were taken in this
-environment (a baseline measured elsewhere is refused), the candidate's p99 against the SLO, and
-the model's size. It fails closed: a missing or non-finite measurement fails its check. Cheap and
+with it (decisions identical, or continuous rows within ``gate.output_rtol``), the lower bound of
+the speedup's 95 % interval against the fastest float baseline, the A/A self-check of the
+timing, that the timings were taken in this environment (a baseline measured elsewhere is
+refused), the candidate's p99 against the SLO, and the model's size. It fails closed: a missing or non-finite measurement fails its check. Cheap and
 uncached, so changing a threshold re-judges cached measurements without re-running them.
 """
 from __future__ import annotations
@@ -34,11 +34,6 @@ def _get(fn, default=NAN):
         return fn()
     except (KeyError, TypeError, AttributeError, IndexError, ValueError, OSError):
         return default
-
-
-def in_units(spec) -> str:
-    """How a drop in the metric reads: points of a percentage, or the metric's own scale."""
-    return "points" if spec.unit == "%" else getattr(spec, "scale", spec.unit or "")
 
 
 def _accuracy(evals: dict, g, metrics) -> list[dict]:
