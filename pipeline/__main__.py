@@ -63,8 +63,12 @@ def _preflight(cfg) -> None:
                           + "; ".join(problems))
     from pipeline.metrics.limits import limits
 
-    limits(cfg.gate.max_accuracy_drop, t.metrics)  # each judged metric has a limit it reports
-    for line in getattr(t, "warnings", ()):
+    notes = list(getattr(t, "warnings", ()))
+    try:
+        limits(cfg.gate.max_accuracy_drop, t.metrics)  # each judged metric reported, with a limit
+    except ConfigError as e:  # still one line: with the warning that says why it is judged
+        raise ConfigError("; ".join([str(e), *notes])) from None
+    for line in notes:
         print(f"pipeline: warning: {line}", file=sys.stderr)
     if cfg.prune.method.value != "none":  # ignored names, whole layers removed, the trace
         from pipeline.prune.preflight import preflight

@@ -204,6 +204,22 @@ def test_metrics_that_cannot_see_a_damaged_model_are_refused_or_warned(tmp_path)
                  clean, "ctc", charset=str(charset)).warnings == []
 
 
+def test_a_one_value_output_needs_a_limit_in_its_own_units_before_any_stage(tmp_path):
+    """The command line: one line, exit 2, nothing written; it says what is judged and why."""
+    from tests.conftest import one_line
+
+    model = _onnx(tmp_path / "score.onnx", ("batch", 1))
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"x": [float(i), 1.0, 2.0, 3.0]}) + "\n"
+                                              for i in range(12)))
+    work = tmp_path / "w"
+    proc = run_cli("model=onnx", f"model.path={model}", "data=jsonl",
+                   f"data.path={tmp_path / 'd.jsonl'}", "data.input_column=x",
+                   "data.calibration_samples=4", "data.evaluation_samples=8", "metric=agreement",
+                   f"workdir={work}", f"data_dir={work / 'data'}")
+    one_line(proc, 2, "max_abs_diff has no default limit", "only checks its sign")
+    assert not (work / "cache").exists() and not (work / "runs").exists()
+
+
 # -- the user's name for their model ------------------------------------------------------------
 
 def test_model_name_defaults_to_the_file_and_the_loader_is_model_source(tmp_path):
