@@ -11,6 +11,7 @@ it got. It does not preprocess: see ``pipeline.data.images``.
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import json
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from pipeline.artifact import sha256_file
 from pipeline.data.spec import DataConfig, DataFormat
-from pipeline.errors import ConfigError, StageError
+from pipeline.errors import ConfigError, StageError, describe_os_error
 
 _BUILDER = {DataFormat.csv: "csv", DataFormat.jsonl: "json", DataFormat.parquet: "parquet"}
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -45,8 +46,10 @@ def content_digest(path: Path, *extra: Path) -> str:
     return h.hexdigest()
 
 
-def load(cfg: DataConfig, cache_dir: str | None = None) -> UserData:
-    """``cache_dir``: where ``datasets`` may keep the Arrow files it builds (default: its own)."""
+def load(cfg: DataConfig, cache_dir: str | None = None, input_column: bool = True) -> UserData:
+    """``cache_dir``: where ``datasets`` may keep the Arrow files it builds (default: its own).
+    ``input_column``: check that ``cfg.input_column`` is a column (a model with several inputs
+    that reads a column per input checks its own columns)."""
     import datasets
 
     datasets.disable_progress_bars()
@@ -62,6 +65,10 @@ def load(cfg: DataConfig, cache_dir: str | None = None) -> UserData:
     except (ConfigError, StageError):
         raise
     except Exception as e:  # noqa: BLE001 - datasets' own errors name the file; keep one line
+        if (isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+                and cache_dir and str(e.filename or "").startswith(cache_dir)):
+            raise StageError(f"{cache_dir} (datasets' cache, under data_dir) is not writable "
+                             f"({describe_os_error(e)})") from None
         if cfg.format == DataFormat.jsonl and path.is_file():  # datasets names no line: find it
             jsonl_rows(path, f"data.path={cfg.path}")
         raise StageError(f"data.path={cfg.path}: cannot be read as {cfg.format.value} "
@@ -70,7 +77,7 @@ def load(cfg: DataConfig, cache_dir: str | None = None) -> UserData:
         datasets.logging.set_verbosity(verbosity)
     if len(ds) == 0:
         raise StageError(f"data.path={cfg.path}: no samples found (format {cfg.format.value})")
-    for column in cfg.pair_columns or [cfg.input_column]:
+    for column in cfg.pair_columns or ([cfg.input_column] if input_column else []):
         if column not in ds.column_names:
             key = (f"pair_columns={list(cfg.pair_columns)}: {column} is" if cfg.pair_columns
                    else f"input_column={column}:")
