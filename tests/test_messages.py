@@ -13,14 +13,14 @@ import pytest
 from pipeline.errors import ConfigError, StageError
 
 
-def _model(path: Path, inputs: dict[str, list], nodes, outputs: dict[str, list], **kw) -> Path:
+def _model(path: Path, inputs: dict[str, list], nodes, outputs: dict[str, list]) -> Path:
     import onnx
     from onnx import TensorProto, helper
 
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs.items()],
-        kw.get("initializer", []))
+    def values(shapes):
+        return [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()]
+
+    graph = helper.make_graph(nodes, "g", values(inputs), values(outputs))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -70,8 +70,8 @@ def test_external_data_of_a_constant_node_is_checked_before_any_stage(tmp_path):
 
     (tmp_path / "m").mkdir()
     value = numpy_helper.from_array(np.eye(3, dtype=np.float32), "w")
-    loop_body = helper.make_graph([helper.make_node("Constant", [], ["c"], value=value)], "body",
-                                  [], [helper.make_tensor_value_info("c", 1, [3, 3])])
+    other = helper.make_graph([helper.make_node("Constant", [], ["c"], value=value)], "other",
+                              [], [helper.make_tensor_value_info("c", 1, [3, 3])])
     path = _model(tmp_path / "m" / "const.onnx", {"x": ["batch", 3]},
                   [helper.make_node("Constant", [], ["w"], value=value),
                    helper.make_node("MatMul", ["x", "w"], ["y"])], {"y": ["batch", 3]})
@@ -92,7 +92,7 @@ def test_external_data_of_a_constant_node_is_checked_before_any_stage(tmp_path):
     branch.node.insert(0, model.graph.node[0])
     branch.node[0].attribute[0].t.external_data[0].value = "/etc/hostname"
     model.graph.node.append(helper.make_node("If", ["cond"], ["z"], then_branch=branch,
-                                             else_branch=loop_body))
+                                             else_branch=other))
     with pytest.raises(ConfigError, match="'/etc/hostname', outside the model's folder"):
         external_data_inside(model, path)
 
