@@ -149,28 +149,21 @@ def test_each_input_of_a_two_input_model_reads_the_column_named_like_it(tmp_path
 def test_a_full_disk_in_prepare_is_one_line_naming_the_path(tmp_path, capfd):
     """quant_pre_process logs a failed optimization with its traceback and goes on, and onnx's
     shape inference writes an empty file when the disk is full: the stage said neither where nor
-    why (or cached an empty model). Each fill level either builds or names the folder."""
+    why (no room at all), or cached an empty model (a page or two left). (That it builds where
+    there is room, every whole run shows.)"""
     from pipeline.config import HardwareConfig
     from pipeline.runner import Runner
     from pipeline.stages.prepare import Prepare
     from tests.faults import tmpfs
 
     parent = types.SimpleNamespace(model=str(_classifier(tmp_path / "cls.onnx")), digest="0" * 64)
-    outcomes = {}
-    for left in (0, 8192, 65536):
+    for left in (0, 8192):
         with tmpfs(tmp_path / f"disk{left}", size="128k", fill_to_bytes=left) as disk:
-            try:
-                art = Runner(disk, HardwareConfig(), log=lambda m: None).run(Prepare(), parent)
-                import onnx
-
-                assert len(onnx.load(str(art.model)).graph.node) == 2
-                outcomes[left] = "built"
-            except StageError as e:
-                line = str(e)
-                assert line.startswith(f"stage prepare: {disk}/cache/prepare/") and "\n" not in line
-                assert line.endswith("(ENOSPC)") and "No space left on device" in line
-                outcomes[left] = "full"
-    assert outcomes[0] == "full" and outcomes[65536] == "built", outcomes
-    assert outcomes[8192] == "full", outcomes  # onnx wrote an empty model here: not cached
+            with pytest.raises(StageError) as e:
+                Runner(disk, HardwareConfig(), log=lambda m: None).run(Prepare(), parent)
+            line = str(e.value)
+            assert line.startswith(f"stage prepare: {disk}/cache/prepare/") and "\n" not in line
+            assert line.endswith("(ENOSPC)") and "No space left on device" in line, line
+            assert not list((disk / "cache" / "prepare").iterdir())  # nothing cached
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Optimization Failed" not in err, err
