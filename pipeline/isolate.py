@@ -64,8 +64,8 @@ def _child(conn, fn, args, kwargs):
         conn.send(("expected", (type(e).__name__, str(e))))
     except OSError as e:  # a full disk or a read-only folder: the machine's fault, one line
         conn.send(("expected", (type(e).__name__, describe_os_error(e))))
-    except BaseException as e:  # noqa: BLE001 - reported to the parent with its traceback
-        conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+    except BaseException as e:  # noqa: BLE001 - reported to the parent in one line
+        conn.send(("error", f"{type(e).__name__}: {_first_line(e)}{_where(e)}"))
     finally:
         conn.close()
 
@@ -97,5 +97,19 @@ def call(what: str, fn, *args, **kwargs):
         return payload
     if status == "expected":
         raise StageError(f"{what}: {payload[1]}")
-    last = payload.strip().splitlines()
-    raise StageError(f"{what}: {payload.splitlines()[0]}" + (f" (at {last[-2].strip()})" if len(last) > 2 else ""))
+    raise StageError(f"{what}: {payload}")
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _where(e: BaseException) -> str:
+    """`` (at file:line in function)``: the innermost frame the error was raised in, read from the
+    traceback's frames (its printed text ends with Python 3.11's caret line, no place at all)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (at {f.filename}:{f.lineno} in {f.name})"

@@ -38,8 +38,11 @@ def _open(path: Path) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except PermissionError:  # another user's lock file in a sticky /tmp: flock needs no write
-        fd = os.open(path, os.O_RDONLY)
+    except PermissionError as e:  # another user's lock file in a sticky /tmp: flock needs no write
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:  # no lock file to share: the folder itself is not writable
+            raise e from None
     return fd
 
 

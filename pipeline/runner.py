@@ -16,7 +16,9 @@ a key while the others wait and reuse it, and timed stages run alone on the mach
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -29,7 +31,7 @@ from typing import ClassVar, Protocol
 from pipeline import isolate, leftovers, locks
 from pipeline.artifact import FORMAT, Artifact, canonical_meta, content_digest, digest_files, plain
 from pipeline.env import hardware_fingerprint, tool_versions
-from pipeline.errors import StageError
+from pipeline.errors import StageError, describe_os_error
 
 
 class Stage(Protocol):
@@ -105,8 +107,16 @@ class Runner:
             return cluster.run_timed(self, stage, parent, label, refs)
         key = self.key(stage, parent, refs)
         final = self.cache / stage.name / key
-        final.parent.mkdir(parents=True, exist_ok=True)
-        with locks.key_lock(final, self.log):  # one builder per key: the others wait, then reuse
+        with contextlib.ExitStack() as held:
+            try:
+                final.parent.mkdir(parents=True, exist_ok=True)
+                # one builder per key: the others wait, then reuse
+                held.enter_context(locks.key_lock(final, self.log))
+            except OSError as e:
+                if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    raise
+                raise StageError(f"workdir={self.cache.parent} is not writable (stage {label}: "
+                                 f"{describe_os_error(e)})") from None
             return self._run(stage, parent, label, key, final, refs)
 
     def _run(self, stage, parent, label, key, final, refs) -> Artifact:

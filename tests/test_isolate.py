@@ -23,3 +23,21 @@ def test_a_childs_own_children_preload_only_the_runtime():
     inner, modules = isolate.call("outer", _nested)
     assert modules == isolate.ALWAYS
     assert inner == {"onnxruntime"}
+
+
+def _fails_in_an_expression(names):
+    return len(names) + names["missing"]  # Python 3.11 prints carets under the subscript
+
+
+def test_a_childs_error_is_one_line_naming_where_it_was_raised():
+    import pytest
+
+    from pipeline.errors import StageError
+
+    with pytest.raises(StageError) as e:
+        isolate.call("stage evaluate", _fails_in_an_expression, {"present": 1})
+    message = str(e.value)
+    line = _fails_in_an_expression.__code__.co_firstlineno + 1
+    assert message == (f"stage evaluate: KeyError: 'missing' (at {__file__}:{line} in "
+                       "_fails_in_an_expression)")
+    assert "^" not in message and "\n" not in message

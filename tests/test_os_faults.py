@@ -39,6 +39,35 @@ def test_read_only_workdir(tmp_path):
                  "Read-only file system")
 
 
+def test_a_workdir_without_write_permission_is_named_as_not_writable(tiny_run, tmp_path):
+    """Permission denied (not a read-only mount): the lock file could not be created, was then
+    opened read-only as another user's, and the line said ENOENT on the lock file. Root bypasses
+    permissions, so as root the run drops that capability (setpriv)."""
+    import os
+    import shutil
+    import sys
+
+    args = copy_of_tiny_run(tiny_run, tmp_path / "w")
+    for folder in [tmp_path / "w", *(p for p in (tmp_path / "w").rglob("*") if p.is_dir())]:
+        folder.chmod(0o555)
+    prefix = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root bypasses permissions, and setpriv (to drop that) is missing")
+        caps = "-dac_override,-dac_read_search"
+        prefix = ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}"]
+    try:
+        proc = subprocess.run([*prefix, sys.executable, "-m", "pipeline", *args],
+                              cwd=Path(__file__).resolve().parent.parent, capture_output=True,
+                              text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    finally:
+        for folder in [tmp_path / "w", *(p for p in (tmp_path / "w").rglob("*") if p.is_dir())]:
+            folder.chmod(0o755)
+    line = one_line(proc, 3, f"workdir={tmp_path / 'w'} is not writable", "Permission denied")
+    assert "ENOENT" not in line
+
+
 def test_registry_root_that_is_a_file(tiny_run, tmp_path):
     root = tmp_path / "registry-file"
     root.write_text("not a folder")

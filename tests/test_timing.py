@@ -40,4 +40,7 @@ def test_probe_runs_at_start_on_its_cadence_and_at_the_end():
                                  min_seconds=0.45)
     rounds = [r for r, _ in info["probes"]]
     assert rounds[0] == 0 and rounds[-1] == info["rounds"] and rounds == sorted(rounds)
-    assert 5 <= len(calls) <= 8  # every 0.1 s over ~0.45 s, plus the closing reading
+    # Never sooner than every 0.1 s (the closing reading excepted), at least once between the
+    # first and the last over >= 0.45 s. How many fit depends on how fast the machine is today.
+    gaps = [b - a for a, b in zip(calls, calls[1:-1])]
+    assert len(calls) >= 3 and gaps and min(gaps) >= 0.1, calls

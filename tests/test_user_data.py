@@ -142,3 +142,41 @@ def test_fixed_size_normalization_channel_order_and_layout():
     assert bgr.shape == (4, 8, 3) and bgr[..., 2].mean() == pytest.approx(1.0)
     with pytest.raises(ValueError, match="different heights"):
         images.collate([rgb, rgb[:, :3]], ImagePrep())
+
+
+def _labels_jsonl(tmp_path, folder, line7: str):
+    files = sorted(p.relative_to(folder) for p in folder.rglob("*.png"))
+    lines = [json.dumps({"file": str(f), "label": f.parent.name}) for f in files]
+    lines[6] = line7
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("\n".join(lines) + "\n")
+    return DataConfig(format="labels_file", path=str(folder), labels=str(labels),
+                      calibration_samples=2, evaluation_samples=2)
+
+
+def test_a_malformed_line_of_a_labels_jsonl_is_named_by_the_labels_file_and_its_line(tmp_path,
+                                                                                      folder):
+    cfg = _labels_jsonl(tmp_path, folder, '{"file": "circle/0.png", "label": ')
+    with pytest.raises(StageError) as e:
+        load(cfg)
+    assert str(e.value) == (f"data.labels={cfg.labels}: line 7: not valid JSON (Expecting value "
+                            "at column 35)")
+
+
+def test_a_json_list_row_is_one_line_naming_the_file_and_line(tmp_path, folder):
+    cfg = _labels_jsonl(tmp_path, folder, "[1, 2]")
+    with pytest.raises(StageError, match=f"^data.labels={cfg.labels}: line 7: a JSON list where "
+                                         "each line must be an object"):
+        load(cfg)
+    rows = [json.dumps({"x": [1.0, 2.0], "label": 0})] * 9
+    rows[6] = "[1, 2]"
+    table = tmp_path / "t.jsonl"
+    table.write_text("\n".join(rows) + "\n")
+    with pytest.raises(StageError, match=f"^data.path={table}: line 7: a JSON list where"):
+        load(DataConfig(format="jsonl", path=str(table), input_column="x",
+                        calibration_samples=2, evaluation_samples=2))
+    rows[6] = '{"x": [1.0'
+    table.write_text("\n".join(rows) + "\n")
+    with pytest.raises(StageError, match=f"^data.path={table}: line 7: not valid JSON"):
+        load(DataConfig(format="jsonl", path=str(table), input_column="x",
+                        calibration_samples=2, evaluation_samples=2))

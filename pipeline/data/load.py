@@ -11,6 +11,7 @@ it got. It does not preprocess: see ``pipeline.data.images``.
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import json
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from pipeline.artifact import sha256_file
 from pipeline.data.spec import DataConfig, DataFormat
-from pipeline.errors import ConfigError, StageError
+from pipeline.errors import ConfigError, StageError, describe_os_error
 
 _BUILDER = {DataFormat.csv: "csv", DataFormat.jsonl: "json", DataFormat.parquet: "parquet"}
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -45,8 +46,10 @@ def content_digest(path: Path, *extra: Path) -> str:
     return h.hexdigest()
 
 
-def load(cfg: DataConfig, cache_dir: str | None = None) -> UserData:
-    """``cache_dir``: where ``datasets`` may keep the Arrow files it builds (default: its own)."""
+def load(cfg: DataConfig, cache_dir: str | None = None, input_column: bool = True) -> UserData:
+    """``cache_dir``: where ``datasets`` may keep the Arrow files it builds (default: its own).
+    ``input_column``: check that ``cfg.input_column`` is a column (a model with several inputs
+    that reads a column per input checks its own columns)."""
     import datasets
 
     datasets.disable_progress_bars()
@@ -54,16 +57,27 @@ def load(cfg: DataConfig, cache_dir: str | None = None) -> UserData:
     if not path.exists():
         raise ConfigError(f"data.path={cfg.path}: no such file or folder")
     extra = [Path(cfg.labels)] if cfg.format == DataFormat.labels_file else []
+    verbosity = datasets.logging.get_verbosity()
+    # datasets logs a failed read before raising it: the one line below says it, with the file.
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
     try:
         ds = _read(cfg, path, cache_dir)
     except (ConfigError, StageError):
         raise
     except Exception as e:  # noqa: BLE001 - datasets' own errors name the file; keep one line
+        if (isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+                and cache_dir and str(e.filename or "").startswith(cache_dir)):
+            raise StageError(f"{cache_dir} (datasets' cache, under data_dir) is not writable "
+                             f"({describe_os_error(e)})") from None
+        if cfg.format == DataFormat.jsonl and path.is_file():  # datasets names no line: find it
+            jsonl_rows(path, f"data.path={cfg.path}")
         raise StageError(f"data.path={cfg.path}: cannot be read as {cfg.format.value} "
                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
+    finally:
+        datasets.logging.set_verbosity(verbosity)
     if len(ds) == 0:
         raise StageError(f"data.path={cfg.path}: no samples found (format {cfg.format.value})")
-    for column in cfg.pair_columns or [cfg.input_column]:
+    for column in cfg.pair_columns or ([cfg.input_column] if input_column else []):
         if column not in ds.column_names:
             key = (f"pair_columns={list(cfg.pair_columns)}: {column} is" if cfg.pair_columns
                    else f"input_column={column}:")
@@ -113,7 +127,7 @@ def _labels_file(cfg: DataConfig, folder: Path):
         with open(labels, newline="") as f:
             rows = list(csv.DictReader(f))
     else:
-        rows = [json.loads(line) for line in labels.read_text().splitlines() if line.strip()]
+        rows = jsonl_rows(labels, f"data.labels={cfg.labels}")
     files, targets = [], []
     root = folder.resolve()
     for n, row in enumerate(rows, 1):
@@ -132,6 +146,28 @@ def _labels_file(cfg: DataConfig, folder: Path):
         targets.append(row[cfg.label_column])
     ds = Dataset.from_dict({cfg.input_column: files, cfg.label_column: targets})
     return ds.cast_column(cfg.input_column, Image())
+
+
+def jsonl_rows(path: Path, what: str) -> list[dict]:
+    """Every non-blank line of a JSONL file as an object; one line naming the file's line and the
+    cause for the first that is not valid JSON or not an object (a list row, a bare string)."""
+    rows = []
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line.rstrip(b"\r\n"))
+            except json.JSONDecodeError as e:
+                raise StageError(f"{what}: line {n}: not valid JSON ({e.msg} at column "
+                                 f"{e.colno})") from None
+            except UnicodeDecodeError as e:
+                raise StageError(f"{what}: line {n}: not UTF-8 text (byte {e.start + 1})") from None
+            if not isinstance(row, dict):
+                raise StageError(f"{what}: line {n}: a JSON {type(row).__name__} where each line "
+                                 'must be an object of columns ({"column": value, ...})')
+            rows.append(row)
+    return rows
 
 
 def splits(n: int, calibration: int, evaluation: int, seed: int) -> tuple[list[int], list[int]]:

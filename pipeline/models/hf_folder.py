@@ -106,7 +106,7 @@ def pooling_of(folder: Path, params: dict) -> str:
     pooling = params.get("pooling")
     st = folder / "1_Pooling" / "config.json"  # sentence-transformers names its pooling here
     if pooling is None and st.is_file():
-        cfg = json.loads(st.read_text())
+        cfg = _json_object(st, "the sentence-transformers pooling (or set model.params.pooling)")
         pooling = next((p for key, p in (("pooling_mode_cls_token", "cls"),
                                          ("pooling_mode_max_tokens", "max"),
                                          ("pooling_mode_mean_tokens", "mean")) if cfg.get(key)),
@@ -116,6 +116,21 @@ def pooling_of(folder: Path, params: dict) -> str:
         raise ConfigError(f"model.params.pooling={pooling}: valid choices are "
                           f"{', '.join(POOLINGS)}")
     return pooling
+
+
+def _json_object(path: Path, what: str) -> dict:
+    """A JSON file holding an object; one line naming the file, the line and the cause if not."""
+    try:
+        value = json.loads(path.read_bytes())
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: line {e.lineno}: not valid JSON ({e.msg} at column "
+                          f"{e.colno}); it holds {what}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start + 1}); it holds {what}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: a JSON {type(value).__name__} where an object was expected; "
+                          f"it holds {what}")
+    return value
 
 
 def network(model, kind: str, pooling: str, normalize: bool, inputs: tuple[str, ...]):
@@ -151,6 +166,7 @@ class HfTask(UserTask):
     # included (QAttention); LayerNorm and Softmax stay float. The latency-aware fallback keeps
     # float any of them that got slower on the target.
     dynamic_op_types = ("MatMul", "Gemm", "Attention")
+    column_per_input = False  # the tokenizer makes every input from data.input_column's text
     pruning = None
     module_prefix = "model."  # node paths: ``network`` holds the transformers model as ``model``
     no_pruning = ("model=hf: pruning a transformer needs a recovery loop the folder does not "

@@ -33,6 +33,10 @@ from pipeline.models.contract import Batch, DataSplit, MetricsSpec
 class UserTask:
     """Subclasses set ``inputs`` and ``outputs``."""
 
+    # Several inputs read a column each (the one named like the input, else data.input_column);
+    # False: every input is made from data.input_column (a tokenizer's ids, mask, types).
+    column_per_input = True
+
     dynamic_op_types: tuple[str, ...] = ("LSTM", "GRU")  # no static INT8 kernels for these
     prune_ignored: tuple[str, ...] = ()
 
@@ -62,11 +66,26 @@ class UserTask:
             raise ConfigError(f"data.pair_columns: sentence pairs are read by model=hf (a text "
                               f"encoder); {self.what} reads data.input_column")
         if len(self.inputs) > 1:
-            missing = [i.name for i in self.inputs if i.name not in data.dataset.column_names]
-            if missing:
-                raise ConfigError(f"{self.what} has inputs {[i.name for i in self.inputs]}; the data "
-                                  f"has no column {missing[0]!r} (columns: "
-                                  f"{', '.join(data.dataset.column_names)})")
+            self.columns = self._input_columns(data.dataset.column_names)
+
+    def _input_columns(self, columns: list[str]) -> dict[str, str]:
+        """Each input reads the column named like it, else data.input_column; each column feeds
+        one input at most."""
+        fallback = self.data_cfg.input_column
+        chosen = {i.name: i.name if i.name in columns else fallback for i in self.inputs}
+        names = [i.name for i in self.inputs]
+        for name, column in chosen.items():
+            if column not in columns:
+                raise ConfigError(f"{self.what} has inputs {names}; the data has no column "
+                                  f"{name!r}, nor data.input_column={fallback} (columns: "
+                                  f"{', '.join(columns)})")
+        for column in set(chosen.values()):
+            readers = [n for n, c in chosen.items() if c == column]
+            if len(readers) > 1:
+                raise ConfigError(f"{self.what} has inputs {names}; {' and '.join(readers)} would "
+                                  f"all read column {column!r}: name a column after each input "
+                                  f"(columns: {', '.join(columns)})")
+        return chosen
 
     @property
     def label_free(self) -> bool:
@@ -170,7 +189,9 @@ class UserTask:
         if self._data is None:
             from pipeline.data.load import load
 
-            self._data = load(self.data_cfg, cache_dir=str(Path(self.key.data_dir) / "hf-cache"))
+            several = len(getattr(self, "inputs", ())) > 1 and self.column_per_input
+            self._data = load(self.data_cfg, cache_dir=str(Path(self.key.data_dir) / "hf-cache"),
+                              input_column=not several)
         return self._data
 
     def split(self, which: str, count: int, data_dir: str) -> DataSplit:
@@ -194,18 +215,40 @@ class UserTask:
         """Per sample, its feeds without the batch axis (images preprocessed, others as arrays)."""
         from pipeline.data.images import to_array
 
-        col = self.data_cfg.input_column
+        columns = (self.columns if len(self.inputs) > 1
+                   else {self.inputs[0].name: self.data_cfg.input_column})
         out = []
-        for r in ds.select(rows):
-            if len(self.inputs) == 1:
-                value = r[col]
+        chosen = ds.select(rows)
+        for k in range(len(chosen)):
+            r = self._row(chosen, k)
+            sample = {}
+            for i in self.inputs:
+                value = r[columns[i.name]]
                 a = (to_array(value, self.data_cfg.image) if hasattr(value, "convert")
                      else np.asarray(value))
-                out.append({self.inputs[0].name: a.astype(self.inputs[0].dtype, copy=False)})
-            else:
-                out.append({i.name: np.asarray(r[i.name]).astype(i.dtype, copy=False)
-                            for i in self.inputs})
+                sample[i.name] = a.astype(i.dtype, copy=False)
+            out.append(sample)
         return out
+
+    def _row(self, ds, k: int) -> dict:
+        """Row ``k``, its images decoded; a file that is not a whole image (truncated, not an
+        image at all) is one line naming that file."""
+        try:
+            return ds[k]
+        except (OSError, SyntaxError, ValueError) as e:  # what Pillow raises for a bad file
+            raise StageError(f"{self._file_of(ds, k)}: cannot be read as an image "
+                             f"({str(e) or type(e).__name__})") from None
+
+    def _file_of(self, ds, k: int) -> str:
+        """The file an image of row ``k`` was read from, else the row of the data set."""
+        from datasets import Image
+
+        for name, feature in ds.features.items():
+            if isinstance(feature, Image):
+                raw = ds.cast_column(name, Image(decode=False))[k][name] or {}
+                if raw.get("path"):
+                    return raw["path"]
+        return f"data.path={self.data_cfg.path}: a row"
 
     def sizes(self, ds) -> np.ndarray:
         name, axis = self.size_axis

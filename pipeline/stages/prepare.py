@@ -5,13 +5,27 @@ inferred for every tensor, which the calibrator and quantizer need. Symbolic sha
 on some graphs ("Incomplete symbolic shape inference"); the stage then retries without it and
 records that it did. Its own stage so that calibration (expensive) and quantization (cheap, many
 variants) can both start from the same cached file.
+A full disk is one line naming the stage's folder: ``quant_pre_process`` logs a failed
+optimization (with its traceback) and goes on, and onnx's shape inference writes an empty file
+when its write fails, so the output is checked against the input's graph, and the stage's own
+log lines are kept from onnxruntime's logger.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import logging
+import math
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import StageError
+
+# quant_pre_process keeps up to four copies of the model in its temporary folder at once (shape
+# inferred, optimized, ONNX-shape inferred, its input) besides the output: the room it needs.
+COPIES = 5
 
 
 @dataclass(frozen=True)
@@ -24,15 +38,78 @@ class Prepare:
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
         target = out_dir / "model.onnx"
-        try:
-            quant_pre_process(str(parent.model), str(target))
-            return {"symbolic_shape_inference": True}
-        except Exception as first:  # noqa: BLE001 - retried below, reported if that fails too
+        with _logged("onnxruntime.quantization.shape_inference") as failures:
             try:
-                quant_pre_process(str(parent.model), str(target), skip_symbolic_shape=True)
-            except Exception as e:  # noqa: BLE001
-                raise StageError(f"quant_pre_process failed ({first}); without symbolic shape "
-                                 f"inference too: {e}") from None
-            print(f"  prepare: symbolic shape inference failed ({str(first).splitlines()[0][:120]}"
-                  "); continued without it", flush=True)
-            return {"symbolic_shape_inference": False, "symbolic_failure": str(first)[:300]}
+                quant_pre_process(str(parent.model), str(target))
+                meta = {"symbolic_shape_inference": True}
+            except OSError:  # the machine refused (a full disk): a retry cannot help
+                raise
+            except Exception as first:  # noqa: BLE001 - retried below, reported if that fails too
+                try:
+                    quant_pre_process(str(parent.model), str(target), skip_symbolic_shape=True)
+                except OSError:
+                    raise
+                except Exception as e:  # noqa: BLE001
+                    raise StageError(f"quant_pre_process failed ({first}); without symbolic shape "
+                                     f"inference too: {e}") from None
+                print(f"  prepare: symbolic shape inference failed "
+                      f"({str(first).splitlines()[0][:120]}); continued without it", flush=True)
+                meta = {"symbolic_shape_inference": False, "symbolic_failure": str(first)[:300]}
+        _check_output(Path(parent.model), target, out_dir)
+        if failures:  # onnxruntime's optimization failed and it went on without it
+            print(f"  prepare: onnxruntime's optimization step failed ({failures[-1]}); the "
+                  "model is shape-inferred without it", flush=True)
+        return meta
+
+
+@contextlib.contextmanager
+def _logged(name: str):
+    """The last line of each error ``name`` logs, instead of its traceback on stderr."""
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            text = record.getMessage().strip().splitlines()
+            if record.levelno >= logging.ERROR and text and "Traceback" not in text[0]:
+                lines.append(text[-1][:200])
+            elif text and "Traceback" in text[0]:
+                lines[-1:] = [text[-1][:200]]  # the cause, in place of "Optimization Failed!"
+
+    logger = logging.getLogger(name)
+    handler, propagate = Keep(), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
+def _check_output(source: Path, target: Path, out_dir: Path) -> None:
+    """The output has the input's graph inputs and outputs; a file that does not (empty, cut
+    short) on a disk without room for the work is a full disk, named by the stage's folder."""
+    import onnx
+
+    def io(path):  # weights listed as inputs (older exporters) may be dropped: not compared
+        g = onnx.load(str(path), load_external_data=False).graph
+        weights = {t.name for t in g.initializer}
+        return ([i.name for i in g.input if i.name not in weights], [o.name for o in g.output],
+                len(g.node))
+
+    try:
+        got = io(target)
+    except Exception:  # noqa: BLE001 - a file cut short does not parse: judged below
+        got = None
+    want = io(source)
+    if got is not None and got[:2] == want[:2] and got[2] > 0:
+        return
+    block = os.statvfs(out_dir).f_bsize
+    need = COPIES * math.ceil(source.stat().st_size / block) * block
+    free = shutil.disk_usage(out_dir).free
+    if free < need:
+        raise OSError(errno.ENOSPC, f"No space left on device: quant_pre_process wrote an "
+                                    f"incomplete model with {free} bytes free, where it needs "
+                                    f"about {need}", str(out_dir))
+    raise StageError(f"quant_pre_process wrote a model without the graph's inputs and outputs "
+                     f"({target.name}: {got[:2] if got else 'not ONNX'}, expected {want[:2]})")
