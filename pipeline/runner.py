@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import ClassVar, Protocol
 
-from pipeline import isolate, leftovers, locks
+from pipeline import interrupt, isolate, leftovers, locks
 from pipeline.artifact import FORMAT, Artifact, canonical_meta, content_digest, digest_files, plain
 from pipeline.env import hardware_fingerprint, tool_versions
 from pipeline.errors import StageError
@@ -99,15 +99,18 @@ class Runner:
     def run(self, stage: Stage, parent: Artifact | None = None, label: str | None = None,
             **refs: Artifact) -> Artifact:
         label = label or stage.name
-        if self.remote and locks.is_timed(stage):  # a Ray cluster: on a node labelled for it
-            from pipeline import cluster
+        try:
+            if self.remote and locks.is_timed(stage):  # a Ray cluster: on a node labelled for it
+                from pipeline import cluster
 
-            return cluster.run_timed(self, stage, parent, label, refs)
-        key = self.key(stage, parent, refs)
-        final = self.cache / stage.name / key
-        final.parent.mkdir(parents=True, exist_ok=True)
-        with locks.key_lock(final, self.log):  # one builder per key: the others wait, then reuse
-            return self._run(stage, parent, label, key, final, refs)
+                return cluster.run_timed(self, stage, parent, label, refs)
+            key = self.key(stage, parent, refs)
+            final = self.cache / stage.name / key
+            final.parent.mkdir(parents=True, exist_ok=True)
+            with locks.key_lock(final, self.log):  # one builder per key: the others wait, reuse
+                return self._run(stage, parent, label, key, final, refs)
+        except interrupt.Interrupted as e:  # its temp folder and lock are gone: say where
+            raise e.at(f"in stage {label}")
 
     def _run(self, stage, parent, label, key, final, refs) -> Artifact:
         if final.exists():
