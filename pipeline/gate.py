@@ -6,7 +6,9 @@ report) and a short table for the terminal. Checks: accuracy drop against the FP
 agreement of outputs with it, the lower bound of the speedup's 95 % interval against the fastest
 float baseline, the A/A self-check of the timing, that the timings were taken in this
 environment (a baseline measured elsewhere is refused), the candidate's p99 against the SLO, and
-the model's size. It fails closed: a missing or non-finite measurement fails its check. Cheap and
+the model's size. It fails closed: a missing or non-finite measurement fails its check, and a
+benchmark holding numbers no measurement can produce (``pipeline.measure.sanity``) fails its
+timing checks. Cheap and
 uncached, so changing a threshold re-judges cached measurements without re-running them.
 """
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import math
 
 from pipeline.env import differences
+from pipeline.measure import sanity
 from pipeline.metrics.outputs import agreement
 
 NAN = float("nan")
@@ -55,6 +58,11 @@ def judge(evals: dict, bench, gate, metric, slo=None, candidate=None,
                          lambda v: v >= g.min_output_agreement,
                          f"{agree:.2%} of outputs identical to FP16's"))
     at = _get(lambda: bench.meta["batches"][str(g.speedup_batch_size)], {})
+    impossible = sanity.problems(at)
+    if impossible:  # an edited or damaged entry: none of its numbers is judged (fails closed)
+        checks.append(_check("benchmark_sane", float(len(impossible)), 0, lambda v: v == 0,
+                             "benchmark entry is corrupt: " + "; ".join(impossible[:3])))
+        at = {}
     sp = at.get("speedup_vs_fastest_float", {})
     # When the host moved the vCPUs mid-run and the speedup differed between the placements,
     # judge the placement the candidate fared worst in: production may land there too.

@@ -6,7 +6,10 @@ Out: an ``Artifact`` under ``<workdir>/cache/<stage>/<key>``. The key is a full 
 parent's and references' digests, the stage name and version, the stage's resolved config, the
 tool versions and, for stages that measure or depend on the machine, the hardware fingerprint.
 The stage writes into a temporary sibling folder inside a child process; only a completed folder is
-renamed into place, so a killed run leaves nothing that a later run would trust. Scratch files
+renamed into place, so a killed run leaves nothing that a later run would trust. Every entry's
+manifest is sealed with the cache's secret key (``pipeline.seal``); an entry is reused only when
+its seal verifies and its files and metadata match their digests, else it is set aside and
+rebuilt. Scratch files
 (profiles, augmented models, anything a library puts in ``tempfile``'s folder) go to ``.scratch``
 inside that temporary folder: the child's ``tempfile.gettempdir()`` and ``TMPDIR`` point there, so
 nothing is written beside a parent's artifact, a full disk hits the stage's own folder, and the
@@ -17,6 +20,7 @@ a key while the others wait and reuse it, and timed stages run alone on the mach
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -26,7 +30,7 @@ import time
 from pathlib import Path
 from typing import ClassVar, Protocol
 
-from pipeline import interrupt, isolate, leftovers, locks
+from pipeline import interrupt, isolate, leftovers, locks, seal
 from pipeline.artifact import FORMAT, Artifact, canonical_meta, content_digest, digest_files, plain
 from pipeline.env import hardware_fingerprint, tool_versions
 from pipeline.errors import StageError
@@ -74,9 +78,15 @@ class Runner:
         self.record: list[dict] = []  # one row per stage call: label, stage, reused, seconds
         self.sweep(Path(workdir))
 
+    @functools.cached_property
+    def secret(self) -> bytes:
+        """The cache's key: entries are sealed with it and reused only if their seal verifies
+        (``pipeline.seal``). Ray nodes share the workdir, so they read the same key."""
+        return seal.store_key(self.cache)
+
     def sweep(self, workdir: Path) -> None:
         """Temporary folders of killed runs (their pid dead) and week-old corrupt entries."""
-        folders = [workdir / "runs", *(p for p in self.cache.glob("*") if p.is_dir())]
+        folders = [workdir / "runs", self.cache, *(p for p in self.cache.glob("*") if p.is_dir())]
         removed = sum(leftovers.sweep(f) for f in folders)
         if removed:
             self.log(f"  removed {removed} temporary or corrupt folder(s) left by killed runs")
@@ -115,7 +125,7 @@ class Runner:
     def _run(self, stage, parent, label, key, final, refs) -> Artifact:
         if final.exists():
             try:
-                art = Artifact.read(final)
+                art = Artifact.read(final, self.secret)
                 self._note(label, stage.name, True, 0.0, art)
                 return art
             except StageError as e:
@@ -142,12 +152,12 @@ class Runner:
                            refs={k: v.digest for k, v in refs.items()}, config=plain(stage),
                            seconds=round(time.time() - t0, 3))
             art.path = tmp
-            art.write()
+            art.write(self.secret)
             try:
                 tmp.rename(final)
             except OSError:  # an identical concurrent run finished first: use its result
                 shutil.rmtree(tmp, ignore_errors=True)
-                return Artifact.read(final)
+                return Artifact.read(final, self.secret)
             art.path = final
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
