@@ -27,9 +27,12 @@ import contextlib
 import ctypes
 import os
 import signal
+import sys
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _raised = False  # an Interrupted is unwinding: later signals are ignored until it has
+_deferring = False  # inside ``deferred``: a signal is noted, and raised when it ends
+_pending: int | None = None
 
 
 class Interrupted(BaseException):
@@ -68,16 +71,29 @@ def interrupted(signum: int) -> Interrupted:
 
 
 def _handler(signum, frame):
+    global _pending
     if _raised:
         return  # the first signal's clean-up is under way: let it finish
+    if _deferring:
+        _pending = _pending or signum
+        return
     raise interrupted(signum)
+
+
+# A child killed on an interrupt cannot release the semaphores a library made in it; the
+# resource tracker, a process multiprocessing starts beside the run, removes them once the run has
+# ended and warns about each on stderr, after the run's one line. Its warnings are passed to it on
+# its command line, from this list, when it starts (before the first child).
+_QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
 
 
 @contextlib.contextmanager
 def handled():
     """In the main process: SIGINT and SIGTERM raise ``Interrupted`` while this is entered."""
-    global _raised
-    _raised = False
+    global _raised, _pending
+    _raised, _pending = False, None
+    if _QUIET_TRACKER not in sys.warnoptions:
+        sys.warnoptions.append(_QUIET_TRACKER)
     old = {s: signal.signal(s, _handler) for s in SIGNALS}
     try:
         yield
@@ -89,19 +105,27 @@ def handled():
 
 @contextlib.contextmanager
 def deferred():
-    """SIGINT and SIGTERM held back (delivered on exit): around starting a child, so that the
+    """SIGINT and SIGTERM held back (raised on exit): around starting a child, so that the
     forkserver and the child inherit them blocked, and an interrupt never lands half-way through
-    the start, with a child running that nobody would kill."""
+    the start, with a child running that nobody would kill. Blocking is per thread, and the
+    kernel hands a signal to any thread that does not block it (a runtime's thread pool), after
+    which Python still runs the handler in the main thread: the handler itself defers too."""
+    global _deferring, _pending
     # multiprocessing's resource tracker unblocks these signals after starting itself: start it
     # first, outside, so it cannot undo the block.
     from multiprocessing import resource_tracker
 
     resource_tracker.ensure_running()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    outer, _deferring = _deferring, True
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _deferring = outer
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a blocked one's handler runs now
+        if _pending is not None and not outer and not _raised:
+            signum, _pending = _pending, None
+            raise interrupted(signum)
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
