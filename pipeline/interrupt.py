@@ -16,10 +16,11 @@ themselves, so none prints a traceback of its own:
 - on an interrupt the main process kills the child's whole group (``kill_group``) and waits for
   it, so nothing writes into a folder being removed.
 
-Long loops that want to say where they were stopped (a search, say) catch ``Interrupted``, add
-what they know (``e.at("in the mixed search, candidate 12 of 40")`` names the place unless an inner one
-already did) and re-raise it; nothing else should catch it. A second signal during the clean-up
-is ignored, so the clean-up finishes.
+Code that wants to say where a run was stopped (a long search, say) catches ``Interrupted``,
+adds what it knows and re-raises it; nothing else should catch it. ``e.at("in the mixed search")``
+names the place unless an inner one already did (the runner names the stage); to add to the
+stage's name, extend ``e.where`` (``"in stage quantize[mixed 12]"`` + ``", candidate 12 of 40"``).
+A second signal during the clean-up is ignored, so the clean-up finishes.
 """
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ def problems(at: dict) -> list[str]:
     for role, row in (lat.items() if isinstance(lat, dict) else ()):
         if not isinstance(row, dict):
             continue
-        given = [(p, row[p]) for p in PERCENTILES if p in row]
+        given = [(p, row[p]) for p in PERCENTILES if row.get(p) is not None]
         bad = [f"{p} {v!r}" for p, v in given if not (_number(v) and math.isfinite(v) and v > 0)]
         if bad:
             out.append(f"{role} latency {', '.join(bad)} ms is not a positive number")
