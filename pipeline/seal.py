@@ -12,7 +12,8 @@ candidate to a temporary file (``O_EXCL``, fsynced), then ``link``s it to the fi
 unlike a rename, never replaces a file that is there, so the first one wins and the other reads
 it (on a filesystem without hard links the key is written in place with ``O_EXCL``, and a reader
 that finds it still short waits a moment). A key that other users may change, or that every user
-may read, is refused: anyone who can read it can forge entries (docs/stages.md, "Trust").
+may read, is refused: anyone who can read it can forge entries, and anyone who can write the
+cache's folder can put a key of their own there (docs/stages.md, "Trust").
 """
 from __future__ import annotations
 
