@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from pipeline import interrupt
 from pipeline.compose import compilable_models, compose
 from pipeline.errors import ConfigError, GateFailed, cli
 
@@ -24,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if sweep.is_sweep(argv):  # -m: a sweep through Hydra's multirun (docs/sweeps.md)
         return cli(sweep.main, argv, __doc__)
-    return cli(_run, argv, __doc__)
+    with interrupt.handled():  # Ctrl-C, SIGTERM: one line, a report, exit 130/143
+        return cli(_run, argv, __doc__)
 
 
 def _preflight(cfg) -> None:
@@ -89,7 +91,11 @@ def _run(argv: list[str]) -> int:
     print(f"pipeline: model={cfg.model.name} ({cfg.model.source}) quant={cfg.quant.mode.value} "
           f"hardware={cfg.hardware.name}")
     runner = Runner(cfg.workdir, cfg.hardware.target())
-    out = recipe(cfg, runner)
+    try:
+        out = recipe(cfg, runner)
+    except interrupt.Interrupted as e:  # the report says how far it got; cached stages are kept
+        e.report = rep.write_interrupted(cfg, runner.record, e)
+        raise
     body = ship.body(cfg, out, runner.record)
     publishing = out.verdict["passed"] and cfg.registry is not None
     evidence = ship.manifest(out, body) if publishing else None

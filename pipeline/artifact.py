@@ -8,6 +8,10 @@ and the same numbers produce the same digest, and an artifact without files (a b
 numbers) has a digest of its own numbers. Reading re-hashes the files and the metadata: a cache
 entry whose bytes or numbers changed is reported as corrupt rather than trusted (editing one
 cached speedup would otherwise pass a gate). The key it was built under must be its folder's name.
+A sha256 can be recomputed by whoever edits the entry, so the runner also seals every manifest
+with the cache's secret (``pipeline.seal``) and reuses an entry only when its seal verifies:
+``read(path, secret)``. Without ``secret`` (inspecting an entry, not reusing it) the seal is not
+checked.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline import seal
 from pipeline.errors import StageError
 
 MANIFEST = "artifact.json"
@@ -84,19 +89,28 @@ class Artifact:
                 "parent": self.parent, "refs": self.refs, "config": self.config,
                 "seconds": self.seconds, "meta": self.meta}
 
-    def write(self) -> None:
-        (self.path / MANIFEST).write_text(json.dumps(self.to_json(), indent=2, sort_keys=True))
+    def write(self, secret: bytes) -> None:
+        """``artifact.json``, sealed with the cache's ``secret``."""
+        data = json.loads(json.dumps(self.to_json()))  # sealed as it will be read back
+        data["hmac"] = seal.seal(secret, data)
+        (self.path / MANIFEST).write_text(json.dumps(data, indent=2, sort_keys=True))
 
     @classmethod
-    def read(cls, path: Path, verify: bool = True) -> "Artifact":
+    def read(cls, path: Path, secret: bytes | None = None, verify: bool = True) -> "Artifact":
+        """The entry at ``path``; with ``secret``, only if its seal verifies (what reusing
+        needs), and with ``verify`` only if its files and metadata match their digests."""
         try:
             data = json.loads((path / MANIFEST).read_text())
         except (OSError, ValueError) as e:
             raise StageError(f"artifact {path}: unreadable {MANIFEST} ({e})") from None
-        art = cls(path=path, stage=data["stage"], key=data["key"], digest=data["digest"],
-                  files=data["files"], meta=data.get("meta", {}), parent=data.get("parent"),
-                  refs=data.get("refs", {}), config=data.get("config", {}),
-                  seconds=data.get("seconds", 0.0))
+        try:
+            art = cls(path=path, stage=data["stage"], key=data["key"], digest=data["digest"],
+                      files=data["files"], meta=data.get("meta", {}), parent=data.get("parent"),
+                      refs=data.get("refs", {}), config=data.get("config", {}),
+                      seconds=data.get("seconds", 0.0))
+        except (KeyError, TypeError, AttributeError):
+            raise StageError(f"artifact {path} is corrupt: its {MANIFEST} is not an artifact's "
+                             "manifest") from None
         if verify:
             actual = digest_files(path)
             if actual != art.files:
@@ -109,6 +123,14 @@ class Artifact:
             if art.key != path.name:
                 raise StageError(f"artifact {path} is corrupt: its {MANIFEST} names key "
                                  f"{str(art.key)[:16]}..., not its folder's")
+        if secret is not None:  # last: a plain edit is named more precisely above
+            if "hmac" not in data:
+                raise StageError(f"artifact {path} is not sealed (made before cache entries were "
+                                 "sealed, or not by the pipeline): not trusted")
+            if not seal.verifies(secret, data):
+                raise StageError(f"artifact {path} is corrupt: its seal does not verify with this "
+                                 "cache's key (edited after it was built, or sealed with another "
+                                 "key)")
         return art
 
 

@@ -77,16 +77,22 @@ BUG_EXIT = 4  # an unexpected exception: distinct from 1 (gate failed), 2 (confi
 
 def cli(run, argv: list[str], doc: str) -> int:
     """A command line's shell: ``-h`` prints ``doc``; a ``PipelineError`` becomes one line on
-    stderr and its exit code, an ``OSError`` one line naming the path and cause with exit code 3;
-    ``run(argv)`` gives the exit code otherwise. Anything else is a bug: it keeps its traceback
-    and ends with ``BUG_EXIT``, never 1, which scripts read as "the gate failed"."""
+    stderr and its exit code, an ``OSError`` one line naming the path and cause with exit code 3,
+    an interrupted run (``pipeline.interrupt``) one line and 130 or 143; ``run(argv)`` gives the
+    exit code otherwise. Anything else is a bug: it keeps its traceback and ends with
+    ``BUG_EXIT``, never 1, which scripts read as "the gate failed"."""
     import sys
+
+    from pipeline.interrupt import Interrupted
 
     if argv and argv[0] in ("-h", "--help"):
         print(doc)
         return 0
     try:
         return run(argv)
+    except Interrupted as e:  # SIGINT/SIGTERM where ``run`` handles them (pipeline.interrupt)
+        print(e.line(), file=sys.stderr)
+        return e.exit_code
     except PipelineError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

@@ -8,7 +8,9 @@ others it is gated with or the user named: ``pipeline.metrics.limits``), agreeme
 with it (decisions identical, or continuous rows within ``gate.output_rtol``), the lower bound of
 the speedup's 95 % interval against the fastest float baseline, the A/A self-check of the
 timing, that the timings were taken in this environment (a baseline measured elsewhere is
-refused), the candidate's p99 against the SLO, and the model's size. It fails closed: a missing or non-finite measurement fails its check. Cheap and
+refused), the candidate's p99 against the SLO, and the model's size. It fails closed: a missing
+or non-finite measurement fails its check, and a benchmark holding numbers no measurement can
+produce (``pipeline.measure.sanity``) fails its timing checks. Cheap and
 uncached, so changing a threshold re-judges cached measurements without re-running them.
 """
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import math
 
 from pipeline.env import differences
+from pipeline.measure import sanity
 from pipeline.metrics import limits as metric_limits
 from pipeline.metrics.outputs import RTOL, agreement, kind
 
@@ -66,6 +69,11 @@ def judge(evals: dict, bench, gate, metric, slo=None, candidate=None,
                          f"{agree:.2%} of outputs within {rtol:g} relative error of FP16's"
                          if within else f"{agree:.2%} of outputs identical to FP16's"))
     at = _get(lambda: bench.meta["batches"][str(g.speedup_batch_size)], {})
+    impossible = sanity.problems(at)
+    if impossible:  # an edited or damaged entry: none of its numbers is judged (fails closed)
+        checks.append(_check("benchmark_sane", float(len(impossible)), 0, lambda v: v == 0,
+                             "benchmark entry is corrupt: " + "; ".join(impossible[:3])))
+        at = {}
     sp = at.get("speedup_vs_fastest_float", {})
     # When the host moved the vCPUs mid-run and the speedup differed between the placements,
     # judge the placement the candidate fared worst in: production may land there too.

@@ -4,7 +4,9 @@ In: a picklable function and arguments. Out: its return value, or a ``StageError
 the stage and the signal (for a segfault) or the child's exception. ONNX Runtime has been seen to
 segfault while creating a session for an FP16 model with an LSTM on the CPU provider; every session
 on a candidate model is therefore created in a child. ``forkserver`` gives each child a clean
-process (no inherited thread pools) while preloading the heavy imports once.
+process (no inherited thread pools) while preloading the heavy imports once. Signals: only the
+parent decides when a child stops (``pipeline.interrupt``); an interrupted parent kills the child
+and all it started before the exception goes on.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import signal
 import sys
 import traceback
 
+from pipeline import interrupt
 from pipeline.errors import PipelineError, StageError, describe_os_error
 
 _ctx = None
@@ -58,6 +61,7 @@ def context():
 def _child(conn, fn, args, kwargs):
     global _IN_CHILD
     _IN_CHILD = True
+    interrupt.as_child()
     try:
         conn.send(("ok", fn(*args, **kwargs)))
     except PipelineError as e:
@@ -75,24 +79,31 @@ def call(what: str, fn, *args, **kwargs):
     ctx = context()
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, fn, args, kwargs), daemon=False)
-    proc.start()
-    child.close()
     try:
+        with interrupt.deferred():  # the child starts with signals blocked; it unblocks them
+            proc.start()
+        child.close()
         status, payload = parent.recv()
     except EOFError:
         proc.join()
         code = proc.exitcode
+        if code is not None and -code in interrupt.SIGNALS:  # SLURM signals every process
+            raise interrupt.interrupted(-code) from None
         if code is not None and code < 0:
             name = signal.Signals(-code).name
             raise StageError(f"{what}: the runtime crashed ({name}) in its child process") from None
         raise StageError(f"{what}: child process exited with code {code} without a result") from None
+    except BaseException:  # interrupted (or a failure here): the child must not outlive this
+        interrupt.kill_group(proc)
+        raise
     finally:
         parent.close()
-        # On success the child is already leaving; on an interrupt it must not outlive us.
-        proc.join(timeout=30)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
+        # On success the child is already leaving (an interrupted one was killed above).
+        if proc.pid is not None:  # started
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
     if status == "ok":
         return payload
     if status == "expected":

@@ -6,7 +6,10 @@ Out: an ``Artifact`` under ``<workdir>/cache/<stage>/<key>``. The key is a full 
 parent's and references' digests, the stage name and version, the stage's resolved config, the
 tool versions and, for stages that measure or depend on the machine, the hardware fingerprint.
 The stage writes into a temporary sibling folder inside a child process; only a completed folder is
-renamed into place, so a killed run leaves nothing that a later run would trust. Scratch files
+renamed into place, so a killed run leaves nothing that a later run would trust. Every entry's
+manifest is sealed with the cache's secret key (``pipeline.seal``); an entry is reused only when
+its seal verifies and its files and metadata match their digests, else it is set aside and
+rebuilt. Scratch files
 (profiles, augmented models, anything a library puts in ``tempfile``'s folder) go to ``.scratch``
 inside that temporary folder: the child's ``tempfile.gettempdir()`` and ``TMPDIR`` point there, so
 nothing is written beside a parent's artifact, a full disk hits the stage's own folder, and the
@@ -19,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -28,7 +32,7 @@ import time
 from pathlib import Path
 from typing import ClassVar, Protocol
 
-from pipeline import isolate, leftovers, locks
+from pipeline import interrupt, isolate, leftovers, locks, seal
 from pipeline.artifact import FORMAT, Artifact, canonical_meta, content_digest, digest_files, plain
 from pipeline.env import hardware_fingerprint, tool_versions
 from pipeline.errors import StageError, describe_os_error
@@ -76,9 +80,15 @@ class Runner:
         self.record: list[dict] = []  # one row per stage call: label, stage, reused, seconds
         self.sweep(Path(workdir))
 
+    @functools.cached_property
+    def secret(self) -> bytes:
+        """The cache's key: entries are sealed with it and reused only if their seal verifies
+        (``pipeline.seal``). Ray nodes share the workdir, so they read the same key."""
+        return seal.store_key(self.cache)
+
     def sweep(self, workdir: Path) -> None:
         """Temporary folders of killed runs (their pid dead) and week-old corrupt entries."""
-        folders = [workdir / "runs", *(p for p in self.cache.glob("*") if p.is_dir())]
+        folders = [workdir / "runs", self.cache, *(p for p in self.cache.glob("*") if p.is_dir())]
         removed = sum(leftovers.sweep(f) for f in folders)
         if removed:
             self.log(f"  removed {removed} temporary or corrupt folder(s) left by killed runs")
@@ -101,28 +111,31 @@ class Runner:
     def run(self, stage: Stage, parent: Artifact | None = None, label: str | None = None,
             **refs: Artifact) -> Artifact:
         label = label or stage.name
-        if self.remote and locks.is_timed(stage):  # a Ray cluster: on a node labelled for it
-            from pipeline import cluster
+        try:
+            if self.remote and locks.is_timed(stage):  # a Ray cluster: on a node labelled for it
+                from pipeline import cluster
 
-            return cluster.run_timed(self, stage, parent, label, refs)
-        key = self.key(stage, parent, refs)
-        final = self.cache / stage.name / key
-        with contextlib.ExitStack() as held:
-            try:
-                final.parent.mkdir(parents=True, exist_ok=True)
-                # one builder per key: the others wait, then reuse
-                held.enter_context(locks.key_lock(final, self.log))
-            except OSError as e:
-                if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-                    raise
-                raise StageError(f"workdir={self.cache.parent} is not writable (stage {label}: "
-                                 f"{describe_os_error(e)})") from None
-            return self._run(stage, parent, label, key, final, refs)
+                return cluster.run_timed(self, stage, parent, label, refs)
+            key = self.key(stage, parent, refs)
+            final = self.cache / stage.name / key
+            with contextlib.ExitStack() as held:
+                try:
+                    final.parent.mkdir(parents=True, exist_ok=True)
+                    # one builder per key: the others wait, then reuse
+                    held.enter_context(locks.key_lock(final, self.log))
+                except OSError as e:
+                    if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                        raise
+                    raise StageError(f"workdir={self.cache.parent} is not writable (stage "
+                                     f"{label}: {describe_os_error(e)})") from None
+                return self._run(stage, parent, label, key, final, refs)
+        except interrupt.Interrupted as e:  # its temp folder and lock are gone: say where
+            raise e.at(f"in stage {label}")
 
     def _run(self, stage, parent, label, key, final, refs) -> Artifact:
         if final.exists():
             try:
-                art = Artifact.read(final)
+                art = Artifact.read(final, self.secret)
                 self._note(label, stage.name, True, 0.0, art)
                 return art
             except StageError as e:
@@ -149,12 +162,12 @@ class Runner:
                            refs={k: v.digest for k, v in refs.items()}, config=plain(stage),
                            seconds=round(time.time() - t0, 3))
             art.path = tmp
-            art.write()
+            art.write(self.secret)
             try:
                 tmp.rename(final)
             except OSError:  # an identical concurrent run finished first: use its result
                 shutil.rmtree(tmp, ignore_errors=True)
-                return Artifact.read(final)
+                return Artifact.read(final, self.secret)
             art.path = final
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -93,3 +93,25 @@ def test_speed_is_judged_in_the_core_state_the_candidate_fared_worst_in(tmp_path
     v = judge(evals(tmp_path), b, GateConfig(), SEQ)
     check = next(c for c in v["checks"] if c["check"] == "speedup_ci_low")
     assert not check["passed"] and "510 ns" in check["detail"]
+
+
+def test_a_benchmark_with_impossible_numbers_fails_closed(tmp_path):
+    """A CI whose bounds are out of order (the forged "150.00-0.97"), a median outside its CI,
+    NaN, negative or out-of-order latencies: a corrupt entry, whatever the limits say."""
+    e = evals(tmp_path)
+    cases = {"bounds out of order": lambda at: at.update(speedup_vs_fastest_float={
+                 "median": 150.0, "ci95": [150.0, 0.97]}),
+             "outside its CI": lambda at: at.update(speedup_vs_fastest_float={
+                 "median": 150.0, "ci95": [1.0, 1.1]}),
+             "not two positive": lambda at: at["aa_check"].update(ci95=[float("nan"), 1.0]),
+             "is not a positive": lambda at: at["latency_ms"]["candidate"].update(p99=-5.0),
+             "out of order (p50": lambda at: at["latency_ms"]["candidate"].update(p50=9.0)}
+    for said, edit in cases.items():
+        b = bench(2.0)
+        edit(b.meta["batches"]["8"])
+        v = judge(e, b, GateConfig(min_speedup=100), SEQ, SloConfig(p99_ms=1000))
+        assert not v["passed"] and {"benchmark_sane", "speedup_ci_low"} <= failed(v), said
+        detail = next(c["detail"] for c in v["checks"] if c["check"] == "benchmark_sane")
+        assert detail.startswith("benchmark entry is corrupt: ") and said in detail, detail
+        assert "\n" not in detail
+    assert "benchmark_sane" not in {c["check"] for c in judge(e, bench(2.0), GateConfig(), SEQ)["checks"]}

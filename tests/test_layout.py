@@ -20,7 +20,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # Knows nothing of models, stages or options: errors, this machine, cache-key and lock
     # helpers, the artifact record, child processes.
     ("core", ("pipeline", "pipeline.errors", "pipeline.env", "pipeline.locks",
-              "pipeline.leftovers", "pipeline.artifact", "pipeline.isolate")),
+              "pipeline.leftovers", "pipeline.seal", "pipeline.artifact", "pipeline.interrupt",
+              "pipeline.isolate")),
     # The typed schema of every config group: plain dataclasses and enums that every
     # capability may read (the bill reads Precision), so it must not import any of them. The
     # data= and metric= groups' schemas live beside the code that reads them.

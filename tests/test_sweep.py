@@ -214,7 +214,7 @@ def test_a_killed_job_leaves_no_lock_behind(tmp_path):
     while not list(stage_dir.glob(".tmp-*/pid")):
         assert time.time() < deadline and job.poll() is None, "the stage never started"
         time.sleep(0.1)
-    os.killpg(job.pid, signal.SIGKILL)  # the job and the stage's child process, at once
+    os.killpg(job.pid, signal.SIGKILL)  # the job and its forkserver (the stage's child follows)
     job.wait()
     t0 = time.time()
     again = _slow(tmp_path, 0.1, "y")

@@ -24,7 +24,7 @@ def body(cfg, out, record: list) -> dict:
 
     mode = cfg.quant.mode.value
     t = task(task_key(cfg.model, cfg.data, cfg.metric, cfg.data_dir))
-    report = {"model": cfg.model.name, "quant": mode, "config": plain(cfg),
+    report = {"status": "complete", "model": cfg.model.name, "quant": mode, "config": plain(cfg),
               "environment": environment(cfg.hardware), "metrics": rep.metric_specs(t),
               "verdict": out.verdict,
               "rows": rep.rows(out, mode, cfg.gate.output_rtol), "aa_check": rep.aa_checks(out),

@@ -84,6 +84,8 @@ def metric_specs(t) -> list[dict]:
 
 
 def markdown(report: dict) -> str:
+    if report.get("status") == "interrupted":
+        return _interrupted_markdown(report)
     bs = list(next(r for r in report["rows"] if r["role"] == "candidate")["latency"])
     metrics = report.get("metrics") or []
     primary = next((m["name"] for m in metrics if m.get("primary")), None)
@@ -200,10 +202,7 @@ def markdown(report: dict) -> str:
                   f"{fused['parity_vs_export']['decoded_agreement']:.1%}.", "",
                   "| fusion | count |", "|---|---|"]
         lines += [f"| {op} | {n} |" for op, n in fused["fusions"].items()]
-    lines += ["", "## Stages", "", "| stage | status | seconds | digest |", "|---|---|---|---|"]
-    for s in report["stages"]:
-        lines.append(f"| {s['label']} | {'reused' if s['reused'] else 'built'} | "
-                     f"{s['seconds']:.1f} | `{s['digest'][:16]}` |")
+    lines += _stages(report["stages"])
     env = report["environment"]
     lines += ["", "## Environment", "", f"- CPU: {env['cpu']['model']} "
               f"({env['cpu']['logical_cores']} logical cores; {', '.join(env['cpu']['flags'])})",
@@ -222,6 +221,43 @@ def markdown(report: dict) -> str:
         lines += ["", f"**Publishing failed** (the gate passed; nothing was published): "
                       f"{publish['error']}"]
     return "\n".join(lines) + "\n"
+
+
+def _stages(record: list) -> list[str]:
+    lines = ["", "## Stages", "", "| stage | status | seconds | digest |", "|---|---|---|---|"]
+    for s in record:
+        lines.append(f"| {s['label']} | {'reused' if s['reused'] else 'built'} | "
+                     f"{s['seconds']:.1f} | `{s['digest'][:16]}` |")
+    return lines
+
+
+def _interrupted_markdown(report: dict) -> str:
+    lines = [f"# {report['model']} — quant={report['quant']}", "",
+             f"**Gate: {report['verdict']['summary']}**", "",
+             "The run was stopped by a signal; nothing was judged or published. "
+             + ("The stages below are cached: the same command resumes from there."
+                if report["stages"] else "No stage had finished.")]
+    if report["stages"]:
+        lines += _stages(report["stages"])
+    return "\n".join(lines) + "\n"
+
+
+def write_interrupted(cfg, record: list, e) -> str | None:
+    """The report of a run stopped by a signal (``pipeline.interrupt``), from what is known: the
+    config, the stages done and where it stopped; never judged, never published. Returns its
+    path, or None when the disk refuses it (the run still ends with its one line)."""
+    from pipeline.artifact import plain
+
+    e.at(f"after stage {record[-1]['label']}" if record else "before the first stage")
+    report = {"status": "interrupted", "model": cfg.model.name, "quant": cfg.quant.mode.value,
+              "config": plain(cfg), "stages": record,
+              "interrupted": {"signal": e.name, "where": e.where, "exit_code": e.exit_code},
+              "verdict": {"passed": False, "checks": [],
+                          "summary": f"not judged: interrupted {e.where} ({e.name})"}}
+    try:
+        return str(write(cfg.workdir, report))
+    except OSError:
+        return None
 
 
 def write(workdir: str, report: dict, figures: dict | None = None) -> Path:
