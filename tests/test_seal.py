@@ -137,9 +137,10 @@ def test_a_forged_benchmark_is_measured_again_and_never_published(tiny_run, tmp_
     from tests.faults import copy_of_tiny_run
 
     registry = tmp_path / "registry"
-    # slo.p99_ms enters no cache key: every stage is reused but the forged one
+    # slo.p99_ms and the gate enter no cache key: every stage is reused but the forged one (the
+    # tiny run judges no SLO, so that a busy machine cannot fail it: this run does)
     args = copy_of_tiny_run(tiny_run, tmp_path / "w", registry_root=str(registry),
-                            **{"slo.p99_ms": "0.001"})
+                            **{"slo.p99_ms": "0.001", "gate.check_slo_p99": "true"})
     # the tiny run's own benchmark (other tests add entries to its cache)
     first = json.loads(Path(tiny_run[1].stdout.split("report: ")[-1].split()[0])
                        .with_name("report.json").read_text())
