@@ -70,9 +70,12 @@ class UserTask:
         from pipeline.data.real_batches import bucket_axis
 
         named = self.data_cfg.bucket_axis
+        samples = []
+        if not named:
+            ds = self._select(data.evaluation[:BUCKET_PROBE])
+            samples = self._arrays(ds, list(range(len(ds))))
         try:
-            return bucket_axis(self.inputs, self._arrays(data.dataset, list(range(min(
-                BUCKET_PROBE, len(data.dataset))))) if not named else [], named)
+            return bucket_axis(self.inputs, samples, named)
         except ValueError as e:
             raise ConfigError(f"data.bucket_axis={named}: {e}") from None
 
