@@ -157,3 +157,14 @@ def test_a_model_with_two_dynamic_axes_buckets_by_the_one_that_varies(two_axes):
 def test_a_bucket_axis_that_is_not_dynamic_is_one_line(two_axes):
     with pytest.raises(ConfigError, match="data.bucket_axis=x:1: not a dynamic axis"):
         _task(two_axes, "data.bucket_axis=x:1")
+
+
+def test_an_onnx_axis_named_after_a_meaning_keeps_it():
+    from onnx import TensorProto, helper
+
+    from pipeline.models.onnx_file import _shape
+
+    vi = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 64, "image_width"])
+    assert _shape(vi) == (1, 1, 64, "width")
+    vi = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "seqlen", "height"])
+    assert _shape(vi) == ("batch", "dynamic", "height")
