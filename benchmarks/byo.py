@@ -67,9 +67,11 @@ def _task(args: list[str]):
     return cfg, task(task_key(cfg.model, cfg.data, cfg.metric, cfg.data_dir))
 
 
-def timed(models: dict, args: list[str]) -> dict:
+def timed(models: dict, args: list[str], quants: tuple[str, ...] = QUANTS) -> dict:
     """Every model at batch 1 and 8 in this one process on the pipeline's runtime settings,
-    interleaved round by round (a random rotation each round), after each one warmed up."""
+    interleaved round by round (a random rotation each round), after each one warmed up.
+    ``quants``: the roles that are the pipeline's artifacts (each also against the ORT default;
+    the first one has an A/A copy)."""
     import os
 
     import numpy as np
@@ -77,6 +79,7 @@ def timed(models: dict, args: list[str]) -> dict:
     from benchmarks.common import width_buckets
     from pipeline import runtimes
     from pipeline.measure import timing
+    from pipeline.models.contract import size_of
 
     cfg, t = _task(args)
     hw, bench = cfg.hardware.target(), cfg.bench
@@ -84,11 +87,11 @@ def timed(models: dict, args: list[str]) -> dict:
         os.sched_setaffinity(0, hw.affinity)
     ds = t.dataset(t.split("evaluation", cfg.data.evaluation_samples, cfg.data_dir))
     sessions = {role: runtimes.load(path, hw) for role, path in models.items()}
-    sessions[AA] = runtimes.load(models["int8"], hw)
+    sessions[AA] = runtimes.load(models[quants[0]], hw)
     fns = {role: s.run for role, s in sessions.items()}
-    mine = [r for r in models if r in QUANTS]
+    mine = [r for r in models if r in quants]
     pairs = ([("fp32", r) for r in models if r != "fp32"] + [(ORT_DEFAULT, r) for r in mine]
-             + [("int8", AA)])
+             + [(quants[0], AA)])
     buckets = width_buckets(t.sizes(ds), bench.size_buckets)
     rng = np.random.default_rng(0)
     out = {}
@@ -106,7 +109,7 @@ def timed(models: dict, args: list[str]) -> dict:
             "p50_ms": {r: float(np.median(v)) for r, v in single.items()},
             # > 1: the second model is faster than the first (median of per-round ratios)
             "speedup": {f"{y} vs {x}": timing.ratio_ci(times[x], times[y]) for x, y in pairs},
-            "widths": [int(inp["image"].shape[-1]) for inp in inputs], **info}
+            "widths": [size_of(t, inp) for inp in inputs], **info}
     return out
 
 

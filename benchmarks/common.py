@@ -71,12 +71,26 @@ def width_buckets(widths, n: int) -> list:
     return [b for b in np.array_split(order, n) if b.size]
 
 
-def cli(args: list[str]) -> tuple[int, float, dict]:
-    """Run ``python -m pipeline`` with ``args``: (exit code, seconds, the report it wrote)."""
+def cli(args: list[str], timeout: float | None = None) -> tuple[int, float, dict]:
+    """Run ``python -m pipeline`` with ``args``: (exit code, seconds, the report it wrote).
+    ``timeout``: seconds after which the run and its stage processes (one process group) are
+    stopped; it then reads exit code 124 and no report."""
+    import os
+    import signal
+
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        stdout, stderr = proc.communicate()
+        sys.stdout.write(stdout)
+        sys.stderr.write(stderr)
+        return 124, time.time() - t0, {}
     seconds = time.time() - t0
-    sys.stdout.write(proc.stdout)
-    sys.stderr.write(proc.stderr)
+    sys.stdout.write(stdout)
+    sys.stderr.write(stderr)
     latest = Path("artifacts") / "runs" / "latest" / "report.json"
     return proc.returncode, seconds, json.loads(latest.read_text()) if latest.exists() else {}

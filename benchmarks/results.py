@@ -50,11 +50,16 @@ def _cell(text: str) -> str:
 
 
 def _tables(name: str, section: dict) -> list[str]:
-    """A section's own side-by-side table, where it has one (``byo``), before its targets."""
+    """A section's own side-by-side table, where it has one (``byo``; ``zoo``: one row per
+    model), before its targets."""
     if name == "byo":
         from benchmarks.byo import table
 
         return table(section)
+    if name == "zoo":
+        from benchmarks.zoo import table as zoo_table
+
+        return zoo_table(section)
     return []
 
 

@@ -57,3 +57,22 @@ def test_the_byo_section_gets_its_side_by_side_table():
     assert "| pipeline quant=int8 (gate FAIL) | 90.00 | 2.00 | 2.00 | 2.00 | 1.50 [1.40, 1.60]" in page
     assert "| onnxruntime default quantize_static | 90.00 | 2.00 |" in page
     assert page.index("| model | sequence accuracy %") < page.index("| target | measured | met |")
+
+
+def test_the_zoo_section_gets_one_row_per_model_from_each_entry():
+    sp = {"median": 1.25, "ci95": [1.1, 1.4]}
+    row = {"model": "ddddocr common.onnx", "metric": "sequence accuracy %", "parity_percent": 99.5,
+           "verdict": {"int8": "FAIL: accuracy", "auto": "PASS | fp32"},
+           "accuracy": {"fp32": 88.0, "int8": 80.5, "auto": 88.0},
+           "speedup": {"int8 vs FP32 b8": sp}}
+    enc = {"model": "mpnet", "metric": "cosine", "parity_percent": None,
+           "verdict": {"int8": "PASS"}, "accuracy": {"fp32": 1.0}, "speedup": {}}
+    zoo = {"measured_at": "2026-12-01 13:00 UTC", "cpu": {"model": "Intel Xeon"},
+           "entries": {"ddddocr": {"summary": [row]}, "mpnet": {"summary": [enc]},
+                       "broken": {"error": "RuntimeError: x"}},
+           "targets": {"ddddocr: x": [1.0, True]}}
+    page = bench_results.render({"zoo": zoo})
+    assert ("| ddddocr common.onnx | sequence accuracy % | 99.50 | FAIL: accuracy | PASS \\| fp32 "
+            "| 88.00 | 80.50 | 88.00 | 1.25x [1.10, 1.40] |") in page
+    assert "| mpnet | cosine | — | PASS | — | 1.00 | — | — | — |" in page
+    assert page.index("| model | metric |") < page.index("| target | measured | met |")

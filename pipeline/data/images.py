@@ -2,9 +2,11 @@
 list of them becomes one batch.
 
 In: PIL images and an ``ImagePrep``. Out: arrays [C, H, W] (or [H, W, C]) per image and batches
-[N, ...] padded to the widest image (edge values, width rounded up to ``pad_width_multiple``), so
-text lines of different widths batch as a serving engine would batch them. Pillow does the
-resizing; the rest is numpy. Not handled: crops and augmentation (inference only).
+[N, ...] padded to the widest image (width rounded up to ``pad_width_multiple``; edge values or a
+constant, in pixel or normalized units), so text lines of different widths batch as a serving
+engine would batch them. Every step a model's own inference code may do differently is a knob
+(``ImagePrep``): when colour is converted, PIL's resampling filter, how the scaled width is
+rounded, a width cap. Pillow does the resizing; the rest is numpy. Not handled: crops and augmentation (inference only).
 """
 from __future__ import annotations
 
@@ -19,43 +21,87 @@ def to_array(image, prep: ImagePrep) -> np.ndarray:
     """One image, channel-first (``nchw``) or channel-last (``nhwc``), without padding."""
     from PIL import Image
 
-    img = image.convert("L" if prep.color == "grey" else "RGB")
+    mode = "L" if prep.color == "grey" else "RGB"
+    img = image.convert(mode) if prep.convert == "before_resize" else image
+    resample = getattr(Image.Resampling, prep.interpolation.upper())
     if prep.resize == Resize.fixed:
-        img = img.resize((prep.width, prep.height), Image.BILINEAR)
+        img = img.resize((prep.width, prep.height), resample)
     elif prep.resize == Resize.height:
-        w = max(1, round(img.width * prep.height / img.height))
-        img = img.resize((w, prep.height), Image.BILINEAR)
+        exact = img.width * prep.height / img.height
+        w = max(1, int(exact) if prep.width_rounding == "floor" else round(exact))
+        img = img.resize((w, prep.height), resample)
+    if prep.max_width and img.width > prep.max_width:
+        img = (img.resize((prep.max_width, img.height), resample) if prep.over_width == "squeeze"
+               else img.crop((0, 0, prep.max_width, img.height)))
+    img = img.convert(mode)  # after_resize: now; before_resize: already this mode, a no-op
     a = np.asarray(img, dtype=np.float32) * np.float32(prep.scale)
     a = a[:, :, None] if a.ndim == 2 else a                    # H, W, C
     if prep.channel_order == "bgr" and a.shape[2] == 3:
         a = a[:, :, ::-1]
+    return _layout(_normalize(a, prep), prep)
+
+
+def _normalize(a: np.ndarray, prep: ImagePrep) -> np.ndarray:
+    """Scaled H, W, C values minus ``mean``, over ``std`` (each when given)."""
     if prep.mean:
         a = a - np.asarray(prep.mean, dtype=np.float32)
     if prep.std:
         a = a / np.asarray(prep.std, dtype=np.float32)
+    return a
+
+
+def _layout(a: np.ndarray, prep: ImagePrep) -> np.ndarray:
     a = np.ascontiguousarray(a)
     return a if prep.layout == "nhwc" else np.ascontiguousarray(a.transpose(2, 0, 1))
 
 
-def collate(arrays: list[np.ndarray], prep: ImagePrep) -> np.ndarray:
-    """Stack images into one batch, padding the width (edge values) to the widest image rounded up
-    to ``pad_width_multiple``. Heights must agree: resize them, or the error names the sizes."""
+def pad_values(prep: ImagePrep) -> np.ndarray:
+    """``pad=constant``: the value of each channel as the model sees it. A pixel value goes
+    through the image's own scale, mean and std (padding before normalization equals padding
+    after it with the normalized value); a normalized one is taken as it is."""
+    v = np.full((1, 1, prep.channels), prep.pad_value, dtype=np.float32)
+    if prep.pad_units == "pixel":
+        v = _normalize(v * np.float32(prep.scale), prep)
+    return v.reshape(-1)
+
+
+def pad(array: np.ndarray, shape: tuple[int, ...], prep: ImagePrep) -> np.ndarray:
+    """One image ([C, H, W] or [H, W, C]) padded at the end of each axis up to ``shape``: edge
+    values, or each channel's constant (``pad_values``)."""
+    widths = [(0, t - s) for s, t in zip(array.shape, shape)]
+    if prep.pad == "edge" or not any(w for _, w in widths):
+        return np.pad(array, widths, mode="edge")
+    c_axis = 0 if prep.layout == "nchw" else 2
+    out = np.empty(shape, dtype=array.dtype)
+    values = pad_values(prep)
+    for c in range(shape[c_axis]):
+        idx = [slice(None)] * 3
+        idx[c_axis] = c
+        out[tuple(idx)] = values[c if values.size > 1 else 0]
+    out[tuple(slice(0, s) for s in array.shape)] = array
+    return out
+
+
+def padded_shape(arrays: list[np.ndarray], prep: ImagePrep) -> tuple[int, ...]:
+    """The shape a batch of these images is padded to: the largest of each axis, the width
+    rounded up to ``pad_width_multiple``."""
     w_axis = 2 if prep.layout == "nchw" else 1
-    h_axis = 1 if prep.layout == "nchw" else 0
-    heights = {a.shape[h_axis] for a in arrays}
+    target = [max(a.shape[d] for a in arrays) for d in range(arrays[0].ndim)]
+    target[w_axis] = math.ceil(target[w_axis] / prep.pad_width_multiple) * prep.pad_width_multiple
+    return tuple(target)
+
+
+def collate(arrays: list[np.ndarray], prep: ImagePrep) -> np.ndarray:
+    """Stack images into one batch, each padded (``data.image.pad``) to ``padded_shape``.
+    Heights must agree: resize them, or the error names the sizes."""
+    heights = {a.shape[1 if prep.layout == "nchw" else 0] for a in arrays}
     if len(heights) > 1:
         raise ValueError(f"images of different heights {sorted(heights)} cannot share a batch; "
                          "set data.image.resize=height or fixed")
-    widest = max(a.shape[w_axis] for a in arrays)
-    target = math.ceil(widest / prep.pad_width_multiple) * prep.pad_width_multiple
-    padded = []
-    for a in arrays:
-        pad = [(0, 0)] * a.ndim
-        pad[w_axis] = (0, target - a.shape[w_axis])
-        padded.append(np.pad(a, pad, mode="edge"))
-    return np.stack(padded).astype(np.float32, copy=False)
+    shape = padded_shape(arrays, prep)
+    return np.stack([pad(a, shape, prep) for a in arrays]).astype(np.float32, copy=False)
 
 
 def width(array: np.ndarray, prep: ImagePrep) -> int:
-    """The dynamic axis a batch is bucketed by: the image's width after preprocessing."""
+    """The image's width after preprocessing."""
     return int(array.shape[2 if prep.layout == "nchw" else 1])

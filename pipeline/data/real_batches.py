@@ -6,11 +6,39 @@ In: a task (``pipeline.models.contract.Task``) and a data split read through it.
 bucketed by the real sizes of the task's dynamic axis (``size_axis``: a text line's width, a
 sequence's length), so timings describe the input distribution rather than one shape; or the
 first batches in order; or single requests for a serving batcher. Timing on zeros or on one
-shape would hide a runtime that falls back to a slow kernel for some sizes.
+shape would hide a runtime that falls back to a slow kernel for some sizes. ``bucket_axis`` picks
+that axis for a user's model, in this one place: the dynamic axis whose sizes vary in the data
+(a 3 x 48 x width input varies in its width, never in its height), or the one the user names.
 """
 from __future__ import annotations
 
 import numpy as np
+
+
+def bucket_axis(inputs, samples: list[dict], named: str = "") -> tuple[str, int]:
+    """(input, axis) to bucket batches by. ``inputs``: the task's ``InputSpec``s; ``samples``:
+    per sample, each input's array without the batch axis. ``named`` (``data.bucket_axis``): an
+    axis index of the first input (``3``), of a named one (``image:3``) or an axis meaning
+    (``width``). Unnamed: of the non-batch dynamic axes, the one with the most distinct sizes
+    over ``samples`` (the first declared on a tie, or when none varies); none at all: the batch
+    axis (fixed-size inputs have one shape). ValueError when ``named`` is no dynamic axis."""
+    dyn = [(i.name, a) for i in inputs for a, m in i.dynamic.items() if m != "batch"]
+    if named:
+        name, _, axis = named.rpartition(":")
+        spec = next((i for i in inputs if i.name == (name or inputs[0].name)), None)
+        if spec is not None and axis.isdigit() and int(axis) in spec.dynamic \
+                and spec.dynamic[int(axis)] != "batch":
+            return spec.name, int(axis)
+        by_meaning = [(i.name, a) for i in inputs for a, m in i.dynamic.items() if m == named]
+        if not name and len(by_meaning) == 1:
+            return by_meaning[0]
+        choices = ", ".join(f"{n}:{a} ({next(i for i in inputs if i.name == n).dynamic[a]})"
+                            for n, a in dyn) or "none (every axis but the batch is fixed)"
+        raise ValueError(f"not a dynamic axis of the model's inputs; they are: {choices}")
+    if not dyn:
+        return inputs[0].name, 0
+    distinct = [len({s[n].shape[a - 1] for s in samples if n in s}) for n, a in dyn]
+    return dyn[distinct.index(max(distinct))]
 
 
 def size_buckets(sizes: np.ndarray, n: int) -> list[np.ndarray]:

@@ -30,14 +30,34 @@ class Resize(str, enum.Enum):
     height = "height"  # height fixed, width scaled to keep the aspect ratio (text lines)
 
 
+# PIL's resampling filters by name: the one the model's own inference code resizes with
+INTERPOLATIONS = ("nearest", "box", "bilinear", "hamming", "bicubic", "lanczos")
+
+
 @dataclass
 class ImagePrep:
-    """Image -> float32 array, in this order: colour, resize, scale, normalize, pad, layout."""
+    """Image -> float32 array, in this order: colour, resize, width cap, scale, normalize, pad,
+    layout (colour after the resize with ``convert=after_resize``)."""
     color: str = "rgb"             # rgb or grey: grey gives one channel
+    convert: str = "before_resize" # before_resize or after_resize: when the image becomes grey or
+                                   # rgb (code that resizes the colour image, then greys it)
     resize: Resize = Resize.none
     height: int = 0                # for fixed and height
     width: int = 0                 # for fixed
-    pad_width_multiple: int = 1    # pad the width (edge values) up to a multiple: kernels like 8, 16
+    interpolation: str = "bilinear"  # PIL's resampling filter: nearest, box, bilinear, hamming,
+                                   # bicubic, lanczos (what the training code resized with)
+    width_rounding: str = "round"  # resize=height: the scaled width rounded (round) or truncated
+                                   # (floor, as int(w * h / H) does)
+    max_width: int = 0             # a width cap after the resize; 0: none
+    over_width: str = "squeeze"    # past max_width: squeeze (resize the width to the cap) or crop
+                                   # (keep the left max_width columns)
+    pad_width_multiple: int = 1    # pad the width up to a multiple: kernels like 8, 16
+    pad: str = "edge"              # how batches pad narrower images: edge (repeat the last column)
+                                   # or constant (pad_value)
+    pad_value: float = 0.0         # pad=constant: the value, in pad_units
+    pad_units: str = "pixel"       # pixel: a 0..255 value normalized like the image (padding
+                                   # before normalization); normalized: the value the model sees
+                                   # (padding after normalization, e.g. zeros)
     scale: float = 1.0 / 255.0     # pixel values (0..255) are multiplied by it first
     mean: list[float] = field(default_factory=list)  # per channel, after scale; empty: none
     std: list[float] = field(default_factory=list)   # per channel, after scale; empty: none
@@ -49,6 +69,16 @@ class ImagePrep:
         _choice("data.image.color", self.color, ("rgb", "grey"))
         _choice("data.image.channel_order", self.channel_order, ("rgb", "bgr"))
         _choice("data.image.layout", self.layout, ("nchw", "nhwc"))
+        _choice("data.image.convert", self.convert, ("before_resize", "after_resize"))
+        _choice("data.image.interpolation", self.interpolation, INTERPOLATIONS)
+        _choice("data.image.width_rounding", self.width_rounding, ("round", "floor"))
+        _choice("data.image.over_width", self.over_width, ("squeeze", "crop"))
+        _choice("data.image.pad", self.pad, ("edge", "constant"))
+        _choice("data.image.pad_units", self.pad_units, ("pixel", "normalized"))
+        if self.max_width < 0:
+            raise ConfigError(f"data.image.max_width={self.max_width}: must be >= 0 (0: no cap)")
+        if not math.isfinite(self.pad_value):
+            raise ConfigError(f"data.image.pad_value={self.pad_value}: must be a finite number")
         if self.resize in (Resize.fixed, Resize.height) and self.height < 1:
             raise ConfigError(f"data.image.height={self.height}: resize={self.resize.value} needs a "
                               "height of at least 1")
@@ -91,6 +121,9 @@ class DataConfig:
     calibration_samples: int = 128
     evaluation_samples: int = 512
     seed: int = 0                  # the shuffle that draws the two disjoint splits
+    bucket_axis: str = ""          # the dynamic axis timing and calibration bucket batches by:
+                                   # "" (the one whose sizes vary in the data), an axis of the
+                                   # first input (3), of a named one (image:3) or a meaning (width)
     image: ImagePrep = field(default_factory=ImagePrep)
 
     def __post_init__(self):

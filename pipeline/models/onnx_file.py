@@ -2,10 +2,11 @@
 
 In: a ``Source`` of kind ``onnx`` (the file, its sha256, the data and metric configs). Out: a
 ``Task`` whose inputs, outputs and dynamic axes are read from the graph (a named dynamic axis keeps
-its name when it is one of the known meanings, any other dynamic axis but the first is
-``dynamic``), and which has no network to load, export or prune. The checks that end a run before any stage, one line
-each: a file that is not ONNX, external data outside the model's folder, a metric that does not
-fit the outputs, labels the metric needs and the data lacks.
+its name when it is one of the known meanings or has one as a word, ``image_width`` a width; any
+other dynamic axis but the first is ``dynamic``), and which has no network to load, export or
+prune. The checks that end a run before any stage, one line each: a file that is not ONNX,
+external data outside the model's folder, a metric that does not fit the outputs, labels the
+metric needs and the data lacks.
 """
 from __future__ import annotations
 
@@ -75,8 +76,11 @@ def _shape(value_info) -> tuple:
         elif k == 0:
             dims.append("batch")
         else:
-            name = d.dim_param.lower() if d.HasField("dim_param") else ""
-            dims.append(name if name in AXIS_MEANINGS and name != "batch" else "dynamic")
+            # a meaning, or one as a word of the name ("image_width" is a width)
+            words = d.dim_param.lower().replace("-", "_").split("_") if d.HasField("dim_param") \
+                else []
+            known = [w for w in words if w in AXIS_MEANINGS and w != "batch"]
+            dims.append(known[-1] if known else "dynamic")
     return tuple(dims)
 
 

@@ -30,6 +30,9 @@ from pipeline.metrics.spec import MetricSpec
 from pipeline.models.contract import Batch, DataSplit, MetricsSpec
 
 
+BUCKET_PROBE = 64  # samples whose sizes show which dynamic axis varies
+
+
 class UserTask:
     """Subclasses set ``inputs`` and ``outputs``."""
 
@@ -39,6 +42,7 @@ class UserTask:
 
     dynamic_op_types: tuple[str, ...] = ("LSTM", "GRU")  # no static INT8 kernels for these
     prune_ignored: tuple[str, ...] = ()
+    _image_input: str | None = None  # the input read from images (data.image pads it), if any
 
     def __init__(self, key):
         from pipeline.models.sources import config_of
@@ -53,11 +57,9 @@ class UserTask:
         """Check data against the model and the metric against the outputs: one line each."""
         if not self.inputs:
             raise ConfigError(f"{self.what}: the model declares no inputs")
-        dyn = [(i.name, a) for i in self.inputs for a, m in i.dynamic.items() if m != "batch"]
-        # fixed-size inputs: the batch is the only axis that varies (timing then has one shape)
-        self.size_axis = dyn[0] if dyn else (self.inputs[0].name, 0)
         data = self.data()
         self._check_columns(data)
+        self.size_axis = self._bucket_axis(data)
         self.metrics = self._primary(self._metrics(data))
 
     def _check_columns(self, data) -> None:
@@ -86,6 +88,21 @@ class UserTask:
                                   f"all read column {column!r}: name a column after each input "
                                   f"(columns: {', '.join(columns)})")
         return chosen
+
+    def _bucket_axis(self, data) -> tuple[str, int]:
+        """The dynamic axis timing buckets by (``real_batches.bucket_axis``): the one the user
+        names (``data.bucket_axis``), else the one whose sizes vary over the first samples."""
+        from pipeline.data.real_batches import bucket_axis
+
+        named = self.data_cfg.bucket_axis
+        samples = []
+        if not named:
+            ds = self._select(data.evaluation[:BUCKET_PROBE])
+            samples = self._arrays(ds, list(range(len(ds))))
+        try:
+            return bucket_axis(self.inputs, samples, named)
+        except ValueError as e:
+            raise ConfigError(f"data.bucket_axis={named}: {e}") from None
 
     @property
     def label_free(self) -> bool:
@@ -224,8 +241,10 @@ class UserTask:
             sample = {}
             for i in self.inputs:
                 value = r[columns[i.name]]
-                a = (to_array(value, self.data_cfg.image) if hasattr(value, "convert")
-                     else np.asarray(value))
+                image = hasattr(value, "convert")
+                if image:  # data.image pads this input when lines are batched
+                    self._image_input = i.name
+                a = to_array(value, self.data_cfg.image) if image else np.asarray(value)
                 sample[i.name] = a.astype(i.dtype, copy=False)
             out.append(sample)
         return out
@@ -257,9 +276,16 @@ class UserTask:
         return np.asarray([s[name].shape[axis - 1] for s in self._arrays(ds, list(range(len(ds))))])
 
     def _collate(self, samples: list[dict]) -> dict:
+        from pipeline.data import images
+
         feeds = {}
         for i in self.inputs:
             arrays = [s[i.name] for s in samples]
+            if i.name == self._image_input:  # data.image's padding and multiple
+                prep = self.data_cfg.image
+                shape = images.padded_shape(arrays, prep)
+                feeds[i.name] = np.stack([images.pad(a, shape, prep) for a in arrays])
+                continue
             target = [max(a.shape[d] for a in arrays) for d in range(arrays[0].ndim)]
             multiple = self.data_cfg.image.pad_width_multiple
             if i.name == self.size_axis[0] and self.size_axis[1] > 0 and multiple > 1:

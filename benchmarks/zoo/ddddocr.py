@@ -1,0 +1,335 @@
+"""zoo entry ``ddddocr``: the text recognizers of ``ddddocr==1.6.1``, made by others, run through
+the documented command line (``model=onnx metric=ctc``, docs/byo.md) as a user would.
+
+In: the package, fetched at bench time (``benchmarks.zoo.fetch``): ``common_old.onnx`` (what
+``DdddOcr()`` loads; its convolutions and LSTM already dynamically quantized by its authors) and
+``common.onnx`` (``DdddOcr(beta=True)``, float), each with its character set (index 0 is the CTC
+blank), and its own inference code. Data: text lines rendered here with the machine's fonts
+(``/usr/share/fonts``; Debian's ``fonts-dejavu-core`` is enough) from digits and lower-case
+letters, all in both character sets, written as docs/byo.md describes (a folder of PNGs and
+``labels.jsonl``).
+
+Out, per model: FP32 parity (the share of evaluation lines on which the pipeline's FP32 model,
+fed by the declarative preprocessing of ``DATA_ARGS``, decodes the same string as
+``DdddOcr(...).classification(image)`` does one image at a time), in the evaluation's padded
+batches and one line at a time: both recognizers end in a bidirectional LSTM that reads the
+padding frames too, and ``common_old``'s in-graph dynamic quantization takes one scale over the
+whole batch, so a line's reading can change with its batch-mates (the runs therefore evaluate
+at ``model.eval_batch_size=1``, as the model is used); the gate verdict with
+default settings, sequence accuracy and CER of FP32 / FP16 / candidate for ``quant=int8`` and
+``quant=auto``; onnxruntime's default ``quantize_static`` of the same FP32 model on the same
+calibration lines; speedups with CIs at batch 1 and 8, timed side by side in one process
+(``benchmarks.byo.timed``).
+
+What the files need before the pipeline takes them, recorded as ``user_edits``: both declare a
+batch of exactly 1 and an output ``[1, seqlen]`` although the graph returns ``[time, batch,
+classes]`` (onnxruntime warns on every call), so the command line refuses them (``metric=ctc needs
+an output [batch, time, classes]``). The copy handed over has the batch axis dynamic and the
+output declared as the graph computes it; nothing else changes, and ``parity`` is measured against
+the package's own code on the package's own file. The reference code imports OpenCV, which its
+text recognizer never calls (Pillow resizes, numpy does the rest): it runs in a child process
+with a stand-in module that fails on any use, so OpenCV need not be installed.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+REQUIREMENT = "ddddocr==1.6.1"
+# model -> (DdddOcr keyword, the CharsetManager method that holds its character set)
+MODELS = {"common_old": ({"old": True}, "_get_old_charset"),
+          "common": ({"beta": True}, "_get_beta_charset")}
+CALIBRATION, EVALUATION = 64, 200
+QUICK = (32, 64)
+QUANTS = ("int8", "auto")
+CHARS = "0123456789abcdefghijklmnopqrstuvwxyz"
+# What ddddocr's own code does to an image (core/ocr_engine.py): height 64, the width scaled and
+# truncated (int()), both with Pillow's LANCZOS, the colour image then converted to grey, /255.
+DATA_ARGS = ["data=labels_file", "data.image.resize=height", "data.image.height=64",
+             "data.image.color=grey", "data.image.convert=after_resize",
+             "data.image.interpolation=lanczos", "data.image.width_rounding=floor"]
+ROOT = Path("artifacts") / "bench-zoo" / "ddddocr"
+AUTO_TIMEOUT_S = 1800  # quant=auto on a graph this size may search long; past it, recorded as such
+
+
+def write_lines(folder: Path, count: int, seed: int = 0) -> Path:
+    """``count`` text lines (4-8 characters of ``CHARS``) in the machine's TrueType fonts, black
+    on white at sizes 24-40 px with random margins; returns ``labels.jsonl``."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    fonts = sorted(Path("/usr/share/fonts").rglob("*.ttf"))
+    if not fonts:
+        raise RuntimeError("no TrueType fonts under /usr/share/fonts: apt-get install -y "
+                           "fonts-dejavu-core")
+    labels = folder / "labels.jsonl"
+    stamp = folder / ".complete"
+    if stamp.exists() and stamp.read_text() == f"{count} {seed}\n":
+        return labels
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    rows = []
+    for k in range(count):
+        text = "".join(rng.choice(CHARS) for _ in range(rng.randint(4, 8)))
+        font = ImageFont.truetype(str(rng.choice(fonts)), rng.randint(24, 40))
+        left, top, right, bottom = font.getbbox(text)
+        m = rng.randint(4, 12)
+        img = Image.new("RGB", (right - left + 2 * m, bottom - top + 2 * m), (255, 255, 255))
+        ImageDraw.Draw(img).text((m - left, m - top), text, font=font, fill=(0, 0, 0))
+        img.save(folder / f"{k}.png")
+        rows.append({"file": f"{k}.png", "label": text})
+    labels.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    stamp.write_text(f"{count} {seed}\n")
+    return labels
+
+
+def reference(package: Path, model: str, folder: Path, labels: Path) -> dict:
+    """In a child process: the package's own ``DdddOcr(...).classification`` on every line, in
+    the labels file's order, and the model's character set (blank first)."""
+    import sys
+    import types
+
+    class NoOpenCV(types.ModuleType):
+        def __getattr__(self, name):
+            raise RuntimeError(f"cv2.{name}: the reference's text recognizer used OpenCV")
+
+    sys.modules.setdefault("cv2", NoOpenCV("cv2"))
+    sys.path.insert(0, str(package))
+    import ddddocr
+    from PIL import Image
+
+    kwargs, charset_method = MODELS[model]
+    ocr = ddddocr.DdddOcr(**kwargs)
+    engine = ocr.ocr_engine
+    expected = package / "ddddocr" / f"{model}.onnx"
+    loaded = Path(engine.session._model_path) if hasattr(engine.session, "_model_path") else None
+    rows = [json.loads(line) for line in labels.read_text().splitlines() if line.strip()]
+    t0 = time.time()
+    texts = [ocr.classification(Image.open(folder / r["file"])) for r in rows]
+    return {"texts": texts, "seconds": round(time.time() - t0, 1),
+            "charset": getattr(engine.charset_manager, charset_method)(),
+            "engine_charset_matches": engine.charset_manager.get_charset()
+            == getattr(engine.charset_manager, charset_method)(),
+            "model_file": str(loaded or expected)}
+
+
+def write_charset(charset: list[str], path: Path) -> dict:
+    """The character set as docs/byo.md takes it: one character per line, class i+1 the i-th
+    line (class 0 is the blank, ``charset[0] == ''``). An entry of several characters (the beta
+    set holds ``''``) cannot be one line's character: it gets a stand-in character the set does
+    not hold, and the stand-ins are returned (no generated label contains them)."""
+    if charset[0] != "":
+        raise RuntimeError(f"ddddocr's character set does not start with the blank: {charset[:3]}")
+    taken = set(charset)
+    spare = (chr(c) for c in range(0xE000, 0xF8FF) if chr(c) not in taken)  # private use area
+    lines, standins = [], {}
+    for c in charset[1:]:
+        if len(c) != 1:
+            standins[c] = next(spare)
+            c = standins[c]
+        lines.append(c)
+    path.write_text("".join(c + "\n" for c in lines), encoding="utf-8")
+    return standins
+
+
+def user_copy(given: Path, out: Path, classes: int) -> list[str]:
+    """The edits the command line needs today (see the module's docstring); returns them."""
+    import onnx
+
+    model = onnx.load(str(given))
+    edits = []
+    batch = model.graph.input[0].type.tensor_type.shape.dim[0]
+    if batch.HasField("dim_value") and batch.dim_value == 1:
+        batch.dim_param = "batch"  # replaces the fixed value (one of the two fields)
+        edits.append(f"input {model.graph.input[0].name}: batch axis 1 -> dynamic")
+    o = model.graph.output[0]
+    declared = [d.dim_value or d.dim_param for d in o.type.tensor_type.shape.dim]
+    if len(declared) != 3:
+        o.type.CopyFrom(onnx.helper.make_tensor_type_proto(onnx.TensorProto.FLOAT,
+                                                          ["time", "batch", classes]))
+        edits.append(f"output {o.name}: declared {declared} -> [time, batch, {classes}] as the "
+                     "graph computes it")
+    onnx.save(model, str(out))
+    return edits
+
+
+def pipeline_predictions(model: Path, args: list[str]) -> dict:
+    """The pipeline's evaluate stage on ``model``: its decoded strings and the data-set rows they
+    belong to (the evaluation split, in order)."""
+    import tempfile
+    from types import SimpleNamespace
+
+    from benchmarks.byo import _task
+    from pipeline.stages.evaluate import Evaluate
+
+    cfg, t = _task(args)
+    split = t.split("evaluation", cfg.data.evaluation_samples, cfg.data_dir)
+    with tempfile.TemporaryDirectory() as out:
+        res = Evaluate(data=split, batch_size=cfg.model.eval_batch_size,
+                       hardware=cfg.hardware.target()).run(SimpleNamespace(model=model), Path(out))
+        preds = json.loads((Path(out) / "predictions.json").read_text())
+    return {"predictions": preds, "rows": t.data().evaluation[:split.count],
+            "metrics": res["metrics"]}
+
+
+def parity(mine: dict, ref: list[str], standins: dict) -> dict:
+    back = {v: k for k, v in standins.items()}
+    same = [("".join(back.get(c, c) for c in p) == ref[r]) for p, r in
+            zip(mine["predictions"], mine["rows"])]
+    differ = [{"row": r, "pipeline": p, "reference": ref[r]}
+              for p, r, s in zip(mine["predictions"], mine["rows"], same) if not s]
+    return {"agree_percent": 100.0 * sum(same) / len(same), "lines": len(same),
+            "differ": differ[:10]}
+
+
+def measure_model(cli, package: Path, name: str, folder: Path, labels: Path,
+                  calibration: int, evaluation: int) -> dict:
+    from benchmarks import byo
+    from pipeline import isolate
+
+    root = ROOT / name
+    root.mkdir(parents=True, exist_ok=True)
+    ref = isolate.call(f"zoo ddddocr {name}: the package's own inference", reference,
+                       package, name, folder, labels)
+    charset = root / "charset.txt"
+    classes = len(ref["charset"])  # the blank included
+    standins = write_charset(ref.pop("charset"), charset)
+    given = package / "ddddocr" / f"{name}.onnx"
+    handed = root / f"{name}.onnx"
+    edits = user_copy(given, handed, classes)
+    common = ["model=onnx", f"model.path={handed}", *DATA_ARGS, f"data.path={folder}",
+              f"data.labels={labels}", f"data.calibration_samples={calibration}",
+              f"data.evaluation_samples={evaluation}", "metric=ctc",
+              f"metric.charset={charset}", "metric.time_major=true", "registry=null",
+              # accuracy as the model is used (one line per call): padding changes its reading
+              "model.eval_batch_size=1",
+              f"bench.nonce=zoo-{time.strftime('%Y%m%dT%H%M%S')}"]
+    out: dict = {"file": str(given), "user_edits": edits, "charset_standins": standins,
+                 "reference": {k: v for k, v in ref.items() if k != "texts"}, "runs": {}}
+    # FP32 parity: the file as handed over (what the import stage takes in, checked against it),
+    # read through the pipeline's preprocessing, batching and decoding, one line at a time (as
+    # the runs evaluate, and as the reference reads) and in padded batches of 64.
+    out["parity"] = {}
+    for label, extra in (("batch 1", []), ("batches of 64 (the default)",
+                                           ["model.eval_batch_size=64"])):
+        mine = isolate.call(f"zoo ddddocr {name}: the pipeline's FP32 predictions ({label})",
+                            pipeline_predictions, handed, [*common, *extra])
+        out["parity"][label] = parity(mine, ref["texts"], standins)
+    lines = labels.read_text().splitlines()
+    out["reference"]["accuracy_on_evaluation"] = 100.0 * sum(
+        ref["texts"][r] == str(json.loads(lines[r])["label"]) for r in mine["rows"]) / len(
+        mine["rows"])
+    for q in QUANTS:
+        args = [*common, f"quant={q}"]
+        try:
+            if q == "auto":
+                code, seconds, rep = cli(args, timeout=AUTO_TIMEOUT_S)
+                if code == 124:
+                    out["runs"][q] = {"command": "python -m pipeline " + " ".join(args),
+                                      "timed_out_after_s": AUTO_TIMEOUT_S, "exit_code": code}
+                    continue
+                out["runs"][q] = byo._run(lambda a: (code, seconds, rep), args)
+            else:
+                out["runs"][q] = byo._run(cli, args)
+        except RuntimeError as e:
+            out["runs"][q] = {"error": str(e)}
+    done = [q for q in QUANTS if "lineage" in out["runs"][q]]
+    if not done:
+        return out
+    args = [*common, f"quant={done[0]}"]
+    fp32 = Path(out["runs"][done[0]]["lineage"]["fp32"]) / "model.onnx"
+    default = root / "ort_default.onnx"
+    out["ort_default"] = {
+        "built": isolate.call(f"zoo ddddocr {name}: onnxruntime default quantize_static",
+                              byo.default_quantize, fp32, default, args),
+        "accuracy": isolate.call(f"zoo ddddocr {name}: evaluate the default INT8", byo.evaluate,
+                                 default, args)}
+    models = {"fp32": fp32, byo.ORT_DEFAULT: default,
+              **{q: Path(out["runs"][q]["lineage"]["candidate"]) / "model.onnx" for q in done}}
+    out["timing"] = isolate.call(f"zoo ddddocr {name}: timing side by side", byo.timed, models,
+                                 args, tuple(done))
+    return out
+
+
+def measure(cli, quick: bool = False) -> dict:
+    from benchmarks.zoo.fetch import fetch
+
+    package = fetch(REQUIREMENT)
+    calibration, evaluation = QUICK if quick else (CALIBRATION, EVALUATION)
+    folder = ROOT / "lines"
+    labels = write_lines(folder, calibration + evaluation)
+    out: dict = {"requirement": REQUIREMENT, "lines": calibration + evaluation,
+                 "data_args": DATA_ARGS, "models": {}}
+    for name in MODELS:
+        try:
+            out["models"][name] = measure_model(cli, package, name, folder, labels, calibration,
+                                                evaluation)
+        except Exception as e:  # noqa: BLE001 - recorded; the other model still runs
+            import traceback
+
+            out["models"][name] = {"error": f"{type(e).__name__}: {e}",
+                                   "trace": traceback.format_exc()}
+    out["summary"] = [summary(name, m) for name, m in out["models"].items() if "error" not in m]
+    out["targets"] = targets(out)
+    return out
+
+
+def summary(name: str, m: dict) -> dict:
+    """The results page's row of one model (``benchmarks.zoo`` describes the keys)."""
+    from benchmarks.byo import ORT_DEFAULT
+
+    runs = {q: r for q, r in m["runs"].items() if "verdict" in r}
+    first = next(iter(runs.values()), None)
+    acc = {"fp32": first["accuracy"]["fp32"]["sequence_accuracy"] if first else None,
+           **{q: r["accuracy"]["candidate"]["sequence_accuracy"] for q, r in runs.items()}}
+    if "ort_default" in m:
+        acc["onnxruntime quantize_static"] = m["ort_default"]["accuracy"]["sequence_accuracy"]
+    verdict = {q: (r["verdict"] if "verdict" in r else r.get("error") or
+                   f"not finished in {r.get('timed_out_after_s')} s")
+               for q, r in m["runs"].items()}
+    speedup = {}
+    for b, tb in (m.get("timing") or {}).items():
+        for q in runs:
+            for other in ("fp32", ORT_DEFAULT):
+                key = f"{q} vs {other}"
+                if key in tb["speedup"]:
+                    speedup[f"{q} vs {'FP32' if other == 'fp32' else 'quantize_static'} b{b}"] = \
+                        tb["speedup"][key]
+    return {"model": f"ddddocr {name}.onnx", "metric": "sequence accuracy %",
+            "parity_percent": max((p["agree_percent"] for p in m.get("parity", {}).values()),
+                                  default=None),
+            "verdict": verdict, "accuracy": acc, "speedup": speedup}
+
+
+def targets(out: dict) -> dict:
+    t: dict = {}
+    for name, m in out["models"].items():
+        if "error" in m:
+            t[f"{name}: measured"] = [m["error"], False]
+            continue
+        for label, par in m.get("parity", {}).items():
+            p = par["agree_percent"]
+            t[f"{name}: FP32 parity with DdddOcr().classification, {label} (% of lines)"] = [
+                p, p >= 99.0]
+        for q, run in m["runs"].items():
+            if "verdict" not in run:
+                t[f"{name} quant={q}: ran"] = [run.get("error") or
+                                               f"timed out after {run.get('timed_out_after_s')} s",
+                                               False]
+                continue
+            acc = run["accuracy"]
+            t[f"{name} quant={q}: gate verdict, default settings (passed: exit code 0)"] = [
+                run["verdict"], run["exit_code"] == 0]
+            t[f"{name} quant={q}: sequence accuracy / CER of fp32, fp16, candidate"] = [
+                [[acc[r]["sequence_accuracy"], acc[r]["cer"]] for r in ("fp32", "fp16",
+                                                                         "candidate")], None]
+        for b, tb in (m.get("timing") or {}).items():
+            for key, sp in tb["speedup"].items():
+                if key.endswith("vs fp32") or " vs ort_default" in key:
+                    t[f"{name} batch {b}: {key} (speedup, CI)"] = [sp, None]
+        if "ort_default" in m:
+            a = m["ort_default"]["accuracy"]
+            t[f"{name}: onnxruntime default quantize_static sequence accuracy / CER"] = [
+                [a["sequence_accuracy"], a["cer"]], None]
+    return t

@@ -1,0 +1,170 @@
+"""The preprocessing knobs a model's own inference code may need (``data.image.*``), each on tiny
+arrays, and the bucketing axis of a model with two dynamic axes of which only one varies."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from pipeline.data import images
+from pipeline.data.real_batches import bucket_axis
+from pipeline.data.spec import ImagePrep
+from pipeline.errors import ConfigError
+from pipeline.models.contract import InputSpec
+
+
+def _colour(w: int, h: int, seed: int = 0) -> Image.Image:
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8))
+
+
+def test_interpolation_is_pils_named_filter():
+    img = _colour(40, 12)
+    for name, flt in (("lanczos", Image.Resampling.LANCZOS), ("nearest", Image.Resampling.NEAREST)):
+        a = images.to_array(img, ImagePrep(color="grey", resize="height", height=6,
+                                           interpolation=name, scale=1.0))
+        want = np.asarray(img.convert("L").resize((20, 6), flt), dtype=np.float32)
+        np.testing.assert_array_equal(a[0], want)
+    bilinear = images.to_array(img, ImagePrep(color="grey", resize="height", height=6))
+    lanczos = images.to_array(img, ImagePrep(color="grey", resize="height", height=6,
+                                             interpolation="lanczos"))
+    assert not np.array_equal(bilinear, lanczos)
+    with pytest.raises(ConfigError, match="data.image.interpolation='cubic'"):
+        ImagePrep(interpolation="cubic")
+
+
+def test_width_rounding_floor_truncates_as_int_does():
+    img = _colour(10, 3)  # 10 * 2 / 3 = 6.67
+    prep = dict(resize="height", height=2)
+    assert images.to_array(img, ImagePrep(**prep)).shape == (3, 2, 7)
+    assert images.to_array(img, ImagePrep(**prep, width_rounding="floor")).shape == (3, 2, 6)
+
+
+def test_convert_after_resize_greys_the_resized_colour_image():
+    img = _colour(37, 11, seed=3)
+    after = images.to_array(img, ImagePrep(color="grey", resize="height", height=7, scale=1.0,
+                                           interpolation="lanczos", convert="after_resize"))
+    want = np.asarray(img.resize((24, 7), Image.Resampling.LANCZOS).convert("L"), dtype=np.float32)
+    np.testing.assert_array_equal(after[0], want)
+    before = images.to_array(img, ImagePrep(color="grey", resize="height", height=7, scale=1.0,
+                                            interpolation="lanczos"))
+    assert not np.array_equal(after, before)  # the order changes the pixels
+
+
+def test_width_cap_squeezes_or_crops():
+    img = Image.fromarray(np.tile(np.arange(20, dtype=np.uint8) * 10, (4, 1)))  # 20 wide, 4 high
+    crop = images.to_array(img, ImagePrep(color="grey", max_width=8, over_width="crop", scale=1.0))
+    np.testing.assert_array_equal(crop[0, 0], np.arange(8) * 10.0)
+    squeeze = images.to_array(img, ImagePrep(color="grey", max_width=8, scale=1.0,
+                                             interpolation="nearest"))
+    assert squeeze.shape == (1, 4, 8) and squeeze[0, 0, -1] > crop[0, 0, -1]  # the whole line
+    narrow = images.to_array(img, ImagePrep(color="grey", max_width=30))
+    assert narrow.shape == (1, 4, 20)  # under the cap: untouched
+    with pytest.raises(ConfigError, match="max_width=-1"):
+        ImagePrep(max_width=-1)
+
+
+def test_constant_padding_in_normalized_units_is_zero_after_normalization():
+    """What a recognizer trained on zero padding after normalization needs. Before these knobs
+    the only padding was edge values, and a constant could not be said at all."""
+    prep = ImagePrep(color="grey", mean=[0.5], std=[0.5], pad="constant", pad_value=0.0,
+                     pad_units="normalized", pad_width_multiple=4)
+    white = images.to_array(Image.new("L", (3, 2), 255), prep)        # normalized: 1.0
+    batch = images.collate([white, images.to_array(Image.new("L", (5, 2), 255), prep)], prep)
+    assert batch.shape == (2, 1, 2, 8)
+    np.testing.assert_array_equal(batch[0, 0, :, :3], 1.0)
+    np.testing.assert_array_equal(batch[0, 0, :, 3:], 0.0)              # zeros, not edge ones
+    np.testing.assert_array_equal(batch[1, 0, :, 5:], 0.0)
+
+
+def test_constant_padding_in_pixel_units_is_normalized_like_the_image():
+    prep = ImagePrep(pad="constant", pad_value=255.0, mean=[0.5, 0.25, 0.0], std=[0.5, 0.25, 1.0],
+                     layout="nhwc")
+    a = images.to_array(Image.new("RGB", (2, 1), (0, 0, 0)), prep)
+    padded = images.pad(a, (1, 4, 3), prep)
+    np.testing.assert_allclose(padded[0, 2:], [[1.0, 3.0, 1.0]] * 2)   # (1 - mean) / std
+    np.testing.assert_allclose(padded[0, :2], a[0])
+    edge = images.pad(a, (1, 4, 3), ImagePrep(layout="nhwc", mean=prep.mean, std=prep.std))
+    np.testing.assert_allclose(edge[0, 2:], a[0, -1:].repeat(2, axis=0))
+    with pytest.raises(ConfigError, match="pad_units='units'"):
+        ImagePrep(pad="constant", pad_units="units")
+
+
+def test_bucket_axis_is_the_dynamic_axis_that_varies():
+    inp = (InputSpec("x", "float32", ("batch", 1, "height", "width")),)
+    samples = [{"x": np.zeros((1, 48, w), np.float32)} for w in (30, 50, 70, 50)]
+    assert bucket_axis(inp, samples) == ("x", 3)   # the first dynamic axis (height) never varies
+    assert bucket_axis(inp, samples, "2") == ("x", 2)
+    assert bucket_axis(inp, samples, "x:3") == ("x", 3)
+    assert bucket_axis(inp, samples, "height") == ("x", 2)
+    with pytest.raises(ValueError, match="x:2 \\(height\\), x:3 \\(width\\)"):
+        bucket_axis(inp, samples, "1")
+    fixed = (InputSpec("x", "float32", ("batch", 1, 4, 4)),)
+    assert bucket_axis(fixed, [{"x": np.zeros((1, 4, 4))}]) == ("x", 0)
+
+
+@pytest.fixture(scope="module")
+def two_axes(tmp_path_factory):
+    """An ONNX model whose input has two dynamic axes ([batch, 1, h, w], both unnamed) and text
+    lines of one height and many widths."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    root = tmp_path_factory.mktemp("two_axes")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, "h", "w"])
+    graph = helper.make_graph([helper.make_node("ReduceMean", ["x"], ["m"], axes=[2, 3],
+                                                keepdims=0)], "g", [x],
+                              [helper.make_tensor_value_info("m", TensorProto.FLOAT, ["n", 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, str(root / "m.onnx"))
+    lines = root / "lines"
+    lines.mkdir()
+    rows = []
+    for k in range(12):
+        Image.new("L", (8 + 4 * k, 6), 255).save(lines / f"{k}.png")
+        rows.append({"file": f"{k}.png", "label": k % 2})
+    (root / "labels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
+
+
+def _task(root, *extra):
+    from pipeline.compose import compose
+    from pipeline.models import task
+    from pipeline.models.sources import task_key
+
+    cfg = compose(["model=onnx", f"model.path={root / 'm.onnx'}", "data=labels_file",
+                   f"data.path={root / 'lines'}", f"data.labels={root / 'labels.jsonl'}",
+                   "data.image.color=grey", "data.calibration_samples=4",
+                   "data.evaluation_samples=8", "metric=agreement", *extra])
+    return task(task_key(cfg.model, cfg.data, cfg.metric, str(root / "cal")))
+
+
+def test_a_model_with_two_dynamic_axes_buckets_by_the_one_that_varies(two_axes):
+    """Before: the first dynamic axis (the height, always 6), so every bucket had one size."""
+    from pipeline.data import real_batches
+
+    t = _task(two_axes)
+    assert t.size_axis == ("x", 3)
+    ds = t.dataset(t.split("evaluation", 8, str(two_axes / "cal")))
+    feeds, _ = real_batches.bucketed(t, ds, 2, 4, 1, np.random.default_rng(0))
+    widths = [f["x"].shape[3] for f in feeds]
+    assert len(set(widths)) == 4 and widths == sorted(widths)
+    assert {f["x"].shape[2] for f in feeds} == {6}
+    assert _task(two_axes, "data.bucket_axis=2").size_axis == ("x", 2)
+
+
+def test_a_bucket_axis_that_is_not_dynamic_is_one_line(two_axes):
+    with pytest.raises(ConfigError, match="data.bucket_axis=x:1: not a dynamic axis"):
+        _task(two_axes, "data.bucket_axis=x:1")
+
+
+def test_an_onnx_axis_named_after_a_meaning_keeps_it():
+    from onnx import TensorProto, helper
+
+    from pipeline.models.onnx_file import _shape
+
+    vi = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 64, "image_width"])
+    assert _shape(vi) == (1, 1, 64, "width")
+    vi = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "seqlen", "height"])
+    assert _shape(vi) == ("batch", "dynamic", "height")
