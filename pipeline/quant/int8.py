@@ -27,6 +27,7 @@ class QuantInfo:
     settings: dict
     calibration: str
     calibration_ranking: dict = field(default_factory=dict)   # method -> ranking-subset metric
+    smoothing: dict | None = None        # SmoothQuant-style migration: each alpha's score, the pick
     explain: dict | None = None
     latency_exclusions: list = field(default_factory=list)
     latency_trial: dict | None = None    # the float-fallback trial and its end-to-end timing
@@ -88,6 +89,12 @@ class Quantizer:
         if q.static_op_types is not None:
             self.static = tuple(q.static_op_types)
         self.calibrations: dict = {}
+        self.smooth_alphas = tuple(q.smooth_alphas if q.smooth_alphas is not None
+                                   else getattr(t, "smooth_alphas", ()))
+
+    def use(self, prepared) -> None:
+        """Quantize from ``prepared`` from now on (a smoothed model): its own calibrations."""
+        self.prepared, self.calibrations = prepared, {}
 
     def calibration(self, method: str):
         if method not in self.calibrations:
