@@ -188,10 +188,12 @@ def run_pipeline(cli, folder: Path, data: Path, workdir: Path, quant: str, size:
     if quick:
         args += ["bench.min_rounds=10", "bench.min_seconds=0", "bench.max_seconds=2",
                  "bench.warmup_max_runs=10", "bench.aa_tolerance=0.5"]
-    latest = workdir / "runs" / "latest" / "report.json"
-    latest.unlink(missing_ok=True)
+    latest = workdir / "runs" / "latest"
+    before = latest.resolve() if latest.exists() else None
     code, seconds, _ = cli(args)
-    rep = json.loads(latest.read_text()) if latest.exists() else {}
+    # this run's report only: a run that wrote none leaves "latest" on the one before
+    fresh = latest.exists() and latest.resolve() != before
+    rep = json.loads((latest / "report.json").read_text()) if fresh else {}
     if not rep:
         return {"command": "python -m pipeline " + " ".join(args), "exit_code": code,
                 "error": f"the pipeline wrote no report (exit {code})"}
