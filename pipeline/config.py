@@ -204,6 +204,9 @@ class QuantConfig:
     profile_runs: int = 20                  # profiled runs per model when explaining INT8
     fp16_keep_float32: list[str] = field(default_factory=lambda: ["LSTM"])  # ops left in FP32 by fp16
     region_trials: int = 0                  # float regions (whole blocks) timed end to end; 0 = off
+    # SmoothQuant-style migration strengths tried before INT8 (the best on the ranking subset,
+    # or none); null = the model's own (transformer encoders: [0.5, 0.65, 0.8]), [] = off
+    smooth_alphas: Optional[list[float]] = None
 
     def __post_init__(self):
         _positive(self, "quant", "calibration_batch_size", "ranking_samples", "profile_runs")
@@ -214,6 +217,9 @@ class QuantConfig:
             raise ConfigError(f"quant.exclude={self.exclude}: node names, each once")
         if self.region_trials < 0:
             raise ConfigError(f"quant.region_trials={self.region_trials}: must be >= 0")
+        if self.smooth_alphas is not None and not all(0 < a <= 1 for a in self.smooth_alphas):
+            raise ConfigError(f"quant.smooth_alphas={self.smooth_alphas}: each in (0, 1] (the "
+                              "share of an activation's outliers moved into the weights)")
 
 
 class PruneMethod(str, Enum):

@@ -27,6 +27,7 @@ class QuantInfo:
     settings: dict
     calibration: str
     calibration_ranking: dict = field(default_factory=dict)   # method -> ranking-subset metric
+    smoothing: dict | None = None        # SmoothQuant-style migration: each alpha's score, the pick
     explain: dict | None = None
     latency_exclusions: list = field(default_factory=list)
     latency_trial: dict | None = None    # the float-fallback trial and its end-to-end timing
@@ -88,13 +89,21 @@ class Quantizer:
         if q.static_op_types is not None:
             self.static = tuple(q.static_op_types)
         self.calibrations: dict = {}
+        self.tag = ""  # which smoothed model the calibrations are of (their labels)
+        self.smooth_alphas = tuple(q.smooth_alphas if q.smooth_alphas is not None
+                                   else getattr(t, "smooth_alphas", ()))
+
+    def use(self, prepared, tag: str = "") -> None:
+        """Quantize from ``prepared`` from now on (a smoothed model): its own calibrations,
+        labelled with ``tag``."""
+        self.prepared, self.calibrations, self.tag = prepared, {}, tag
 
     def calibration(self, method: str):
         if method not in self.calibrations:
             q = self.cfg.quant
             self.calibrations[method] = self.runner.run(
                 Calibrate(self._calibration_split(), method, q.calibration_batch_size),
-                self.prepared, label=f"calibrate[{method}]")
+                self.prepared, label=f"calibrate[{method}{', ' + self.tag if self.tag else ''}]")
         return self.calibrations[method]
 
     def quantize(self, method: str, exclude=(), label="quantize"):

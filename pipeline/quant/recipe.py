@@ -39,6 +39,7 @@ def int8(cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration_spl
     even when it is slower than FP32 (``quant=auto`` ranks it against the float models itself)."""
     qz = Quantizer(cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration_split)
     info = QuantInfo(settings=qz.settings, calibration=cfg.quant.calibration.value)
+    smoothing(qz, info)
     method = info.calibration = calibration(qz, info)
     cur = quantize(qz, method)
     cur = float_fallback(qz, method, cur, info)
@@ -49,6 +50,48 @@ def int8(cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration_spl
     if not info.sensitivity:  # the per-layer table still gets each node's output SQNR
         info.sensitivity = sensitivity(qz, cur.art)
     return (not_slower_than_fp32(qz, cur.art, info) if guard else cur.art), info
+
+
+# An activation whose largest channel is this many times its median one has outliers: under one
+# per-tensor INT8 scale the median channel keeps at most 5 of the 8 bits. Random-weight encoders
+# stay under 3 (the tests' tiny BERT), pretrained ones reach 10-40 (all-mpnet-base-v2).
+OUTLIER_RATIO = 8.0
+
+
+def smoothing(qz: Quantizer, info: QuantInfo) -> None:
+    """SmoothQuant-style migration (``pipeline.stages.smooth``): each of the task's (or
+    ``quant.smooth_alphas``) strengths is tried, all-INT8 on the ranking subset, against the
+    unsmoothed model; the best one (ties: no smoothing, then the smaller alpha) is what every
+    later step quantizes. Per-tensor INT8 activations are what outlier channels break, static
+    or dynamic alike, so both modes take part."""
+    if not qz.smooth_alphas:
+        return
+    from pipeline.stages.smooth import ChannelRanges, Smooth
+
+    q = qz.cfg.quant
+    base = qz.prepared
+    ranges = qz.runner.run(ChannelRanges(qz._calibration_split(), q.calibration_batch_size),
+                           base, label="channel_ranges")
+    ratios = ranges.meta["outlier_ratio"]
+    if not ratios or max(ratios.values()) < OUTLIER_RATIO:
+        return  # even activations: per-tensor scales lose nothing smoothing would win back
+    method = ("none (dynamic)" if qz.static == () else
+              "minmax" if q.calibration == CalibrationMethod.auto else q.calibration.value)
+    scores, models = {}, {"off": base}
+    scores["off"] = qz.score(qz.quantize(method, q.exclude, label="quantize[smooth off]"),
+                             "rank[smooth off]")
+    for alpha in sorted(set(qz.smooth_alphas)):
+        models[alpha] = qz.runner.run(Smooth(alpha), base, label=f"smooth[{alpha}]", ranges=ranges)
+        qz.use(models[alpha], f"smooth {alpha}")
+        scores[alpha] = qz.score(qz.quantize(method, q.exclude, label=f"quantize[smooth {alpha}]"),
+                                 f"rank[smooth {alpha}]")
+    sign = 1 if qz.metric.higher_is_better else -1
+    keys = list(models)
+    best = max(keys, key=lambda k: (sign * scores[k], -keys.index(k)))
+    qz.use(models[best], "" if best == "off" else f"smooth {best}")
+    info.smoothing = {"scores": {str(k): v for k, v in scores.items()}, "chosen": best,
+                      "metric": qz.metric.name, "activations": len(ratios),
+                      "largest_outlier_ratio": max(ratios.values()) if ratios else None}
 
 
 def calibration(qz: Quantizer, info: QuantInfo) -> str:

@@ -50,6 +50,14 @@ def markdown(q: dict) -> list[str]:
              + ("; ranked on the hardest lines: " + ", ".join(
                  f"{k} {v:.2f}" for k, v in q["calibration_ranking"].items())
                 if q.get("calibration_ranking") else "")]
+    sm = q.get("smoothing")
+    if sm:  # SmoothQuant-style migration: which strength won on the hardest samples
+        lines.append(f"- outlier smoothing: {sm['activations']} MatMul inputs, largest channel up "
+                     f"to {sm['largest_outlier_ratio']:.0f}x the median one; {sm['metric']} on "
+                     "the hardest samples, all INT8: " + ", ".join(
+                         f"{'no smoothing' if k == 'off' else 'alpha ' + k} {v:.4f}"
+                         for k, v in sm["scores"].items())
+                     + f"; kept: {'none' if sm['chosen'] == 'off' else 'alpha ' + str(sm['chosen'])}")
     if ex:
         lines.append(f"- on this target: {ex['unfused_quantize']} QuantizeLinear and "
                      f"{ex['unfused_dequantize']} DequantizeLinear left unfused; INT8 kernels "
