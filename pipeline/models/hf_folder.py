@@ -16,9 +16,9 @@ besides the cosine against FP16); and whose ``fusion`` (model type, heads, hidde
 Export uses the TorchScript exporter with eager attention: that graph is the one ONNX Runtime's
 transformer fusions recognise (the dynamo export of the same model fuses no attention).
 One line, before any stage, for: a folder without a tokenizer, an unknown architecture, weights
-that do not match the config, weights that are not safetensors (``pipeline.models.weights``: no
-pickle is ever loaded), and a file the folder names (a weight shard, a tokenizer file) or links to
-that lies outside it (``files``).
+that do not match the config; and, when its key is made (``pipeline.models.files``), weights
+that are not safetensors (no pickle is ever loaded) and a file the folder names (a weight shard,
+a tokenizer file) or links to that lies outside it.
 """
 from __future__ import annotations
 
@@ -76,26 +76,6 @@ def folder_config(folder: Path):
     except (ValueError, KeyError, OSError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ConfigError(f"model.path={folder}: unknown architecture ({first})") from None
-
-
-def files(folder: Path, key: str) -> list[Path]:
-    """The folder's weights (safetensors only, ``pipeline.models.weights``) and the tokenizer
-    files its ``tokenizer_config.json`` names (``fast_tokenizer_files``, which transformers joins
-    to the folder unchecked), each refused unless it lies inside the folder. Links out of the
-    folder are refused by its digest's walk (``pipeline.userfiles``)."""
-    from pipeline import userfiles
-    from pipeline.models import weights
-
-    found = weights.folder_weights(folder, key)
-    try:
-        tok = json.loads((folder / "tokenizer_config.json").read_text())
-    except (OSError, ValueError):
-        tok = {}  # none, or broken: the tokenizer's own loading reports it
-    names = tok.get("fast_tokenizer_files") if isinstance(tok, dict) else None
-    for name in names if isinstance(names, list) else []:
-        if isinstance(name, str):
-            found.append(userfiles.inside(folder, name, key, "tokenizer_config.json"))
-    return found
 
 
 def folder_tokenizer(folder: Path):

@@ -11,84 +11,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.errors import ConfigError
 from pipeline.models.contract import AXIS_MEANINGS, InputSpec, OutputSpec
+from pipeline.models.files import read  # the graph without its weights; one line if not ONNX
 from pipeline.models.user_task import UserTask
 
 DTYPES = {1: "float32", 7: "int64", 6: "int32", 10: "float16", 11: "float64", 9: "bool",
           2: "uint8", 3: "int8"}
 
 
-def read(path: str | Path):
-    """The graph without its weights; one line when the file is not ONNX."""
-    import onnx
-    from google.protobuf.message import DecodeError
-
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except (DecodeError, ValueError, RuntimeError, OSError) as e:
-        raise ConfigError(f"model.path={path}: not an ONNX model ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else 'cannot parse'})") from None
-    if not model.graph.node or not model.graph.input:
-        raise ConfigError(f"model.path={path}: not an ONNX model (no graph)")
-    return model
-
-
-def _tensors(graph):
-    """Every tensor a graph holds: initializers (sparse ones' values and indices too) and node
-    attributes (a Constant's value, tensors of subgraphs), as onnx's external-data loader
-    walks them."""
-    for t in graph.initializer:
-        yield t
-    for sp in graph.sparse_initializer:
-        yield sp.values
-        yield sp.indices
-    for node in graph.node:
-        for a in node.attribute:
-            if a.HasField("t"):
-                yield a.t
-            yield from a.tensors
-            if a.HasField("g"):
-                yield from _tensors(a.g)
-            for g in a.graphs:
-                yield from _tensors(g)
-
-
-def external_files(model, path: str | Path) -> dict[str, Path]:
-    """The external data files the model names, by the name it gives them, each refused unless
-    it lies inside the model's folder (``..``, an absolute path or a link out would read any file
-    the process can) and exists."""
-    from onnx.external_data_helper import uses_external_data
-
-    from pipeline import userfiles
-
-    folder = Path(path).absolute().parent  # onnx joins locations to the path as given
-    found = {}
-    for t in _tensors(model.graph):
-        if uses_external_data(t):
-            loc = next((e.value for e in t.external_data if e.key == "location"), "")
-            target = userfiles.inside(folder, loc, f"model.path={path}",
-                                      f"tensor {t.name}'s external data")
-            if not target.is_file():
-                raise ConfigError(f"model.path={path}: tensor {t.name} needs external data "
-                                  f"{loc!r}, which is missing")
-            found[loc] = target
-    return found
-
-
 def external_data_inside(model, path: str | Path) -> None:
-    """External tensors may only come from the model's own folder."""
+    """External tensors may only come from the model's own folder (``pipeline.models.files``)."""
+    from pipeline.models.files import external_files
+
     external_files(model, path)
-
-
-def digest(path: str | Path) -> str:
-    """sha256 over the model file and every external data file it names: editing either gives
-    a new task key."""
-    from pipeline import userfiles
-
-    path = Path(path)
-    named = {f"data:{loc}": f for loc, f in external_files(read(path), path).items()}
-    return userfiles.digest_of({"model": path, **named})
 
 
 def _shape(value_info) -> tuple:

@@ -47,7 +47,7 @@ def task_key(model, data=None, metric=None, data_dir: str = "calibration"):
         return model.name
     if model.name == "hf":  # a folder: its content digest (weights, config, tokenizer) keys it
         from pipeline import userfiles
-        from pipeline.models.hf_folder import files
+        from pipeline.models.files import hf_files
 
         folder = Path(model.path)
         if not folder.is_dir():
@@ -57,7 +57,7 @@ def task_key(model, data=None, metric=None, data_dir: str = "calibration"):
         spec = json.dumps({"params": model.params}, sort_keys=True)
         key = f"model.path={model.path}"
         digest = userfiles.digest(folder, key)  # first: it refuses links out of the folder
-        files(folder, key)  # safetensors only; the files it names lie inside (so in the digest)
+        hf_files(folder, key)  # safetensors only; the files it names lie inside (so in the digest)
         return Source("hf", str(folder.resolve()), digest, "", spec, _json(data),
                       _json(metric), str(data_dir))
     if model.name == "onnx":
@@ -65,7 +65,7 @@ def task_key(model, data=None, metric=None, data_dir: str = "calibration"):
         if not path.is_file():
             raise ConfigError(f"model.path={model.path}: "
                               f"{'not a file' if path.exists() else 'no such file'}")
-        from pipeline.models.onnx_file import digest
+        from pipeline.models.files import onnx_digest as digest
 
         # the file and its external data (each checked to lie beside it): a new key if either
         # changes

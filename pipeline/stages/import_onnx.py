@@ -37,7 +37,7 @@ class ImportOnnx:
 
         from pipeline.runtimes import onnxruntime as ort
         from pipeline.models import task
-        from pipeline.models.onnx_file import digest
+        from pipeline.models.files import onnx_digest as digest
 
         t = task(self.task)
         # external data inside the model's folder, and the bytes the key was made from
