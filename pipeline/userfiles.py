@@ -56,7 +56,8 @@ def files(root: Path, key: str) -> list[Path]:
             if p.is_symlink():
                 target = p.resolve()
                 if target != base and base not in target.parents:
-                    _refuse(key, f"{p.relative_to(base)} is a symbolic link", target, base)
+                    _refuse(key, f"{p.relative_to(base)} is a symbolic link (copy the files "
+                            "in, e.g. cp -rL, or name the folder that holds them)", target, base)
         found += [here / n for n in names if (here / n).is_file()]
     return sorted(found)
 
