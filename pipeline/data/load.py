@@ -95,7 +95,7 @@ def _shards(split: Path, root: Path, key: str) -> list[Path]:
 def _json(path: Path):
     try:
         return json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError):
+    except (OSError, ValueError):  # missing or malformed: datasets reports it when it reads
         return None
 
 

@@ -3,8 +3,8 @@ model's key: a Hugging Face folder's weights (safetensors only) and the tokenize
 an ONNX model's external data.
 
 In: the folder or the model file a ``model.path`` names. Out: the files, resolved (``hf_files``,
-``external_files``), the ONNX graph without its weights (``read``) and the ONNX model's digest
-over its file and its external data (``onnx_digest``).
+``external_files``) and the ONNX model's digest over its file and its external data
+(``onnx_digest``).
 A name that leads out of the folder, or weights that are not safetensors, is one line (exit 2)
 before any stage (``pipeline.userfiles``, ``pipeline.models.weights``). Called by
 ``pipeline.models.sources`` when a task key is made, and again by the stages that read the files.
@@ -34,21 +34,6 @@ def hf_files(folder: Path, key: str) -> list[Path]:
         if isinstance(name, str):
             found.append(userfiles.inside(folder, name, key, "tokenizer_config.json"))
     return found
-
-
-def read(path: str | Path):
-    """The graph without its weights; one line when the file is not ONNX."""
-    import onnx
-    from google.protobuf.message import DecodeError
-
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except (DecodeError, ValueError, RuntimeError, OSError) as e:
-        raise ConfigError(f"model.path={path}: not an ONNX model ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else 'cannot parse'})") from None
-    if not model.graph.node or not model.graph.input:
-        raise ConfigError(f"model.path={path}: not an ONNX model (no graph)")
-    return model
 
 
 def _tensors(graph):
@@ -94,6 +79,13 @@ def external_files(model, path: str | Path) -> dict[str, Path]:
 def onnx_digest(path: str | Path) -> str:
     """sha256 over the model file and every external data file it names: editing either gives
     a new task key."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
     path = Path(path)
-    named = {f"data:{loc}": f for loc, f in external_files(read(path), path).items()}
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, ValueError, RuntimeError, OSError):
+        return userfiles.digest_of({"model": path})  # not ONNX: the task's read says so
+    named = {f"data:{loc}": f for loc, f in external_files(model, path).items()}
     return userfiles.digest_of({"model": path, **named})

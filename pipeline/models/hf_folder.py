@@ -235,7 +235,7 @@ class HfTask(UserTask):
                 model, info = cls.from_pretrained(
                     str(self.folder), local_files_only=True, attn_implementation="eager",
                     output_loading_info=True, ignore_mismatched_sizes=True,
-                    use_safetensors=True)  # never a pickle, even if files() were bypassed
+                    use_safetensors=True)  # never a pickle, even past hf_files
             except (OSError, ValueError, RuntimeError) as e:
                 raise ConfigError(f"model.path={self.folder}: the weights cannot be loaded "
                                   f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None

@@ -11,12 +11,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.errors import ConfigError
 from pipeline.models.contract import AXIS_MEANINGS, InputSpec, OutputSpec
-from pipeline.models.files import read  # the graph without its weights; one line if not ONNX
 from pipeline.models.user_task import UserTask
 
 DTYPES = {1: "float32", 7: "int64", 6: "int32", 10: "float16", 11: "float64", 9: "bool",
           2: "uint8", 3: "int8"}
+
+
+def read(path: str | Path):
+    """The graph without its weights; one line when the file is not ONNX."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, ValueError, RuntimeError, OSError) as e:
+        raise ConfigError(f"model.path={path}: not an ONNX model ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else 'cannot parse'})") from None
+    if not model.graph.node or not model.graph.input:
+        raise ConfigError(f"model.path={path}: not an ONNX model (no graph)")
+    return model
 
 
 def external_data_inside(model, path: str | Path) -> None:
