@@ -32,7 +32,7 @@ def _calibration_rss(prepared: Path, cfg, samples: int) -> float:
     stage = Calibrate(split, "percentile", 32)
     with tempfile.TemporaryDirectory(dir="artifacts") as out:
         meta = isolate.call(f"calibrate {samples}", stage.run, SimpleNamespace(model=prepared), Path(out))
-    return meta["peak_rss_mb"]
+    return meta["observed"]["peak_rss_mb"]
 
 
 def quantization(lineage: dict, stages: list[dict]) -> dict:

@@ -41,6 +41,10 @@ def _preflight(cfg) -> None:
         raise ConfigError(f"model.checkpoint={checkpoint}: "
                           f"{'not a file' if Path(checkpoint).exists() else 'no such file'} "
                           f"(from {Path.cwd()}; null = a seeded random network)")
+    if checkpoint is not None:
+        from pipeline.models.weights import checkpoint as safetensors_only
+
+        safetensors_only(checkpoint, "model.checkpoint")  # a pickle is refused, never read
     import onnxruntime
 
     available = onnxruntime.get_available_providers()

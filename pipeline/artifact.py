@@ -3,8 +3,9 @@
 In: a folder written by a stage. Out: an ``Artifact`` with the sha256 of every file, the stage's
 metadata (metrics, timings, config) and its lineage (parent and reference digests). The digest of
 an artifact is a sha256 over its content: its files' names and digests *and* its metadata
-(``meta``: accuracy, latencies, speedups, verdict inputs), so two stages that write the same bytes
-and the same numbers produce the same digest, and an artifact without files (a benchmark's
+(``meta``: accuracy, latencies, speedups, verdict inputs; not what it observed of the machine,
+``meta["observed"]``), so two stages that write the same bytes and the same numbers produce the
+same digest, and an artifact without files (a benchmark's
 numbers) has a digest of its own numbers. Reading re-hashes the files and the metadata: a cache
 entry whose bytes or numbers changed is reported as corrupt rather than trusted (editing one
 cached speedup would otherwise pass a gate). The key it was built under must be its folder's name.
@@ -50,9 +51,17 @@ def canonical_meta(meta: dict) -> dict:
     return json.loads(json.dumps(meta or {}))
 
 
+# The metadata key of what a stage observed of the machine that ran it (peak memory, how many
+# batches it streamed): reported, but not part of the digest, so equal content gets an equal
+# digest however it was made, and nothing downstream rebuilds for a different RSS.
+OBSERVED = "observed"
+
+
 def content_digest(files: dict[str, str], meta: dict) -> str:
-    """sha256 over the files (name, sha256) and the metadata, canonically serialized."""
-    blob = {"files": sorted(files.items()), "meta": canonical_meta(meta)}
+    """sha256 over the files (name, sha256) and the metadata, canonically serialized (without
+    its ``OBSERVED`` part)."""
+    meta = {k: v for k, v in canonical_meta(meta).items() if k != OBSERVED}
+    blob = {"files": sorted(files.items()), "meta": meta}
     return hashlib.sha256(json.dumps(blob, sort_keys=True, separators=(",", ":"))
                           .encode()).hexdigest()
 

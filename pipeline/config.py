@@ -560,7 +560,8 @@ class BillConfig:
                                             # fragmentation, runtime context); 0 = the article's sum
     tokens_per_s: float = 100.0             # a decode rate to size compute for
     input_shape: Optional[list[int]] = None  # artifact: one sample's input shape, without the
-                                            # batch; null = the task's representative sample
+                                            # batch; null = the task's representative sample;
+                                            # LLM: [tokens], which sets seq
 
     def __post_init__(self):
         _positive(self, "bill", "batch", "seq")

@@ -116,6 +116,31 @@ def test_an_input_shape_that_contradicts_the_model_is_refused(tmp_path):
     assert json.loads(ok.stdout)["m.onnx"]["inputs"]["image"][1:] == [1, 32, 100]
 
 
+def test_an_llm_input_shape_sets_the_tokens_per_sequence_or_is_refused(capsys):
+    """For an LLM one sample is a sequence of token ids: bill.input_shape=[N] is bill.seq=N (in
+    process: the command line's shell, stdout and stderr as the user sees them)."""
+    from pipeline.bill.__main__ import main
+
+    def bill(*args):
+        code = main(["model=llm_7b", "hardware=l4", "--json", *args])
+        out, err = capsys.readouterr()
+        return code, out, err.strip().splitlines()
+
+    code, out, _ = bill("bill.input_shape=[512]")
+    short = json.loads(out)
+    assert code == 0 and short["setting"]["seq"] == 512
+    code, out, _ = bill("bill.seq=512")
+    assert code == 0 and json.loads(out)["memory"] == short["memory"]  # the same bill
+    code, out, _ = bill()
+    assert short["memory"]["kv_cache_gb"] == pytest.approx(json.loads(out)["memory"]
+                                                           ["kv_cache_gb"] / 4)  # 512 of 2048
+    for args, words in ((["bill.input_shape=[1,512]"], ("bill.input_shape=[1, 512]", "[tokens]")),
+                        (["bill.input_shape=[512]", "bill.seq=1024"], ("disagree",))):
+        code, out, err = bill(*args)
+        assert code == 2 and out == "" and len(err) == 1, err
+        assert all(w in err[0] for w in words), err[0]
+
+
 def test_the_bill_of_another_models_run_is_refused(tiny_run):
     workdir, _ = tiny_run  # compiled model=ocr_tiny
     line = one_line(bill_cli("model=ocr_mobile", f"workdir={workdir}"), 2)

@@ -68,20 +68,40 @@ def _emit(args, obj, text: str) -> int:
     return 0
 
 
+def _llm_setting(bill, overrides):
+    """``bill.input_shape`` for an LLM: one sample is a sequence of token ids, ``[tokens]``, so it
+    sets ``bill.seq`` (``bill.batch`` is the number of sequences). Any other shape means nothing
+    here, and a ``bill.seq`` given beside it that disagrees is ambiguous: one line each."""
+    import dataclasses
+
+    shape = bill.input_shape
+    if shape is None:
+        return bill
+    if len(shape) != 1:
+        raise ConfigError(f"bill.input_shape={list(shape)}: an LLM's sample is one sequence of "
+                          "token ids, [tokens]; give bill.input_shape=[N] or bill.seq=N "
+                          "(bill.batch sets the number of sequences)")
+    if any(o.lstrip("+~").startswith("bill.seq=") for o in overrides) and bill.seq != shape[0]:
+        raise ConfigError(f"bill.input_shape={list(shape)} and bill.seq={bill.seq} disagree: "
+                          "both set the tokens per sequence; give one")
+    return dataclasses.replace(bill, seq=int(shape[0]))
+
+
 def _llm(cfg, args, overrides) -> int:
     from pipeline.bill.llm import llm_bill
     from pipeline.config import Precision
 
+    bill = _llm_setting(cfg.bill, overrides)
     if args.compare == "precision":
-        bills = {p.value: llm_bill(cfg.model.llm, cfg.bill, cfg.hardware, p) for p in Precision}
+        bills = {p.value: llm_bill(cfg.model.llm, bill, cfg.hardware, p) for p in Precision}
         title = f"LLM bill: {cfg.model.name} on {cfg.hardware.name}, weights by precision"
     elif args.compare == "hardware":
-        bills = {hw.name: llm_bill(cfg.model.llm, cfg.bill, hw) for hw in _profiles(overrides)}
-        title = f"LLM bill: {cfg.model.name}, weights {cfg.bill.precision.value}, by hardware"
+        bills = {hw.name: llm_bill(cfg.model.llm, bill, hw) for hw in _profiles(overrides)}
+        title = f"LLM bill: {cfg.model.name}, weights {bill.precision.value}, by hardware"
     else:
-        bills = {cfg.hardware.name: llm_bill(cfg.model.llm, cfg.bill, cfg.hardware)}
+        bills = {cfg.hardware.name: llm_bill(cfg.model.llm, bill, cfg.hardware)}
         title = (f"LLM bill: {cfg.model.name} on {cfg.hardware.name}, weights "
-                 f"{cfg.bill.precision.value}")
+                 f"{bill.precision.value}")
     from pipeline.bill.render import llm_text
 
     obj = bills if args.compare else next(iter(bills.values()))

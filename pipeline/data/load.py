@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import csv
 import errno
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.artifact import sha256_file
+from pipeline import userfiles
 from pipeline.data.spec import DataConfig, DataFormat
 from pipeline.errors import ConfigError, StageError, describe_os_error
 
@@ -34,18 +33,6 @@ class UserData:
     evaluation: list[int]
 
 
-def content_digest(path: Path, *extra: Path) -> str:
-    """sha256 over (relative name, sha256 of bytes) of every file under ``path`` (or of ``path``
-    itself), plus any ``extra`` files: the data's identity, whatever its timestamps say."""
-    h = hashlib.sha256()
-    for root in (path, *extra):
-        files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
-        for f in files:
-            name = str(f.relative_to(root)) if root.is_dir() else f.name
-            h.update(json.dumps([name, sha256_file(f)]).encode())
-    return h.hexdigest()
-
-
 def load(cfg: DataConfig, cache_dir: str | None = None, input_column: bool = True) -> UserData:
     """``cache_dir``: where ``datasets`` may keep the Arrow files it builds (default: its own).
     ``input_column``: check that ``cfg.input_column`` is a column (a model with several inputs
@@ -57,6 +44,12 @@ def load(cfg: DataConfig, cache_dir: str | None = None, input_column: bool = Tru
     if not path.exists():
         raise ConfigError(f"data.path={cfg.path}: no such file or folder")
     extra = [Path(cfg.labels)] if cfg.format == DataFormat.labels_file else []
+    # Before anything reads it: every file under the folder, links resolved, stays inside it,
+    # and so does every file its own files name (a saved set's shards); the digest covers them.
+    key = f"data.path={cfg.path}"
+    digest = userfiles.digest(path, key, *extra)
+    if cfg.format == DataFormat.saved and path.is_dir():
+        saved_files(path, key)
     verbosity = datasets.logging.get_verbosity()
     # datasets logs a failed read before raising it: the one line below says it, with the file.
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)
@@ -85,7 +78,39 @@ def load(cfg: DataConfig, cache_dir: str | None = None, input_column: bool = Tru
                               f"(columns: {', '.join(ds.column_names)})")
     has_labels = cfg.label_column in ds.column_names
     cal, ev = splits(len(ds), cfg.calibration_samples, cfg.evaluation_samples, cfg.seed)
-    return UserData(ds, content_digest(path, *extra), has_labels, cal, ev)
+    return UserData(ds, digest, has_labels, cal, ev)
+
+
+def saved_files(folder: Path, key: str) -> list[Path]:
+    """The files ``load_from_disk`` will open, as the saved set's own JSON names them (the Arrow
+    shards in ``state.json``; a DatasetDict's split folders in ``dataset_dict.json``, each a
+    saved set), each refused unless it lies inside ``folder``. Malformed JSON is left to
+    ``datasets`` to report."""
+    if (folder / "dataset_info.json").is_file() and (folder / "state.json").is_file():
+        return _shards(folder, folder, key)
+    if (folder / "dataset_dict.json").is_file():
+        index = _json(folder / "dataset_dict.json")
+        names = index.get("splits") if isinstance(index, dict) else None
+        return [f for name in names or [] if isinstance(name, str)
+                for f in _shards(userfiles.inside(folder, name, key, "dataset_dict.json"),
+                                 folder, key)]
+    return []
+
+
+def _shards(split: Path, root: Path, key: str) -> list[Path]:
+    """A saved set's Arrow files, joined to its folder (as datasets joins them), inside root."""
+    state = _json(split / "state.json")
+    entries = state.get("_data_files") if isinstance(state, dict) else None
+    source = str((split.resolve() / "state.json").relative_to(root.resolve()))
+    return [userfiles.inside(root, e["filename"], key, source, start=split)
+            for e in entries or [] if isinstance(e, dict) and isinstance(e.get("filename"), str)]
+
+
+def _json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):  # missing or malformed: datasets reports it when it reads
+        return None
 
 
 def _read(cfg: DataConfig, path: Path, cache_dir: str | None = None):

@@ -16,7 +16,9 @@ besides the cosine against FP16); and whose ``fusion`` (model type, heads, hidde
 Export uses the TorchScript exporter with eager attention: that graph is the one ONNX Runtime's
 transformer fusions recognise (the dynamo export of the same model fuses no attention).
 One line, before any stage, for: a folder without a tokenizer, an unknown architecture, weights
-that do not match the config.
+that do not match the config; and, when its key is made (``pipeline.models.files``), weights
+that are not safetensors (no pickle is ever loaded) and a file the folder names (a weight shard,
+a tokenizer file) or links to that lies outside it.
 """
 from __future__ import annotations
 
@@ -251,7 +253,8 @@ class HfTask(UserTask):
             try:
                 model, info = cls.from_pretrained(
                     str(self.folder), local_files_only=True, attn_implementation="eager",
-                    output_loading_info=True, ignore_mismatched_sizes=True)
+                    output_loading_info=True, ignore_mismatched_sizes=True,
+                    use_safetensors=True)  # never a pickle, even past hf_files
             except (OSError, ValueError, RuntimeError) as e:
                 raise ConfigError(f"model.path={self.folder}: the weights cannot be loaded "
                                   f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None

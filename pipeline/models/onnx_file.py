@@ -36,36 +36,10 @@ def read(path: str | Path):
 
 
 def external_data_inside(model, path: str | Path) -> None:
-    """External tensors may only come from the model's own folder: a path that leaves it (``..``,
-    an absolute path) would read any file the process can."""
-    from onnx.external_data_helper import uses_external_data
+    """External tensors may only come from the model's own folder (``pipeline.models.files``)."""
+    from pipeline.models.files import external_files
 
-    folder = Path(path).resolve().parent
-    for t in _tensors(model.graph):
-        if uses_external_data(t):
-            loc = next((e.value for e in t.external_data if e.key == "location"), "")
-            target = (folder / loc).resolve()
-            if folder not in target.parents:
-                raise ConfigError(f"model.path={path}: tensor {t.name} reads external data from "
-                                  f"{loc!r}, outside the model's folder; refused")
-            if not target.is_file():
-                raise ConfigError(f"model.path={path}: tensor {t.name} needs external data "
-                                  f"{loc!r}, which is missing")
-
-
-def _tensors(graph):
-    """Every tensor onnx reads external data for: the initializers and the tensors held in node
-    attributes (a ``Constant``'s value), subgraphs (``If``, ``Loop``, ``Scan``) included."""
-    yield from graph.initializer
-    for node in graph.node:
-        for a in node.attribute:
-            if a.HasField("t"):
-                yield a.t
-            yield from a.tensors
-            if a.HasField("g"):
-                yield from _tensors(a.g)
-            for g in a.graphs:
-                yield from _tensors(g)
+    external_files(model, path)
 
 
 def _shape(value_info) -> tuple:

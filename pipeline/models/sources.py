@@ -5,7 +5,10 @@ task's name, or a frozen ``Source`` for the user's own model: an ONNX file, a to
 a local Hugging Face folder, with its data and metric as canonical JSON, so the key is hashable,
 picklable and stable across processes; ``pipeline.models.task`` builds its ``Task``) and
 ``Splits`` (the evaluation, parity and calibration ``DataSplit`` values of a run, each carrying the content digest of its data). The model file's
-and the checkpoint's sha256 are in the key, so a replaced file gives a new task key.
+and the checkpoint's sha256 are in the key, so a replaced file gives a new task key; an ONNX file's
+digest covers its external data, a folder's every file in it (``pipeline.userfiles``: no file
+it names may lie outside it). A checkpoint or a folder whose weights are not safetensors is
+refused here (``pipeline.models.weights``).
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ class Source:
     kind: str                 # onnx | torch | hf
     path: str                 # onnx: the model file; torch: the factory (package.module:fn);
                               # hf: the model folder
-    sha256: str               # onnx: of the file; torch: of the checkpoint ("" without one);
+    sha256: str               # onnx: of the file and its external data; torch: of the
+                              # checkpoint ("" without one);
                               # hf: the folder's content digest
     checkpoint: str           # torch: the safetensors file ("" without one)
     spec: str                 # canonical JSON: params, inputs, outputs (torch)
@@ -44,7 +48,8 @@ def task_key(model, data=None, metric=None, data_dir: str = "calibration"):
     if model.source not in ("onnx", "torch", "hf"):
         return model.source
     if model.source == "hf":  # a folder: its content digest (weights, config, tokenizer) keys it
-        from pipeline.data.load import content_digest
+        from pipeline import userfiles
+        from pipeline.models.files import hf_files
 
         folder = Path(model.path)
         if not folder.is_dir():
@@ -52,14 +57,21 @@ def task_key(model, data=None, metric=None, data_dir: str = "calibration"):
                               f"{'not a folder' if folder.exists() else 'no such folder'} (model=hf "
                               "takes a local Hugging Face model folder)")
         spec = json.dumps({"params": model.params}, sort_keys=True)
-        return Source("hf", str(folder.resolve()), content_digest(folder), "", spec, _json(data),
+        key = f"model.path={model.path}"
+        digest = userfiles.digest(folder, key)  # first: it refuses links out of the folder
+        hf_files(folder, key)  # safetensors only; the files it names lie inside (so in the digest)
+        return Source("hf", str(folder.resolve()), digest, "", spec, _json(data),
                       _json(metric), str(data_dir))
     if model.source == "onnx":
         path = Path(model.path)
         if not path.is_file():
             raise ConfigError(f"model.path={model.path}: "
                               f"{'not a file' if path.exists() else 'no such file'}")
-        return Source("onnx", str(path.resolve()), sha256_file(path), "", "{}", _json(data),
+        from pipeline.models.files import onnx_digest as digest
+
+        # the file and its external data (each checked to lie beside it): a new key if either
+        # changes
+        return Source("onnx", str(path.resolve()), digest(path), "", "{}", _json(data),
                       _json(metric), str(data_dir))
     checkpoint, sha = "", ""
     if model.checkpoint:
@@ -67,6 +79,9 @@ def task_key(model, data=None, metric=None, data_dir: str = "calibration"):
         if not ck.is_file():
             raise ConfigError(f"model.checkpoint={model.checkpoint}: "
                               f"{'not a file' if ck.exists() else 'no such file'}")
+        from pipeline.models.weights import checkpoint as safetensors_only
+
+        safetensors_only(ck, "model.checkpoint")  # a pickle is refused, never read
         checkpoint, sha = str(ck.resolve()), sha256_file(ck)
     spec = json.dumps({"params": model.params, "inputs": model.inputs,
                        "input_dtypes": model.input_dtypes, "outputs": list(model.outputs)},

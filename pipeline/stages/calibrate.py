@@ -2,7 +2,8 @@
 
 In: a ``prepare`` artifact, a method (minmax, entropy, percentile) and the calibration set.
 Out: ``calibration.json`` (onnxruntime's ``TensorsData``, which ``quantize_static`` reads back
-through ``calibration_cache_path``), the set's digest and the stage's peak memory. The file is
+through ``calibration_cache_path``) and the set's digest, which the artifact's digest covers; the
+stage's peak memory and batch count, reported but not digested (``meta["observed"]``). The file is
 written canonically (keys sorted): the calibrators' dict order differs between processes, and
 equal ranges must give equal bytes, or a rebuilt calibration changes every key below it.
 
@@ -21,6 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.artifact import OBSERVED
 from pipeline.errors import StageError
 from pipeline.quant.calibration import Feeds, ort_method
 
@@ -48,7 +50,7 @@ class Calibrate:
     # stack a call's outputs into one array, which fails when batch widths differ.
     chunk: int = 1
     name = "calibrate"
-    version = 5  # 5: the data split (with its digest) in the key; 4: calibration.json written with sorted keys
+    version = 6  # 6: RSS and chunks observed, out of the digest; 5: the data split (with its digest) in the key; 4: calibration.json written with sorted keys
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
@@ -78,6 +80,10 @@ class Calibrate:
                 raise StageError(f"{self.method} calibration produced no ranges: {e}") from None
             del calibrator
         write_ranges(ranges, out_dir / "calibration.json")
+        # The digest covers what quantize reads (the ranges, the set they came from); how it was
+        # streamed and the memory it took are observations (artifact.OBSERVED), so an identical
+        # calibration.json keeps its digest and quantize is reused.
         return {"method": self.method, "calibration_set": self.data.digest, "samples": len(ds),
-                "chunks": chunks, "tensors": len(list(ranges.keys())),
-                "peak_rss_mb": peak_rss_mb(), "rss_before_mb": rss_before}
+                "tensors": len(list(ranges.keys())),
+                OBSERVED: {"chunks": chunks, "peak_rss_mb": peak_rss_mb(),
+                           "rss_before_mb": rss_before}}

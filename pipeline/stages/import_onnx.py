@@ -23,7 +23,7 @@ MIN_OPSET = 13
 class ImportOnnx:
     task: object           # the task's key (a Source of kind onnx)
     path: str
-    sha256: str            # of the file: a replaced file is a new artifact
+    sha256: str            # of the file and its external data: a replaced one is a new artifact
     data: object           # DataSplit: the samples parity is checked on
     hardware: object = field(metadata=CHECKS_ONLY)  # runs its checks: not in the key
     tolerance: float = 1e-3
@@ -37,10 +37,13 @@ class ImportOnnx:
 
         from pipeline.runtimes import onnxruntime as ort
         from pipeline.models import task
-        from pipeline.models.onnx_file import external_data_inside, read
+        from pipeline.models.files import onnx_digest as digest
 
         t = task(self.task)
-        external_data_inside(read(self.path), self.path)
+        # external data inside the model's folder, and the bytes the key was made from
+        if digest(self.path) != self.sha256:
+            raise StageError(f"model.path={self.path} (or its external data) changed since the "
+                             "run started; run again")
         model = onnx.load(self.path)  # external data from the model's folder (checked above)
         before = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
         after = before

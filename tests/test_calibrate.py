@@ -1,0 +1,78 @@
+"""calibrate's digest covers what quantize reads (the ranges and the set they came from), not what
+the stage observed of the machine (peak memory, how many batches it streamed): two calibrations
+of the same data that write the same ``calibration.json`` have one digest, and quantize is reused.
+
+On a tiny fixed-shape graph (y = x @ W) through the real runner: MinMax ranges over 16 samples
+are the same in batches of 4 or of 8, while the batch count (and the RSS) differ.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Given:
+    """A model file as a stage's output: the parent calibrate and quantize read."""
+    source: str
+    name = "given"
+    version = 1
+    hardware_dependent = False
+
+    def run(self, parent, out_dir: Path) -> dict:
+        shutil.copyfile(self.source, out_dir / "model.onnx")
+        return {}
+
+
+def _model(path: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), "W")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_two_calibrations_of_the_same_data_share_a_digest_and_quantize_is_reused(tmp_path):
+    from pipeline.config import HardwareConfig, ModelConfig
+    from pipeline.data.spec import DataConfig
+    from pipeline.metrics.config import MetricConfig
+    from pipeline.models import task
+    from pipeline.models.sources import task_key
+    from pipeline.runner import Runner
+    from pipeline.stages.calibrate import Calibrate
+    from pipeline.stages.quantize import Quantize
+
+    rng = np.random.default_rng(0)
+    data = tmp_path / "x.jsonl"
+    data.write_text("".join(json.dumps({"x": r}) + "\n"
+                            for r in rng.standard_normal((24, 4)).round(4).tolist()))
+    key = task_key(ModelConfig(name="onnx", path=str(_model(tmp_path / "m.onnx"))),
+                   DataConfig(format="jsonl", path=str(data), input_column="x",
+                              calibration_samples=16, evaluation_samples=8),
+                   MetricConfig(name="agreement"), data_dir=str(tmp_path / "data"))
+    split = task(key).split("calibration", 16, str(tmp_path / "data"))
+    runner = Runner(tmp_path / "work", HardwareConfig(), log=lambda m: None)
+    given = runner.run(Given(str(tmp_path / "m.onnx")))
+    by4 = runner.run(Calibrate(split, "minmax", 4), given)
+    by8 = runner.run(Calibrate(split, "minmax", 8), given)
+    assert by4.key != by8.key  # two stages, two cache entries
+    assert ((by4.path / "calibration.json").read_bytes()
+            == (by8.path / "calibration.json").read_bytes())
+    assert by4.digest == by8.digest
+    assert by4.meta["observed"]["chunks"] == 4 and by8.meta["observed"]["chunks"] == 2
+    assert by4.meta["observed"]["peak_rss_mb"] > 0  # still reported
+    quantize = Quantize((("activation_type", "uint8"), ("reduce_range", False),
+                         ("weight_type", "int8")), False, "minmax", None, ())
+    first = runner.run(quantize, given, calibration=by4)
+    second = runner.run(quantize, given, calibration=by8)
+    assert [r["reused"] for r in runner.record[-2:]] == [False, True]
+    assert second.path == first.path
