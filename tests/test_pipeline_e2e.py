@@ -153,10 +153,10 @@ def test_failed_gate_exits_1_keeps_report_and_publishes_nothing(tiny_run):
     assert sorted((workdir / "registry").rglob("*")) == before
 
 
-@pytest.mark.parametrize("content, code", [(None, 2), (b"not a safetensors file", 3)])
+@pytest.mark.parametrize("content, code", [(None, 2), (b"not a safetensors file", 2)])
 def test_missing_or_corrupt_checkpoint_is_one_clear_line(tmp_path, content, code):
-    """A missing file is a config error (exit 2, before anything runs); an unreadable one fails
-    the load stage (exit 3)."""
+    """A missing file and one whose header is not safetensors' are refused before anything runs
+    (exit 2: the header is read first, so that no pickle is ever opened)."""
     ckpt = tmp_path / "ckpt.safetensors"
     if content is not None:
         ckpt.write_bytes(content)
