@@ -174,6 +174,8 @@ class QuantConfig:
     profile_runs: int = 20                  # profiled runs per model when explaining INT8
     fp16_keep_float32: list[str] = field(default_factory=lambda: ["LSTM"])  # ops left in FP32 by fp16
     region_trials: int = 0                  # float regions (whole blocks) timed end to end; 0 = off
+    search_budget_s: float = 1800.0         # mixed: wall time the search may take; then its best so far
+    search_groups: str = "blocks"           # mixed ranks module blocks; "nodes": one trial per node
 
     def __post_init__(self):
         _positive(self, "quant", "calibration_batch_size", "ranking_samples", "profile_runs")
@@ -182,6 +184,10 @@ class QuantConfig:
                               "[0, 100] (points of accuracy)")
         if len(set(self.exclude)) != len(self.exclude) or any(not n for n in self.exclude):
             raise ConfigError(f"quant.exclude={self.exclude}: node names, each once")
+        if self.search_budget_s <= 0:
+            raise ConfigError(f"quant.search_budget_s={self.search_budget_s}: must be > 0 seconds")
+        if self.search_groups not in ("blocks", "nodes"):
+            raise ConfigError(f"quant.search_groups={self.search_groups}: blocks or nodes")
         if self.region_trials < 0:
             raise ConfigError(f"quant.region_trials={self.region_trials}: must be >= 0")
 
