@@ -84,3 +84,128 @@ def test_an_edited_int8_model_equals_the_requantized_one(tmp_path, group):
     x = np.random.default_rng(7).normal(size=(3, 3, 8, 8)).astype(np.float32)
     np.testing.assert_allclose(_run(got, x), _run(want, x), atol=1e-6, rtol=0)
 
+
+
+# -- the search on a model of known sensitivities: blocks, budget, progress ----------------------
+
+import io  # noqa: E402
+import math  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+from pipeline.quant.mixed import search  # noqa: E402
+
+
+class Blocks:
+    """Accuracy = 99 - sum of harms of the nodes left INT8. ``blocks`` blocks of ``size`` nodes
+    named ``blocks.<b>.<k>``, each saving 1 ms in INT8; ``harmful`` nodes cost 0.4 points each.
+    Every variant and score is counted; ``clock`` is a fake that each score advances."""
+
+    def __init__(self, blocks, size, harmful, budget=0.1, time_budget=1e9, tick=0.0):
+        from pipeline.metrics.spec import MetricSpec
+
+        self.names = [f"blocks.{b}.{k}" for b in range(blocks) for k in range(size)]
+        self.harms = {n: (0.4 if n in harmful else 0.0) for n in self.names}
+        self.metric = MetricSpec("sequence_accuracy", True)
+        self.fp16_eval = SimpleNamespace(meta={"metrics": {self.metric.name: 99.0}})
+        self.evaluation, self.subset, self.hw, self.fp32 = None, (), None, None
+        self.cfg = SimpleNamespace(quant=SimpleNamespace(
+            max_accuracy_drop=budget, search_budget_s=time_budget, search_groups="blocks"))
+        self.lines: list[str] = []
+        self.runner = SimpleNamespace(
+            run=lambda *a, **k: SimpleNamespace(meta={"sqnr_db": {n: 20.0 for n in self.names}}),
+            log=self.lines.append)
+        self.now, self.tick = 0.0, tick
+        self.edits = self.quantizations = self.scores = self.full = 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def _art(self, floated):
+        return SimpleNamespace(floated=frozenset(floated), meta={
+            "precision": {n: "int8-static" for n in self.names}, "exclusion_ignored": []})
+
+    def quantize(self, method, exclude, label=""):
+        self.quantizations += 1
+        return self._art(exclude)
+
+    def edit(self, art, nodes, label=""):
+        self.edits += 1
+        return self._art(nodes)
+
+    def score(self, art, label, subset=True):
+        self.now += self.tick
+        self.scores += 1
+        self.full += not subset
+        return 99.0 - sum(h for n, h in self.harms.items() if n not in art.floated)
+
+    def explain(self, art, label=""):
+        return SimpleNamespace(meta={"int8_total_ms": 50.0, "nodes": [
+            {"node": n, "fp32_op": "Conv", "gain_ms": 1.0, "module": n} for n in self.names]})
+
+
+@pytest.mark.parametrize("size", [4, 32])
+def test_ranking_trials_grow_with_blocks_not_nodes(size):
+    """8 blocks of 4 or of 32 nodes: 8 ranking trials either way (one per block, by editing the
+    INT8 graph, nothing re-quantized to rank); the harmful nodes end up float and the rest of
+    their block goes back to INT8 where it costs nothing."""
+    fq = Blocks(8, size, harmful={"blocks.2.1", "blocks.5.0"})
+    art, table, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()), clock=fq.clock,
+                               stream=io.StringIO())
+    v = trace["verdict"]
+    assert v["units"] == 8 and v["trials"]["ranking_trials"] == 8
+    assert v["met"] and {"blocks.2.1", "blocks.5.0"} <= set(v["chosen_float_nodes"])
+    assert len(v["chosen_float_nodes"]) < 2 * size  # not the two whole blocks
+    assert v["full_evaluations"] == fq.full <= v["evaluation_limit"]
+    hand_back = v["trials"]["hand_back_trials"]
+    assert hand_back <= 1 + max(8, math.ceil(math.sqrt(8 * size)))
+    assert fq.quantizations == v["full_evaluations"] + 1  # only what was evaluated in full
+    assert trace["order"][:2] == ["blocks.2", "blocks.5"] or trace["order"][:2] == ["blocks.5", "blocks.2"]
+
+
+def test_the_time_budget_stops_the_search_with_its_best_model_so_far():
+    """Each score takes 10 s of a fake clock; with a 100 s budget the ranking stops at half of it,
+    the bisection when it is spent, and the best evaluated model comes back with the reason."""
+    fq = Blocks(16, 2, harmful={"blocks.3.0"}, time_budget=100.0, tick=10.0)
+    art, _, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()), clock=fq.clock,
+                           stream=io.StringIO())
+    v = trace["verdict"]
+    assert v["stopped_by_budget"] == "ranking"
+    assert v["trials"]["ranking_trials"] < 16
+    assert "stopped by quant.search_budget_s=100" in v["summary"]
+    evaluated = [r for r in trace["trace"]]
+    assert evaluated and v["drop"] == min(r["drop"] for r in evaluated if r["within_budget"]) \
+        if v["met"] else v["drop"] == min(r["drop"] for r in evaluated)
+    assert sorted(art.floated) == sorted(v["chosen_float_nodes"])
+
+
+def test_progress_lines_name_the_step_and_the_time_left():
+    fq = Blocks(4, 2, harmful={"blocks.1.0"}, tick=2.0)
+    out = io.StringIO()
+    search(fq, "minmax", set(), fq.quantize("minmax", set()), clock=fq.clock, stream=out)
+    lines = out.getvalue().splitlines()
+    assert "\r" not in out.getvalue()  # a log, not a terminal: plain lines
+    assert lines[0].startswith("  mixed search: 8 INT8 nodes in 4 blocks: 4 to rank, 0 clean (SQNR >= "
+                               "40 dB), 0 cheap (< 0.5 % of the INT8 profile each), time budget ")
+    assert lines[1].startswith("  mixed search: ranking blocks 0/4 trials, elapsed 0m")
+    assert "  mixed search: ranking blocks 2/4 trials, elapsed 0m04s, about 0m04s left: blocks.2" \
+        in lines
+    assert any(line.startswith("  mixed search: full evaluations") for line in lines)
+
+
+def test_progress_on_a_terminal_redraws_one_bar_and_keeps_log_lines_above_it():
+    from pipeline.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    out, now = Tty(), [0.0]
+    bar = Progress(4, "sweep", out, clock=lambda: now[0], unit="points")
+    log = bar.around(lambda m: out.write(m + "\n"))
+    for k in range(4):
+        now[0] += 5
+        bar.update(k + 1, f"point {k}")
+        log(f"  built point {k}")
+    text = out.getvalue()
+    assert "\r\x1b[K  sweep [######------------------] 1/4 points, elapsed 0m05s, about 0m15s left" in text
+    assert "  built point 0\n" in text and text.endswith("  built point 3\n")

@@ -35,6 +35,7 @@ Progress: each phase shows what runs, k of n, elapsed and time left (``pipeline.
 from __future__ import annotations
 
 import math
+import sys
 import time
 
 from pipeline.progress import Progress, hms
@@ -116,6 +117,12 @@ def search(qz, method: str, exclude: set, all_int8, clock=time.monotonic, stream
     trials.sort(key=lambda u: (u["sqnr_db"] if u["sqnr_db"] is not None else math.inf))
     bar = Progress(len(trials), f"mixed search: ranking {by}", stream, clock=clock,
                    unit="trials")
+    kinds = {k: sum(u["signal"] == k for u in units) for k in ("clean", "cheap", "trial")}
+    (stream or sys.stdout).write(
+        f"  mixed search: {len(nodes)} INT8 nodes in {len(units)} {by}: {kinds['trial']} to rank, "
+        f"{kinds['clean']} clean (SQNR >= {CLEAN_DB:g} dB), {kinds['cheap']} cheap (< "
+        f"{100 * CHEAP_SHARE:g} % of the INT8 profile each), time budget "
+        f"{hms(clock_budget.seconds)}\n")
     if log is not None:
         qz.runner.log = bar.around(log)
     try:
@@ -133,7 +140,9 @@ def search(qz, method: str, exclude: set, all_int8, clock=time.monotonic, stream
             # How much better floating this unit makes the model (positive: helps), in the
             # metric's unit whatever its direction.
             u["effect"] = qz.metric.drop(rank(art, f"float {u['name']}"), base)
-        bar.update(len(trials)) if not clock_budget.stopped else bar.done()
+        if trials and not clock_budget.stopped:
+            bar.update(len(trials))
+        bar.done()
     finally:
         if log is not None:
             qz.runner.log = log
