@@ -3,8 +3,9 @@ slow (over 250 INT8 nodes), with a few layers INT8 really hurts.
 
 In: a depth, a width, the blocks to harm and a seed. Out: a ``torch.nn.Module`` (``deep``, a
 ``model=torch`` factory: ``model.factory=benchmarks.search_net:deep``) and a folder of images for
-it (``write_images``: smooth random colour images, saved as PNG; scored with
-``metric=agreement``, so no labels and no training are needed).
+it (``write_images``: smooth random colour images, saved as PNG in one folder per class, labelled
+by the float network itself, so no training is needed: ``metric=classification`` then measures
+exactly what quantization costs).
 
 The network: a strided stem, then ``depth`` residual blocks (1x1 conv, ReLU, depthwise 3x3, ReLU,
 1x1 conv, add), a 4x4 average pool, a LayerNorm and a 10-class linear head: four INT8 nodes per block. Its
@@ -65,16 +66,23 @@ def deep(depth: int = 64, width: int = 16, harmed: list[int] | None = None, seed
 
 
 def write_images(folder: Path, count: int, seed: int = 0) -> Path:
-    """``count`` 32x32 PNGs: a random 4x4 colour grid, smoothly upsampled, plus a little noise.
-    Smooth, varied images give the network varied outputs: each class is someone's argmax."""
+    """``count`` 32x32 PNGs in ``<folder>/<class>/``: a random 4x4 colour grid, smoothly
+    upsampled, plus a little noise; each labelled with the float network's own class for it (as
+    the pipeline will feed it: RGB, scaled to [-1, 1]), so FP32 scores 100 % and every point
+    lost is lost to quantization. Smooth, varied images give every class some images."""
     import numpy as np
+    import torch
     from PIL import Image
 
-    folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
+    net = deep()
     for i in range(count):
         grid = rng.integers(0, 256, (4, 4, 3), dtype=np.uint8)
         img = np.asarray(Image.fromarray(grid).resize((32, 32), Image.BICUBIC), dtype=np.float32)
         img = np.clip(img + rng.normal(0, 8, img.shape), 0, 255).astype(np.uint8)
-        Image.fromarray(img).save(folder / f"{i:05d}.png")
+        x = (img.astype(np.float32).transpose(2, 0, 1)[None] / 255 - 0.5) / 0.5
+        with torch.no_grad():
+            label = int(net(torch.from_numpy(x)).argmax(1))
+        (folder / str(label)).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(img).save(folder / str(label) / f"{i:05d}.png")
     return folder

@@ -209,3 +209,96 @@ def test_progress_on_a_terminal_redraws_one_bar_and_keeps_log_lines_above_it():
     text = out.getvalue()
     assert "\r\x1b[K  sweep [######------------------] 1/4 points, elapsed 0m05s, about 0m15s left" in text
     assert "  built point 0\n" in text and text.endswith("  built point 3\n")
+
+
+# -- on the tiny OCR model: edits against real quantizations, Ctrl-C and resumption --------------
+
+import json  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from tests.conftest import ROOT, tiny_args  # noqa: E402
+
+
+def _stage(rep: dict, label: str):
+    from pipeline.artifact import Artifact
+
+    return Artifact.read(Path(next(s["path"] for s in rep["stages"] if s["label"] == label)))
+
+
+def test_edits_equal_quantizations_on_the_tiny_ocr_model(tiny_run, tmp_path):
+    """Each module block of the tiny OCR model (convolutions, pools, the head; the LSTM stays
+    dynamic INT8 in both), floated by editing the all-INT8 model, equals the quantize stage with
+    that block excluded: same nodes, same scales, same precisions, same outputs."""
+    from pipeline.compose import compose
+    from pipeline.quant.groups import units
+    from pipeline.runner import Runner
+    from pipeline.stages.float_nodes import FloatNodes
+    from pipeline.stages.quantize import Quantize
+
+    workdir = tiny_run[0]
+    rep = json.loads((workdir / "runs" / "latest" / "report.json").read_text())
+    base, prepared, cal = _stage(rep, "quantize"), _stage(rep, "prepare"), _stage(rep, "calibrate[minmax]")
+    static = [n for n, p in base.meta["precision"].items() if p == "int8-static"]
+    blocks = units(static, {})
+    assert len(blocks) >= 2
+    cfg = compose(tiny_args(workdir))
+    runner = Runner(tmp_path, cfg.hardware.target(), log=lambda *_: None)
+    for b in blocks:
+        want = runner.run(Quantize(tuple(sorted(base.meta["settings"].items())),
+                                   cfg.quant.per_channel, "minmax", None,
+                                   tuple(base.config["dynamic_op_types"]), tuple(sorted(b["nodes"]))),
+                          prepared, calibration=cal)
+        got = runner.run(FloatNodes(tuple(sorted(b["nodes"])), None), base, prepared=prepared)
+        assert got.meta["precision"] == want.meta["precision"], b
+        assert got.meta["exclusion_ignored"] == want.meta["exclusion_ignored"], b
+        g, w = onnx.load(str(got.model)), onnx.load(str(want.model))
+        assert sorted((n.name, n.op_type) for n in g.graph.node) == \
+            sorted((n.name, n.op_type) for n in w.graph.node), b
+        assert _scales(g) == _scales(w), b
+        x = np.random.default_rng(3).uniform(-1, 1, (2, 1, 32, 64)).astype(np.float32)
+        name = g.graph.input[0].name
+        outs = [_session(m).run(None, {name: x})[0] for m in (g, w)]
+        np.testing.assert_allclose(outs[0], outs[1], atol=1e-6, rtol=0)
+
+
+def _session(model):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def test_ctrl_c_stops_the_search_and_the_next_run_resumes_it(tiny_run, tmp_path):
+    """quant=mixed node by node on the tiny model (sharing the session run's cache): progress
+    lines name each trial with k of n and the time left; Ctrl-C during the ranking ends the run
+    (exit 130: a shell's view of SIGINT), and the next run reuses the trials already done."""
+    fixture = tiny_run[0]
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    (workdir / "cache").symlink_to(fixture / "cache")
+    args = [a for a in tiny_args(fixture) if not a.startswith(("workdir=", "registry.root="))] + [
+        f"workdir={workdir}", f"registry.root={workdir / 'registry'}", "quant=mixed",
+        "quant.search_groups=nodes", f"bench.nonce=ctrl-c-{tmp_path.name}"]
+    cmd = [sys.executable, "-m", "pipeline", *args]
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if " ranking nodes 2/" in line:
+            proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=300) in (130, -signal.SIGINT), "\n".join(lines)
+    ranking = [ln for ln in lines if "mixed search: ranking nodes" in ln]
+    assert ranking[0].startswith("  mixed search: ranking nodes 0/") and "left: " in ranking[0]
+    done = [ln.split()[1] for ln in lines if ln.startswith("  built  rank[float ")]
+    assert done and not any(p.name.startswith(".tmp") for p in (fixture / "cache").glob("*/*"))
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    reused = [ln.split()[1] for ln in again.stdout.splitlines() if ln.startswith("  reused rank[float ")]
+    built = [ln.split()[1] for ln in again.stdout.splitlines() if ln.startswith("  built  rank[float ")]
+    assert set(done) <= set(reused) and built  # resumed: the rest was built this time

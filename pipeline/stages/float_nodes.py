@@ -34,19 +34,26 @@ from pipeline.errors import StageError
 # Ops onnxruntime's QDQ quantizer handles as data movement: output quantized with the input's
 # scale, and only when the input is quantized already (QDQDirect8BitOp and its subclasses).
 DIRECT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "AveragePool", "Slice",
-              "TopK", "MaxPool")
+              "TopK", "MaxPool", "Resize", "Gather", "GatherElements")
 REMOVABLE = ("Relu", "Clip")  # folded into the producer's range when its input is quantized
-NEVER = ("QuantizeLinear", "DequantizeLinear", "Cast", "DynamicQuantizeLinear")
+NEVER = ("QuantizeLinear", "DequantizeLinear", "Where")  # Where: only when forced
+
+
+def default_op_types() -> set[str]:
+    """What ``quantize_static`` quantizes when given no op types: its two registries."""
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    return set(QLinearOpsRegistry) | set(QDQRegistry)
 
 
 def quantized_tensors(graph, excluded: set, static_op_types=None) -> set[str]:
     """The activation tensors onnxruntime's QDQ quantizer quantizes in ``graph`` (the float
     model) with the nodes ``excluded`` kept float: its per-node rules, replayed in node order."""
     inits = {i.name for i in graph.initializer}
+    ops = default_op_types() if static_op_types is None else set(static_op_types)
     done: set[str] = set()
     for n in graph.node:
-        if (n.name in excluded or n.op_type in NEVER
-                or (static_op_types is not None and n.op_type not in static_op_types)):
+        if n.name in excluded or n.op_type in NEVER or n.op_type not in ops:
             continue
         if n.op_type in DIRECT_OPS or n.op_type in REMOVABLE:
             if n.input and n.input[0] in done:
