@@ -184,8 +184,9 @@ class QuantConfig:
                               "[0, 100] (points of accuracy)")
         if len(set(self.exclude)) != len(self.exclude) or any(not n for n in self.exclude):
             raise ConfigError(f"quant.exclude={self.exclude}: node names, each once")
-        if self.search_budget_s <= 0:
-            raise ConfigError(f"quant.search_budget_s={self.search_budget_s}: must be > 0 seconds")
+        if not 0 < self.search_budget_s < math.inf:
+            raise ConfigError(f"quant.search_budget_s={self.search_budget_s}: must be a finite "
+                              "number of seconds > 0")
         if self.search_groups not in ("blocks", "nodes"):
             raise ConfigError(f"quant.search_groups={self.search_groups}: blocks or nodes")
         if self.region_trials < 0:
