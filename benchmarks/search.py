@@ -67,6 +67,14 @@ def _mixed(rep: dict) -> dict:
     return {k: v for k, v in r.items() if k not in ("latency_ms", "failed_detail", "output_sha256")}
 
 
+def _drop(rep: dict) -> float | None:
+    """The candidate's top-1 drop against FP16, in points."""
+    rows = {r["role"]: r for r in rep.get("rows", [])}
+    if "candidate" not in rows or "fp16" not in rows:
+        return None
+    return rows["fp16"].get("top1", 0.0) - rows["candidate"].get("top1", 0.0)
+
+
 def section(cli, quick: bool = False) -> dict:
     from benchmarks.search_net import write_images
 
@@ -78,11 +86,10 @@ def section(cli, quick: bool = False) -> dict:
     out: dict = {"network": "benchmarks.search_net:deep (64 blocks, width 16)",
                  "budget_points": BUDGET_POINTS}
     code_i, wall_i, rep_i = _run(cli, runs / "int8", images, "quant=int8")
+    explained = ((rep_i.get("quantization") or {}).get("explain") or {}).get("nodes", [])
     out["int8"] = {"exit_code": code_i, "seconds": round(wall_i, 1),
-                   "quantized_nodes": sum(1 for p in ((rep_i.get("quant") or {}).get("explain") or {})
-                                          .get("nodes", []) if p["precision"].startswith("int8")),
-                   "drop": next((r.get("accuracy_drop") for r in rep_i.get("rows", [])
-                                 if r["role"] == "candidate"), None)}
+                   "quantized_nodes": sum(1 for n in explained if n["precision"].startswith("int8")),
+                   "drop": _drop(rep_i)}
     code_a, wall_a, rep_a = _run(cli, runs / "auto", images, "quant=auto")
     out["auto"] = {"exit_code": code_a, "seconds": round(wall_a, 1), "search": _search(rep_a),
                    "mixed": _mixed(rep_a), "winner": (rep_a.get("auto") or {}).get("winner", {})
