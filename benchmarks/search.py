@@ -49,14 +49,19 @@ def _search(rep: dict) -> dict:
     """What the search cost, from the run's stage records: built and reused stages by kind."""
     stages = rep.get("stages", [])
 
-    def count(prefix: str) -> dict:
-        rows = [s for s in stages if s["label"].startswith(prefix)]
+    def count(match) -> dict:
+        rows = [s for s in stages if match(s["label"])]
         return {"stages": len(rows), "built": sum(not s["reused"] for s in rows),
                 "seconds": round(sum(s["seconds"] for s in rows), 1)}
 
-    return {"ranking_trials": count("rank[float"), "hand_back_trials": count("rank["),
-            "edits": count("edit["), "requantized": count("quantize[float"),
-            "full_evaluations": count("evaluate[mixed")}
+    return {"ranking_trials": count(lambda lab: lab.startswith("rank[float ")),
+            # rank[<k> float] and rank[<k> float less <node>]: the chosen blocks, then each
+            # costly node handed back
+            "hand_back_trials": count(lambda lab: lab.startswith("rank[") and " float" in lab
+                                      and not lab.startswith("rank[float ")),
+            "edits": count(lambda lab: lab.startswith("edit[")),
+            "requantized": count(lambda lab: lab.startswith(("quantize[float ", "quantize[mixed "))),
+            "full_evaluations": count(lambda lab: lab.startswith("evaluate[mixed "))}
 
 
 def _mixed(rep: dict) -> dict:
