@@ -302,3 +302,16 @@ def test_ctrl_c_stops_the_search_and_the_next_run_resumes_it(tiny_run, tmp_path)
     reused = [ln.split()[1] for ln in again.stdout.splitlines() if ln.startswith("  reused rank[float ")]
     built = [ln.split()[1] for ln in again.stdout.splitlines() if ln.startswith("  built  rank[float ")]
     assert set(done) <= set(reused) and built  # resumed: the rest was built this time
+
+
+def test_blocks_follow_module_paths_and_unnamed_nodes_are_cut_into_runs():
+    from pipeline.quant.groups import block, units
+
+    assert [block(p) for p in ("blocks.3.dw.0", "encoder.layer.2.attention.self", "rnn",
+                               "/cnn/cnn.4/Conv", "node_Conv_3")] == \
+        ["blocks.3", "encoder.layer.2", "rnn", "cnn.cnn.4", None]
+    named = units([f"blocks.{b}.{k}" for b in range(5) for k in range(3)], {})
+    assert [u["name"] for u in named] == [f"blocks.{b}" for b in range(5)]
+    unnamed = units([f"Conv_{i}" for i in range(100)], {})  # an imported graph: no module paths
+    assert len(unnamed) == 10 and all(len(u["nodes"]) == 10 for u in unnamed)
+    assert len(units([f"Conv_{i}" for i in range(100)], {}, by="nodes")) == 100
