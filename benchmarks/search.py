@@ -60,8 +60,9 @@ def _search(rep: dict) -> dict:
             "hand_back_trials": count(lambda lab: lab.startswith("rank[") and " float" in lab
                                       and not lab.startswith("rank[float ")),
             "edits": count(lambda lab: lab.startswith("edit[")),
-            "requantized": count(lambda lab: lab.startswith(("quantize[float ", "quantize[mixed "))),
-            "full_evaluations": count(lambda lab: lab.startswith("evaluate[mixed "))}
+            "requantized": count(lambda lab: lab.startswith("quantize[mixed ")),
+            "full_evaluations": count(lambda lab: lab.startswith("evaluate[mixed ")
+                                      and lab.endswith(" float]"))}
 
 
 def _mixed(rep: dict) -> dict:
