@@ -40,6 +40,10 @@ Sections (each one records its own error and the others still run):
   ``artifacts/zoo/``: FP32 parity with each model's own inference code, then the documented
   command line, its gate verdict, accuracy and speedups against FP32 and peers
   (``benchmarks/zoo/``; ``--zoo ddddocr`` runs a subset).
+- ``search``: the mixed-precision search on a 64-block network with over 250 INT8 nodes whose
+  all-INT8 model misses the budget: ``quant=auto``'s wall time against ``quant=int8``'s from the
+  same cache state, the trials counted, and the mixed candidate against the exhaustive per-node
+  search run once (``benchmarks/search.py``; ``--quick`` leaves the exhaustive run out).
 Each target is listed with its measured value and whether it was met; ``docs/results.md`` is
 rendered from the file (``benchmarks.results``), with each section's time and CPU. A
 benchmark, not a test: nothing here asserts, and the numbers only compare with ones from the
@@ -237,6 +241,12 @@ def transformer(quick: bool) -> dict:
     return section(_cli, quick)
 
 
+def search(quick: bool) -> dict:
+    from benchmarks.search import section
+
+    return section(_cli, quick)
+
+
 def zoo(quick: bool, only: str) -> dict:
     from benchmarks.zoo import ENTRIES, section
 
@@ -249,12 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--page", type=Path, default=Path("docs") / "results.md")
     ap.add_argument("--sections",
                     default="spine,repeatability,quantization,load,soak,pruning,runtimes,auto,byo,"
-                            "transformer,zoo")
+                            "transformer,zoo,search")
     ap.add_argument("--zoo", default="",
                     help="zoo: a comma-separated subset of its entries (default: all of them)")
     ap.add_argument("--quick", action="store_true",
                     help="transformer: a 2-layer model and 200 sentences, a check of the harness "
-                         "rather than a measurement")
+                         "rather than a measurement; search: without the exhaustive run")
     args, overrides = ap.parse_known_args(argv)
     # A fresh measurement for this bench run (cached timings may come from a busier moment);
     # both spine runs share it, so the second one still reuses every stage.
@@ -273,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                 "auto": lambda: auto(base),
                 "byo": lambda: byo(base),
                 "transformer": lambda: transformer(args.quick),
-                "zoo": lambda: zoo(args.quick, args.zoo)}
+                "zoo": lambda: zoo(args.quick, args.zoo),
+                "search": lambda: search(args.quick)}
     for name in wanted:
         try:
             results[name] = sections[name]()

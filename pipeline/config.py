@@ -207,6 +207,8 @@ class QuantConfig:
     # SmoothQuant-style migration strengths tried before INT8 (the best on the ranking subset,
     # or none); null = the model's own (transformer encoders: [0.5, 0.65, 0.8]), [] = off
     smooth_alphas: Optional[list[float]] = None
+    search_budget_s: float = 1800.0         # mixed: wall time the search may take; then its best so far
+    search_groups: str = "blocks"           # mixed ranks module blocks; "nodes": one trial per node
 
     def __post_init__(self):
         _positive(self, "quant", "calibration_batch_size", "ranking_samples", "profile_runs")
@@ -215,6 +217,11 @@ class QuantConfig:
                               "[0, 100] (the primary metric's scale) or null")
         if len(set(self.exclude)) != len(self.exclude) or any(not n for n in self.exclude):
             raise ConfigError(f"quant.exclude={self.exclude}: node names, each once")
+        if not 0 < self.search_budget_s < math.inf:
+            raise ConfigError(f"quant.search_budget_s={self.search_budget_s}: must be a finite "
+                              "number of seconds > 0")
+        if self.search_groups not in ("blocks", "nodes"):
+            raise ConfigError(f"quant.search_groups={self.search_groups}: blocks or nodes")
         if self.region_trials < 0:
             raise ConfigError(f"quant.region_trials={self.region_trials}: must be >= 0")
         if self.smooth_alphas is not None and not all(0 < a <= 1 for a in self.smooth_alphas):

@@ -98,6 +98,9 @@ def test_cli_bad_config_is_one_line_and_exit_2(override, key, tmp_path):
     ("hardware.affinity=[0,0]", "expected distinct CPU ids"),
     ("hardware.affinity=[]", "hardware.affinity=[]"),
     ("quant.exclude=[cnn.0,cnn.0]", "quant.exclude"),
+    ("quant.search_budget_s=nan", "quant.search_budget_s=nan: must be a finite number of seconds"),
+    ("quant.search_budget_s=0", "quant.search_budget_s=0.0"),
+    ("quant.search_groups=layers", "quant.search_groups=layers: blocks or nodes"),
 ])
 def test_numbers_are_finite_and_in_range_at_compose_time(override, expected):
     with pytest.raises(ConfigError) as e:

@@ -246,7 +246,7 @@ class FakeQuantizer:
         self.metric = MetricSpec("sequence_accuracy", True)
         self.fp16_eval = SimpleNamespace(meta={"metrics": {self.metric.name: 99.0}})
         self.evaluation = None  # the DataSplit; the fake runner never reads it
-        self.cfg = SimpleNamespace(quant=SimpleNamespace(max_accuracy_drop=budget),
+        self.cfg = SimpleNamespace(quant=SimpleNamespace(max_accuracy_drop=budget, search_groups="nodes"),
                                    model=SimpleNamespace(name="ocr", eval_samples=100), data_dir="d")
         self.subset, self.hw, self.fp32 = (), None, None
         self.runner = SimpleNamespace(run=lambda *a, **k: SimpleNamespace(

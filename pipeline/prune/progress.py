@@ -1,32 +1,27 @@
-"""A plain-text progress bar for the recovery fine-tune (minutes of work inside a stage).
+"""A progress bar for the recovery fine-tune (minutes of work inside a stage): the general one
+(``pipeline.progress``) with the loss and the step rate in each line.
 
 In: the total step count, then ``update(step, loss)`` after every step. Out: a bar with the step,
-the loss, the rate and the time left, on the given stream. On a terminal it redraws one line;
-in a log (a pipe, CI, ``make bench`` capturing output) it prints a line every ``every`` of the
-way instead, so a log is not flooded with carriage returns. Standard library only.
+the loss, the rate and the time left, on the given stream: redrawn on a terminal, a line every
+``every`` of the way in a log.
 """
 from __future__ import annotations
 
-import sys
-import time
+from pipeline.progress import Progress as _Progress, hms
 
 
-class Progress:
+class Progress(_Progress):
     def __init__(self, total: int, label: str = "recovery", stream=None, width: int = 24,
                  every: float = 0.1):
-        self.total, self.label, self.width = total, label, width
-        self.stream = stream or sys.stdout
-        self.tty = self.stream.isatty()
-        self.every = max(1, int(total * every))
-        self.t0 = time.monotonic()
+        super().__init__(total, label, stream, width, every)
 
     def line(self, step: int, loss: float) -> str:
-        elapsed = time.monotonic() - self.t0
+        elapsed = self.clock() - self.t0
         rate = step / elapsed if elapsed > 0 else 0.0
         left = (self.total - step) / rate if rate > 0 else 0.0
         done = int(self.width * step / self.total)
         return (f"  {self.label} [{'#' * done}{'-' * (self.width - done)}] {step}/{self.total} "
-                f"loss {loss:.4f}  {rate:.2f} steps/s  {int(left) // 60}m{int(left) % 60:02d}s left")
+                f"loss {loss:.4f}  {rate:.2f} steps/s  {hms(left)} left")
 
     def update(self, step: int, loss: float) -> None:
         if self.tty:

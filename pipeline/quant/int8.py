@@ -115,6 +115,14 @@ class Quantizer:
         return self.runner.run(stage, self.prepared, label=label,
                                calibration=self.calibration(method))
 
+    def edit(self, art, nodes, label="edit"):
+        """``art`` (a static INT8 model) with ``nodes`` float, by editing its QDQ graph: no
+        re-quantization (``stages/float_nodes.py``)."""
+        from pipeline.stages.float_nodes import FloatNodes
+
+        return self.runner.run(FloatNodes(tuple(sorted(nodes)), self.static), art, label=label,
+                               prepared=self.prepared)
+
     def score(self, art, label: str, subset=True) -> float:
         m = self.cfg.model
         ev = self.runner.run(Evaluate(self.evaluation, m.eval_batch_size, self.hw,

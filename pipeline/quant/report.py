@@ -102,10 +102,22 @@ def markdown(q: dict) -> list[str]:
     if search:
         v = search["verdict"]
         lines += ["", f"**Mixed precision: {v['summary']}** ({v['full_evaluations']} full evaluations, "
-                  f"limit {v['evaluation_limit']:.1f} for {v['quantizable_nodes']} nodes)", "",
-                  "| float nodes | accuracy | drop | within budget | est. ms |", "|---|---|---|---|---|"]
+                  f"limit {v['evaluation_limit']:.1f} for {v['quantizable_nodes']} nodes)", ""]
+        t = v.get("trials")
+        if t:  # ranked by groups: what it cost
+            lines += [f"- ranked by {v['ranked_by']}: {v['units']} units, {t['ranking_trials']} "
+                      f"ranking trials and {t['hand_back_trials']} hand-back trials on the hardest "
+                      f"lines ({t['edited']} models made by editing the INT8 graph, "
+                      f"{t['requantized']} quantized), {v['seconds']:.0f} s of a "
+                      f"{v['time_budget_s']:g} s budget"
+                      + (f"; **stopped by the time budget during the {v['stopped_by_budget']}**"
+                         if v.get("stopped_by_budget") else ""), ""]
+        lines += ["| step | float nodes | accuracy | drop | within budget | est. ms |",
+                  "|---|---|---|---|---|---|"]
         for r in search["trace"]:
-            lines.append(f"| {', '.join(r['float_nodes']) or '(none)'} | {r['accuracy']:.2f} | "
+            shown = ", ".join(r["float_nodes"][:6]) + (f" (+{len(r['float_nodes']) - 6})"
+                                                       if len(r["float_nodes"]) > 6 else "")
+            lines.append(f"| {r.get('step', '')} | {shown or '(none)'} | {r['accuracy']:.2f} | "
                          f"{r['drop']:.2f} | {'yes' if r['within_budget'] else 'no'} | "
                          f"{r['estimated_ms']:.2f} |")
     return lines

@@ -81,6 +81,8 @@ def main(argv: list[str]) -> int:
                 *map(_to_hydra, hydra_args)]
     print(f"sweep: {len(todo)} points, folder {sweep_dir}", flush=True)
     t0 = time.time()
+    # For the progress line each point prints when it ends (in the launcher's workers).
+    os.environ[PROGRESS_ENV] = f"{len(todo)}:{t0}"
     _hydra_main()
     summary = sweep_summary.write(sweep_dir, todo, cfgs, time.time() - t0)
     print(sweep_summary.terminal(summary))
@@ -130,4 +132,23 @@ def run_point(cfg) -> dict:
     tmp = out / ".point.json.tmp"
     tmp.write_text(json.dumps(result, indent=2))
     tmp.replace(out / "point.json")
+    _progress(out.parent, result)
     return result
+
+
+PROGRESS_ENV = "PIPELINE_SWEEP_PROGRESS"  # "<points>:<start time>", set by main for the workers
+
+
+def _progress(sweep_dir: Path, result: dict) -> None:
+    """One line per finished point: how many of how many, elapsed and time left (points run in
+    parallel workers, so the count is the ``point.json`` files written so far)."""
+    from pipeline.progress import Progress
+
+    total, _, t0 = os.environ.get(PROGRESS_ENV, "").partition(":")
+    if not total:
+        return
+    done = len(list(sweep_dir.glob("*/point.json")))
+    bar = Progress(int(total), "sweep", clock=time.time, unit="points", every=0)
+    bar.tty, bar.t0 = False, float(t0)  # workers print to a shared stream: plain lines
+    code = result["exit_code"]
+    bar.update(done, f"{' '.join(result['overrides'])} (exit {code if code is not None else '-'})")

@@ -1,0 +1,213 @@
+"""float_nodes: an INT8 model with some nodes handed back to float, by editing its QDQ graph.
+
+In: a static ``quantize`` artifact (``parent``: its QDQ model and the nodes it already keeps
+float) and the ``prepare`` artifact it was quantized from (``prepared``: the float weights and the
+nodes the quantizer removed). Out: ``model.onnx`` with the nodes in ``nodes`` float and the same
+metadata a ``quantize`` stage gives (per-node precision, excluded names, QDQ propagation), so
+that evaluate and explain take it as they take a quantized model.
+
+Why: the mixed-precision search needs one "this group float" model per trial. A whole
+``quantize_static`` per trial (shape inference, the quantizer's pass, the dynamic pass for the
+LSTM) took 3-7 s on a 10.9 MB recognizer, hundreds of times. Editing the all-INT8 graph keeps
+every calibrated scale of the rest and costs a load and a save. What onnxruntime's QDQ quantizer
+would have done without those nodes is replayed from its rules, in graph order as it works:
+- a node quantizes its float inputs and outputs; a data-movement op (MaxPool, Reshape, ...) and
+  a removable activation (Relu, Clip) only when their input is already quantized;
+- a tensor keeps its QuantizeLinear/DequantizeLinear pair while any remaining node quantizes it,
+  else the pair goes and its readers take the float tensor;
+- a handed-back node reads its float weights (from ``prepared``) instead of dequantized ones;
+- a Relu or Clip the quantizer folded into its producer's range comes back where its input is
+  no longer quantized.
+``tests/test_search.py`` checks on small graphs that the result equals ``quantize_static`` with
+those nodes excluded: same nodes, same scales, same outputs. The search ranks with these models
+only; every model it evaluates on the whole set or ships is quantized for real.
+Nodes of the dynamic pass (a ``DynamicQuantizeLSTM``) are not handled here: the search
+re-quantizes a group that holds one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import StageError
+
+# Ops onnxruntime's QDQ quantizer handles as data movement: output quantized with the input's
+# scale, and only when the input is quantized already (QDQDirect8BitOp and its subclasses).
+DIRECT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "AveragePool", "Slice",
+              "TopK", "MaxPool", "Resize", "Gather", "GatherElements")
+REMOVABLE = ("Relu", "Clip")  # folded into the producer's range when its input is quantized
+NEVER = ("QuantizeLinear", "DequantizeLinear", "Where")  # Where: only when forced
+
+
+def default_op_types() -> set[str]:
+    """What ``quantize_static`` quantizes when given no op types: its two registries."""
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    return set(QLinearOpsRegistry) | set(QDQRegistry)
+
+
+def quantized_tensors(graph, excluded: set, static_op_types=None) -> set[str]:
+    """The activation tensors onnxruntime's QDQ quantizer quantizes in ``graph`` (the float
+    model) with the nodes ``excluded`` kept float: its per-node rules, replayed in node order."""
+    inits = {i.name for i in graph.initializer}
+    ops = default_op_types() if static_op_types is None else set(static_op_types)
+    done: set[str] = set()
+    for n in graph.node:
+        if n.name in excluded or n.op_type in NEVER or n.op_type not in ops:
+            continue
+        if n.op_type in DIRECT_OPS or n.op_type in REMOVABLE:
+            if n.input and n.input[0] in done:
+                done.update(o for o in n.output[:1] if o)
+            continue
+        done.update(t for t in list(n.input) + list(n.output) if t and t not in inits)
+    return done
+
+
+def edit(model, prepared, floated: set, excluded: set, static_op_types=None):
+    """``model`` (the INT8 ``onnx.ModelProto``, quantized with ``excluded`` float) edited so that
+    ``floated`` is float too; ``prepared``: the float model it was quantized from."""
+    import onnx
+
+    g, pg = model.graph, prepared.graph
+    before = quantized_tensors(pg, excluded, static_op_types)
+    after = quantized_tensors(pg, excluded | floated, static_op_types)
+    unquantize = before - after
+    p_nodes = {n.name: n for n in pg.node}
+    p_inits = {i.name: i for i in pg.initializer}
+    inits = {i.name: i for i in g.initializer}
+    producer = {o: n for n in g.node for o in n.output}
+    names = {n.name for n in g.node}
+    missing = sorted(n for n in floated if n not in names and n not in p_nodes)
+    if missing:
+        raise StageError(f"float_nodes: {missing[0]!r} is not a node of the INT8 model")
+    drop: set[int] = set()  # ids of nodes to remove
+    rewire: dict[str, str] = {}  # tensor read -> tensor to read instead
+
+    # 1. Handed-back nodes read their float weights.
+    for n in g.node:
+        if n.name not in floated:
+            continue
+        src = p_nodes.get(n.name)
+        for k, t in enumerate(n.input):
+            dq = producer.get(t)
+            if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in inits:
+                continue
+            if src is None or k >= len(src.input) or src.input[k] not in p_inits:
+                raise StageError(f"float_nodes: no float weight for input {k} of {n.name!r}")
+            name = src.input[k]
+            if dq.output[0] == name:  # the quantizer kept the name (a bias): its DQ must go
+                drop.add(id(dq))
+            if name not in inits:
+                g.initializer.append(p_inits[name])
+                inits[name] = p_inits[name]
+            n.input[k] = name
+    # 2. Tensors no remaining node quantizes lose their Q/DQ pair.
+    consumers: dict[str, list] = {}
+    for n in g.node:
+        for t in n.input:
+            consumers.setdefault(t, []).append(n)
+    for q in g.node:
+        # (a graph output's producer writes <t>_QuantizeLinear_Input: the tensor is still <t>)
+        if (q.op_type != "QuantizeLinear"
+                or q.input[0].removesuffix("_QuantizeLinear_Input") not in unquantize):
+            continue
+        drop.add(id(q))
+        for dq in consumers.get(q.output[0], []):
+            if dq.op_type == "DequantizeLinear":
+                drop.add(id(dq))
+                rewire[dq.output[0]] = q.input[0]
+    # 3. A Relu/Clip folded into its producer comes back where its input is float again.
+    restore = []
+    for pn in pg.node:
+        if (pn.op_type in REMOVABLE and pn.name not in names and pn.input[0] not in after
+                and pn.output[0] in producer):
+            restore.append(pn)
+    kept = [n for n in g.node if id(n) not in drop]
+    for n in kept:
+        for k, t in enumerate(n.input):
+            if t in rewire:
+                n.input[k] = rewire[t]
+    outputs = {o.name for o in g.output}
+    for o in g.output:
+        if o.name in rewire:  # a graph output read through a removed pair: keep its name
+            src = rewire[o.name]
+            for n in kept:
+                for k, t in enumerate(n.output):
+                    if t == src:
+                        n.output[k] = o.name
+                for k, t in enumerate(n.input):
+                    if t == src:
+                        n.input[k] = o.name
+    order = []
+    for n in kept:
+        order.append(n)
+        for pn in list(restore):
+            if pn.output[0] in n.output:
+                k = list(n.output).index(pn.output[0])
+                n.output[k] = pn.input[0]
+                order.append(onnx.helper.make_node(pn.op_type, list(pn.input), list(pn.output),
+                                                   name=pn.name, domain=pn.domain or None)
+                             if not pn.attribute else _copy(pn))
+                for t in pn.input[1:]:  # Clip's bounds
+                    if t and t in p_inits and t not in inits:
+                        g.initializer.append(p_inits[t])
+                        inits[t] = p_inits[t]
+                restore.remove(pn)
+    # Dequantized weights nothing reads any more (the handed-back nodes' int8 weights).
+    while True:
+        read = {t for n in order for t in n.input} | outputs
+        dead = [n for n in order if n.op_type in ("QuantizeLinear", "DequantizeLinear")
+                and not any(o in read for o in n.output)]
+        if not dead:
+            break
+        order = [n for n in order if all(n is not d for d in dead)]
+    del g.node[:]
+    g.node.extend(order)
+    # 4. Initializers nothing reads any more (int8 weights, scales of removed pairs).
+    read = {t for n in g.node for t in n.input} | outputs
+    keep = [i for i in g.initializer if i.name in read]
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    return model
+
+
+def _copy(node):
+    import onnx
+
+    out = onnx.NodeProto()
+    out.CopyFrom(node)
+    return out
+
+
+@dataclass(frozen=True)
+class FloatNodes:
+    nodes: tuple                   # node names handed back to float, sorted
+    static_op_types: tuple | None  # the quantizer's op types (None: every one), as quantized
+    name = "float_nodes"
+    version = 1
+    hardware_dependent = False
+
+    def run(self, parent, out_dir: Path, prepared) -> dict:
+        import onnx
+
+        from pipeline.stages.parity import node_counts
+        from pipeline.stages.quantize import _keep_float_regions, precisions
+
+        excluded = set(parent.meta.get("excluded", ()))
+        model = onnx.load(str(parent.model))
+        float_model = onnx.load(str(prepared.model))
+        static = None if self.static_op_types is None else set(self.static_op_types)
+        edit(model, float_model, set(self.nodes), excluded, static)
+        target = out_dir / "model.onnx"
+        onnx.save(model, str(target))
+        precision = precisions(target)
+        names = sorted(excluded | set(self.nodes))
+        floated = [n for n in names if precision.get(n) == "float"]
+        disabled = _keep_float_regions(target) if floated else []
+        nodes = node_counts(target)
+        return {**{k: parent.meta.get(k) for k in ("calibration_set", "calibration", "settings")},
+                "nodes": nodes, "excluded": names, "edited_from": parent.digest,
+                "exclusion_ignored": sorted(n for n in names
+                                            if precision.get(n, "float").startswith("int8")),
+                "precision": precision, "onnxruntime_disabled_optimizers": disabled,
+                "qdq_pairs": nodes.get("QuantizeLinear", 0)}

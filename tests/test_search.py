@@ -1,0 +1,317 @@
+"""The mixed-precision search at scale: group ranking, edited QDQ variants, cheap signals, the
+time budget and its progress lines."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pipeline.stages.float_nodes import edit
+
+
+def _net(seed: int = 0):
+    """x -> conv1 -> relu1 -> maxpool -> conv2 -> relu2 -> conv3 -> add(relu2) -> conv4 -> y."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def conv(name, x, cin, cout, out):
+        inits.append(numpy_helper.from_array(rng.normal(0, 0.3, (cout, cin, 3, 3)).astype(np.float32), f"{name}.weight"))
+        inits.append(numpy_helper.from_array(rng.normal(0, 0.1, cout).astype(np.float32), f"{name}.bias"))
+        nodes.append(helper.make_node("Conv", [x, f"{name}.weight", f"{name}.bias"], [out], name=name,
+                                      pads=[1, 1, 1, 1]))
+
+    conv("conv1", "x", 3, 8, "c1")
+    nodes.append(helper.make_node("Relu", ["c1"], ["r1"], name="relu1"))
+    nodes.append(helper.make_node("MaxPool", ["r1"], ["p1"], name="pool", kernel_shape=[2, 2], strides=[2, 2]))
+    conv("conv2", "p1", 8, 8, "c2")
+    nodes.append(helper.make_node("Relu", ["c2"], ["r2"], name="relu2"))
+    conv("conv3", "r2", 8, 8, "c3")
+    nodes.append(helper.make_node("Add", ["c3", "r2"], ["a3"], name="add"))
+    conv("conv4", "a3", 8, 4, "y")
+    graph = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4, 4, 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+class _Reader:
+    def __init__(self, seed=1):
+        self.batches = iter([{"x": np.random.default_rng(seed + k).normal(size=(2, 3, 8, 8)).astype(np.float32)}
+                             for k in range(4)])
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+def _quantize(src, dst, exclude):
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    quantize_static(str(src), str(dst), _Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8,
+                    nodes_to_exclude=sorted(exclude),
+                    extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+    return onnx.load(str(dst))
+
+
+def _scales(model) -> dict:
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    return {n.name: inits[n.input[1]].tolist() for n in model.graph.node
+            if n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.input[1] in inits}
+
+
+def _run(model, x):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("group", [{"conv1", "relu1", "pool"}, {"conv2", "relu2"}, {"conv3", "add"}, {"conv4"},
+                                   {"conv1", "relu1", "pool", "conv2"}])
+def test_an_edited_int8_model_equals_the_requantized_one(tmp_path, group):
+    """Floating a group by editing the all-INT8 QDQ graph gives what quantize_static with that
+    group excluded gives: the same nodes, the same scales, the same outputs."""
+    src = tmp_path / "float.onnx"
+    onnx.save(_net(), str(src))
+    all_int8 = _quantize(src, tmp_path / "int8.onnx", set())
+    want = _quantize(src, tmp_path / "want.onnx", group)
+    got = edit(all_int8, onnx.load(str(src)), set(group), set())
+    assert sorted((n.name, n.op_type) for n in got.graph.node) == \
+        sorted((n.name, n.op_type) for n in want.graph.node)
+    assert _scales(got) == _scales(want)
+    onnx.checker.check_model(got)
+    x = np.random.default_rng(7).normal(size=(3, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(_run(got, x), _run(want, x), atol=1e-6, rtol=0)
+
+
+
+# -- the search on a model of known sensitivities: blocks, budget, progress ----------------------
+
+import io  # noqa: E402
+import math  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+from pipeline.quant.mixed import search  # noqa: E402
+
+
+class Blocks:
+    """Accuracy = 99 - sum of harms of the nodes left INT8. ``blocks`` blocks of ``size`` nodes
+    named ``blocks.<b>.<k>``, each saving 1 ms in INT8; ``harmful`` nodes cost 0.4 points each.
+    Every variant and score is counted; ``clock`` is a fake that each score advances."""
+
+    def __init__(self, blocks, size, harmful, budget=0.1, time_budget=1e9, tick=0.0):
+        from pipeline.metrics.spec import MetricSpec
+
+        self.names = [f"blocks.{b}.{k}" for b in range(blocks) for k in range(size)]
+        self.harms = {n: (0.4 if n in harmful else 0.0) for n in self.names}
+        self.metric = MetricSpec("sequence_accuracy", True)
+        self.fp16_eval = SimpleNamespace(meta={"metrics": {self.metric.name: 99.0}})
+        self.evaluation, self.subset, self.hw, self.fp32 = None, (), None, None
+        self.cfg = SimpleNamespace(quant=SimpleNamespace(
+            max_accuracy_drop=budget, search_budget_s=time_budget, search_groups="blocks"))
+        self.lines: list[str] = []
+        self.runner = SimpleNamespace(
+            run=lambda *a, **k: SimpleNamespace(meta={"sqnr_db": {n: 20.0 for n in self.names}}),
+            log=self.lines.append)
+        self.now, self.tick = 0.0, tick
+        self.edits = self.quantizations = self.scores = self.full = 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def _art(self, floated):
+        return SimpleNamespace(floated=frozenset(floated), meta={
+            "precision": {n: "int8-static" for n in self.names}, "exclusion_ignored": []})
+
+    def quantize(self, method, exclude, label=""):
+        self.quantizations += 1
+        return self._art(exclude)
+
+    def edit(self, art, nodes, label=""):
+        self.edits += 1
+        return self._art(nodes)
+
+    def score(self, art, label, subset=True):
+        self.now += self.tick
+        self.scores += 1
+        self.full += not subset
+        return 99.0 - sum(h for n, h in self.harms.items() if n not in art.floated)
+
+    def explain(self, art, label=""):
+        return SimpleNamespace(meta={"int8_total_ms": 50.0, "nodes": [
+            {"node": n, "fp32_op": "Conv", "gain_ms": 1.0, "module": n} for n in self.names]})
+
+
+@pytest.mark.parametrize("size", [4, 32])
+def test_ranking_trials_grow_with_blocks_not_nodes(size):
+    """8 blocks of 4 or of 32 nodes: 8 ranking trials either way (one per block, by editing the
+    INT8 graph, nothing re-quantized to rank); the harmful nodes end up float and the rest of
+    their block goes back to INT8 where it costs nothing."""
+    fq = Blocks(8, size, harmful={"blocks.2.1", "blocks.5.0"})
+    art, table, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()), clock=fq.clock,
+                               stream=io.StringIO())
+    v = trace["verdict"]
+    assert v["units"] == 8 and v["trials"]["ranking_trials"] == 8
+    assert v["met"] and {"blocks.2.1", "blocks.5.0"} <= set(v["chosen_float_nodes"])
+    assert len(v["chosen_float_nodes"]) < 2 * size  # not the two whole blocks
+    assert v["full_evaluations"] == fq.full <= v["evaluation_limit"]
+    hand_back = v["trials"]["hand_back_trials"]
+    assert hand_back <= 1 + max(8, math.ceil(math.sqrt(8 * size)))
+    assert fq.quantizations == v["full_evaluations"] + 1  # only what was evaluated in full
+    assert trace["order"][:2] == ["blocks.2", "blocks.5"] or trace["order"][:2] == ["blocks.5", "blocks.2"]
+
+
+def test_the_time_budget_stops_the_search_with_its_best_model_so_far():
+    """Each score takes 10 s of a fake clock; with a 100 s budget the ranking stops at half of it,
+    the bisection when it is spent, and the best evaluated model comes back with the reason."""
+    fq = Blocks(16, 2, harmful={"blocks.3.0"}, time_budget=100.0, tick=10.0)
+    art, _, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()), clock=fq.clock,
+                           stream=io.StringIO())
+    v = trace["verdict"]
+    assert v["stopped_by_budget"] == "ranking"
+    assert v["trials"]["ranking_trials"] < 16
+    assert "stopped by quant.search_budget_s=100" in v["summary"]
+    evaluated = [r for r in trace["trace"]]
+    assert evaluated and v["drop"] == min(r["drop"] for r in evaluated if r["within_budget"]) \
+        if v["met"] else v["drop"] == min(r["drop"] for r in evaluated)
+    assert sorted(art.floated) == sorted(v["chosen_float_nodes"])
+
+
+def test_progress_lines_name_the_step_and_the_time_left():
+    fq = Blocks(4, 2, harmful={"blocks.1.0"}, tick=2.0)
+    out = io.StringIO()
+    search(fq, "minmax", set(), fq.quantize("minmax", set()), clock=fq.clock, stream=out)
+    lines = out.getvalue().splitlines()
+    assert "\r" not in out.getvalue()  # a log, not a terminal: plain lines
+    assert lines[0].startswith("  mixed search: 8 INT8 nodes in 4 blocks: 4 to rank, 0 clean (SQNR >= "
+                               "40 dB), 0 cheap (< 0.5 % of the INT8 profile each), time budget ")
+    assert lines[1].startswith("  mixed search: ranking blocks 0/4 trials, elapsed 0m")
+    assert "  mixed search: ranking blocks 2/4 trials, elapsed 0m04s, about 0m04s left: blocks.2" \
+        in lines
+    assert any(line.startswith("  mixed search: full evaluations") for line in lines)
+
+
+def test_progress_on_a_terminal_redraws_one_bar_and_keeps_log_lines_above_it():
+    from pipeline.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    out, now = Tty(), [0.0]
+    bar = Progress(4, "sweep", out, clock=lambda: now[0], unit="points")
+    log = bar.around(lambda m: out.write(m + "\n"))
+    for k in range(4):
+        now[0] += 5
+        bar.update(k + 1, f"point {k}")
+        log(f"  built point {k}")
+    text = out.getvalue()
+    assert "\r\x1b[K  sweep [######------------------] 1/4 points, elapsed 0m05s, about 0m15s left" in text
+    assert "  built point 0\n" in text and text.endswith("  built point 3\n")
+
+
+# -- on the tiny OCR model: edits against real quantizations, Ctrl-C and resumption --------------
+
+import json  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from tests.conftest import ROOT, tiny_args  # noqa: E402
+
+
+def _stage(rep: dict, label: str):
+    from pipeline.artifact import Artifact
+
+    return Artifact.read(Path(next(s["path"] for s in rep["stages"] if s["label"] == label)))
+
+
+def test_edits_equal_quantizations_on_the_tiny_ocr_model(tiny_run, tmp_path):
+    """Each module block of the tiny OCR model (convolutions, pools, the head; the LSTM stays
+    dynamic INT8 in both), floated by editing the all-INT8 model, equals the quantize stage with
+    that block excluded: same nodes, same scales, same precisions, same outputs."""
+    from pipeline.compose import compose
+    from pipeline.quant.groups import units
+    from pipeline.runner import Runner
+    from pipeline.stages.float_nodes import FloatNodes
+    from pipeline.stages.quantize import Quantize
+
+    workdir = tiny_run[0]
+    rep = json.loads((workdir / "runs" / "latest" / "report.json").read_text())
+    base, prepared, cal = _stage(rep, "quantize"), _stage(rep, "prepare"), _stage(rep, "calibrate[minmax]")
+    static = [n for n, p in base.meta["precision"].items() if p == "int8-static"]
+    blocks = units(static, {})
+    assert len(blocks) >= 2
+    cfg = compose(tiny_args(workdir))
+    runner = Runner(tmp_path, cfg.hardware.target(), log=lambda *_: None)
+    for b in blocks:
+        want = runner.run(Quantize(tuple(sorted(base.meta["settings"].items())),
+                                   cfg.quant.per_channel, "minmax", None,
+                                   tuple(base.config["dynamic_op_types"]), tuple(sorted(b["nodes"]))),
+                          prepared, calibration=cal)
+        got = runner.run(FloatNodes(tuple(sorted(b["nodes"])), None), base, prepared=prepared)
+        assert got.meta["precision"] == want.meta["precision"], b
+        assert got.meta["exclusion_ignored"] == want.meta["exclusion_ignored"], b
+        g, w = onnx.load(str(got.model)), onnx.load(str(want.model))
+        assert sorted((n.name, n.op_type) for n in g.graph.node) == \
+            sorted((n.name, n.op_type) for n in w.graph.node), b
+        assert _scales(g) == _scales(w), b
+        x = np.random.default_rng(3).uniform(-1, 1, (2, 1, 32, 64)).astype(np.float32)
+        name = g.graph.input[0].name
+        outs = [_session(m).run(None, {name: x})[0] for m in (g, w)]
+        np.testing.assert_allclose(outs[0], outs[1], atol=1e-6, rtol=0)
+
+
+def _session(model):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def test_ctrl_c_stops_the_search_and_the_next_run_resumes_it(tiny_run, tmp_path):
+    """quant=mixed node by node on the tiny model (sharing the session run's cache): progress
+    lines name each trial with k of n and the time left; Ctrl-C during the ranking ends the run
+    (exit 130: a shell's view of SIGINT), and the next run reuses the trials already done."""
+    fixture = tiny_run[0]
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    (workdir / "cache").symlink_to(fixture / "cache")
+    args = [a for a in tiny_args(fixture) if not a.startswith(("workdir=", "registry.root="))] + [
+        f"workdir={workdir}", f"registry.root={workdir / 'registry'}", "quant=mixed",
+        "quant.search_groups=nodes", f"bench.nonce=ctrl-c-{tmp_path.name}"]
+    cmd = [sys.executable, "-m", "pipeline", *args]
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if " ranking nodes 2/" in line:
+            proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=300) in (130, -signal.SIGINT), "\n".join(lines)
+    ranking = [ln for ln in lines if "mixed search: ranking nodes" in ln]
+    assert ranking[0].startswith("  mixed search: ranking nodes 0/") and "left: " in ranking[0]
+    done = [ln.split()[1] for ln in lines if ln.startswith("  built  rank[float ")]
+    assert done and not any(p.name.startswith(".tmp") for p in (fixture / "cache").glob("*/*"))
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    reused = [ln.split()[1] for ln in again.stdout.splitlines() if ln.startswith("  reused rank[float ")]
+    built = [ln.split()[1] for ln in again.stdout.splitlines() if ln.startswith("  built  rank[float ")]
+    assert set(done) <= set(reused) and built  # resumed: the rest was built this time
+
+
+def test_blocks_follow_module_paths_and_unnamed_nodes_are_cut_into_runs():
+    from pipeline.quant.groups import block, units
+
+    assert [block(p) for p in ("blocks.3.dw.0", "encoder.layer.2.attention.self", "rnn",
+                               "/cnn/cnn.4/Conv", "node_Conv_3")] == \
+        ["blocks.3", "encoder.layer.2", "rnn", "cnn.cnn.4", None]
+    named = units([f"blocks.{b}.{k}" for b in range(5) for k in range(3)], {})
+    assert [u["name"] for u in named] == [f"blocks.{b}" for b in range(5)]
+    unnamed = units([f"Conv_{i}" for i in range(100)], {})  # an imported graph: no module paths
+    assert len(unnamed) == 10 and all(len(u["nodes"]) == 10 for u in unnamed)
+    assert len(units([f"Conv_{i}" for i in range(100)], {}, by="nodes")) == 100
