@@ -198,20 +198,18 @@ class OnnxTask(UserTask):
             shape = tuple("batch" if a == b else int(one[a]) if a == len(one) - 1 else
                           o.shape[a] if rank_kept and isinstance(o.shape[a], str) and a else
                           ("time" if ctc else "dynamic") for a in range(len(one)))
+            layout = ""
             if ctc and o is self.outputs[0] and len(one) == 3:
-                time_major = b == 1
-                if time_major != self.time_major:
-                    self.warnings.append(f"model.path={path}: output {o.name} runs as "
-                                         f"{list(shape)} (batch on axis {b}): read as "
-                                         f"{'[time, batch' if time_major else '[batch, time'}, "
-                                         f"classes], whatever metric.time_major says")
-                self.time_major = time_major
-            if shape != o.shape:
+                if (b == 1) != self.time_major:
+                    layout = (f"; read as [{'time, batch' if b == 1 else 'batch, time'}, classes]"
+                              " whatever metric.time_major says")
+                self.time_major = b == 1
+            if shape != o.shape or layout:
                 self.warnings.append(f"model.path={path}: output {o.name} is declared "
                                      f"{list(o.shape)} but the graph returns {one} at batch 1 "
                                      f"and {two} at batch 2: the pipeline trusts the graph "
-                                     f"({list(shape)})")
-                self.learned_outputs = True
+                                     f"({list(shape)}){layout}")
+                self.learned_outputs |= shape != o.shape
             outputs.append(OutputSpec(o.name, o.dtype, shape))
         self.outputs = tuple(outputs)
         if self.fixed_batch:
