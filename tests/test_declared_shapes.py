@@ -86,6 +86,7 @@ def test_the_graph_is_trusted_over_its_declarations(files, tmp_path):
     meta = ImportOnnx(task=t.key, path=t.onnx_source, sha256=t.onnx_sha256, data=split,
                       hardware=HardwareConfig().target()).run(None, tmp_path)
     assert meta["parity_vs_file"]["decoded_agreement"] == 1.0
+    assert meta["redeclared"]["batch_made_dynamic"] == ["x"]
     taken = onnx.load(str(tmp_path / "model.onnx"))
     assert taken.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
     assert [d.dim_value for d in taken.graph.output[0].type.tensor_type.shape.dim][1:] == [0, 3]

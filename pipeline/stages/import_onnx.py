@@ -6,9 +6,9 @@ in the artifact: the file as given, its opset upgraded to 13 when lower (per-cha
 loaded from the model's own folder only and saved inside the model. Declarations the task
 found untrue by running the graph (``pipeline.models.onnx_file``) are corrected: an input batch
 fixed at 1 becomes dynamic (the graph ran at batch 2), outputs are declared as the graph returns
-them. Parity: the upgraded model
-against the file as given, on real samples, must agree (max output difference within
-``tolerance``, identical predictions); there is no torch network, so no torch parity.
+them (``redeclared`` in the stage's record). Parity: the upgraded model against the file as
+given (at batch 1 when it fixes its batch), on real samples, must agree (max output difference
+within ``tolerance``, identical predictions); there is no torch network, so no torch parity.
 """
 from __future__ import annotations
 
@@ -56,10 +56,13 @@ class ImportOnnx:
                                  f"{str(e).splitlines()[0][:200]})") from None
             after = MIN_OPSET
         fixed = getattr(t, "fixed_batch", ())
+        changed = {}
         if fixed or getattr(t, "learned_outputs", False):  # what running the graph showed
             from pipeline.models.onnx_file import redeclared
 
             redeclared(model, fixed, t.outputs)
+            changed = {"batch_made_dynamic": list(fixed),
+                       "outputs": {o.name: list(o.shape) for o in t.outputs}}
         target = out_dir / "model.onnx"
         onnx.save(model, str(target))
         onnx.checker.check_model(str(target))
@@ -69,7 +72,8 @@ class ImportOnnx:
         # the file as given runs only the batch it declares
         parity = compare(lambda f: ort.run(given, f), lambda f: ort.run(taken, f), t, ds,
                          batch_size=1 if fixed else 16)
-        require(parity, self.tolerance, f"the opset {before} -> {after} upgrade changed outputs")
+        require(parity, self.tolerance, f"the opset {before} -> {after} upgrade"
+                f"{' and the corrected declarations' if changed else ''} changed outputs")
         return {"opset": after, "opset_given": before, "source": self.path,
-                "source_sha256": self.sha256, "parity_vs_file": parity,
+                "source_sha256": self.sha256, "parity_vs_file": parity, "redeclared": changed,
                 "nodes": node_counts(target)}
