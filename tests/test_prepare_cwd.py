@@ -36,3 +36,21 @@ def test_failed_symbolic_inference_leaves_nothing_in_cwd(tmp_path, monkeypatch):
         pass  # the retry may fail too on an unknown op: what it leaves behind is the point
     assert sorted(p.name for p in cwd.iterdir()) == []
     assert not (out / "scratch").exists()
+
+
+def test_prepare_through_the_runner_with_a_relative_cache(tmp_path, monkeypatch):
+    """The runner's temporary folder is relative when the cache is (workdir=artifacts): the
+    stage's change of directory must not lose it."""
+    from pipeline.config import HardwareConfig
+    from pipeline.runner import Runner
+
+    monkeypatch.chdir(tmp_path)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), "m.onnx")
+    parent = SimpleNamespace(model="m.onnx", digest="0" * 64)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = Runner(Path("w"), HardwareConfig(), log=lambda m: None).run(Prepare(), parent)
+    assert (out.path / "model.onnx").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before + ["w"])
