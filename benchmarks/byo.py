@@ -90,7 +90,7 @@ def timed(models: dict, args: list[str], quants: tuple[str, ...] = QUANTS) -> di
     sessions[AA] = runtimes.load(models[quants[0]], hw)
     fns = {role: s.run for role, s in sessions.items()}
     mine = [r for r in models if r in quants]
-    pairs = ([("fp32", r) for r in models if r != "fp32"] + [(ORT_DEFAULT, r) for r in mine]
+    pairs = ([("fp32", r) for r in models if r != "fp32"] + [(ORT_DEFAULT, r) for r in mine if ORT_DEFAULT in models]
              + [(quants[0], AA)])
     buckets = width_buckets(t.sizes(ds), bench.size_buckets)
     rng = np.random.default_rng(0)

@@ -29,9 +29,10 @@ def main(argv: list[str] | None = None) -> int:
         return cli(_run, argv, __doc__)
 
 
-def _preflight(cfg) -> None:
+def _preflight(cfg):
     """What composing cannot know: whether this model compiles and this runtime has the provider.
-    Checked before anything is written, so such a mistake ends like any other config error."""
+    Checked before anything is written, so such a mistake ends like any other config error.
+    Returns the config to run (quant=auto on an already-quantized model runs as quant=none)."""
     if cfg.model.llm is not None:
         raise ConfigError(f"model={cfg.model.name}: a bill-only LLM description (python -m "
                           f"pipeline.bill model={cfg.model.name}); compilable models: "
@@ -70,6 +71,10 @@ def _preflight(cfg) -> None:
     from pipeline.metrics.limits import limits
 
     notes = list(getattr(t, "warnings", ()))
+    from pipeline.quant.given import already_quantized
+
+    cfg, note = already_quantized(cfg, t)  # quant=int8 on a quantized model: refused here
+    notes += [note] if note else []
     try:
         limits(cfg.gate.max_accuracy_drop, t.metrics)  # each judged metric reported, with a limit
     except ConfigError as e:  # still one line: with the warning that says why it is judged
@@ -80,11 +85,11 @@ def _preflight(cfg) -> None:
         from pipeline.prune.preflight import preflight
 
         preflight(cfg)
+    return cfg
 
 
 def _run(argv: list[str]) -> int:
-    cfg = compose(argv)
-    _preflight(cfg)
+    cfg = _preflight(compose(argv))
     from pipeline.gate import table as gate_table
     from pipeline.recipe import recipe
     from pipeline.report import manifest as ship

@@ -65,6 +65,7 @@ def _with_scratch(scratch: Path, fn, *args, **kwargs):
     # forkserver, whose paths must fit 107 bytes, and a cache folder's path is far longer.
     # Created now, in the system's temp folder, it is cached for the rest of the child.
     multiprocessing.util.get_temp_dir()
+    scratch = scratch.resolve()  # absolute: a stage may change its current directory (prepare)
     os.environ["TMPDIR"] = str(scratch)  # for libraries and subprocesses that read it
     tempfile.tempdir = str(scratch)
     return fn(*args, **kwargs)

@@ -21,12 +21,13 @@ default settings, sequence accuracy and CER of FP32 / FP16 / candidate for ``qua
 calibration lines; speedups with CIs at batch 1 and 8, timed side by side in one process
 (``benchmarks.byo.timed``).
 
-What the files need before the pipeline takes them, recorded as ``user_edits``: both declare a
-batch of exactly 1 and an output ``[1, seqlen]`` although the graph returns ``[time, batch,
-classes]`` (onnxruntime warns on every call), so the command line refuses them (``metric=ctc needs
-an output [batch, time, classes]``). The copy handed over has the batch axis dynamic and the
-output declared as the graph computes it; nothing else changes, and ``parity`` is measured against
-the package's own code on the package's own file. The reference code imports OpenCV, which its
+The package's files are handed over unedited. Both declare a batch of exactly 1 and an output
+``[1, seqlen]`` although the graph returns ``[time, batch, classes]``: the pipeline finds that out
+by running the graph (docs/byo.md, "An ONNX file only"), says so in a warning line, and its import
+stage declares the batch axis dynamic; the time-major layout is found the same way, so no
+``metric.time_major`` is given. ``common_old`` is already quantized: ``quant=int8`` is refused
+before any stage (exit 2, recorded) and ``quant=auto`` runs as ``quant=none``; onnxruntime's
+``quantize_static`` is not applied to it. The reference code imports OpenCV, which its
 text recognizer never calls (Pillow resizes, numpy does the rest): it runs in a child process
 with a stand-in module that fails on any use, so OpenCV need not be installed.
 """
@@ -133,39 +134,23 @@ def write_charset(charset: list[str], path: Path) -> dict:
     return standins
 
 
-def user_copy(given: Path, out: Path, classes: int) -> list[str]:
-    """The edits the command line needs today (see the module's docstring); returns them."""
-    import onnx
-
-    model = onnx.load(str(given))
-    edits = []
-    batch = model.graph.input[0].type.tensor_type.shape.dim[0]
-    if batch.HasField("dim_value") and batch.dim_value == 1:
-        batch.dim_param = "batch"  # replaces the fixed value (one of the two fields)
-        edits.append(f"input {model.graph.input[0].name}: batch axis 1 -> dynamic")
-    o = model.graph.output[0]
-    declared = [d.dim_value or d.dim_param for d in o.type.tensor_type.shape.dim]
-    if len(declared) != 3:
-        o.type.CopyFrom(onnx.helper.make_tensor_type_proto(onnx.TensorProto.FLOAT,
-                                                          ["time", "batch", classes]))
-        edits.append(f"output {o.name}: declared {declared} -> [time, batch, {classes}] as the "
-                     "graph computes it")
-    onnx.save(model, str(out))
-    return edits
-
-
 def pipeline_predictions(model: Path, args: list[str]) -> dict:
-    """The pipeline's evaluate stage on ``model``: its decoded strings and the data-set rows they
-    belong to (the evaluation split, in order)."""
+    """The pipeline's import and evaluate stages on ``model`` (the file as the package ships it):
+    its decoded strings and the data-set rows they belong to (the evaluation split, in order)."""
     import tempfile
     from types import SimpleNamespace
 
     from benchmarks.byo import _task
     from pipeline.stages.evaluate import Evaluate
+    from pipeline.stages.import_onnx import ImportOnnx
 
     cfg, t = _task(args)
     split = t.split("evaluation", cfg.data.evaluation_samples, cfg.data_dir)
-    with tempfile.TemporaryDirectory() as out:
+    parity = t.split("evaluation", 8, cfg.data_dir)
+    with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as imported:
+        ImportOnnx(task=t.key, path=t.onnx_source, sha256=t.onnx_sha256, data=parity,
+                   hardware=cfg.hardware.target()).run(None, Path(imported))
+        model = Path(imported) / "model.onnx"
         res = Evaluate(data=split, batch_size=cfg.model.eval_batch_size,
                        hardware=cfg.hardware.target()).run(SimpleNamespace(model=model), Path(out))
         preds = json.loads((Path(out) / "predictions.json").read_text())
@@ -195,19 +180,17 @@ def measure_model(cli, package: Path, name: str, folder: Path, labels: Path,
     charset = root / "charset.txt"
     classes = len(ref["charset"])  # the blank included
     standins = write_charset(ref.pop("charset"), charset)
-    given = package / "ddddocr" / f"{name}.onnx"
-    handed = root / f"{name}.onnx"
-    edits = user_copy(given, handed, classes)
+    given = handed = package / "ddddocr" / f"{name}.onnx"  # as the package ships it
     common = ["model=onnx", f"model.path={handed}", *DATA_ARGS, f"data.path={folder}",
               f"data.labels={labels}", f"data.calibration_samples={calibration}",
               f"data.evaluation_samples={evaluation}", "metric=ctc",
-              f"metric.charset={charset}", "metric.time_major=true", "registry=null",
+              f"metric.charset={charset}", "registry=null",
               # accuracy as the model is used (one line per call): padding changes its reading
               "model.eval_batch_size=1",
               f"bench.nonce=zoo-{time.strftime('%Y%m%dT%H%M%S')}"]
-    out: dict = {"file": str(given), "user_edits": edits, "charset_standins": standins,
+    out: dict = {"file": str(given), "charset_standins": standins,
                  "reference": {k: v for k, v in ref.items() if k != "texts"}, "runs": {}}
-    # FP32 parity: the file as handed over (what the import stage takes in, checked against it),
+    # FP32 parity: the file as shipped, through the import stage as a run takes it in,
     # read through the pipeline's preprocessing, batching and decoding, one line at a time (as
     # the runs evaluate, and as the reference reads) and in padded batches of 64.
     out["parity"] = {}
@@ -240,12 +223,20 @@ def measure_model(cli, package: Path, name: str, folder: Path, labels: Path,
     args = [*common, f"quant={done[0]}"]
     fp32 = Path(out["runs"][done[0]]["lineage"]["fp32"]) / "model.onnx"
     default = root / "ort_default.onnx"
-    out["ort_default"] = {
-        "built": isolate.call(f"zoo ddddocr {name}: onnxruntime default quantize_static",
-                              byo.default_quantize, fp32, default, args),
-        "accuracy": isolate.call(f"zoo ddddocr {name}: evaluate the default INT8", byo.evaluate,
-                                 default, args)}
-    models = {"fp32": fp32, byo.ORT_DEFAULT: default,
+    import onnx
+
+    from pipeline.models.onnx_file import quantized_ops
+
+    held = quantized_ops(onnx.load(str(given), load_external_data=False).graph)
+    if held:  # quantize_static re-quantizes float models only (as quant=int8, refused)
+        out["ort_default"] = {"skipped": f"already quantized ({', '.join(held)})"}
+    else:
+        out["ort_default"] = {
+            "built": isolate.call(f"zoo ddddocr {name}: onnxruntime default quantize_static",
+                                  byo.default_quantize, fp32, default, args),
+            "accuracy": isolate.call(f"zoo ddddocr {name}: evaluate the default INT8",
+                                     byo.evaluate, default, args)}
+    models = {"fp32": fp32, **({} if held else {byo.ORT_DEFAULT: default}),
               **{q: Path(out["runs"][q]["lineage"]["candidate"]) / "model.onnx" for q in done}}
     out["timing"] = isolate.call(f"zoo ddddocr {name}: timing side by side", byo.timed, models,
                                  args, tuple(done))
@@ -283,7 +274,7 @@ def summary(name: str, m: dict) -> dict:
     first = next(iter(runs.values()), None)
     acc = {"fp32": first["accuracy"]["fp32"]["sequence_accuracy"] if first else None,
            **{q: r["accuracy"]["candidate"]["sequence_accuracy"] for q, r in runs.items()}}
-    if "ort_default" in m:
+    if "accuracy" in m.get("ort_default", {}):
         acc["onnxruntime quantize_static"] = m["ort_default"]["accuracy"]["sequence_accuracy"]
     verdict = {q: (r["verdict"] if "verdict" in r else r.get("error") or
                    f"not finished in {r.get('timed_out_after_s')} s")
@@ -328,7 +319,7 @@ def targets(out: dict) -> dict:
             for key, sp in tb["speedup"].items():
                 if key.endswith("vs fp32") or " vs ort_default" in key:
                     t[f"{name} batch {b}: {key} (speedup, CI)"] = [sp, None]
-        if "ort_default" in m:
+        if "accuracy" in m.get("ort_default", {}):
             a = m["ort_default"]["accuracy"]
             t[f"{name}: onnxruntime default quantize_static sequence accuracy / CER"] = [
                 [a["sequence_accuracy"], a["cer"]], None]

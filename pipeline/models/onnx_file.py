@@ -42,6 +42,65 @@ def external_data_inside(model, path: str | Path) -> None:
     external_files(model, path)
 
 
+# Ops that only a quantized graph holds: its authors (or a quantizer) already chose the scales.
+QUANTIZED_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "ConvInteger",
+                 "MatMulInteger", "DynamicQuantizeLSTM", "DynamicQuantizeMatMul",
+                 "MatMulIntegerToFloat", "QAttention", "QGemm", "QOrderedMatMul")
+
+
+def quantized_ops(graph) -> list[str]:
+    """The quantized op types ``graph`` holds (subgraphs included), in order of first use."""
+    found: dict[str, None] = {}
+    for node in graph.node:
+        if node.op_type in QUANTIZED_OPS or node.op_type.startswith("QLinear"):
+            found[node.op_type] = None
+        for a in node.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                found.update(dict.fromkeys(quantized_ops(g)))
+    return list(found)
+
+
+def redeclared(model, fixed_batch=(), outputs=None):
+    """``model`` with the batch axis of the inputs in ``fixed_batch`` dynamic, and the outputs
+    declared as ``outputs`` (``OutputSpec``) say, or undeclared (shape unknown) when None."""
+    from onnx import helper
+
+    for i in model.graph.input:
+        if i.name in fixed_batch:
+            i.type.tensor_type.shape.dim[0].dim_param = "batch"  # replaces the fixed value
+    specs = {o.name: o for o in outputs or ()}
+    for o in model.graph.output:
+        elem = o.type.tensor_type.elem_type
+        if outputs is None:
+            o.type.tensor_type.ClearField("shape")
+        elif o.name in specs:
+            dims = [d if isinstance(d, int) else f"{d}_{k}" if d != "batch" else d
+                    for k, d in enumerate(specs[o.name].shape)]
+            o.type.CopyFrom(helper.make_tensor_type_proto(elem, dims))
+    return model
+
+
+def probe(path: str, one: dict, two: dict, fixed_batch: tuple) -> dict:
+    """In a child: the shapes the outputs really have on the feeds ``one`` (batch 1) and ``two``
+    (batch 2), the latter on the graph with its fixed batch axes made dynamic; ``two`` is None
+    (and ``why`` says why) when the graph fails at batch 2."""
+    import onnx
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3  # outputs that differ from their declaration warn on every call
+    model = onnx.load(path)  # external data from the model's folder (checked before)
+    redeclared(model, fixed_batch)
+    session = ort.InferenceSession(model.SerializeToString(), opts,
+                                   providers=["CPUExecutionProvider"])
+    out = {"one": [list(a.shape) for a in session.run(None, one)], "two": None, "why": ""}
+    try:
+        out["two"] = [list(a.shape) for a in session.run(None, two)]
+    except Exception as e:  # noqa: BLE001 - the runtime's errors are long: its first line
+        out["why"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"
+    return out
+
+
 def _shape(value_info) -> tuple:
     dims = []
     for k, d in enumerate(value_info.type.tensor_type.shape.dim):
@@ -65,12 +124,72 @@ class OnnxTask(UserTask):
         external_data_inside(model, key.path)
         self.onnx_source, self.onnx_sha256 = key.path, key.sha256
         self.model_proto = model
+        self.quantized_ops = quantized_ops(model.graph)  # quant=int8 cannot re-quantize these
         weights = {i.name for i in model.graph.initializer}
-        self.inputs = tuple(InputSpec(i.name, DTYPES.get(i.type.tensor_type.elem_type, "float32"),
-                                      _shape(i)) for i in model.graph.input if i.name not in weights)
+        declared = [(i.name, DTYPES.get(i.type.tensor_type.elem_type, "float32"), _shape(i))
+                    for i in model.graph.input if i.name not in weights]
+        # A batch axis fixed at 1 (exporters often write one): the probe below checks the graph
+        # runs at batch 2, and the import stage then declares the axis dynamic.
+        self.fixed_batch = tuple(n for n, _, shape in declared if shape[:1] == (1,))
+        self.inputs = tuple(InputSpec(n, dtype, ("batch", *shape[1:]) if n in self.fixed_batch
+                                      else shape) for n, dtype, shape in declared)
         self.outputs = tuple(OutputSpec(o.name, DTYPES.get(o.type.tensor_type.elem_type, "float32"),
                                         _shape(o)) for o in model.graph.output)
+        self.learned_outputs = False  # True: output shapes come from running the graph
         self._finish()
+
+    def _learn_outputs(self) -> None:
+        """When the declarations are suspect (a fixed batch, an output whose first axis is not a
+        dynamic batch, a CTC output not of rank 3), run the graph on the first real sample at
+        batch 1 and 2 (in a child, as every session) and trust what it returns: the batch axis
+        is the one that follows the batch fed, the last axis keeps its size (the classes)."""
+        from pipeline.metrics.config import MetricName
+
+        ctc = self.metric_cfg.name == MetricName.ctc
+        if not (self.fixed_batch or any(o.shape[:1] != ("batch",) for o in self.outputs)
+                or (ctc and len(self.outputs[0].shape) != 3)):
+            return
+        from pipeline import isolate
+
+        seen = isolate.call(f"{self.what}: running the graph on a real sample", probe,
+                            self.key.path, self.example(1), self.example(2), self.fixed_batch)
+        path = self.key.path
+        if seen["two"] is None:
+            if self.fixed_batch:
+                raise ConfigError(f"model.path={path}: input {self.fixed_batch[0]} declares a "
+                                  f"fixed batch of 1 and the graph fails at batch 2 "
+                                  f"({seen['why']}); the pipeline evaluates and times batches: "
+                                  "export the model with a dynamic batch axis")
+            seen["two"] = [None] * len(seen["one"])
+        outputs = []
+        for o, one, two in zip(self.outputs, seen["one"], seen["two"]):
+            axes = [a for a in range(len(one)) if two is not None and one[a] == 1
+                    and len(two) == len(one) and two[a] == 2]
+            if len(axes) != 1:  # no axis follows the batch, or several: the declaration stays
+                outputs.append(o)
+                continue
+            b, rank_kept = axes[0], len(o.shape) == len(one)
+            shape = tuple("batch" if a == b else int(one[a]) if a == len(one) - 1 else
+                          o.shape[a] if rank_kept and isinstance(o.shape[a], str) and a else
+                          ("time" if ctc else "dynamic") for a in range(len(one)))
+            layout = ""
+            if ctc and o is self.outputs[0] and len(one) == 3:
+                if (b == 1) != self.time_major:
+                    layout = (f"; read as [{'time, batch' if b == 1 else 'batch, time'}, classes]"
+                              " whatever metric.time_major says")
+                self.time_major = b == 1
+            if shape != o.shape or layout:
+                self.warnings.append(f"model.path={path}: output {o.name} is declared "
+                                     f"{list(o.shape)} but the graph returns {one} at batch 1 "
+                                     f"and {two} at batch 2: the pipeline trusts the graph "
+                                     f"({list(shape)}){layout}")
+                self.learned_outputs |= shape != o.shape
+            outputs.append(OutputSpec(o.name, o.dtype, shape))
+        self.outputs = tuple(outputs)
+        if self.fixed_batch:
+            self.warnings.append(f"model.path={path}: input(s) {', '.join(self.fixed_batch)} "
+                                 "declare a fixed batch of 1; the graph runs at batch 2, so the "
+                                 "imported model declares the batch axis dynamic")
 
     # Nothing to prune: the network exists only as a graph.
     pruning = None

@@ -51,6 +51,8 @@ class UserTask:
         self.data_cfg, self.metric_cfg = config_of(key)
         self._data = None
         self.warnings: list[str] = []  # one line each, printed before any stage runs
+        # ctc: outputs [time, batch, classes]; metric.time_major, or what running the graph showed
+        self.time_major = self.metric_cfg.time_major
 
     # -- set up by the subclass once inputs/outputs are known ----------------------------------
     def _finish(self):
@@ -60,6 +62,7 @@ class UserTask:
         data = self.data()
         self._check_columns(data)
         self.size_axis = self._bucket_axis(data)
+        self._learn_outputs()
         self.metrics = self._primary(self._metrics(data))
 
     def _check_columns(self, data) -> None:
@@ -103,6 +106,9 @@ class UserTask:
             return bucket_axis(self.inputs, samples, named)
         except ValueError as e:
             raise ConfigError(f"data.bucket_axis={named}: {e}") from None
+
+    def _learn_outputs(self) -> None:
+        """What the model really returns, where its declarations cannot be trusted (ONNX)."""
 
     @property
     def label_free(self) -> bool:
@@ -321,7 +327,7 @@ class UserTask:
             k = max(1, min(self.metric_cfg.top_k, out.shape[1]))
             return [[int(c) for c in row] for row in np.argsort(-out, axis=1, kind="stable")[:, :k]]
         if name == MetricName.ctc:
-            return ctc.greedy_decode(out, self.charset, self.metric_cfg.time_major)
+            return ctc.greedy_decode(out, self.charset, self.time_major)
         # agreement: the sample's decision (argmax, per frame if any) and its output, rounded
         decide = out.ndim >= 2 and out.shape[-1] > 1
         return [{"decision": json.dumps(np.argmax(row, axis=-1).tolist()) if decide else None,
@@ -329,7 +335,7 @@ class UserTask:
 
     def margins(self, outputs) -> list[float]:
         x = np.asarray(outputs, dtype=np.float64)
-        if self.metric_cfg.name == MetricName.ctc and self.metric_cfg.time_major:
+        if self.metric_cfg.name == MetricName.ctc and self.time_major:
             x = x.transpose(1, 0, 2)
         if x.ndim < 2 or x.shape[-1] < 2:
             return [0.0] * len(x)

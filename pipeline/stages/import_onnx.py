@@ -3,9 +3,12 @@
 In: the task key and the file (``model=onnx model.path=...``) with its sha256. Out: ``model.onnx``
 in the artifact: the file as given, its opset upgraded to 13 when lower (per-channel QDQ needs
 13: a per-channel model at opset 12 is invalid) with onnx's version converter, external data
-loaded from the model's own folder only and saved inside the model. Parity: the upgraded model
-against the file as given, on real samples, must agree (max output difference within
-``tolerance``, identical predictions); there is no torch network, so no torch parity.
+loaded from the model's own folder only and saved inside the model. Declarations the task
+found untrue by running the graph (``pipeline.models.onnx_file``) are corrected: an input batch
+fixed at 1 becomes dynamic (the graph ran at batch 2), outputs are declared as the graph returns
+them (``redeclared`` in the stage's record). Parity: the upgraded model against the file as
+given (at batch 1 when it fixes its batch), on real samples, must agree (max output difference
+within ``tolerance``, identical predictions); there is no torch network, so no torch parity.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ class ImportOnnx:
     hardware: object = field(metadata=CHECKS_ONLY)  # runs its checks: not in the key
     tolerance: float = 1e-3
     name = "import"
-    version = 1
+    version = 2  # 2: a fixed batch of 1 made dynamic, outputs declared as the graph runs
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
@@ -55,14 +58,25 @@ class ImportOnnx:
                                  f"{MIN_OPSET} ({type(e).__name__}: "
                                  f"{str(e).splitlines()[0][:200]})") from None
             after = MIN_OPSET
+        fixed = getattr(t, "fixed_batch", ())
+        changed = {}
+        if fixed or getattr(t, "learned_outputs", False):  # what running the graph showed
+            from pipeline.models.onnx_file import redeclared
+
+            redeclared(model, fixed, t.outputs)
+            changed = {"batch_made_dynamic": list(fixed),
+                       "outputs": {o.name: list(o.shape) for o in t.outputs}}
         target = out_dir / "model.onnx"
         onnx.save(model, str(target))
         onnx.checker.check_model(str(target))
         ds = t.dataset(self.data)
         given = ort.session(Path(self.path), self.hardware)
         taken = ort.session(target, self.hardware)
-        parity = compare(lambda f: ort.run(given, f), lambda f: ort.run(taken, f), t, ds)
-        require(parity, self.tolerance, f"the opset {before} -> {after} upgrade changed outputs")
+        # the file as given runs only the batch it declares
+        parity = compare(lambda f: ort.run(given, f), lambda f: ort.run(taken, f), t, ds,
+                         batch_size=1 if fixed else 16)
+        require(parity, self.tolerance, f"the opset {before} -> {after} upgrade"
+                f"{' and the corrected declarations' if changed else ''} changed outputs")
         return {"opset": after, "opset_given": before, "source": self.path,
-                "source_sha256": self.sha256, "parity_vs_file": parity,
+                "source_sha256": self.sha256, "parity_vs_file": parity, "redeclared": changed,
                 "nodes": node_counts(target)}

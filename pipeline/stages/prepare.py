@@ -31,22 +31,26 @@ COPIES = 5
 @dataclass(frozen=True)
 class Prepare:
     name = "prepare"
-    version = 1
+    version = 2  # 2: nothing written outside the stage's folder
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
-        target = out_dir / "model.onnx"
-        with _logged("onnxruntime.quantization.shape_inference") as failures:
+        target = (out_dir / "model.onnx").resolve()
+        source = Path(parent.model).resolve()
+        # onnxruntime's symbolic shape inference, when it fails, saves its partial model (and an
+        # external-data file) in the current directory: run it from a scratch folder of this
+        # stage's own, removed afterwards, so that nothing lands where the user started the run.
+        with _scratch(out_dir), _logged("onnxruntime.quantization.shape_inference") as failures:
             try:
-                quant_pre_process(str(parent.model), str(target))
+                quant_pre_process(str(source), str(target))
                 meta = {"symbolic_shape_inference": True}
             except OSError:  # the machine refused (a full disk): a retry cannot help
                 raise
             except Exception as first:  # noqa: BLE001 - retried below, reported if that fails too
                 try:
-                    quant_pre_process(str(parent.model), str(target), skip_symbolic_shape=True)
+                    quant_pre_process(str(source), str(target), skip_symbolic_shape=True)
                 except OSError:
                     raise
                 except Exception as e:  # noqa: BLE001
@@ -60,6 +64,19 @@ class Prepare:
             print(f"  prepare: onnxruntime's optimization step failed ({failures[-1]}); the "
                   "model is shape-inferred without it", flush=True)
         return meta
+
+
+@contextlib.contextmanager
+def _scratch(out_dir: Path):
+    """The current directory is a fresh folder inside ``out_dir`` while the block runs; what was
+    left in it is removed after."""
+    scratch = out_dir.resolve() / "scratch"
+    scratch.mkdir(exist_ok=True)
+    try:
+        with contextlib.chdir(scratch):
+            yield
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @contextlib.contextmanager
