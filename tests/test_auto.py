@@ -62,7 +62,10 @@ def test_auto_publishes_the_fastest_candidate_that_passes_and_says_why(auto_run)
     quantize_nodes = sum(n.op_type in ("QuantizeLinear", "DynamicQuantizeLSTM") for n in model.graph.node)
     if winner["role"] == "fp32":  # INT8 could not pay here: the float model ships, and why
         assert quantize_nodes == 0
-        assert "fastest float baseline itself" in auto["why"][0]
+        # the FP32 model on the baseline's own runtime is that baseline; on another runtime or
+        # precision (OpenVINO at BF16 on a CPU with AMX) it may be faster than it, and says by how much
+        assert "fastest float baseline itself" in auto["why"][0] or (
+            winner["target"] != "onnxruntime fp32" and "the fastest float baseline" in auto["why"][0])
         assert any(line.startswith("INT8 does not pay") for line in auto["why"]) or any(
             r["passed"] for r in table if r["role"] != "fp32")
     else:  # INT8 paid: proven faster than the fastest float baseline
