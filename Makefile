@@ -43,7 +43,7 @@ setup: $(VENV)/.installed
 run: setup  ## compile, gate and publish the OCR model as INT8
 	$(PY) -m pipeline $(ARGS)
 
-test: setup  ## the test suite (about 7.5 minutes from a fresh clone on 2 cores: two workers, see tests/conftest.py)
+test: setup  ## the test suite (about 6.5 minutes from a fresh clone on 2 idle Xeon cores with AMX, more on slower CPUs: two workers, see tests/conftest.py)
 	$(PY) -m pytest -q -n 2 --dist loadscope
 
 $(OPTIMUM_VENV)/.installed: $(VENV)/.installed

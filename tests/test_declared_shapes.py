@@ -71,14 +71,12 @@ def _args(root, name):
 
 
 def test_the_graph_is_trusted_over_its_declarations(files, tmp_path):
-    """Run in a forked child: the stage and the pipeline's sessions set onnxruntime's global thread
-    pool, after which no plain session could be made in this worker (other tests make some)."""
-    import multiprocessing
+    """Run in a child, as the pipeline runs its stages (``pipeline.isolate``): the stage and the
+    pipeline's sessions set onnxruntime's global thread pool, after which no plain session could be
+    made in this worker (other tests make some). A failed check is the child's error here."""
+    from pipeline.isolate import call
 
-    child = multiprocessing.get_context("fork").Process(target=_trusted, args=(files, tmp_path))
-    child.start()
-    child.join(300)
-    assert child.exitcode == 0, "the check failed in the child: its traceback is above"
+    call("the declared-shapes check", _trusted, files, tmp_path)
 
 
 def _trusted(files, tmp_path):
