@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
+from pipeline.report import numbers
+
 STEPS = 1500           # about 6 minutes on 2 cores; enough for a recognizer worth gating
 CALIBRATION, EVALUATION = 128, 500
 QUANTS = ("int8", "mixed")
@@ -213,21 +215,20 @@ def table(out: dict) -> list[str]:
 
     def speedup(role, b, over):
         if role is None or role == over:
-            return "1" if role == over else "—"
+            return numbers.ratio(1.0) if role == over else numbers.NONE
         key = f"{role} vs {over}"
         sp = out["timing"][b]["speedup"].get(key)
-        if sp is None:
-            return "—"
-        return f"{sp['median']:.2f} [{sp['ci95'][0]:.2f}, {sp['ci95'][1]:.2f}]"
+        return numbers.ratio(sp["median"], sp["ci95"]) if sp else numbers.NONE
 
-    lines = ["| model | sequence accuracy % | CER % | "
-             + " | ".join(f"p50 ms b{b}" for b in batches) + " | "
+    lines = ["| model | sequence accuracy | CER | "
+             + " | ".join(f"p50 b{b}" for b in batches) + " | "
              + " | ".join(f"speedup vs FP32 b{b}" for b in batches) + " | "
              + " | ".join(f"vs ORT default b{b}" for b in batches) + " |",
              "|---" * (3 + 3 * len(batches)) + "|"]
     for name, (role, a) in rows.items():
-        p50 = [f"{out['timing'][b]['p50_ms'][role]:.2f}" if role else "—" for b in batches]
-        lines.append(f"| {name} | {a['sequence_accuracy']:.2f} | {a['cer']:.2f} | " if a else
+        p50 = [numbers.ms(out['timing'][b]['p50_ms'][role]) if role else "—" for b in batches]
+        lines.append(f"| {name} | {numbers.percent(a['sequence_accuracy'])} | "
+                     f"{numbers.percent(a['cer'])} | " if a else
                      f"| {name} | (as FP32) | | ")
         lines[-1] += " | ".join(p50) + " | " + " | ".join(
             speedup(role, b, "fp32") for b in batches) + " | " + " | ".join(

@@ -6,6 +6,8 @@ name -> [measured value, met], and the ``measured_at`` / ``cpu`` that ``benchmar
 it). Out: a Markdown page with, per section, when and on which CPU it ran and one row per target.
 Numbers only compare with numbers from the same CPU, so every section names its own: sections are
 kept from earlier runs when only some are re-run, and those may come from another machine.
+Every measured value goes through ``pipeline.report.numbers`` (``1.67x (CI 1.56-1.72)``, never the
+JSON it is stored as), whatever shape a section gives it.
 ``python -m benchmarks.results [bench.json] [docs/results.md]`` re-renders the page.
 """
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+from pipeline.report.numbers import readable
 
 HEADER = """# Measured results
 
@@ -22,27 +26,6 @@ side by side in one run. How each number is measured is described in the manual 
 ([quantization](quantization.md), [measuring](measuring.md), [pruning](pruning.md),
 [runtimes](runtimes.md)).
 """
-
-
-def _value(v, digits: int = 3) -> str:
-    """A compact rendering of a target's measured value (numbers rounded, structures as JSON)."""
-    if isinstance(v, bool) or v is None:
-        return str(v).lower() if isinstance(v, bool) else "—"
-    if isinstance(v, float):
-        return f"{v:.{digits}g}" if abs(v) < 1e4 else f"{v:,.0f}"
-    if isinstance(v, (list, dict)):
-        return json.dumps(_rounded(v), separators=(", ", ": "))
-    return str(v)
-
-
-def _rounded(v):
-    if isinstance(v, float):
-        return float(f"{v:.4g}")
-    if isinstance(v, list):
-        return [_rounded(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _rounded(x) for k, x in v.items()}
-    return v
 
 
 def _cell(text: str) -> str:
@@ -86,7 +69,7 @@ def render(results: dict, source: str = "bench.json") -> str:
         for target, pair in targets.items():
             value, met = (pair + [None, None])[:2] if isinstance(pair, list) else (pair, None)
             mark = {True: "yes", False: "**no**"}.get(met, "—")
-            lines.append(f"| {_cell(target)} | {_cell(_value(value))} | {mark} |")
+            lines.append(f"| {_cell(target)} | {_cell(readable(value, target))} | {mark} |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

@@ -18,10 +18,10 @@ def _bench():
 
 def test_every_target_is_a_row_with_its_value_and_verdict():
     page = bench_results.render(_bench())
-    assert "| int8 drop <= 0.3 points | 0.05 | yes |" in page
-    assert "| int8 >= 1.8x faster than fp32 at batch 8 | 1.7 | **no** |" in page
+    assert "| int8 drop <= 0.3 points | 0.05 points | yes |" in page
+    assert "| int8 >= 1.8x faster than fp32 at batch 8 | 1.70x | **no** |" in page
     assert "a \\| pipe in a name" in page  # table cells stay one cell
-    assert '{"a": 0.1235, "b": [1, 2]}' in page
+    assert "| a \\| pipe in a name | a 0.123; b (1, 2) | yes |" in page  # never JSON
 
 
 def test_each_section_names_its_time_and_cpu_and_a_failed_one_says_so():
@@ -54,9 +54,10 @@ def test_the_byo_section_gets_its_side_by_side_table():
            "timing": {b: {"p50_ms": {r: 2.0 for r in roles}, "speedup": speedup} for b in ("1", "8")},
            "targets": {"int8 batch 8: not slower than FP32 (speedup, CI)": [sp, True]}}
     page = bench_results.render({"byo": byo})
-    assert "| pipeline quant=int8 (gate FAIL) | 90.00 | 2.00 | 2.00 | 2.00 | 1.50 [1.40, 1.60]" in page
-    assert "| onnxruntime default quantize_static | 90.00 | 2.00 |" in page
-    assert page.index("| model | sequence accuracy %") < page.index("| target | measured | met |")
+    assert ("| pipeline quant=int8 (gate FAIL) | 90.00 % | 2.00 % | 2.00 ms | 2.00 ms "
+            "| 1.50x (CI 1.40-1.60)") in page
+    assert "| onnxruntime default quantize_static | 90.00 % | 2.00 % |" in page
+    assert page.index("| model | sequence accuracy") < page.index("| target | measured | met |")
 
 
 def test_the_zoo_section_gets_one_row_per_model_from_each_entry():
@@ -72,7 +73,41 @@ def test_the_zoo_section_gets_one_row_per_model_from_each_entry():
                        "broken": {"error": "RuntimeError: x"}},
            "targets": {"ddddocr: x": [1.0, True]}}
     page = bench_results.render({"zoo": zoo})
-    assert ("| ddddocr common.onnx | sequence accuracy % | 99.50 | FAIL: accuracy | PASS \\| fp32 "
-            "| 88.00 | 80.50 | 88.00 | 1.25x [1.10, 1.40] |") in page
+    assert ("| ddddocr common.onnx | sequence accuracy % | 99.50 % | FAIL: accuracy | PASS \\| fp32 "
+            "| 88.00 | 80.50 | 88.00 | 1.25x (CI 1.10-1.40) |") in page
     assert "| mpnet | cosine | — | PASS | — | 1.00 | — | — | — |" in page
     assert page.index("| model | metric |") < page.index("| target | measured | met |")
+
+
+def _cells(page: str) -> list[str]:
+    return [c for line in page.splitlines() if line.startswith("|") for c in line.split(" | ")]
+
+
+def test_the_page_of_the_committed_bench_json_prints_no_json():
+    """Every value of every section, whatever its shape, reads as text: no braces or brackets
+    of a JSON structure in any table cell."""
+    from tests.conftest import ROOT
+
+    page = bench_results.render(json.loads((ROOT / "bench.json").read_text()))
+    cells = _cells(page)
+    assert len(cells) > 100
+    assert not [c for c in cells if "{" in c or "}" in c or "[" in c], page
+
+
+def test_a_section_of_a_shape_never_seen_reads_as_named_values():
+    """A section added tomorrow (say, an LLM's generation numbers) with nested dicts and lists
+    renders without braces: keys as words, units from their names."""
+    llm = {"measured_at": "2026-12-01 16:00 UTC", "cpu": {"model": "Intel Xeon"},
+           "targets": {
+               "decode tokens per second, int4 vs fp32": [{"int4": {"tokens_per_s": 41.5,
+                                                                    "ttft_ms": 812.25},
+                                                           "fp32": {"tokens_per_s": 12.0}}, True],
+               "int4 faster than fp32 at decode": [{"median": 3.4567, "ci95": [3.2, 3.61]}, True],
+               "rss per layer": [[[1, 2.5], [3, None]], None], "nothing": [{}, None]}}
+    page = bench_results.render({"llm": llm})
+    assert ("| decode tokens per second, int4 vs fp32 | int4 (tokens per s 41.50/s, ttft ms "
+            "812.2 ms); fp32 (tokens per s 12.00/s) | yes |") in page
+    assert "| int4 faster than fp32 at decode | 3.46x (CI 3.20-3.61) | yes |" in page
+    assert "| rss per layer | 1 / 2.50, 3 / — | — |" in page
+    assert "| nothing | — | — |" in page
+    assert not [c for c in _cells(page) if "{" in c or "[" in c]

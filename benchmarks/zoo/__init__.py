@@ -35,27 +35,27 @@ def section(cli, quick: bool = False, only: tuple[str, ...] = ENTRIES) -> dict:
 
 def table(section: dict) -> list[str]:
     """The results page's per-model table of every entry's ``summary`` rows (Markdown lines)."""
+    from pipeline.report import numbers
+
     rows = [r for e in (section.get("entries") or {}).values() for r in e.get("summary", [])]
     if not rows:
         return []
     modes = list(dict.fromkeys(q for r in rows for q in r.get("verdict", {})))
     roles = list(dict.fromkeys(k for r in rows for k in r.get("accuracy", {})))
     speedups = list(dict.fromkeys(k for r in rows for k in r.get("speedup", {})))
-    head = (["model", "metric", "FP32 parity with its own code %"]
+    head = (["model", "metric", "FP32 parity with its own code"]
             + [f"gate {q} (default settings)" for q in modes] + [f"{a}" for a in roles]
             + [f"{k} (CI)" for k in speedups])
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
 
     def num(v):
-        return "—" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
+        return numbers.number(v, 2) if isinstance(v, float) else numbers.readable(v)
 
     def sp(v):
-        if not v:
-            return "—"
-        return f"{v['median']:.2f}x [{v['ci95'][0]:.2f}, {v['ci95'][1]:.2f}]"
+        return numbers.ratio(v["median"], v["ci95"]) if v else numbers.NONE
 
     for r in rows:
-        cells = ([r["model"], r.get("metric", ""), num(r.get("parity_percent"))]
+        cells = ([r["model"], r.get("metric", ""), numbers.percent(r.get("parity_percent"))]
                  + [r.get("verdict", {}).get(q, "—") for q in modes]
                  + [num(r.get("accuracy", {}).get(a)) for a in roles]
                  + [sp(r.get("speedup", {}).get(k)) for k in speedups])

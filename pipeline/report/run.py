@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pipeline.leftovers import temp_name
 from pipeline.metrics.outputs import RTOL, agreement
+from pipeline.report import numbers
 
 ROWS = (("export", "export (torch -> ONNX, FP32)"), ("fp32", "optimize (FP32 baseline)"),
         ("fp16", "fp16 (baseline)"), ("candidate", "candidate"))
@@ -89,25 +90,27 @@ def markdown(report: dict) -> str:
     bs = list(next(r for r in report["rows"] if r["role"] == "candidate")["latency"])
     metrics = report.get("metrics") or []
     primary = next((m["name"] for m in metrics if m.get("primary")), None)
-    head = ("| step | size MB | nodes | "
+    head = ("| step | size | nodes | "
             + "".join(f"{m['name']} {m['unit']}".rstrip() + " | " for m in metrics)
-            + "agree fp16 % | "
-            + " | ".join(f"p50/p99 ms b{b} | speedup b{b}" for b in bs) + " |")
+            + "agree fp16 | "
+            + " | ".join(f"p50 / p99 b{b} | speedup b{b}" for b in bs) + " |")
     lines = [f"# {report['model']} — quant={report['quant']}", "",
              f"**Gate: {report['verdict']['summary']}**", "", head,
              "|" + "---|" * (4 + len(metrics) + 2 * len(bs))]
     for r in report["rows"]:
-        cells = [r["step"], f"{r['size_mb']:.2f}", str(r["nodes"]),
-                 *(f"{r[m['name']]:.2f}" if isinstance(r.get(m["name"]), (int, float)) else "–"
+        cells = [r["step"], numbers.megabytes(r["size_mb"]), numbers.count(r["nodes"]),
+                 *(numbers.number(r[m["name"]], 2 if m["unit"] == "%" else 4)
+                   if isinstance(r.get(m["name"]), (int, float)) else numbers.NONE
                    for m in metrics),
-                 f"{100 * r['agreement_with_fp16']:.2f}"]
+                 numbers.percent(r["agreement_with_fp16"], fraction=True)]
         for b in bs:
             lat = r["latency"].get(b)
-            cells += [f"{lat['p50']:.2f} / {lat['p99']:.2f}", f"{lat['speedup_vs_fastest_float']:.2f}x"] \
-                if lat else ["not timed", "–"]
+            cells += [f"{numbers.number(lat['p50'])} / {numbers.ms(lat['p99'])}",
+                      numbers.ratio(lat["speedup_vs_fastest_float"], lat.get("speedup_ci95"))] \
+                if lat else ["not timed", numbers.NONE]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Speedup is against the fastest float baseline at that batch size (p50 ratio; the "
-              "candidate's is the median of per-round ratios, 95 % CI in report.json)."]
+              "candidate's is the median of per-round ratios, with its 95 % CI)."]
     if any(m.get("against") == "fp16_outputs" for m in metrics):
         gold = [m["name"] for m in metrics if m.get("against") == "gold_scores"]
         lines.append("No labels: every row's metrics measure agreement with the FP16 baseline's "
@@ -116,11 +119,11 @@ def markdown(report: dict) -> str:
                         else "."))
     for b, aa in report["aa_check"].items():
         lines.append(f"A/A check at batch {b} (FP32 against a second copy of itself): "
-                     f"{aa['median']:.3f} (95 % CI {aa['ci95'][0]:.3f}-{aa['ci95'][1]:.3f}).")
+                     f"{numbers.ratio(aa['median'], aa['ci95'])}.")
     lines += ["", "## Gate", "", "| check | value | limit | verdict | detail |", "|---|---|---|---|---|"]
     for c in report["verdict"]["checks"]:
-        value = "–" if c["value"] is None else f"{c['value']:.3f}"
-        lines.append(f"| {c['check']} | {value} | {c['limit']} | "
+        fmt = _gate_format(c["check"], metrics)
+        lines.append(f"| {c['check']} | {fmt(c['value'])} | {fmt(c['limit'])} | "
                      f"{'pass' if c['passed'] else '**FAIL**'} | {c['detail']} |")
     timing = report.get("timing", {})
     if timing:
@@ -181,8 +184,8 @@ def markdown(report: dict) -> str:
             for policy in ("dynamic", "batch1"):
                 if policy in entry:
                     e = entry[policy]
-                    lines.append(f"| {role} | {policy} | {e['max_qps_within_slo']:.0f} | "
-                                 f"{e['throughput_at_max']:.0f}/s | {len(e['steps'])} |")
+                    lines.append(f"| {role} | {policy} | {numbers.rate(e['max_qps_within_slo'])} | "
+                                 f"{numbers.rate(e['throughput_at_max'])} | {len(e['steps'])} |")
             if "soak" in entry:
                 mem = entry["soak"]["memory"]
                 slope = mem.get("slope_mb_per_min")
@@ -223,11 +226,29 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _gate_format(check: str, metrics: list[dict]):
+    """How a gate check's value and limit read (``pipeline.gate`` names the checks): a drop in
+    the unit of its metric (points of a percentage, else four decimals: a cosine's drops live in
+    the third), an agreement or the A/A deviation as a percentage, a speedup as a ratio."""
+    if check.endswith("_drop"):
+        name = check[:-len("_drop")]
+        metric = next((m for m in metrics if (m.get("primary") if name == "accuracy"
+                                              else m["name"] == name)), {})
+        return numbers.points if metric.get("unit", "%") == "%" else (
+            lambda v: numbers.number(v, 4))
+    kinds = {"output_agreement": lambda v: numbers.percent(v, fraction=True),
+             "aa_check": lambda v: numbers.percent(v, fraction=True),
+             "speedup_ci_low": numbers.ratio, "slo_p99_ms": numbers.ms,
+             "model_mb": numbers.megabytes, "benchmark_sane": numbers.count,
+             "same_environment": numbers.count}
+    return kinds.get(check, numbers.number)
+
+
 def _stages(record: list) -> list[str]:
-    lines = ["", "## Stages", "", "| stage | status | seconds | digest |", "|---|---|---|---|"]
+    lines = ["", "## Stages", "", "| stage | status | time | digest |", "|---|---|---|---|"]
     for s in record:
         lines.append(f"| {s['label']} | {'reused' if s['reused'] else 'built'} | "
-                     f"{s['seconds']:.1f} | `{s['digest'][:16]}` |")
+                     f"{numbers.seconds(s['seconds'])} | `{s['digest'][:16]}` |")
     return lines
 
 
