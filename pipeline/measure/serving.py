@@ -7,8 +7,11 @@ throughput, the batch-size histogram, and the backlog left when the step ended.
 
 Why open-loop: a closed loop (send the next request when the last one returns) slows its own
 arrivals when the server slows, hiding queueing; real users do not wait. Arrivals are drawn up
-front from an exponential distribution with a fixed seed and released by a thread at their due
-times, whatever the server does. The batcher takes the oldest request, then waits for more until
+front from an exponential distribution with a fixed seed; a request arrives at its due time,
+whatever the server does, and its latency counts from then. Between batches the batcher sleeps
+until the next due time (or its wait ends), so no thread of its own competes with the model for
+the cores, and on a ``VirtualClock`` (``pipeline.measure.clock``) the whole simulation runs on
+exact, simulated time. The batcher takes the oldest request, then waits for more until
 the batch is full or the oldest has waited ``max_wait_ms``, as Triton's dynamic batcher does.
 With ``key`` (a request's shape class, e.g. its width bucket), a batch only takes requests of
 the oldest one's class, as engines bucket sequence lengths: padding a narrow text line to the
@@ -19,12 +22,11 @@ Deliberately not handled: several model instances, priorities, request cancellat
 from __future__ import annotations
 
 import os
-import queue
-import threading
-import time
 from typing import Callable, Sequence
 
 import numpy as np
+
+from pipeline.measure.clock import REAL, Clock
 
 
 def rss_mb() -> float:
@@ -38,7 +40,8 @@ def rss_mb() -> float:
 
 def serve(run_batch: Callable, pool: Sequence, stack: Callable, qps: float, seconds: float,
           max_batch: int, max_wait_ms: float, seed: int = 0, drain_seconds: float | None = None,
-          on_tick: Callable | None = None, key: Callable | None = None) -> dict:
+          on_tick: Callable | None = None, key: Callable | None = None,
+          clock: Clock = REAL) -> dict:
     # After the last arrival the queue drains for as long as the step lasted (1 to 5 s): a server
     # that needs more than twice the step to finish its requests served under half the offered
     # rate, saturated whatever a longer drain would show, so a longer one only burns time on
@@ -50,37 +53,38 @@ def serve(run_batch: Callable, pool: Sequence, stack: Callable, qps: float, seco
     due = np.cumsum(gaps)
     due = due[due < seconds]
     picks = rng.integers(0, len(pool), size=due.size)
-    inbox: queue.Queue = queue.Queue()
-    t0 = time.perf_counter()
-
-    def release():
-        for when, k in zip(due, picks):
-            delay = t0 + when - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            inbox.put((time.perf_counter(), int(k)))
-
-    producer = threading.Thread(target=release, daemon=True)
-    producer.start()
+    t0 = clock.now()
+    arrive = t0 + due    # when each request is sent, whatever the server is doing
+    arrived = 0          # requests sent so far (they arrive in order)
     latencies, sizes, done = [], [], 0
     pending: list[tuple[float, int]] = []   # arrived, not yet batched; oldest first
     shapes = [key(x) for x in pool] if key else [None] * len(pool)
     stop_at = t0 + seconds + drain_seconds
     next_tick = t0 + 1.0
 
-    def collect(timeout: float) -> None:
-        try:
-            pending.append(inbox.get(timeout=timeout) if timeout > 0 else inbox.get_nowait())
-            while True:
-                pending.append(inbox.get_nowait())
-        except queue.Empty:
-            pass
+    def admit() -> None:
+        """Everything sent by now joins the queue, stamped with the time it was sent."""
+        nonlocal arrived
+        now = clock.now()
+        while arrived < arrive.size and arrive[arrived] <= now:
+            pending.append((float(arrive[arrived]), int(picks[arrived])))
+            arrived += 1
 
-    while done < due.size and time.perf_counter() < stop_at:
+    def wait_for_arrival(until: float) -> bool:
+        """Sleep until the next request arrives or until ``until``, whichever comes first;
+        True when one came."""
+        before = len(pending)
+        wake = min(float(arrive[arrived]), until) if arrived < arrive.size else until
+        clock.sleep(wake - clock.now())
+        admit()
+        return len(pending) > before
+
+    while done < due.size and clock.now() < stop_at:
         # Everything that arrived while the model was busy joins the queue first (without this,
         # a non-empty queue would hide later arrivals and batches would stay small).
-        collect(0.05 if not pending else 0.0)
+        admit()
         if not pending:
+            wait_for_arrival(stop_at)
             continue
         # The oldest request, and queued ones of its shape class; the others keep their place.
         first = pending[0]
@@ -88,24 +92,21 @@ def serve(run_batch: Callable, pool: Sequence, stack: Callable, qps: float, seco
         shape = shapes[first[1]]
         while True:
             batch = [r for r in pending if shapes[r[1]] == shape][:max_batch]
-            left = deadline - time.perf_counter()
-            if len(batch) == max_batch or left <= 0:
+            if len(batch) == max_batch or deadline - clock.now() <= 0:
                 break
-            before = len(pending)
-            collect(left)
-            if len(pending) == before:  # waited the whole delay: nobody came
+            if not wait_for_arrival(deadline):  # waited the whole delay: nobody came
                 break
         taken = set(map(id, batch))
         pending[:] = [r for r in pending if id(r) not in taken]
         run_batch(stack([pool[k] for _, k in batch]))
-        end = time.perf_counter()
-        latencies += [(end - arrived) * 1000.0 for arrived, _ in batch]
+        end = clock.now()
+        latencies += [(end - sent) * 1000.0 for sent, _ in batch]
         sizes.append(len(batch))
         done += len(batch)
         if on_tick is not None and end >= next_tick:
             on_tick(end - t0, latencies)
             next_tick += 1.0
-    elapsed = time.perf_counter() - t0
+    elapsed = clock.now() - t0
     lat = np.asarray(latencies) if latencies else np.asarray([np.inf])
     hist = np.bincount(np.asarray(sizes, dtype=int), minlength=max_batch + 1)[1:] if sizes else []
     backlog = int(due.size - done)

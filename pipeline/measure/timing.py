@@ -2,8 +2,8 @@
 
 In: callables (one per model) that run one inference on a given input. Out: per-model arrays of
 milliseconds, measured in interleaved rounds, and ratio statistics (median of per-round ratios
-with a bootstrap 95 % interval). Pure numpy and ``time.perf_counter_ns``; runtimes are the
-caller's business.
+with a bootstrap 95 % interval). Pure numpy and a clock (``pipeline.measure.clock``: the real
+``time.perf_counter`` unless a test passes a virtual one); runtimes are the caller's business.
 
 Why it is built this way (all measured on these 2-core machines):
 - A fixed warm-up count is either too short (first runs allocate and pick kernels) or wasteful;
@@ -17,24 +17,27 @@ Why it is built this way (all measured on these 2-core machines):
 """
 from __future__ import annotations
 
-import time
 from typing import Callable, Sequence
 
 import numpy as np
 
+from pipeline.measure.clock import REAL, Clock
 
-def clock_ms(fn: Callable, x) -> float:
-    t0 = time.perf_counter_ns()
+
+def clock_ms(fn: Callable, x, clock: Clock = REAL) -> float:
+    now = clock.now
+    t0 = now()
     fn(x)
-    return (time.perf_counter_ns() - t0) / 1e6
+    return (now() - t0) * 1e3
 
 
 def warm_up(fn: Callable, inputs: Sequence, window: int = 10, tolerance: float = 0.05,
-            max_runs: int = 300) -> int:
+            max_runs: int = 300, clock: Clock = REAL) -> int:
     """Run until two consecutive windows' medians agree within ``tolerance``; returns runs done."""
     previous, runs = None, 0
     while runs < max_runs:
-        med = float(np.median([clock_ms(fn, inputs[(runs + k) % len(inputs)]) for k in range(window)]))
+        med = float(np.median([clock_ms(fn, inputs[(runs + k) % len(inputs)], clock)
+                               for k in range(window)]))
         runs += window
         if previous is not None and abs(med - previous) <= tolerance * previous:
             break
@@ -68,7 +71,7 @@ def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tupl
                 min_rounds: int, max_seconds: float, rel_ci: float, block: int = 1,
                 check_every: int = 50, runs: dict | None = None,
                 probe: Callable[[], float | None] | None = None, probe_every_s: float = 0.25,
-                min_seconds: float = 0.0) -> tuple[dict[str, np.ndarray], dict]:
+                min_seconds: float = 0.0, clock: Clock = REAL) -> tuple[dict[str, np.ndarray], dict]:
     """Time every model once per round (``block`` runs each, median kept), rotating the order.
 
     Stops after ``min_rounds`` and ``min_seconds`` (capped at ``max_seconds``) once every
@@ -84,18 +87,18 @@ def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tupl
     """
     roles = list(fns)
     times: dict[str, list[float]] = {r: [] for r in roles}
-    t_start, rounds = time.monotonic(), 0
+    t_start, rounds = clock.now(), 0
     widest = float("inf")
     probes: list[list] = []
     last_probe = -float("inf")
     while True:
-        if probe is not None and time.monotonic() - last_probe >= probe_every_s:
+        if probe is not None and clock.now() - last_probe >= probe_every_s:
             probes.append([rounds, probe()])
-            last_probe = time.monotonic()
+            last_probe = clock.now()
         x = inputs[rounds % len(inputs)]
         shift = rounds % len(roles)
         for role in roles[shift:] + roles[:shift]:
-            ms = [clock_ms(fns[role], x) for _ in range(block)]
+            ms = [clock_ms(fns[role], x, clock) for _ in range(block)]
             times[role].append(float(np.median(ms)))
             if runs is not None:
                 runs.setdefault(role, []).extend(ms)
@@ -103,12 +106,12 @@ def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tupl
         if rounds >= min_rounds and rounds % check_every == 0:
             arrays = {r: np.asarray(v) for r, v in times.items()}
             widest = max(rel_width(ratio_ci(arrays[a], arrays[b])) for a, b in pairs)
-            elapsed = time.monotonic() - t_start
+            elapsed = clock.now() - t_start
             if widest <= rel_ci and elapsed >= min(min_seconds, max_seconds):
                 break
             if elapsed > max_seconds:
                 break
-    seconds = time.monotonic() - t_start
+    seconds = clock.now() - t_start
     info = {"rounds": rounds, "seconds": round(seconds, 2), "noisy": bool(widest > rel_ci),
             "widest_rel_ci": widest}
     if probe is not None:
@@ -118,11 +121,11 @@ def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tupl
 
 
 def head_to_head(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tuple[str, str]],
-                 min_rounds: int, max_seconds: float, rel_ci: float
+                 min_rounds: int, max_seconds: float, rel_ci: float, clock: Clock = REAL
                  ) -> tuple[dict[str, np.ndarray], dict]:
     """Warm every model up, then ``interleaved`` one run per model per round: the short A/B
     timings outside the benchmark stage (the recipe's ``compare``, ``make bench`` sections).
     The info gains "warmup_runs" by model."""
-    warm = {role: warm_up(fn, inputs) for role, fn in fns.items()}
-    times, info = interleaved(fns, inputs, pairs, min_rounds, max_seconds, rel_ci)
+    warm = {role: warm_up(fn, inputs, clock=clock) for role, fn in fns.items()}
+    times, info = interleaved(fns, inputs, pairs, min_rounds, max_seconds, rel_ci, clock=clock)
     return times, {**info, "warmup_runs": warm}
