@@ -1,0 +1,1 @@
+"""One test file per stage of pipeline/stages/, each on tiny graphs: what that stage guarantees."""
