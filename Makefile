@@ -23,7 +23,7 @@ SWEEP_LAUNCHER ?= hydra/launcher=joblib hydra.launcher.n_jobs=2
 OPTIMUM_VENV := .venv-optimum
 SAME_AS_VENV = $(shell $(PY) -c 'from importlib.metadata import version as v; print(*(p + "==" + v(p) for p in ("onnxruntime", "onnx")))')
 
-.PHONY: run test bench train-ocr train-ocr-mobile clean-cache setup push pull sweep
+.PHONY: run test test-fast bench train-ocr train-ocr-mobile clean-cache setup push pull sweep
 
 # uv installs what pip would, from the same index, but downloads and unpacks in parallel. It
 # compiles the bytecode at install time as pip does (--compile-bytecode): where
@@ -45,6 +45,9 @@ run: setup  ## compile, gate and publish the OCR model as INT8
 
 test: setup  ## the test suite (about 6.5 minutes from a fresh clone on 2 idle Xeon cores with AMX, more on slower CPUs: two workers, see tests/conftest.py)
 	$(PY) -m pytest -q -n 2 --dist loadscope
+
+test-fast: setup  ## the unit tests for the edit loop: no whole-CLI run (marked cli by tests/conftest.py), nothing marked slow
+	$(PY) -m pytest -q -n 2 --dist loadscope -m "not cli and not slow"
 
 $(OPTIMUM_VENV)/.installed: $(VENV)/.installed
 	test -x $(OPTIMUM_VENV)/bin/python || $(PYTHON) -m venv $(OPTIMUM_VENV)

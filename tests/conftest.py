@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -128,3 +130,35 @@ if importlib.util.find_spec("xdist") is not None:
                 return "tiny_run" if file in TINY_RUN_FILES else file
 
         return ByFixture(config, log)
+
+
+# ``make test-fast``: the unit tests, without the whole-CLI runs (``-m "not cli"``). A test is
+# marked ``cli`` here, at collection, when it or anything it uses (its fixtures, the module's
+# helper functions they call, transitively) starts the command line: no list to keep up to date.
+_STARTS_CLI = re.compile(r'run_cli\(|tiny_args\(|"-m", "pipeline|from pipeline\.__main__ import')
+
+
+def _starts_cli(fn, module, seen: set) -> bool:
+    if fn in seen or not callable(fn):
+        return False
+    seen.add(fn)
+    try:
+        src = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return False
+    if _STARTS_CLI.search(src):
+        return True
+    helpers = (getattr(module, name, None) for name in set(re.findall(r"\b(\w+)\(", src)))
+    return any(_starts_cli(h, module, seen) for h in helpers
+               if inspect.isfunction(h) and h.__module__ == module.__name__)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        fn = getattr(item, "function", None)
+        if fn is None:
+            continue
+        fixtures = [fd.func for defs in item._fixtureinfo.name2fixturedefs.values() for fd in defs]
+        seen: set = set()
+        if any(_starts_cli(f, inspect.getmodule(f) or item.module, seen) for f in [fn, *fixtures]):
+            item.add_marker(pytest.mark.cli)

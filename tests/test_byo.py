@@ -152,6 +152,7 @@ def test_label_free_run_with_an_onnx_file_and_an_unlabelled_folder(byo):
         100.0 - rows["candidate"]["argmax_agreement"])
 
 
+@pytest.mark.slow
 def test_every_task_meets_the_contract(byo):
     from pipeline.compose import compose
     from pipeline.models import TASKS, task

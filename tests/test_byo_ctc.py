@@ -113,6 +113,7 @@ def _data(root: Path) -> list[str]:
     return [*DATA, f"data.path={root / 'lines'}", f"data.labels={root / 'lines' / 'labels.jsonl'}"]
 
 
+@pytest.mark.slow
 def test_onnx_text_recognizer_with_a_charset_file(lines):
     proc = _run(lines, "ctc", "model=onnx", f"model.path={lines / 'ctc.onnx'}", *_data(lines),
                 "metric=ctc", f"metric.charset={lines / 'chars.txt'}")

@@ -298,6 +298,7 @@ def test_static_int8_on_a_transformer(hf, embed_run):
     assert -1.0 <= rows["candidate"]["spearman"] <= 1.0
 
 
+@pytest.mark.slow
 def test_classifier_export_and_scores(hf, tmp_path):
     """A sequence classifier through the stages that differ from the embedding run's: the export
     agrees with transformers in torch by argmax, and labels score top-1 and top-k. (The recipe

@@ -62,6 +62,7 @@ def _stage(name: str, workdir: Path) -> dict:
         SimpleNamespace(model=workdir / "export" / "model.onnx"), out)
 
 
+@pytest.mark.slow
 def test_export_keeps_mobile_ops_and_optimize_names_what_onnxruntime_inlines(tmp_path):
     from pipeline import isolate
 
@@ -80,6 +81,7 @@ def test_export_keeps_mobile_ops_and_optimize_names_what_onnxruntime_inlines(tmp
     assert optimized["modules"]["blocks.2.dw.2"] == "Mul"
 
 
+@pytest.mark.slow
 def test_mobile_checkpoint_matches_its_card_and_reads_held_out_lines(tmp_path):
     import torch
     from safetensors.torch import load_file

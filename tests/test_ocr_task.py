@@ -74,6 +74,7 @@ def test_checkpoint_matches_its_card():
     assert "ocr_train" in card["command"]
 
 
+@pytest.mark.slow
 def test_checkpoint_accuracy_on_a_held_out_sample(tmp_path):
     """The committed weights read held-out lines (a sample of the 2,000-line evaluation set)."""
     import torch

@@ -82,6 +82,7 @@ def test_full_disk_while_publishing(tiny_run, tmp_path):
         assert str(root) in line
 
 
+@pytest.mark.slow
 def test_os_error_inside_a_stage_is_one_line_naming_the_path(tmp_path):
     with pytest.raises(StageError) as e:
         Runner(tmp_path, HardwareConfig(), log=lambda m: None).run(WriteInto(str(tmp_path / "f")))

@@ -313,6 +313,7 @@ def test_fit_runs_in_the_chosen_precision():
     assert seen == [torch.float32, torch.bfloat16]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isa", ["avx2"])  # native: test_stage_writes_safetensors_...
 def test_stage_records_the_recovery_precision_capped_at_avx2(tmp_path, isa):
     """Under an AVX2 cap even an AMX machine must recover in float32, and say so."""

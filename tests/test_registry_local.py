@@ -99,6 +99,7 @@ def test_flipped_byte_is_refused_naming_the_blob_and_repaired_by_a_push(tmp_path
     one_line_error(proc, 3, f"manifest {published.digest}", "does not match")
 
 
+@pytest.mark.slow
 def test_promote_moves_aliases_only_to_passed_versions_unless_forced(tmp_path):
     root = tmp_path / "store"
     good = pub(root, make_model(tmp_path / "a.onnx", seed=4))
@@ -174,6 +175,7 @@ def test_gc_removes_only_what_no_entry_reaches(tmp_path):
     assert store.resolve("ocr", kept.version).digest == kept.digest
 
 
+@pytest.mark.slow
 def test_sigkill_during_push_never_leaves_a_partial_version(tmp_path):
     """Children pushing a 12 MB model are killed at random points: after a random delay from
     their start, or a random few milliseconds after their first temporary file appears. Each

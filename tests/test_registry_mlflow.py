@@ -33,6 +33,7 @@ def cfg(url: str) -> RegistryConfig:
     return RegistryConfig(backend=RegistryBackend.mlflow, url=url, repository="pipeline")
 
 
+@pytest.mark.slow
 def test_publish_logs_run_registers_version_and_round_trips(server, tmp_path):
     from mlflow import MlflowClient
 
@@ -76,6 +77,7 @@ def test_publish_logs_run_registers_version_and_round_trips(server, tmp_path):
         backend.pull("ocr", pkg.version, tmp_path / "again")
 
 
+@pytest.mark.slow
 def test_aliases_move_only_through_promote_and_only_to_passed_versions(server, tmp_path):
     from mlflow import MlflowClient
 

@@ -113,6 +113,7 @@ def test_flipped_byte_in_registry_storage_is_refused_naming_the_blob(oci, tmp_pa
     assert proc.returncode == 3 and f"manifest {published.digest}" in proc.stderr
 
 
+@pytest.mark.slow
 def test_sigkill_during_push_never_leaves_a_visible_version(oci, tmp_path):
     url, _ = oci
     rng = random.Random(7)

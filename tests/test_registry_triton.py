@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from pipeline.config import RegistryConfig
 from pipeline.registry import publish
 from tests.registry_support import candidate, evidence, make_model, registry_cli
 
 
+@pytest.mark.slow
 def test_export_layout_and_config(tmp_path):
     root, repo = tmp_path / "store", tmp_path / "model_repository"
     first = make_model(tmp_path / "a.onnx", seed=1)
