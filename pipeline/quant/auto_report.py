@@ -7,11 +7,11 @@ INT8 candidate tried with what each cost or saved end to end.
 """
 from __future__ import annotations
 
+from pipeline.report import numbers
+
 
 def _ci(sp: dict | None) -> str:
-    if not sp:
-        return "–"
-    return f"{sp['median']:.2f}x ({sp['ci95'][0]:.2f}–{sp['ci95'][1]:.2f})"
+    return numbers.ratio(sp["median"], sp["ci95"]) if sp else numbers.NONE
 
 
 def regions_markdown(reg: dict | None) -> list[str]:

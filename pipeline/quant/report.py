@@ -10,6 +10,8 @@ from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
+from pipeline.report import numbers
+
 
 def as_dict(info) -> dict:
     return asdict(info)
@@ -71,7 +73,7 @@ def markdown(q: dict) -> list[str]:
         stayed = trial.get("stayed_int8") or []
         if trial["float_nodes"]:
             lines.append(f"- profiled slower in INT8: {', '.join(trial['float_nodes'])}; keeping them "
-                         f"float ran {sp['median']:.2f}x (95 % CI {sp['ci95'][0]:.2f}-{sp['ci95'][1]:.2f}) "
+                         f"float ran {numbers.ratio(sp['median'], sp['ci95'])} "
                          f"the all-INT8 model end to end: "
                          + ("kept float" if q.get("latency_exclusions") else "left INT8"))
         if stayed:
@@ -84,7 +86,7 @@ def markdown(q: dict) -> list[str]:
     vs = q.get("versus_fp32")
     if vs and vs["slower_at_batch"]:
         lines.append("- INT8 cannot pay here: the final INT8 model ran " + ", ".join(
-            f"{sp['median']:.2f}x (95 % CI {sp['ci95'][0]:.2f}-{sp['ci95'][1]:.2f}) at batch {b}"
+            f"{numbers.ratio(sp['median'], sp['ci95'])} at batch {b}"
             for b, sp in vs["speedup"].items()) + " against FP32 end to end; the candidate is the "
             "FP32 model (`quant=auto` picks the fastest artifact that passes every gate)")
     if q.get("float_outputs"):
