@@ -162,3 +162,5 @@ def pytest_collection_modifyitems(config, items):
         seen: set = set()
         if any(_starts_cli(f, inspect.getmodule(f) or item.module, seen) for f in [fn, *fixtures]):
             item.add_marker(pytest.mark.cli)
+        if getattr(getattr(item, "callspec", None), "params", {}).get("isa") == "avx2":
+            item.add_marker(pytest.mark.slow)  # a child pytest replays it under the AVX2 cap

@@ -135,6 +135,7 @@ def test_onnx_text_recognizer_with_a_charset_file(lines):
     assert contract["shape"][3]["max"] > contract["shape"][3]["min"]  # widths from the data
 
 
+@pytest.mark.slow
 def test_charset_from_the_onnx_metadata(lines):
     """No ``metric.charset``: the task reads the character set from the model's metadata and
     decodes the file's outputs with it (in process: the decoding is all that differs from the

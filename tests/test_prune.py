@@ -232,6 +232,7 @@ def _run_stage(parent, out, **kw):
     return Prune("ocr", cfg(**{**settings, **kw})).run(parent, out)
 
 
+@pytest.mark.slow
 def test_stage_writes_safetensors_and_widths_that_rebuild_the_network(tmp_path, capsys):
     from safetensors.torch import load_file
 
@@ -262,6 +263,7 @@ def test_stage_writes_safetensors_and_widths_that_rebuild_the_network(tmp_path, 
     assert meta["recover"]["steps_per_second"] > 0 and meta["recover"]["precision_reason"]
 
 
+@pytest.mark.slow
 def test_stage_is_deterministic_by_seed(tmp_path):
     parent = _load_artifact(tmp_path)
     blobs = [(_run_stage(parent, tmp_path / name, seed=seed),
