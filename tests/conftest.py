@@ -112,8 +112,8 @@ def pytest_pyfunc_call(pyfuncitem):
 # one unit (one worker builds it once), every other file as a unit of its own (its module
 # fixtures, e.g. a registry server or the quant=auto run, start once). xdist's own
 # ``--dist loadgroup`` marks do not take effect with pytest 9, hence a scheduler of our own.
-TINY_RUN_FILES = {f"tests/{p.name}" for p in (ROOT / "tests").glob("test_*.py")
-                  if "tiny_run" in p.read_text()}
+TINY_RUN_FILES = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py")
+                  if "tiny_run" in p.read_text()}  # subfolders too (tests/stages/, ...)
 # Files whose tests are long but whose fixtures are cheap (seconds): each test is a unit of its
 # own, so the two workers share them (the fixture is then built on both).
 PER_TEST_FILES = {"tests/test_byo.py"}
