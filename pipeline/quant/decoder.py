@@ -207,7 +207,9 @@ def judge(cfg: Config, scored, speed, role: str = "candidate") -> dict:
     """The verdict in the encoders' shape: each judged metric against FP32 at level 0, the
     lower bound of the decode speedup's interval against FP32, the timing environment."""
     checks = []
-    for r in metric_limits.judged(generation.REFERENCE, generation.gated(scored.meta),
+    # FP32 is the reference: it scores as the reference does (no rise, full agreement)
+    got = generation.REFERENCE if role == "fp32" else generation.gated(scored.meta)
+    for r in metric_limits.judged(generation.REFERENCE, got,
                                   cfg.gate.max_accuracy_drop, METRICS):
         value = r["drop"]
         ok = isinstance(value, float) and math.isfinite(value) and value <= r["limit"] + 1e-9
