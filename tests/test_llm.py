@@ -162,3 +162,39 @@ def test_groups_are_blocks_and_the_output_layer():
              "/model/layers.10/attn/o_proj/MatMul", "/lm_head/MatMul"]
     assert groups(names) == {"layers.0": names[:2], "layers.10": [names[2]],
                              "lm_head": [names[3]]}
+
+
+def test_the_mixed_search_widens_the_output_layer_then_the_most_sensitive_blocks():
+    """search() on three groups whose trial passes only when the output layer and block 1 are
+    wider than 4 bits: block 1 is the more sensitive (higher KL alone), so the answer is the
+    first two groups of the order at 8 bits, found by bisection; every trial is a real plan."""
+    from pipeline.quant.decoder import search
+
+    groups = {"layers.0": ["a"], "layers.1": ["b"], "lm_head": ["c"]}
+    tried = []
+
+    def trial(plan, what):
+        tried.append((what, dict(plan)))
+        return plan.get("c", 0) != 4 and plan.get("b", 0) != 4, {"a": 0.1, "b": 0.5}.get(
+            next(iter(plan)), 0.0) if len(plan) == 1 else 0.0
+
+    assert search(groups, 4, trial) == "first 2 of 3 groups at 8 bits"
+    plans = dict(tried)
+    assert plans["all at 4 bits"] == {"a": 4, "b": 4, "c": 4}
+    assert plans["first 2 of 3 groups at 8 bits"] == {"a": 4, "b": 8, "c": 8}
+    assert plans["first 1 of 3 groups at 8 bits"] == {"a": 4, "b": 4, "c": 8}
+    assert "first 3 of 3 groups at 8 bits" not in plans  # bisection: not every prefix is built
+
+
+def test_the_mixed_search_falls_back_to_float_and_reports_failure():
+    from pipeline.quant.decoder import search
+
+    groups = {"layers.0": ["a"], "lm_head": ["c"]}
+    tried = []
+
+    def float_head(plan, what):  # passes only with the output layer float
+        tried.append(what)
+        return "c" not in plan and plan.get("a") in (4, 8), 0.0
+
+    assert search(groups, 4, float_head) == "first 1 of 2 groups at float"
+    assert search(groups, 8, lambda plan, what: (False, 0.0)) is None
