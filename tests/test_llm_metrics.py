@@ -67,3 +67,15 @@ def test_teacher_forced_logits_match_the_kv_cache_decode(tiny_built):
                                                **feeds})))
         np.testing.assert_allclose(outs["logits"][0, 0], full[t], rtol=1e-4, atol=1e-4)
         feeds = {k: outs[k.replace("past_key_values", "present")] for k in feeds}
+
+
+def test_scores_of_parts_add_up_to_the_whole():
+    from pipeline.metrics.generation import from_sums, sums
+
+    rng = np.random.default_rng(0)
+    ids = [list(rng.integers(0, 9, n)) for n in (5, 3, 7)]
+    cand = [rng.normal(size=(len(i), 9)) for i in ids]
+    ref = [c + rng.normal(scale=0.5, size=c.shape) for c in cand]
+    whole = score(cand, ids, ref)
+    parts = sums(cand[:1], ids[:1], ref[:1]) + sums(cand[1:], ids[1:], ref[1:])
+    assert from_sums(parts, True) == pytest.approx(whole)

@@ -108,28 +108,40 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
-def score(logits: Sequence[np.ndarray], token_ids: Sequence[Sequence[int]],
-          reference_logits: Sequence[np.ndarray] | None = None) -> TextScores:
-    """Perplexity of the tokens under ``logits``; with ``reference_logits``, top-1 agreement and
-    mean KL(reference || candidate) over the same predicted positions."""
-    nll, positions, agree, kl = 0.0, 0, 0, 0.0
+def sums(logits: Sequence[np.ndarray], token_ids: Sequence[Sequence[int]],
+         reference_logits: Sequence[np.ndarray] | None = None) -> np.ndarray:
+    """[NLL, positions, agreeing positions, KL] summed over the sequences: sums of parts of a
+    text add up to the sums of the whole, so a long text is scored a few sequences at a time."""
+    out = np.zeros(4)
     for i, (lg, ids) in enumerate(zip(logits, token_ids)):
         ids = np.asarray(ids)
         n = len(ids) - 1
         if n < 1:
             continue
         logp = _log_softmax(np.asarray(lg)[:n])
-        nll -= float(logp[np.arange(n), ids[1:]].sum())
-        positions += n
+        out[0] -= float(logp[np.arange(n), ids[1:]].sum())
+        out[1] += n
         if reference_logits is not None:
             ref = _log_softmax(np.asarray(reference_logits[i])[:n])
-            agree += int((ref.argmax(-1) == logp.argmax(-1)).sum())
-            kl += float((np.exp(ref) * (ref - logp)).sum())
+            out[2] += int((ref.argmax(-1) == logp.argmax(-1)).sum())
+            out[3] += float((np.exp(ref) * (ref - logp)).sum())
+    return out
+
+
+def from_sums(total: np.ndarray, with_reference: bool) -> TextScores:
+    nll, positions, agree, kl = total
     if positions == 0:
         raise ValueError("no sequence has two tokens: nothing to score")
-    if reference_logits is None:
+    if not with_reference:
         return TextScores(math.exp(nll / positions), None, None)
     return TextScores(math.exp(nll / positions), agree / positions, kl / positions)
+
+
+def score(logits: Sequence[np.ndarray], token_ids: Sequence[Sequence[int]],
+          reference_logits: Sequence[np.ndarray] | None = None) -> TextScores:
+    """Perplexity of the tokens under ``logits``; with ``reference_logits``, top-1 agreement and
+    mean KL(reference || candidate) over the same predicted positions."""
+    return from_sums(sums(logits, token_ids, reference_logits), reference_logits is not None)
 
 
 # What the gate judges a decoder on, each against the FP32 reference (which scores 0 % rise,

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+CHUNK = 4  # sequences scored together: their logits (sequence x vocabulary floats) stay small
+
 
 @dataclass(frozen=True)
 class ScoreText:
@@ -23,22 +25,29 @@ class ScoreText:
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, reference=None) -> dict:
-        from pipeline.metrics.generation import next_token_logits, score, session
+        import numpy as np
+
+        from pipeline.metrics.generation import from_sums, next_token_logits, session, sums
 
         ids = self.data.token_ids()
         sess = session(parent.path, threads=self.threads)
-        logits = next_token_logits(parent.path, ids, sess=sess)
-        del sess
-        ref = None
-        if reference is not None:
-            ref_sess = session(reference.path, accuracy_level=0, threads=self.threads)
-            ref = next_token_logits(reference.path, ids, sess=ref_sess)
-        s = score(logits, ids, ref)
+        ref_sess = None if reference is None else \
+            session(reference.path, accuracy_level=0, threads=self.threads)
+        cand, base = np.zeros(4), np.zeros(4)
+        for i in range(0, len(ids), CHUNK):  # a few sequences' logits in memory at a time
+            part = ids[i:i + CHUNK]
+            logits = next_token_logits(parent.path, part, sess=sess)
+            ref = None if ref_sess is None else next_token_logits(reference.path, part,
+                                                                  sess=ref_sess)
+            cand += sums(logits, part, ref)
+            if ref is not None:
+                base += sums(ref, part)
+        s = from_sums(cand, ref_sess is not None)
         out = {"perplexity": s.perplexity, "top1_agreement": s.top1_agreement,
                "kl_mean": s.kl_mean, "sequences": len(ids),
                "tokens_scored": sum(len(i) - 1 for i in ids)}
-        if ref is not None:
-            base = score(ref, ids).perplexity
-            out["reference_perplexity"] = base
-            out["perplexity_rise_pct"] = 100.0 * (s.perplexity / base - 1.0)
+        if ref_sess is not None:
+            ref_perplexity = from_sums(base, False).perplexity
+            out["reference_perplexity"] = ref_perplexity
+            out["perplexity_rise_pct"] = 100.0 * (s.perplexity / ref_perplexity - 1.0)
         return out
