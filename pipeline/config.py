@@ -207,9 +207,14 @@ class DecoderQuant:
     prompt_tokens: int = 64
     new_tokens: int = 32
     streams: int = 1                        # sequences decoded together (one batch)
+    # mixed: each block's sensitivity trial (it alone at 4 bits) is scored on this many of the
+    # evaluation sequences: a ranking, not a gate, so a few suffice and a 30-block model's
+    # 30 trials stay cheap.
+    ranking_sequences: int = 4
 
     def __post_init__(self):
-        _positive(self, "quant.decoder", "prompts", "prompt_tokens", "streams")
+        _positive(self, "quant.decoder", "prompts", "prompt_tokens", "streams",
+                  "ranking_sequences")
         if self.bits not in (4, 8):
             raise ConfigError(f"quant.decoder.bits={self.bits}: 4 or 8 (MatMulNBits' widths)")
         if self.block_size not in (16, 32, 64, 128, 256):

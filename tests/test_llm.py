@@ -173,7 +173,8 @@ def test_the_mixed_search_widens_the_output_layer_then_the_most_sensitive_blocks
     groups = {"layers.0": ["a"], "layers.1": ["b"], "lm_head": ["c"]}
     tried = []
 
-    def trial(plan, what):
+    def trial(plan, what, ranking=False):
+        assert ranking == ("alone" in what)  # sensitivities on the ranking sequences only
         tried.append((what, dict(plan)))
         return plan.get("c", 0) != 4 and plan.get("b", 0) != 4, {"a": 0.1, "b": 0.5}.get(
             next(iter(plan)), 0.0) if len(plan) == 1 else 0.0
@@ -192,9 +193,9 @@ def test_the_mixed_search_falls_back_to_float_and_reports_failure():
     groups = {"layers.0": ["a"], "lm_head": ["c"]}
     tried = []
 
-    def float_head(plan, what):  # passes only with the output layer float
+    def float_head(plan, what, ranking=False):  # passes only with the output layer float
         tried.append(what)
         return "c" not in plan and plan.get("a") in (4, 8), 0.0
 
     assert search(groups, 4, float_head) == "first 1 of 2 groups at float"
-    assert search(groups, 8, lambda plan, what: (False, 0.0)) is None
+    assert search(groups, 8, lambda plan, what, ranking=False: (False, 0.0)) is None

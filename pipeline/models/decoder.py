@@ -21,6 +21,8 @@ torch and the whole model) and is written to a temporary folder renamed into pla
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 import uuid
@@ -153,9 +155,11 @@ def _convert(path: str, out: str) -> None:
 
     folder, name = str(Path(path).parent), Path(path).name
     try:
-        tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name,
-                                                     torch_dtype=torch.float32)
+        # the GGUF reader draws its own progress bar, which no logging setting silences
+        with contextlib.redirect_stderr(io.StringIO()):
+            tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name,
+                                                         torch_dtype=torch.float32)
     except Exception as e:  # noqa: BLE001 - a file transformers cannot read: one line
         raise StageError(f"model.path={path}: transformers cannot read this GGUF file "
                          f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
@@ -205,9 +209,10 @@ def _token_file(ids: list[list[int]], cache: Path, split: str) -> TextSet:
 
 
 def text_sets(decoder: Decoder, data_cfg, params: dict, context: int,
-              workdir: str | Path) -> dict[str, TextSet]:
-    """The evaluation and calibration text of a run, tokenized; one line for data that has no
-    text, or too little of it."""
+              workdir: str | Path, ranking: int = 4) -> dict[str, TextSet]:
+    """The evaluation and calibration text of a run, tokenized, and the first ``ranking``
+    evaluation sequences (the mixed search's cheap sensitivity trials); one line for data that
+    has no text, or too little of it."""
     from pipeline.data.load import load
     from pipeline.models.hf_folder import folder_tokenizer
 
@@ -232,4 +237,7 @@ def text_sets(decoder: Decoder, data_cfg, params: dict, context: int,
             raise ConfigError(f"data.path={data_cfg.path}: no evaluation row of "
                               f"{data_cfg.input_column} has two tokens: nothing to score")
         out[split] = _token_file(ids, Path(workdir) / "cache" / "tokens", split)
+        if split == "evaluation":
+            out["ranking"] = _token_file(ids[:ranking], Path(workdir) / "cache" / "tokens",
+                                         "ranking")
     return out

@@ -102,26 +102,29 @@ class _Run:
 
         context = int(json.loads((Path(decoder.folder) / "config.json").read_text()).get(
             "max_position_embeddings", 2048))
-        self.sets = text_sets(decoder, cfg.data, cfg.model.params, context, cfg.workdir)
+        self.sets = text_sets(decoder, cfg.data, cfg.model.params, context, cfg.workdir,
+                              self.q.ranking_sequences)
         self.level, self.level_reason = accuracy_level(self.q)
         self.fp32 = runner.run(DecoderExport(decoder=decoder, data=self.sets["evaluation"]))
         self.score_stage = ScoreText(data=self.sets["evaluation"],
                                      threads=self.hw.intra_op_threads)
+        self.rank_stage = ScoreText(data=self.sets["ranking"], threads=self.hw.intra_op_threads)
         self.scores = {"fp32": runner.run(self.score_stage, self.fp32, label="score_text[fp32]")}
         self.names = matmuls(self.fp32.path)
         self.groups = groups(self.names)
         self.trials: list[dict] = []
 
-    def build(self, plan: dict[str, int], label: str):
-        """The quantized folder for ``plan`` (node -> bits) and its scores against FP32."""
+    def build(self, plan: dict[str, int], label: str, ranking: bool = False):
+        """The quantized folder for ``plan`` (node -> bits) and its scores against FP32 (on the
+        ranking sequences only, with ``ranking``)."""
         stage = WeightOnly(plan=tuple(sorted(plan.items())), block_size=self.q.block_size,
                            symmetric=self.q.symmetric, algorithm=self.q.algorithm,
                            accuracy_level=self.level,
                            calibration=self.sets["calibration"] if self.q.algorithm == "gptq"
                            and 4 in plan.values() else None)
         art = self.runner.run(stage, self.fp32, label=f"weight_only[{label}]")
-        scored = self.runner.run(self.score_stage, art, label=f"score_text[{label}]",
-                                 reference=self.fp32)
+        scored = self.runner.run(self.rank_stage if ranking else self.score_stage, art,
+                                 label=f"score_text[{label}]", reference=self.fp32)
         return art, scored
 
     def passes(self, scored) -> bool:
@@ -145,11 +148,13 @@ class _Run:
         """The narrowest per-group plan that passes (``search``), built and scored."""
         built = {}
 
-        def trial(plan: dict, what: str) -> tuple[bool, float]:
+        def trial(plan: dict, what: str, ranking: bool = False) -> tuple[bool, float]:
             label = what.replace(" ", "_")
-            built[what] = self.build(plan, label)
-            scored = built[what][1]
-            self._note(what, plan, scored)
+            art, scored = self.build(plan, label, ranking)
+            self._note(what, plan, scored, ranking)
+            if ranking:  # a sensitivity on a few sequences: never a candidate
+                return False, scored.meta.get("kl_mean") or 0.0
+            built[what] = art, scored
             return self.passes(scored), scored.meta.get("kl_mean") or 0.0
 
         found = search(self.groups, 4 if int4_faster else 8, trial)
@@ -157,28 +162,31 @@ class _Run:
         # goes to the gate, which says so
         return built[found or list(built)[-1]]
 
-    def _note(self, what: str, plan, scored) -> None:
+    def _note(self, what: str, plan, scored, ranking: bool = False) -> None:
         widths = None
         if plan is not None:
             widths = {"4": sum(b == 4 for b in plan.values()),
                       "8": sum(b == 8 for b in plan.values()),
                       "float": len(self.names) - len(plan)}
-        self.trials.append({"trial": what, "widths": widths,
+        self.trials.append({"trial": what, "widths": widths, "ranking": ranking,
                             **{k: scored.meta.get(k) for k in
-                               ("perplexity", "perplexity_rise_pct", "top1_agreement", "kl_mean")},
-                            "passed": self.passes(scored)})
+                               ("perplexity", "perplexity_rise_pct", "top1_agreement", "kl_mean",
+                                "sequences")},
+                            "passed": None if ranking else self.passes(scored)})
 
 
 def search(groups: dict[str, list[str]], base: int, trial) -> str | None:
     """The mixed search over ``groups`` (name -> MatMul nodes) from ``base`` bits. ``trial(plan,
-    what)`` builds and scores a plan (node -> bits; absent: float) and returns (passes, KL from
-    FP32); the answer is the ``what`` of the narrowest passing trial, None when none passes."""
+    what, ranking)`` builds and scores a plan (node -> bits; absent: float) and returns (passes,
+    KL from FP32), on the ranking sequences only for a block's sensitivity trial; the answer is
+    the ``what`` of the narrowest passing trial, None when none passes."""
     plan = {n: base for nodes in groups.values() for n in nodes}
     what = f"all at {base} bits"
     if trial(plan, what)[0]:
         return what
     blocks = [g for g in groups if g != OUTPUT_LAYER]
-    kl = {g: trial({n: base for n in groups[g]}, f"{g} alone at {base} bits")[1] for g in blocks}
+    kl = {g: trial({n: base for n in groups[g]}, f"{g} alone at {base} bits", True)[1]
+          for g in blocks}
     order = ([OUTPUT_LAYER] if OUTPUT_LAYER in groups else []) + sorted(blocks,
                                                                      key=lambda g: -kl[g])
     for wider in ([8, None] if base == 4 else [None]):

@@ -110,7 +110,8 @@ def markdown(report: dict) -> str:
             lines.append(f"| {t['trial']} | {widths} "
                          f"| {_f(t.get('perplexity_rise_pct'))} "
                          f"| {_f(None if agree is None else 100 * agree)} "
-                         f"| {_f(t.get('kl_mean'), '.4f')} | {t['passed']} |")
+                         f"| {_f(t.get('kl_mean'), '.4f')} | "
+                         f"{'ranking only' if t.get('ranking') else t['passed']} |")
     if report.get("published"):
         lines += ["", f"Published: {report['published']}"]
     return "\n".join(lines) + "\n"
