@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from pipeline import interrupt
 from pipeline.errors import ConfigError, GateFailed
 
 
@@ -43,7 +44,11 @@ def run(cfg) -> int:
     print(f"pipeline: model={cfg.model.name} (decoder {decoder.architecture}) "
           f"quant={cfg.quant.mode.value} hardware={cfg.hardware.name}")
     runner = Runner(cfg.workdir, cfg.hardware.target())
-    out = recipe(cfg, runner, decoder)
+    try:
+        out = recipe(cfg, runner, decoder)
+    except interrupt.Interrupted as e:  # the report says how far it got; cached stages are kept
+        e.report = run_report.write_interrupted(cfg, runner.record, e)
+        raise
     body = rep.body(cfg, out, runner.record)
     publishing = out.verdict["passed"] and cfg.registry is not None
     if publishing:
