@@ -81,3 +81,28 @@ def test_scores_of_parts_add_up_to_the_whole():
     got = from_sums(parts, True)
     assert (got.perplexity, got.top1_agreement, got.kl_mean) == pytest.approx(
         (whole.perplexity, whole.top1_agreement, whole.kl_mean))
+
+
+def test_the_reference_runs_at_accuracy_level_0(tiny_built, tmp_path):
+    """A model quantized at level 4, run with accuracy_level=0, gives the logits of the same
+    weights built at level 0 (the attribute is what changes, nothing else), and its file on
+    disk is left as built."""
+    from types import SimpleNamespace
+
+    from pipeline.artifact import digest_files
+    from pipeline.stages.weight_only import WeightOnly, matmuls
+
+    parent = SimpleNamespace(path=tiny_built, model=tiny_built / "model.onnx",
+                             files=digest_files(tiny_built))
+    plan = tuple((n, 8) for n in matmuls(tiny_built))
+    folders = {}
+    for level in (4, 0):
+        folders[level] = tmp_path / f"level{level}"
+        folders[level].mkdir()
+        WeightOnly(plan, 32, True, "rtn", level).run(parent, folders[level])
+    before = digest_files(folders[4])
+    ids = [[0, 5, 17, 42, 9, 3, 88, 120]]
+    as_level0 = next_token_logits(folders[4], ids, accuracy_level=0)[0]
+    np.testing.assert_array_equal(as_level0, next_token_logits(folders[0], ids)[0])
+    # (on a CPU with int8 kernels level 4 itself differs: then the override is what matched)
+    assert digest_files(folders[4]) == before

@@ -58,6 +58,13 @@ def _with_accuracy_level(path: Path, level: int, scratch: Path) -> str:
     return str(out)
 
 
+def _has_nbits(path: Path) -> bool:
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return any(n.op_type == "MatMulNBits" for n in graph.node)
+
+
 def session(folder: Path, accuracy_level: int | None = None, threads: int = 0):
     """An onnxruntime session of the folder's decoder; ``accuracy_level`` overrides the one its
     MatMulNBits nodes carry (None: as built)."""
@@ -66,7 +73,7 @@ def session(folder: Path, accuracy_level: int | None = None, threads: int = 0):
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     path = model_file(folder)
-    if accuracy_level is None:
+    if accuracy_level is None or not _has_nbits(path):  # a float model has no level to set
         return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     with tempfile.TemporaryDirectory(prefix="acc-level-") as scratch:
         # onnxruntime reads the external data while the session is made, so the copy may go
