@@ -78,6 +78,7 @@ def test_int8_end_to_end_published_folder_generates(root):
     assert len(gen.get_sequence(0)) == len(prompt) + 6
 
 
+@pytest.mark.slow  # the conversion's child loads torch, transformers and accelerate
 def test_a_gguf_file_converts_once_into_the_folder_it_was_written_from(root, tmp_path):
     """transformers reads the GGUF file (undoing llama.cpp's Q/K layout); the cached folder has
     the same tensors as the original and no quantization_config, and a second resolve reuses it."""

@@ -50,6 +50,7 @@ def tiny_built(tmp_path_factory):
     return built(llama(root / "hf"), root / "onnx")
 
 
+@pytest.mark.slow  # the builder's import and export
 def test_teacher_forced_logits_match_the_kv_cache_decode(tiny_built):
     """One pass over the sequence gives the logits a token-by-token decode with the KV cache
     gives (what generation runs), so perplexity measures the model users get."""
@@ -83,6 +84,7 @@ def test_scores_of_parts_add_up_to_the_whole():
         (whole.perplexity, whole.top1_agreement, whole.kl_mean))
 
 
+@pytest.mark.slow  # the builder's import and export, two quantizations
 def test_the_reference_runs_at_accuracy_level_0(tiny_built, tmp_path):
     """A model quantized at level 4, run with accuracy_level=0, gives the logits of the same
     weights built at level 0 (the attribute is what changes, nothing else), and its file on
