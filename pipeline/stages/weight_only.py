@@ -14,6 +14,8 @@ each pass touches only its own.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import shutil
 from collections import Counter
 from dataclasses import dataclass
@@ -97,10 +99,13 @@ class WeightOnly:
             config = mnq.GPTQWeightOnlyQuantConfig(
                 calibration_data_reader=_Reader(self.calibration.token_ids()[
                     :CALIBRATION_SEQUENCES], folder), block_size=self.block_size)
+        log = io.StringIO()  # the k-quant and GPTQ paths print a progress bar and INFO lines
+        logging.getLogger("neural_compressor").setLevel(logging.ERROR)
         try:
-            q = mnq.MatMulNBitsQuantizer(model, bits=bits, nodes_to_include=sorted(chosen),
-                                         algo_config=config, **common)
-            q.process()
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                q = mnq.MatMulNBitsQuantizer(model, bits=bits, nodes_to_include=sorted(chosen),
+                                             algo_config=config, **common)
+                q.process()
         except Exception as e:  # noqa: BLE001 - the quantizer's errors: one line naming it
             raise StageError(f"weight_only: MatMulNBits {bits}-bit {algorithm} failed: "
                              f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
