@@ -1,0 +1,188 @@
+"""Decode timed as users feel it: time to first token, per-token latency and tokens/s.
+
+In: an onnxruntime-genai model folder (``genai_config.json`` beside the ONNX file), prompts as
+token ids, the number of tokens to generate and how many sequences decode together. Out: a
+``DecodeTiming`` per model (every time to first token, every decode step, tokens/s). The
+Generator API of onnxruntime-genai does the work; nothing here re-implements the KV cache.
+
+What is timed, and why so (onnxruntime-genai 0.18):
+- ``append_tokens`` runs the prompt through the model (prefill) and ``generate_next_token`` then
+  only samples from its logits; the time to first token is the two together.
+- Every later ``generate_next_token`` runs one step over the last token with the KV cache, then
+  samples: one decode step, ``token_ms``. All streams of a batch advance together, so a step yields
+  ``streams`` tokens and tokens/s = streams x 1000 / mean step.
+- ``min_length`` is set to the full length: a random or small model that emits its end token
+  early would otherwise time a shorter run than asked.
+- Several streams are one batch in one generator (the weights are read once per step for all of
+  them, which is what batching buys at decode). A batch's prompts are cut to the shortest one's
+  length, keeping their ends: padding would add tokens the prefill time then counts.
+- Between models the runs are interleaved round by round (``timing.interleaved``: rotated order,
+  rounds until the ratio of whole-generation times is known within ``rel_ci``), so the host's
+  drift lands on every model alike; the ratio decided on is the one of whole generations, and
+  the steps inside each are kept for their percentiles.
+The thread count is the one ONNX Runtime gets everywhere else in the pipeline
+(``hardware.intra_op_threads``), set through the config overlay, so the folder is never edited.
+Deliberately not handled: sampling (greedy only: sampling's cost is not the model's), speculative
+decoding, continuous batching of streams that start at different times (``load`` runs those).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from pipeline.measure import timing
+
+
+@dataclass(frozen=True)
+class DecodeTiming:
+    ttft_ms: tuple[float, ...]        # prompt in to first token out, one per generation
+    token_ms: tuple[float, ...]       # every decode step after the first token (all streams)
+    tokens_per_s: float               # streams x 1000 / mean decode step: decode alone
+    streams: int                      # sequences decoded together (one batch)
+    new_tokens: int                   # tokens generated per sequence
+    prompt_tokens: tuple[int, ...] = ()  # each generation's prompt length (per stream), for
+                                         # prefill latency by length
+
+    def summary(self) -> dict:
+        """Percentiles and rates, plain numbers for reports."""
+        tok, ttft = np.asarray(self.token_ms), np.asarray(self.ttft_ms)
+        out = {"streams": self.streams, "new_tokens": self.new_tokens,
+               "tokens_per_s": self.tokens_per_s, "generations": int(ttft.size),
+               "steps": int(tok.size)}
+        if tok.size:
+            out.update(token_ms_p50=float(np.percentile(tok, 50)),
+                       token_ms_p99=float(np.percentile(tok, 99)))
+        if ttft.size:
+            out.update(ttft_ms_p50=float(np.percentile(ttft, 50)),
+                       ttft_ms_p99=float(np.percentile(ttft, 99)))
+        if self.prompt_tokens:
+            # prefill latency by prompt length: the median time to first token of each length
+            by_len: dict[int, list[float]] = {}
+            for n, ms in zip(self.prompt_tokens, self.ttft_ms):
+                by_len.setdefault(int(n), []).append(ms)
+            out["ttft_ms_by_prompt_tokens"] = {str(n): float(np.median(v))
+                                               for n, v in sorted(by_len.items())}
+        return out
+
+
+def load_model(folder, threads: int | None = None):
+    """An ``og.Model`` for ``folder`` on the CPU with ``threads`` intra-op threads (None: the
+    runtime's own choice). The overlay changes the loaded config only, never the folder."""
+    import onnxruntime_genai as og
+
+    cfg = og.Config(str(folder))
+    if threads is not None:
+        cfg.overlay(json.dumps({"model": {"decoder": {"session_options": {
+            "intra_op_num_threads": int(threads), "inter_op_num_threads": 1}}}}))
+    return og.Model(cfg)
+
+
+def batches(prompts: Sequence[Sequence[int]], streams: int) -> list[np.ndarray]:
+    """Groups of ``streams`` prompts (cycling through them), each cut to its shortest member's
+    length, keeping the ends: one int32 array [streams, length] per generation."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    if streams < 1:
+        raise ValueError(f"streams={streams}: must be >= 1")
+    groups = max(1, len(prompts) // streams) if len(prompts) >= streams else 1
+    out = []
+    for g in range(groups):
+        members = [prompts[(g * streams + k) % len(prompts)] for k in range(streams)]
+        n = min(len(p) for p in members)
+        out.append(np.asarray([list(p)[len(p) - n:] for p in members], dtype=np.int32))
+    return out
+
+
+def generate(model, batch: np.ndarray, new_tokens: int) -> tuple[float, list[float]]:
+    """One greedy generation of ``new_tokens`` per sequence: (time to first token in ms,
+    decode steps in ms)."""
+    import onnxruntime_genai as og
+
+    streams, n = batch.shape
+    params = og.GeneratorParams(model)
+    total = n + new_tokens
+    params.set_search_options(max_length=total, min_length=total, batch_size=streams,
+                              do_sample=False)
+    gen = og.Generator(model, params)
+    t0 = time.perf_counter_ns()
+    gen.append_tokens(batch)
+    gen.generate_next_token()
+    ttft = (time.perf_counter_ns() - t0) / 1e6
+    steps = []
+    for _ in range(new_tokens - 1):
+        t = time.perf_counter_ns()
+        gen.generate_next_token()
+        steps.append((time.perf_counter_ns() - t) / 1e6)
+    return ttft, steps
+
+
+def _timing(ttft: list[float], steps: list[float], lengths: list[int], streams: int,
+            new_tokens: int) -> DecodeTiming:
+    mean = float(np.mean(steps)) if steps else float("nan")
+    return DecodeTiming(ttft_ms=tuple(ttft), token_ms=tuple(steps),
+                        tokens_per_s=streams * 1000.0 / mean if steps else float("nan"),
+                        streams=streams, new_tokens=new_tokens, prompt_tokens=tuple(lengths))
+
+
+def time_generation(folder, prompts: Sequence[Sequence[int]], *, new_tokens: int,
+                    streams: int = 1, repeats: int = 3, threads: int | None = None,
+                    model=None) -> DecodeTiming:
+    """One model: one warm-up generation, then ``repeats`` passes over the prompts (in groups
+    of ``streams``). ``model``: an already loaded ``og.Model`` of ``folder`` (saves a load)."""
+    if new_tokens < 2:
+        raise ValueError(f"new_tokens={new_tokens}: at least 2 (a first token and one step)")
+    model = model if model is not None else load_model(folder, threads)
+    groups = batches(prompts, streams)
+    generate(model, groups[0], min(new_tokens, 4))  # first run: allocation, kernel choice
+    ttft, steps, lengths = [], [], []
+    for _ in range(repeats):
+        for b in groups:
+            t, s = generate(model, b, new_tokens)
+            ttft.append(t)
+            steps.extend(s)
+            lengths.append(b.shape[1])
+    return _timing(ttft, steps, lengths, streams, new_tokens)
+
+
+def compare_generation(folders: dict[str, Path], prompts: Sequence[Sequence[int]], *,
+                       new_tokens: int, streams: int = 1, baseline: str | None = None,
+                       threads: int | None = None, min_rounds: int = 6, max_seconds: float = 60.0,
+                       rel_ci: float = 0.03, min_seconds: float = 0.0
+                       ) -> tuple[dict[str, DecodeTiming], dict]:
+    """Several models timed side by side: each round runs one whole generation per model on the
+    same prompts, in a rotated order (``timing.interleaved``), until the ratio of each model's
+    generation time to the ``baseline``'s (default: the first) is known within ``rel_ci``.
+    Returns the timings by model and the rounds' info, with "speedup_vs_<baseline>": the median
+    of per-round ratios (baseline time / model time) with its 95 % interval."""
+    roles = list(folders)
+    baseline = baseline or roles[0]
+    models = {r: load_model(f, threads) for r, f in folders.items()}
+    groups = batches(prompts, streams)
+    record: dict[str, dict[str, list]] = {r: {"ttft": [], "steps": [], "lengths": []} for r in roles}
+
+    def runner(role):
+        def run(b):
+            t, s = generate(models[role], b, new_tokens)
+            record[role]["ttft"].append(t)
+            record[role]["steps"].extend(s)
+            record[role]["lengths"].append(b.shape[1])
+        return run
+
+    fns = {r: runner(r) for r in roles}
+    for r in roles:  # warm-up, not recorded
+        generate(models[r], groups[0], min(new_tokens, 4))
+        generate(models[r], groups[0], min(new_tokens, 4))
+    pairs = [(baseline, r) for r in roles if r != baseline] or [(baseline, baseline)]
+    times, info = timing.interleaved(fns, groups, pairs, min_rounds=min_rounds,
+                                     max_seconds=max_seconds, rel_ci=rel_ci, check_every=1,
+                                     min_seconds=min_seconds)
+    info[f"speedup_vs_{baseline}"] = {r: timing.ratio_ci(times[baseline], times[r])
+                                      for r in roles if r != baseline}
+    out = {r: _timing(v["ttft"], v["steps"], v["lengths"], streams, new_tokens)
+           for r, v in record.items()}
+    return out, info

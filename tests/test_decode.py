@@ -1,0 +1,67 @@
+"""Decode timing on a tiny decoder built with onnxruntime-genai's model builder: what is timed
+and counted, never how fast (no timing verdicts)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pipeline.measure import decode
+from tests.decoder_tiny import build, llama
+
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12], [3, 4, 5, 6, 7], [20, 21, 22, 23, 24, 25, 26, 27, 28, 29]]
+
+
+@pytest.fixture(scope="module")
+def int4(tmp_path_factory):
+    root = tmp_path_factory.mktemp("decoder")
+    return build(llama(root / "hf"), root / "int4", "int4")
+
+
+def test_batches_cut_to_the_shortest_keeping_the_ends():
+    groups = decode.batches(PROMPTS, 2)
+    assert len(groups) == 1 and groups[0].shape == (2, 5) and groups[0].dtype == np.int32
+    assert groups[0][0].tolist() == [8, 9, 10, 11, 12] and groups[0][1].tolist() == [3, 4, 5, 6, 7]
+    assert [g.shape for g in decode.batches(PROMPTS, 1)] == [(1, 8), (1, 5), (1, 10)]
+    with pytest.raises(ValueError, match="at least one token"):
+        decode.batches([[1], []], 1)
+
+
+def test_time_generation_counts_every_generation_and_step(int4):
+    t = decode.time_generation(int4, PROMPTS, new_tokens=6, repeats=2, threads=1)
+    assert len(t.ttft_ms) == 2 * len(PROMPTS) and t.prompt_tokens == (8, 5, 10) * 2
+    assert len(t.token_ms) == 2 * len(PROMPTS) * 5            # new_tokens - 1 steps each
+    assert all(ms > 0 for ms in t.ttft_ms + t.token_ms)
+    assert math.isclose(t.tokens_per_s, 1000.0 / np.mean(t.token_ms))
+    s = t.summary()
+    assert set(s["ttft_ms_by_prompt_tokens"]) == {"5", "8", "10"}
+    assert s["token_ms_p50"] <= s["token_ms_p99"]
+    b = decode.time_generation(int4, PROMPTS, new_tokens=4, streams=3, repeats=1, threads=1)
+    assert b.streams == 3 and len(b.ttft_ms) == 1 and b.prompt_tokens == (5,)
+    assert math.isclose(b.tokens_per_s, 3 * 1000.0 / np.mean(b.token_ms))
+
+
+def test_generation_is_greedy_and_full_length(int4):
+    """min_length keeps a random model from stopping at its end token; greedy repeats itself."""
+    import onnxruntime_genai as og
+
+    model = decode.load_model(int4, threads=1)
+    seqs = []
+    for _ in range(2):
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=40, min_length=40, do_sample=False)
+        gen = og.Generator(model, params)
+        gen.append_tokens(np.asarray([PROMPTS[0]], dtype=np.int32))
+        while not gen.is_done():
+            gen.generate_next_token()
+        seqs.append(gen.get_sequence(0).tolist())
+    assert len(seqs[0]) == 40 and seqs[0] == seqs[1]
+
+
+def test_compare_generation_interleaves_models(int4):
+    times, info = decode.compare_generation({"a": int4, "b": int4}, PROMPTS[:2], new_tokens=4,
+                                            threads=1, min_rounds=4, max_seconds=1.0)
+    assert set(times) == {"a", "b"} and info["rounds"] >= 4
+    assert len(times["a"].ttft_ms) == len(times["b"].ttft_ms) == info["rounds"]
+    assert set(info["speedup_vs_a"]) == {"b"}
