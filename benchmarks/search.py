@@ -9,9 +9,10 @@ records), the mixed candidate's accuracy drop, and the same for the exhaustive p
 ``EXHAUSTIVE_BUDGET_S``) with how long it took.
 
 The network (``benchmarks/search_net.py``) is a 64-block residual CNN from a seeded
-initialisation, three of its blocks badly conditioned for INT8, on smooth random images labelled
-by the float network itself (``metric=classification``): its all-INT8 model misses the budget,
-so ``quant=auto`` builds the mixed candidate.
+initialisation, three of its blocks badly conditioned for INT8 (an outlier channel inside the
+block), on smooth random images labelled by the float network itself (``metric=classification``)
+and kept where its decision has a margin: its all-INT8 model misses the budget and floating the
+three blocks meets it, so ``quant=auto`` builds the mixed candidate and a good search finds it.
 """
 from __future__ import annotations
 
