@@ -407,3 +407,21 @@ def test_the_search_floats_a_layernorm_it_was_blind_to(tmp_path, by):
     assert v["met"], v["summary"]
     assert {"norm", "flatten"} <= set(v["chosen_float_nodes"]) == set(art.floated)
     assert any(r["node"] == "norm" and r["op"] == "LayerNormalization" for r in table)
+
+
+def test_an_op_that_reads_only_a_shape_is_no_hand_back_candidate():
+    """A Shape of a dequantized tensor reads no values: floating it changes nothing, so it is no
+    candidate (on the OCR model it was a block of its own)."""
+    from pipeline.stages.float_nodes import handback_candidates
+
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "s"),
+             numpy_helper.from_array(np.array(128, np.uint8), "z")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q"),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq"),
+             helper.make_node("Shape", ["xd"], ["shape"], name="shape"),
+             helper.make_node("Softmax", ["xd"], ["y"], name="softmax")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], inits)
+    order, closure = handback_candidates(graph, {})
+    assert order == ["softmax"] and closure == {"softmax": ("softmax",)}

@@ -37,6 +37,9 @@ DIRECT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Averag
               "TopK", "MaxPool", "Resize", "Gather", "GatherElements")
 REMOVABLE = ("Relu", "Clip")  # folded into the producer's range when its input is quantized
 NEVER = ("QuantizeLinear", "DequantizeLinear", "Where")  # Where: only when forced
+# Ops that read a tensor's shape, not its values: floating one changes nothing (the OCR model's
+# Shape of a dequantized tensor was a hand-back candidate, a block of its own).
+SHAPE_ONLY = ("Shape", "Size", "Constant", "ConstantOfShape")
 
 
 def default_op_types() -> set[str]:
@@ -106,7 +109,7 @@ def handback_candidates(graph, precision: dict, excluded=()) -> tuple[list[str],
             order.append(name)
             continue
         if (not n.name or name in excluded or n.op_type in NEVER or n.op_type in DIRECT_OPS
-                or n.op_type in REMOVABLE or n.op_type == "QuantizeLinear"):
+                or n.op_type in REMOVABLE or n.op_type in SHAPE_ONLY):
             continue
         if not (any(dequantized(t) for t in n.input)
                 or any(r.op_type == "QuantizeLinear" for o in n.output for r in readers.get(o, []))):
