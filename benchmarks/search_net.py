@@ -10,16 +10,22 @@ exactly what quantization costs).
 The network: a strided stem, then ``depth`` residual blocks (1x1 conv, ReLU, depthwise 3x3, ReLU,
 1x1 conv, add), a 4x4 average pool, a LayerNorm and a 10-class linear head: four INT8 nodes per block. Its
 weights are a seeded initialisation, scaled so that activations stay in range through the depth.
-In the ``harmed`` blocks one weight of the first conv is made 60 times its row's largest: a
-per-channel INT8 scale then rounds the rest of that row to a few levels, so that block costs
-accuracy in INT8 and floating it gives the accuracy back, as a badly conditioned layer of a real
-network does.
+In the ``harmed`` blocks one expanded channel is made ``OUTLIER`` times larger and the project
+conv ignores it, as an outlier channel of a real network's activations: a per-tensor INT8 range
+then rounds the block's other channels to a few levels, so that block costs accuracy in INT8
+and floating it (its three convs) gives the accuracy back, while the residual stream keeps its
+range. (An earlier version put a large weight in the first conv's row instead: the outlier then
+reached the residual stream, every Add after it rounded the stream coarsely, and no mix short of
+floating almost every node met the budget: 97.3 % with all 258 reported nodes float.)
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 HARMED = (7, 23, 41)
+OUTLIER = 200.0  # the harmed blocks' outlier channel, times the rest
+LOUD = 80.0      # how much stronger the harmed blocks' output is than a plain block's
+MARGIN = 0.05    # least (top1 - top2) / (top1 - last) of the float logits an image is kept with
 
 
 def deep(depth: int = 64, width: int = 16, harmed: list[int] | None = None, seed: int = 0):
@@ -60,8 +66,15 @@ def deep(depth: int = 64, width: int = 16, harmed: list[int] | None = None, seed
         for k, b in enumerate(net.blocks):
             b.project.weight.mul_(0.3 / depth ** 0.5)  # the residual sum stays in range
             if k in (HARMED if harmed is None else harmed):
-                w = b.expand.weight  # [2c, c, 1, 1]
-                w[0, 0] = 60 * w[0].abs().max()
+                # One expanded channel OUTLIER times larger than the rest, which the project
+                # conv then ignores: the float block computes what it did, but the tensors
+                # inside it get a per-tensor INT8 range that rounds every other channel to a
+                # few levels. The block's output (its project, made LOUD times stronger so that
+                # the error shows in the labels) goes wrong in INT8 and is right again with
+                # the block float; the residual stream keeps its range, so the rest is not hurt.
+                b.expand.weight[0].mul_(OUTLIER)
+                b.project.weight[:, 0] = 0
+                b.project.weight.mul_(LOUD)
     return net
 
 
@@ -69,20 +82,34 @@ def write_images(folder: Path, count: int, seed: int = 0) -> Path:
     """``count`` 32x32 PNGs in ``<folder>/<class>/``: a random 4x4 colour grid, smoothly
     upsampled, plus a little noise; each labelled with the float network's own class for it (as
     the pipeline will feed it: RGB, scaled to [-1, 1]), so FP32 scores 100 % and every point
-    lost is lost to quantization. Smooth, varied images give every class some images."""
+    lost is lost to quantization. Only images the float network classifies with a relative
+    margin of ``MARGIN`` are kept: on the rest (about a fifth) the rounding of any INT8 layer
+    flips the label, which no choice of float blocks could give back; on those kept, only the
+    harmed blocks do (measured with onnxruntime's quantize_static, 512 of them: 93.4 % all-INT8,
+    100 % with the harmed blocks' convs float, 98.6 % with two of the three)."""
     import numpy as np
     import torch
     from PIL import Image
 
     rng = np.random.default_rng(seed)
     net = deep()
-    for i in range(count):
-        grid = rng.integers(0, 256, (4, 4, 3), dtype=np.uint8)
-        img = np.asarray(Image.fromarray(grid).resize((32, 32), Image.BICUBIC), dtype=np.float32)
-        img = np.clip(img + rng.normal(0, 8, img.shape), 0, 255).astype(np.uint8)
-        x = (img.astype(np.float32).transpose(2, 0, 1)[None] / 255 - 0.5) / 0.5
+    kept = tried = 0
+    while kept < count:  # in batches of 64: one image at a time took 4 minutes on 2 cores
+        imgs = []
+        for _ in range(64):
+            grid = rng.integers(0, 256, (4, 4, 3), dtype=np.uint8)
+            img = np.asarray(Image.fromarray(grid).resize((32, 32), Image.BICUBIC), dtype=np.float32)
+            imgs.append(np.clip(img + rng.normal(0, 8, img.shape), 0, 255).astype(np.uint8))
+        x = (np.stack(imgs).astype(np.float32).transpose(0, 3, 1, 2) / 255 - 0.5) / 0.5
         with torch.no_grad():
-            label = int(net(torch.from_numpy(x)).argmax(1))
-        (folder / str(label)).mkdir(parents=True, exist_ok=True)
-        Image.fromarray(img).save(folder / str(label) / f"{i:05d}.png")
+            logits = net(torch.from_numpy(x))
+        top = torch.sort(logits, 1, descending=True).values
+        for img, row, t in zip(imgs, logits, top):
+            tried += 1
+            if kept == count or (t[0] - t[1]) < MARGIN * (t[0] - t[-1]):
+                continue
+            label = int(row.argmax())
+            (folder / str(label)).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(img).save(folder / str(label) / f"{tried:05d}.png")
+            kept += 1
     return folder

@@ -320,3 +320,108 @@ def test_blocks_follow_module_paths_and_unnamed_nodes_are_cut_into_runs():
     unnamed = units([f"Conv_{i}" for i in range(100)], {})  # an imported graph: no module paths
     assert len(unnamed) == 10 and all(len(u["nodes"]) == 10 for u in unnamed)
     assert len(units([f"Conv_{i}" for i in range(100)], {}, by="nodes")) == 100
+
+
+# -- nodes with no reported precision: a LayerNorm's Q/DQ ---------------------------------------
+
+def _norm_net(seed: int = 0):
+    """x -> conv -> add(x) -> avgpool -> flatten -> layernorm -> matmul -> y. The report gives
+    no precision to the LayerNormalization, yet the quantizer rounds its input and output."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (3, 3, 3, 3)).astype(np.float32), "conv.weight"),
+             numpy_helper.from_array(np.ones(12, np.float32), "norm.weight"),
+             numpy_helper.from_array(rng.normal(0, 0.1, 12).astype(np.float32), "norm.bias"),
+             numpy_helper.from_array(rng.normal(0, 0.3, (12, 4)).astype(np.float32), "head.weight")]
+    nodes = [helper.make_node("Conv", ["x", "conv.weight"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "x"], ["a"], name="add"),
+             helper.make_node("AveragePool", ["a"], ["p"], name="pool", kernel_shape=[4, 4], strides=[4, 4]),
+             helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+             helper.make_node("LayerNormalization", ["f", "norm.weight", "norm.bias"], ["n"], name="norm",
+                              axis=-1),
+             helper.make_node("MatMul", ["n", "head.weight"], ["y"], name="head")]
+    graph = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_layernorm_with_no_reported_precision_can_be_handed_back_to_float(tmp_path):
+    """The LayerNormalization is a hand-back candidate (it had none before: only nodes with a
+    reported INT8 precision were), floated together with the pool and Flatten that feed it alone (floated
+    alone it would still read the Flatten's rounded output); the edited model equals
+    quantize_static with that group excluded, and its input reaches it unrounded."""
+    from pipeline.stages.float_nodes import handback_candidates
+    from pipeline.stages.quantize import precisions
+
+    src = tmp_path / "float.onnx"
+    onnx.save(_norm_net(), str(src))
+    all_int8 = _quantize(src, tmp_path / "int8.onnx", set())
+    precision = precisions(tmp_path / "int8.onnx")
+    assert "norm" not in precision
+    order, closure = handback_candidates(all_int8.graph, precision)
+    assert "norm" in order and order.index("norm") > order.index("pool")
+    assert set(closure["norm"]) == {"norm", "flatten", "pool"}  # the data movement feeding it
+    assert "flatten" not in order  # data movement: floated with what it feeds, not alone
+    group = set(closure["norm"])
+    want = _quantize(src, tmp_path / "want.onnx", group)
+    got = edit(all_int8, onnx.load(str(src)), group, set())
+    assert sorted((n.name, n.op_type) for n in got.graph.node) == \
+        sorted((n.name, n.op_type) for n in want.graph.node)
+    assert _scales(got) == _scales(want)
+    x = np.random.default_rng(7).normal(size=(3, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(_run(got, x), _run(want, x), atol=1e-6, rtol=0)
+    producer = {o: n for n in got.graph.node for o in n.output}
+    norm = next(n for n in got.graph.node if n.name == "norm")
+    assert producer[norm.input[0]].op_type == "Flatten"
+
+
+@pytest.mark.parametrize("by", ["blocks", "nodes"])
+def test_the_search_floats_a_layernorm_it_was_blind_to(tmp_path, by):
+    """On the all-INT8 model of ``_norm_net``, where only the LayerNormalization's rounding costs
+    accuracy (0.4 points against a budget of 0.1), the search meets the budget by floating it
+    with the ops that feed it: before, only the nodes with a reported precision were candidates,
+    and floating every one of them left the drop where it was."""
+    from pipeline.stages.quantize import precisions
+
+    src = tmp_path / "float.onnx"
+    onnx.save(_norm_net(), str(src))
+    _quantize(src, tmp_path / "int8.onnx", set())
+    reported = [n for n, p in precisions(tmp_path / "int8.onnx").items() if p.startswith("int8")]
+    assert "norm" not in reported
+
+    class Norm(Blocks):
+        def __init__(self):
+            super().__init__(1, 1, harmful=set())
+            self.cfg.quant.search_groups = by
+            self.names = reported
+            self.harms = {"norm": 0.4}
+
+        def _art(self, floated):
+            art = super()._art(floated)
+            art.model, art.meta["excluded"] = tmp_path / "int8.onnx", sorted(floated)
+            return art
+
+    fq = Norm()
+    art, table, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()), clock=fq.clock,
+                               stream=io.StringIO())
+    v = trace["verdict"]
+    assert v["met"], v["summary"]
+    assert {"norm", "flatten"} <= set(v["chosen_float_nodes"]) == set(art.floated)
+    assert any(r["node"] == "norm" and r["op"] == "LayerNormalization" for r in table)
+
+
+def test_an_op_that_reads_only_a_shape_is_no_hand_back_candidate():
+    """A Shape of a dequantized tensor reads no values: floating it changes nothing, so it is no
+    candidate (on the OCR model it was a block of its own)."""
+    from pipeline.stages.float_nodes import handback_candidates
+
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "s"),
+             numpy_helper.from_array(np.array(128, np.uint8), "z")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q"),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq"),
+             helper.make_node("Shape", ["xd"], ["shape"], name="shape"),
+             helper.make_node("Softmax", ["xd"], ["y"], name="softmax")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], inits)
+    order, closure = handback_candidates(graph, {})
+    assert order == ["softmax"] and closure == {"softmax": ("softmax",)}

@@ -37,6 +37,9 @@ DIRECT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Averag
               "TopK", "MaxPool", "Resize", "Gather", "GatherElements")
 REMOVABLE = ("Relu", "Clip")  # folded into the producer's range when its input is quantized
 NEVER = ("QuantizeLinear", "DequantizeLinear", "Where")  # Where: only when forced
+# Ops that read a tensor's shape, not its values: floating one changes nothing (the OCR model's
+# Shape of a dequantized tensor was a hand-back candidate, a block of its own).
+SHAPE_ONLY = ("Shape", "Size", "Constant", "ConstantOfShape")
 
 
 def default_op_types() -> set[str]:
@@ -61,6 +64,67 @@ def quantized_tensors(graph, excluded: set, static_op_types=None) -> set[str]:
             continue
         done.update(t for t in list(n.input) + list(n.output) if t and t not in inits)
     return done
+
+
+def handback_candidates(graph, precision: dict, excluded=()) -> tuple[list[str], dict]:
+    """What the mixed search may hand back to float in ``graph`` (an INT8 QDQ model), in graph
+    order: the nodes reported INT8 (``precision``), then also every other node the quantizer
+    wrapped in Q/DQ pairs, though no reported precision names it INT8 (a LayerNormalization, a
+    Concat, a Mul or Softmax between DequantizeLinear and QuantizeLinear), unless it is
+    ``excluded`` already or a Q/DQ, data-movement or folded op. Returned with the order: for each
+    of the latter, the nodes to float together with it (``{name: (name, ...)}``): it and the
+    data-movement ops (Flatten, Reshape, AveragePool, ...) that feed it alone, since such an op
+    quantizes its output whenever its input is quantized: a LayerNormalization after a Flatten,
+    floated alone, would still read the Flatten's rounded output."""
+    inits = {i.name for i in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+    readers: dict[str, list] = {}
+    for n in graph.node:
+        for t in n.input:
+            readers.setdefault(t, []).append(n)
+
+    def float_readers(t: str) -> set:
+        """The names of the nodes reading ``t``, directly or through its Q/DQ pair."""
+        out: set = set()
+        for r in readers.get(t, []):
+            out |= (float_readers(r.output[0]) if r.op_type in ("QuantizeLinear", "DequantizeLinear")
+                    else {r.name})
+        return out
+
+    def dequantized(t: str) -> bool:  # an activation read through a DequantizeLinear
+        dq = producer.get(t)
+        return dq is not None and dq.op_type == "DequantizeLinear" and dq.input[0] not in inits
+
+    def rounded_by(t: str):
+        """The node whose output reaches a reader of ``t`` as DequantizeLinear(QuantizeLinear(.))."""
+        if not dequantized(t):
+            return None
+        q = producer.get(producer[t].input[0])
+        return producer.get(q.input[0]) if q is not None and q.op_type == "QuantizeLinear" else None
+
+    order, closure = [], {}
+    for n in graph.node:
+        name = n.name[:-len("_quant")] if n.name.endswith("_quant") else n.name
+        if precision.get(name, "").startswith("int8"):
+            order.append(name)
+            continue
+        if (not n.name or name in excluded or n.op_type in NEVER or n.op_type in DIRECT_OPS
+                or n.op_type in REMOVABLE or n.op_type in SHAPE_ONLY):
+            continue
+        if not (any(dequantized(t) for t in n.input)
+                or any(r.op_type == "QuantizeLinear" for o in n.output for r in readers.get(o, []))):
+            continue
+        group, todo = [name], [n]
+        while todo:
+            for t in todo.pop().input:
+                p = rounded_by(t)
+                if (p is not None and p.op_type in DIRECT_OPS and p.name and p.name not in group
+                        and p.name not in excluded and float_readers(p.output[0]) <= set(group)):
+                    group.append(p.name)
+                    todo.append(p)
+        order.append(name)
+        closure[name] = tuple(group)
+    return order, closure
 
 
 def edit(model, prepared, floated: set, excluded: set, static_op_types=None):
