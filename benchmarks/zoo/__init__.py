@@ -47,7 +47,8 @@ def table(section: dict) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
 
     def num(v):
-        return "—" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
+        # four significant digits: 87.50 points and a 0.9926 cosine both read as measured
+        return "—" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
 
     def sp(v):
         if not v:
