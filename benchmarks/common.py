@@ -74,10 +74,15 @@ def width_buckets(widths, n: int) -> list:
 def cli(args: list[str], timeout: float | None = None) -> tuple[int, float, dict]:
     """Run ``python -m pipeline`` with ``args``: (exit code, seconds, the report it wrote).
     ``timeout``: seconds after which the run and its stage processes (one process group) are
-    stopped; it then reads exit code 124 and no report."""
+    stopped; it then reads exit code 124 and no report. A run that wrote no report of its own
+    (refused before any stage) reads no report, never the previous run's."""
     import os
     import signal
 
+    latest = Path("artifacts") / "runs" / "latest"
+    # A refused run (a bad config: exit 2) writes no run folder and leaves "latest" on the run
+    # before: that run's report is not this one's.
+    before = latest.resolve() if latest.exists() else None
     t0 = time.time()
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -92,5 +97,5 @@ def cli(args: list[str], timeout: float | None = None) -> tuple[int, float, dict
     seconds = time.time() - t0
     sys.stdout.write(stdout)
     sys.stderr.write(stderr)
-    latest = Path("artifacts") / "runs" / "latest" / "report.json"
-    return proc.returncode, seconds, json.loads(latest.read_text()) if latest.exists() else {}
+    fresh = latest.exists() and latest.resolve() != before and (latest / "report.json").exists()
+    return proc.returncode, seconds, json.loads((latest / "report.json").read_text()) if fresh else {}

@@ -422,12 +422,15 @@ class SloConfig:
     requests_per_day: int = 1_000_000       # daily volume: turns instance-hours into cost
     utilization: float = 0.7                # share of measured throughput planned for: an
                                             # instance run at 100 % queues without bound
+    # The batch a request is answered in, where the gate judges p99 against p99_ms: 1 = each
+    # request alone (an online service: a request is one input, not the speed gate's batch of 8).
+    batch_size: int = 1
 
     def __post_init__(self):
         for key in ("p99_ms", "peak_qps"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"slo.{key}={getattr(self, key)}: must be > 0")
-        _positive(self, "slo", "max_input", "requests_per_day")
+        _positive(self, "slo", "max_input", "requests_per_day", "batch_size")
         if not 0 < self.utilization <= 1:
             raise ConfigError(f"slo.utilization={self.utilization}: must be in (0, 1]")
         if self.requests_per_day / 86400 > self.peak_qps:

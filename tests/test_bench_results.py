@@ -67,15 +67,20 @@ def test_the_zoo_section_gets_one_row_per_model_from_each_entry():
            "accuracy": {"fp32": 88.0, "int8": 80.5, "auto": 88.0},
            "speedup": {"int8 vs FP32 b8": sp}}
     enc = {"model": "mpnet", "metric": "cosine", "parity_percent": None,
-           "verdict": {"int8": "PASS"}, "accuracy": {"fp32": 1.0}, "speedup": {}}
+           "verdict": {"int8": "PASS"},
+           "accuracy": {"fp32": 1.0, "int8": 0.99263, "ORT quantize_dynamic": 0.8668},
+           "speedup": {"int8 vs ORT quantize_dynamic b8": sp}}
     zoo = {"measured_at": "2026-12-01 13:00 UTC", "cpu": {"model": "Intel Xeon"},
            "entries": {"ddddocr": {"summary": [row]}, "mpnet": {"summary": [enc]},
                        "broken": {"error": "RuntimeError: x"}},
            "targets": {"ddddocr: x": [1.0, True]}}
     page = bench_results.render({"zoo": zoo})
-    assert ("| ddddocr common.onnx | sequence accuracy % | 99.50 % | FAIL: accuracy | PASS \\| fp32 "
-            "| 88.00 | 80.50 | 88.00 | 1.25x (CI 1.10-1.40) |") in page
-    assert "| mpnet | cosine | — | PASS | — | 1.00 | — | — | — |" in page
+    # one line per model and quant mode; an accuracy in points with 2 decimals, a cosine with 4
+    assert ("| ddddocr common.onnx | sequence accuracy % | 99.50 % | int8 | FAIL: accuracy | 88.00 "
+            "| 80.50 | — | 1.25x (CI 1.10-1.40) at b8 | — |") in page
+    assert "| ddddocr common.onnx | sequence accuracy % | 99.50 % | auto | PASS \\| fp32 | 88.00 | 88.00 |" in page
+    assert ("| mpnet | cosine | — | int8 | PASS | 1.0000 | 0.9926 | ORT quantize_dynamic: 0.8668 | "
+            "— | ORT quantize_dynamic b8: 1.25x (CI 1.10-1.40) |") in page
     assert page.index("| model | metric |") < page.index("| target | measured | met |")
 
 

@@ -107,6 +107,25 @@ def _trusted(files, tmp_path):
     assert t.predictions(out) == [str(x) for x in batch.labels]  # and reads the lines
 
 
+def test_the_graph_is_run_once_per_file_not_in_every_stage(files, tmp_path, monkeypatch):
+    """Each stage's child rebuilds the task; the probe's answer is kept under data_dir (keyed by
+    the file, the sample and the runtime), so only the first build runs the graph."""
+    import pipeline.isolate
+    from benchmarks.byo import _task
+    from pipeline.models.onnx_file import OnnxTask
+
+    _, t = _task(_args(files, "lies.onnx") + [f"data_dir={tmp_path / 'd'}"])
+    assert len(list((tmp_path / "d" / "onnx-probes").glob("*.json"))) == 1
+
+    def again(*_, **__):
+        raise AssertionError("the graph was run again for the same file and sample")
+
+    monkeypatch.setattr(pipeline.isolate, "call", again)
+    rebuilt = OnnxTask(t.key)  # what a stage's child does
+    assert (rebuilt.outputs, rebuilt.time_major, rebuilt.warnings, rebuilt.inputs) == \
+        (t.outputs, t.time_major, t.warnings, t.inputs)
+
+
 def test_an_already_quantized_model_is_refused_for_int8(files):
     from benchmarks.byo import _task
     from pipeline.errors import ConfigError

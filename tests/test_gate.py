@@ -18,12 +18,14 @@ def ev(tmp_path, name, acc, preds):
     return SimpleNamespace(path=path, meta={"metrics": {"sequence_accuracy": acc}})
 
 
-def bench(speedup, aa=1.0, p99=5.0, halfwidth=0.1):
-    return SimpleNamespace(meta={"batches": {"8": {
-        "speedup_vs_fastest_float": {"median": speedup,
-                                     "ci95": [speedup - halfwidth, speedup + halfwidth]},
-        "fastest_float": "fp32", "aa_check": {"median": aa, "tolerance": 0.03},
-        "latency_ms": {"candidate": {"p99": p99}}}}})
+def bench(speedup, aa=1.0, p99=5.0, halfwidth=0.1, p99_b1=None):
+    """Timings at batch 8 (the speed gate's) and batch 1 (one request: the SLO's by default)."""
+    def at(p):
+        return {"speedup_vs_fastest_float": {"median": speedup,
+                                             "ci95": [speedup - halfwidth, speedup + halfwidth]},
+                "fastest_float": "fp32", "aa_check": {"median": aa, "tolerance": 0.03},
+                "latency_ms": {"candidate": {"p99": p}}}
+    return SimpleNamespace(meta={"batches": {"8": at(p99), "1": at(p99 if p99_b1 is None else p99_b1)}})
 
 
 def evals(tmp_path, fp16_acc=98.5, cand_acc=98.3, cand_preds=("A",) * 99 + ("C",)):
@@ -51,6 +53,26 @@ def test_pass_and_each_failure(tmp_path):
     low_agreement = judge(evals(tmp_path / "x", cand_preds=["B"] * 10 + ["A"] * 90), bench(2.0),
                           GateConfig(), SEQ)
     assert failed(low_agreement) == {"output_agreement"}
+
+
+def test_slo_judges_one_request_not_the_speed_gates_batch(tmp_path):
+    """slo.p99_ms is a request's latency: judged at slo.batch_size (1), where a large encoder
+    answers in 60 ms, although its batch of 8 (the speed gate's) takes 1.3 s."""
+    e = evals(tmp_path)
+    slow_batch = bench(2.0, p99=1300.0, p99_b1=60.0)
+    v = judge(e, slow_batch, GateConfig(), SEQ, SloConfig())
+    assert v["passed"], v["summary"]
+    slo = next(c for c in v["checks"] if c["check"] == "slo_p99_ms")
+    assert slo["value"] == 60.0 and "at batch 1" in slo["detail"]
+    # A service that answers requests in batches of 8 says so, and is judged there.
+    assert failed(judge(e, slow_batch, GateConfig(), SEQ, SloConfig(batch_size=8))) == {"slo_p99_ms"}
+    assert failed(judge(e, bench(2.0, p99=5.0, p99_b1=300.0), GateConfig(), SEQ,
+                        SloConfig())) == {"slo_p99_ms"}
+    # The SLO's batch was not timed: fails closed, naming the knob.
+    only8 = bench(2.0, p99=5.0)
+    del only8.meta["batches"]["1"]
+    v = judge(e, only8, GateConfig(), SEQ, SloConfig())
+    assert failed(v) == {"slo_p99_ms"} and "bench.batch_sizes" in v["summary"]
 
 
 def test_fails_closed_on_missing_measurements(tmp_path):

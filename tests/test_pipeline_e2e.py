@@ -192,7 +192,7 @@ def test_load_mode_adds_only_the_load_test(tiny_run):
     checks = {c["check"]: c for c in verdict["checks"]}
     slo = checks.pop("slo_p99_ms")
     bench = Artifact.read(Path(next(s["path"] for s in rep["stages"] if s["label"] == "benchmark")))
-    p99 = bench.meta["batches"]["8"]["latency_ms"]["candidate"]["p99"]
+    p99 = bench.meta["batches"]["1"]["latency_ms"]["candidate"]["p99"]  # slo.batch_size
     assert slo["limit"] == 50 and slo["value"] == pytest.approx(p99)
     assert slo["passed"] == (p99 <= 50) and verdict["passed"] == slo["passed"]
     assert proc.returncode == (0 if slo["passed"] else 1), proc.stderr

@@ -106,3 +106,17 @@ def test_shared_or_non_2d_weights_are_left_alone(tmp_path):
              helper.make_node("MatMul", ["a", "w"], ["y"], "m2")]  # one weight, two users
     f = _graph(tmp_path / "f.onnx", {"w": w}, nodes, 16, 16)
     assert smoothable(f) == {}
+
+
+def test_an_even_activation_is_not_smoothed(tmp_path):
+    """No channel stands out (outlier ratio ~2): smoothing it gains no bits and would cost a Mul
+    on every call, so the graph is left as it was."""
+    rng = np.random.default_rng(3)
+    hidden = 32
+    ws = {"w": rng.normal(scale=0.1, size=(hidden, hidden))}
+    f = _graph(tmp_path / "f.onnx", ws, [helper.make_node("MatMul", ["x", "w"], ["y"], "m")],
+               hidden, hidden)
+    absmax = np.abs(rng.normal(size=(64, hidden))).max(0).astype(np.float32)
+    assert outlier_ratio(absmax) < 3
+    assert migrate(f, {"x": absmax}, 0.5, tmp_path / "s.onnx") == {}
+    assert [n.op_type for n in onnx.load(str(tmp_path / "s.onnx")).graph.node] == ["MatMul"]

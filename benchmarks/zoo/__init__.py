@@ -34,30 +34,40 @@ def section(cli, quick: bool = False, only: tuple[str, ...] = ENTRIES) -> dict:
 
 
 def table(section: dict) -> list[str]:
-    """The results page's per-model table of every entry's ``summary`` rows (Markdown lines)."""
+    """The results page's table of every entry's ``summary`` rows (Markdown lines): one line per
+    model and quant mode, so that a dozen speedups do not become a dozen columns."""
     from pipeline.report import numbers
 
     rows = [r for e in (section.get("entries") or {}).values() for r in e.get("summary", [])]
     if not rows:
         return []
-    modes = list(dict.fromkeys(q for r in rows for q in r.get("verdict", {})))
-    roles = list(dict.fromkeys(k for r in rows for k in r.get("accuracy", {})))
-    speedups = list(dict.fromkeys(k for r in rows for k in r.get("speedup", {})))
-    head = (["model", "metric", "FP32 parity with its own code"]
-            + [f"gate {q} (default settings)" for q in modes] + [f"{a}" for a in roles]
-            + [f"{k} (CI)" for k in speedups])
+    head = ["model", "metric", "FP32 parity with its own code", "quant",
+            "gate (default settings)", "FP32", "candidate", "peers", "speedup vs FP32 (95 % CI)",
+            "speedup vs peers (95 % CI)"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-
-    def num(v):
-        return numbers.number(v, 2) if isinstance(v, float) else numbers.readable(v)
 
     def sp(v):
         return numbers.ratio(v["median"], v["ci95"]) if v else numbers.NONE
 
     for r in rows:
-        cells = ([r["model"], r.get("metric", ""), numbers.percent(r.get("parity_percent"))]
-                 + [r.get("verdict", {}).get(q, "—") for q in modes]
-                 + [num(r.get("accuracy", {}).get(a)) for a in roles]
-                 + [sp(r.get("speedup", {}).get(k)) for k in speedups])
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+        # points of an accuracy with two decimals, a cosine with four (its drops live there)
+        decimals = 2 if "%" in r.get("metric", "") else 4
+
+        def num(v):
+            return numbers.number(v, decimals) if isinstance(v, float) else numbers.readable(v)
+
+        modes = list(r.get("verdict", {}))
+        acc = r.get("accuracy", {})
+        peers = [k for k in acc if k != "fp32" and k not in modes]
+        for q in modes or ["—"]:
+            mine = {k[len(q) + 4:]: v for k, v in r.get("speedup", {}).items()
+                    if k.startswith(f"{q} vs ")}
+            fp32 = "; ".join(f"{sp(v)} at {k.rsplit(' ', 1)[1]}" for k, v in mine.items()
+                             if k.startswith("FP32 ")) or "—"
+            others = "; ".join(f"{k}: {sp(v)}" for k, v in mine.items()
+                               if not k.startswith("FP32 ")) or "—"
+            cells = [r["model"], r.get("metric", ""), numbers.percent(r.get("parity_percent")), q,
+                     r.get("verdict", {}).get(q, "—"), num(acc.get("fp32")), num(acc.get(q)),
+                     "; ".join(f"{k}: {num(acc[k])}" for k in peers) or "—", fp32, others]
+            lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     return lines + [""]

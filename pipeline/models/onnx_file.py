@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from pipeline.errors import ConfigError
 from pipeline.models.contract import AXIS_MEANINGS, InputSpec, OutputSpec
 from pipeline.models.user_task import UserTask
@@ -149,10 +151,7 @@ class OnnxTask(UserTask):
         if not (self.fixed_batch or any(o.shape[:1] != ("batch",) for o in self.outputs)
                 or (ctc and len(self.outputs[0].shape) != 3)):
             return
-        from pipeline import isolate
-
-        seen = isolate.call(f"{self.what}: running the graph on a real sample", probe,
-                            self.key.path, self.example(1), self.example(2), self.fixed_batch)
+        seen = self._probe(self.example(1), self.example(2))
         path = self.key.path
         if seen["two"] is None:
             if self.fixed_batch:
@@ -190,6 +189,45 @@ class OnnxTask(UserTask):
             self.warnings.append(f"model.path={path}: input(s) {', '.join(self.fixed_batch)} "
                                  "declare a fixed batch of 1; the graph runs at batch 2, so the "
                                  "imported model declares the batch axis dynamic")
+
+    def _probe(self, one: dict, two: dict) -> dict:
+        """``probe`` run once per model file, sample and runtime, not in every stage's child
+        (each rebuilds the task: a second or two each): its answer is kept under data_dir,
+        keyed by the file's digest, the feeds and onnxruntime's version."""
+        import hashlib
+        import json
+        import os
+
+        import onnxruntime
+
+        h = hashlib.sha256(json.dumps([self.key.sha256, list(self.fixed_batch),
+                                       onnxruntime.__version__]).encode())
+        for feeds in (one, two):
+            for name in sorted(feeds):
+                a = np.ascontiguousarray(feeds[name])
+                h.update(f"{name}:{a.dtype}:{a.shape}".encode())
+                h.update(a.tobytes())
+        kept = Path(self.key.data_dir) / "onnx-probes" / f"{h.hexdigest()}.json"
+        n = len(self.outputs)
+        try:
+            seen = json.loads(kept.read_text())
+            if (len(seen["one"]) == n and (seen["two"] is None or len(seen["two"]) == n)
+                    and isinstance(seen["why"], str)):
+                return seen
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # none kept yet, or unreadable: run the graph
+        from pipeline import isolate
+
+        seen = isolate.call(f"{self.what}: running the graph on a real sample", probe,
+                            self.key.path, one, two, self.fixed_batch)
+        tmp = kept.with_name(f".{kept.name}.{os.getpid()}")
+        try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(seen))
+            os.replace(tmp, kept)  # whole or not at all: a concurrent run reads either
+        except OSError:  # a read-only or full data_dir: the next stage runs the graph again
+            tmp.unlink(missing_ok=True)
+        return seen
 
     # Nothing to prune: the network exists only as a graph.
     pruning = None

@@ -90,7 +90,8 @@ class Quantize:
     dynamic_op_types: tuple
     exclude: tuple = ()      # node names kept float
     name = "quantize"
-    version = 9  # 9: dynamic weights per channel (but recurrent ones); 8: QDQ propagation is
+    version = 10  # 10: index computations stay float (pipeline.quant.index_nodes);
+    #              9: dynamic weights per channel (but recurrent ones); 8: QDQ propagation is
     #              switched off only for a node really kept float
     hardware_dependent = False
 
@@ -105,13 +106,19 @@ class Quantize:
         s = dict(self.settings)
         target = out_dir / "model.onnx"
         staged = out_dir / "static.onnx"
+        import onnx
+
+        from pipeline.quant.index_nodes import index_nodes
+
+        # float ops that compute integer positions (MPNet's relative buckets): never Q/DQ'd
+        indices = index_nodes(onnx.load(str(parent.model), load_external_data=False))
         try:
             if self.static_op_types is None or self.static_op_types:
                 if calibration is None:
                     raise StageError("static quantization needs a calibration artifact")
                 quantize_static(str(parent.model), str(staged), None,
                                 op_types_to_quantize=list(self.static_op_types) if self.static_op_types else None,
-                                nodes_to_exclude=list(self.exclude),
+                                nodes_to_exclude=list(dict.fromkeys([*self.exclude, *indices])),
                                 calibration_cache_path=str(calibration.path / "calibration.json"),
                                 **_static_options(s, self.per_channel, self.method))
             else:
@@ -152,5 +159,6 @@ class Quantize:
         return {"nodes": nodes,
                 "calibration_set": calibration.meta["calibration_set"] if calibration else None,
                 "calibration": self.method, "settings": s, "excluded": list(self.exclude),
+                "index_nodes": indices,
                 "exclusion_ignored": ignored, "precision": precision,
                 "onnxruntime_disabled_optimizers": disabled, "qdq_pairs": nodes.get("QuantizeLinear", 0)}

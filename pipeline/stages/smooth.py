@@ -16,9 +16,10 @@ In (``channel_ranges``): a ``prepare`` artifact and the calibration split. Out: 
 the largest absolute value of each channel of every activation that feeds a weighted MatMul
 (padded positions included, as in calibration), and each one's outlier ratio (largest channel
 over the median channel). In (``smooth``): the same ``prepare`` artifact, those ranges and
-``alpha``. Out: ``model.onnx`` with one ``Mul`` by ``1/s`` per such activation (shared by every
-MatMul it feeds: Q, K and V read one LayerNorm output, so they share ``s``, taken over all their
-weights) and the weights' rows multiplied by ``s``; in FP32 the model computes the same function
+``alpha``. Out: ``model.onnx`` with one ``Mul`` by ``1/s`` per such activation whose outlier
+ratio reaches ``MIN_OUTLIER_RATIO`` (an even one is left alone: no bits to gain, a Mul to
+pay), shared by every MatMul it feeds (Q, K and V read one LayerNorm output, so they share
+``s``, taken over all their weights), and the weights' rows multiplied by ``s``; in FP32 the model computes the same function
 (parity is the evaluation's business: the recipe scores every smoothed model).
 """
 from __future__ import annotations
@@ -28,6 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+# An activation whose largest channel is within this factor of its median one is even (1-4x
+# measured on even activations): smoothing it gains no bits and costs a Mul on every call.
+MIN_OUTLIER_RATIO = 5.0
 SUFFIX = "_smoothed"  # the Mul's output: <activation>_smoothed; the Mul is named <activation>_smooth
 
 
@@ -75,7 +79,8 @@ def migrate(src: Path, ranges: dict[str, np.ndarray], alpha: float, target: Path
     model = onnx.load(str(src))
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
-    groups = {a: ns for a, ns in smoothable(model).items() if a in ranges}
+    groups = {a: ns for a, ns in smoothable(model).items()
+              if a in ranges and outlier_ratio(ranges[a]) >= MIN_OUTLIER_RATIO}
     nodes = {n.name: n for n in graph.node}
     muls, record = {}, {}
     for act, names in groups.items():
@@ -169,7 +174,7 @@ def load_ranges(path: Path) -> dict[str, np.ndarray]:
 class Smooth:
     alpha: float           # migration strength: 0 moves nothing into the weights' scale, 1 all
     name = "smooth"
-    version = 1
+    version = 2  # 2: even activations (outlier ratio < MIN_OUTLIER_RATIO) are left alone
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path, ranges=None) -> dict:
