@@ -65,3 +65,15 @@ def test_compare_generation_interleaves_models(int4):
     assert set(times) == {"a", "b"} and info["rounds"] >= 4
     assert len(times["a"].ttft_ms) == len(times["b"].ttft_ms) == info["rounds"]
     assert set(info["speedup_vs_a"]) == {"b"}
+
+
+def test_counted_bytes_of_the_builders_int4_graph(int4):
+    """The count agrees with the file the builder wrote, and its INT4 weights carry an FP32
+    scale per 32 weights: a quarter more than params x bits / 8."""
+    from pipeline.bill.token_bytes import count
+
+    tb = count(int4 / "model.onnx")
+    assert tb.stored == (int4 / "model.onnx.data").stat().st_size
+    assert tb.by_kind["scales"] * 4 == tb.by_kind["codes"]
+    assert (tb.layers, tb.kv_heads, tb.head_dim) == (2, 2, 16)   # from genai_config.json
+    assert tb.output_layer == 512 * 64 // 2 + 512 * 2 * 4        # lm_head: codes and scales
