@@ -89,7 +89,19 @@ def _preflight(cfg):
 
 
 def _run(argv: list[str]) -> int:
-    cfg = _preflight(compose(argv))
+    cfg = compose(argv)
+    from pipeline.config import DecoderQuant
+    from pipeline.models.decoder import is_decoder
+
+    if cfg.model.source == "hf" and is_decoder(cfg.model.path):  # a decoder LLM: pipeline.llm
+        from pipeline import llm
+
+        return llm.run(cfg)
+    if cfg.quant.decoder != DecoderQuant():
+        raise ConfigError(f"quant.decoder: weight-only settings for decoder LLMs; model="
+                          f"{cfg.model.source} {cfg.model.path or cfg.model.name} is not one (a "
+                          "causal-LM folder or a .gguf file)")
+    cfg = _preflight(cfg)
     from pipeline.gate import table as gate_table
     from pipeline.recipe import recipe
     from pipeline.report import manifest as ship

@@ -173,7 +173,8 @@ class ModelConfig:
 
         if self.source in ("onnx", "hf") and self.path:
             given = PurePath(str(self.path).rstrip("/\\"))
-            given = given.stem if self.source == "onnx" else given.name
+            given = (given.stem if self.source == "onnx" or given.suffix.lower() == ".gguf"
+                     else given.name)  # a GGUF file: named like an ONNX file, by its stem
         elif self.source == "torch":
             given = (PurePath(self.checkpoint).stem if self.checkpoint
                      else str(self.factory or "").rpartition(":")[2])
@@ -182,6 +183,66 @@ class ModelConfig:
         name = re.sub(r"[^a-z0-9._-]+", "-", given.lower())
         name = re.sub(r"[._-]*([._-])[._-]*", r"\1", name).strip("._-")
         return name or "model"
+
+
+# -- decoder LLMs (weight-only quantization, docs/llm.md) ---------------------------------------
+@dataclass
+class DecoderQuant:
+    """quant.decoder: how a decoder LLM's weights are quantized and its generation timed."""
+    # quant=int8 (or dynamic) on a decoder: every MatMul at this width; 4 = INT4 everywhere.
+    # mixed and auto search widths per layer themselves.
+    bits: int = 8
+    # Weights per scale: smaller blocks follow the weights closer and cost a scale per block;
+    # 32 is onnxruntime-genai's default and what its fast CPU kernels are tuned for.
+    block_size: int = 32
+    symmetric: bool = True                  # no zero point per block: the builder's default
+    # The 4-bit nodes' algorithm: rtn (round to nearest), hqq, k_quant (llama.cpp-style),
+    # gptq (second-order, reads calibration text). 8-bit nodes are always round to nearest.
+    algorithm: str = "rtn"
+    # MatMulNBits' compute: 4 = int8 activations (the fast path of onnxruntime's x86 and Arm
+    # kernels, which can flip greedy tokens at near-ties), 0 = float; null = from the CPU's flags.
+    accuracy_level: Optional[int] = None
+    # Decode timing, candidate against FP32, interleaved: prompts cut from the evaluation text.
+    prompts: int = 4
+    prompt_tokens: int = 64
+    new_tokens: int = 32
+    streams: int = 1                        # sequences decoded together (one batch)
+
+    def __post_init__(self):
+        _positive(self, "quant.decoder", "prompts", "prompt_tokens", "streams")
+        if self.bits not in (4, 8):
+            raise ConfigError(f"quant.decoder.bits={self.bits}: 4 or 8 (MatMulNBits' widths)")
+        if self.block_size not in (16, 32, 64, 128, 256):
+            raise ConfigError(f"quant.decoder.block_size={self.block_size}: one of 16, 32, 64, "
+                              "128, 256")
+        if self.algorithm not in ("rtn", "hqq", "k_quant", "gptq"):
+            raise ConfigError(f"quant.decoder.algorithm={self.algorithm}: rtn, hqq, k_quant or "
+                              "gptq")
+        if self.accuracy_level not in (None, 0, 1, 2, 3, 4):
+            raise ConfigError(f"quant.decoder.accuracy_level={self.accuracy_level}: 0 to 4, or "
+                              "null (from the CPU's flags)")
+        if self.new_tokens < 2:
+            raise ConfigError(f"quant.decoder.new_tokens={self.new_tokens}: at least 2 (a first "
+                              "token and one decode step)")
+
+
+def decoder_path(path: Optional[str]) -> bool:
+    """model.path names a decoder LLM: a GGUF file, or a folder whose config.json names a causal
+    LM (pipeline.models.decoder checks it fully; here only what the schema's rules need)."""
+    import json
+    from pathlib import Path
+
+    if not path:
+        return False
+    if str(path).lower().endswith(".gguf"):
+        return True
+    try:
+        cfg = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    archs = cfg.get("architectures") if isinstance(cfg, dict) else None
+    return any(isinstance(a, str) and a.endswith("ForCausalLM") for a in archs or [])
+# -- end of decoder LLMs --------------------------------------------------------------------------
 
 
 @dataclass
@@ -209,6 +270,7 @@ class QuantConfig:
     smooth_alphas: Optional[list[float]] = None
     search_budget_s: float = 1800.0         # mixed: wall time the search may take; then its best so far
     search_groups: str = "blocks"           # mixed ranks module blocks; "nodes": one trial per node
+    decoder: DecoderQuant = field(default_factory=DecoderQuant)  # decoder LLMs (docs/llm.md)
 
     def __post_init__(self):
         _positive(self, "quant", "calibration_batch_size", "ranking_samples", "profile_runs")
@@ -544,7 +606,8 @@ class Config:
             if self.data is None:
                 raise ConfigError(f"model={self.model.source} needs a data set: data=imagefolder "
                                   "(or labels_file, saved, csv, jsonl, parquet) data.path=...")
-            if self.metric is None:
+            if self.metric is None and not (self.model.source == "hf"  # a decoder: perplexity
+                                             and decoder_path(self.model.path)):
                 raise ConfigError(f"model={self.model.source} needs a metric: metric="
                                   "classification, ctc or agreement (no labels)")
         elif self.data is not None or self.metric is not None:

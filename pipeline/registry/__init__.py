@@ -31,12 +31,15 @@ def open_backend(registry_cfg):
     return backend(registry_cfg.root) if kind == "local" else backend(registry_cfg)
 
 
-def publish(registry_cfg, model_name: str, mode: str, candidate, manifest: dict):
+def publish(registry_cfg, model_name: str, mode: str, candidate, manifest: dict,
+            extra: dict | None = None):
     """Push the candidate (``.model``, ``.files_digest``) with its evidence as one immutable
     version. The version is named by the files alone: the artifact's own digest also covers its
-    metadata, and the same model must never be published under two names."""
+    metadata, and the same model must never be published under two names. ``extra``: the
+    model's other files by name (a decoder's folder)."""
     from pipeline.registry.package import build
 
     backend = open_backend(registry_cfg)
-    pkg = build(model_name, f"{mode}-{candidate.files_digest[:16]}", candidate.model, manifest)
+    pkg = build(model_name, f"{mode}-{candidate.files_digest[:16]}", candidate.model, manifest,
+                extra)
     return backend.push(pkg)

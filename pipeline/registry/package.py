@@ -8,7 +8,8 @@ an OCI registry and MLflow all hold the same bytes under the same digest. Each t
 key is also copied into an ``io.pipeline.<key>`` annotation, so ``oras manifest fetch`` or
 ``skopeo inspect`` show the lineage without pulling a blob. Promotion records (who moved an alias,
 whether ``--force`` was used) are small manifests whose ``subject`` is the version they promote.
-Not handled: multi-file models (external data) and signatures.
+A model of several files (a decoder's folder: external data, generation config, tokenizer) has
+one layer per file, each titled with its name. Not handled: signatures.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
 ARTIFACT_TYPE = "application/vnd.pipeline.model.v1"
 EVIDENCE_TYPE = "application/vnd.pipeline.evidence.v1+json"
 ONNX_TYPE = "application/vnd.pipeline.onnx.v1"
+FILE_TYPE = "application/vnd.pipeline.file.v1"  # another file of a multi-file model
 PROMOTION_TYPE = "application/vnd.pipeline.promotion.v1"
 EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY = b"{}"                       # OCI's empty descriptor content
@@ -80,19 +82,18 @@ class Package:
         return gate_passed(self.manifest)
 
 
-def build(name: str, version: str, model: Path, evidence: dict) -> Package:
-    """The package for ``model`` and its evidence; reads the model once to hash it."""
+def build(name: str, version: str, model: Path, evidence: dict,
+          extra: dict[str, Path] | None = None) -> Package:
+    """The package for ``model`` and its evidence; reads the model once to hash it. ``extra``:
+    more files of the same model by the name they are pulled as (a decoder's external data,
+    ``genai_config.json``, tokenizer files), one layer each."""
     check_name(name)
     check_version(version)
-    model = Path(model)
-    h, size = hashlib.sha256(), 0
-    with open(model, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-            size += len(chunk)
-    layer = Blob(f"sha256:{h.hexdigest()}", size, ONNX_TYPE, MODEL_FILE, path=model)
+    layers = [_layer(Path(model), ONNX_TYPE, MODEL_FILE)]
+    for title, path in sorted((extra or {}).items()):
+        layers.append(_layer(Path(path), FILE_TYPE, title))
     body = {**evidence, "name": name, "version": version,
-            "files": {MODEL_FILE: layer.digest.split(":", 1)[1]}}
+            "files": {b.title: b.digest.split(":", 1)[1] for b in layers}}
     config_bytes = canonical(body)
     config = Blob(sha256_bytes(config_bytes), len(config_bytes), EVIDENCE_TYPE, EVIDENCE_FILE,
                   data=config_bytes)
@@ -109,9 +110,18 @@ def build(name: str, version: str, model: Path, evidence: dict) -> Package:
                   "org.opencontainers.image.version": version,
                   "org.opencontainers.image.created": now()})
     manifest = {"schemaVersion": 2, "mediaType": MANIFEST_TYPE, "artifactType": ARTIFACT_TYPE,
-                "config": config.descriptor(), "layers": [layer.descriptor()],
+                "config": config.descriptor(), "layers": [b.descriptor() for b in layers],
                 "annotations": notes}
-    return Package(name, version, manifest, canonical(manifest), [config, layer])
+    return Package(name, version, manifest, canonical(manifest), [config, *layers])
+
+
+def _layer(path: Path, media_type: str, title: str) -> Blob:
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+            size += len(chunk)
+    return Blob(f"sha256:{h.hexdigest()}", size, media_type, title, path=path)
 
 
 def promotion(name: str, version: str, subject: dict, alias: str, forced: bool,

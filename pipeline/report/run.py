@@ -260,8 +260,9 @@ def write_interrupted(cfg, record: list, e) -> str | None:
         return None
 
 
-def write(workdir: str, report: dict, figures: dict | None = None) -> Path:
-    """Write report.json, report.md, verdict.json and the figures (name -> draw(path))."""
+def write(workdir: str, report: dict, figures: dict | None = None, render=None) -> Path:
+    """Write report.json, report.md, verdict.json and the figures (name -> draw(path));
+    ``render``: the report.md writer (a decoder's report has its own)."""
     runs = Path(workdir) / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     name = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
@@ -276,7 +277,7 @@ def write(workdir: str, report: dict, figures: dict | None = None) -> Path:
             except Exception as e:  # noqa: BLE001 - a picture must not cost the evidence
                 report["figures"][fname] = f"failed: {type(e).__name__}: {e}"
         (tmp / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True, default=str))
-        (tmp / "report.md").write_text(markdown(report))
+        (tmp / "report.md").write_text((render or markdown)(report))
         (tmp / "verdict.json").write_text(json.dumps(report["verdict"], indent=2))
         tmp.rename(runs / name)
     except BaseException:
@@ -289,11 +290,11 @@ def write(workdir: str, report: dict, figures: dict | None = None) -> Path:
     return runs / name / "report.md"
 
 
-def update(report_md: Path, report: dict) -> None:
+def update(report_md: Path, report: dict, render=None) -> None:
     """Rewrite a written run's report.json and report.md (after publishing), each atomically."""
     folder = Path(report_md).parent
     for name, text in (("report.json", json.dumps(report, indent=2, sort_keys=True, default=str)),
-                       ("report.md", markdown(report))):
+                       ("report.md", (render or markdown)(report))):
         tmp = folder / f".tmp-{name}-{uuid.uuid4().hex[:6]}"
         try:
             tmp.write_text(text)

@@ -1,0 +1,231 @@
+"""``model=hf`` with a decoder LLM: a local causal-LM folder or a GGUF file, and the text it is
+scored on.
+
+In: ``model.path`` (a folder written by ``save_pretrained`` whose ``config.json`` names a
+``...ForCausalLM`` architecture, or a ``.gguf`` file), ``model.params.max_length`` and the
+run's ``data=`` config. Out: ``Decoder`` (the folder, its content digest, its architecture) and
+``TextSet`` (the evaluation or calibration text, tokenized once in the parent by the folder's
+own tokenizer into a file named by its sha256, which is part of every stage key that reads it).
+
+Which folders are decoders: ``is_decoder`` (an architecture ending in ``ForCausalLM`` or a
+model type onnxruntime-genai's model builder exports); which of those are compiled: the
+builder's text decoders (``ARCHITECTURES``), anything else is refused in one line. The folder
+keeps the encoders' rules: safetensors only (a pickle is refused, never read) and no file it
+names outside it (``pipeline.models.files``, ``pipeline.userfiles``).
+
+A GGUF file is read by ``transformers`` (with the ``gguf`` package), dequantized to FP32 and
+saved once with ``save_pretrained`` under ``<workdir>/cache/gguf/<sha256 of the file>``: its
+quantizer and ``quantization_config`` are removed first, as ``save_pretrained`` would otherwise
+refuse to save a model it believes quantized. The conversion runs in a child process (it loads
+torch and the whole model) and is written to a temporary folder renamed into place.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import ConfigError, StageError
+
+# The text decoders onnxruntime-genai 0.18's model builder exports (its create_model's list, less
+# the vision, audio, MoE and speculative-decoding variants, which need more than one ONNX file).
+ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                 "GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM", "PhiForCausalLM",
+                 "Phi3ForCausalLM", "GraniteForCausalLM", "OlmoForCausalLM",
+                 "NemotronForCausalLM", "SmolLM3ForCausalLM", "InternLM2ForCausalLM",
+                 "Ernie4_5ForCausalLM")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi",
+               "phi3", "granite", "olmo", "nemotron", "smollm3", "internlm2", "ernie4_5")
+DEFAULT_MAX_LENGTH = 256  # tokens per scored sequence: long enough for perplexity, cheap to run
+
+
+def is_gguf(path: str | Path) -> bool:
+    return str(path).lower().endswith(".gguf")
+
+
+def _config(folder: Path) -> dict:
+    try:
+        value = json.loads((folder / "config.json").read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def is_decoder(path: str | Path | None) -> bool:
+    """A GGUF file, or a folder whose config.json names a causal LM (or a decoder model type)."""
+    if not path:
+        return False
+    path = Path(path)
+    if is_gguf(path):
+        return True
+    cfg = _config(path) if path.is_dir() else {}
+    archs = cfg.get("architectures") or []
+    return (any(isinstance(a, str) and a.endswith("ForCausalLM") for a in archs)
+            or (not archs and cfg.get("model_type") in MODEL_TYPES))
+
+
+@dataclass(frozen=True)
+class Decoder:
+    folder: str        # the Hugging Face folder the builder reads (a GGUF file's cached copy)
+    digest: str        # its content digest: every stage key holds it
+    architecture: str
+    given: str         # what the user named (model.path)
+
+
+def check_folder(folder: Path, key: str) -> Decoder:
+    """A decoder folder the builder exports: its architecture, safetensors weights, a tokenizer
+    and no file outside it; one line otherwise."""
+    from pipeline import userfiles
+    from pipeline.models.files import hf_files
+    from pipeline.models.hf_folder import TOKENIZER_FILES
+
+    cfg = _config(folder)
+    if not cfg:
+        raise ConfigError(f"{key}: no readable config.json (expected a Hugging Face model folder "
+                          "written by save_pretrained)")
+    archs = [a for a in cfg.get("architectures") or [] if isinstance(a, str)]
+    arch = archs[0] if archs else str(cfg.get("model_type"))
+    if arch not in ARCHITECTURES:
+        raise ConfigError(f"{key}: architecture {arch} is not a decoder onnxruntime-genai's "
+                          f"model builder exports (supported: {', '.join(ARCHITECTURES)})")
+    digest = userfiles.digest(folder, key)  # first: it refuses links out of the folder
+    hf_files(folder, key)  # safetensors only, the files it names inside it
+    if not any((folder / f).is_file() for f in TOKENIZER_FILES):
+        raise ConfigError(f"{key}: no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save it "
+                          "with tokenizer.save_pretrained into the same folder")
+    return Decoder(str(folder.resolve()), digest, arch, key.partition("=")[2])
+
+
+def resolve(path: str, workdir: str | Path) -> Decoder:
+    """The decoder behind ``model.path``: the folder itself, or a GGUF file's cached FP32 copy
+    (converted now if not cached yet)."""
+    p = Path(path)
+    key = f"model.path={path}"
+    if is_gguf(p):
+        if not p.is_file():
+            raise ConfigError(f"{key}: {'not a file' if p.exists() else 'no such file'} (a GGUF "
+                              "file is converted once into an FP32 folder)")
+        folder = gguf_folder(p, Path(workdir) / "cache" / "gguf")
+        return Decoder(**{**check_folder(folder, key).__dict__, "given": str(path)})
+    if not p.is_dir():
+        raise ConfigError(f"{key}: {'not a folder' if p.exists() else 'no such folder'} "
+                          "(model=hf takes a local Hugging Face model folder or a .gguf file)")
+    return check_folder(p, key)
+
+
+def gguf_folder(path: Path, cache: Path) -> Path:
+    """The FP32 folder a GGUF file converts to, cached by the file's sha256."""
+    from pipeline import isolate
+    from pipeline.artifact import sha256_file
+
+    final = cache / sha256_file(path)
+    if (final / "config.json").is_file():
+        return final
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f".tmp-{final.name[:16]}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        isolate.call(f"GGUF conversion of {path.name}", _convert, str(path.resolve()), str(tmp))
+        try:
+            tmp.rename(final)
+        except OSError:  # converted meanwhile by a concurrent run: theirs is the same
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _convert(path: str, out: str) -> None:
+    """In a child: transformers reads the GGUF file (dequantizing its tensors) and saves it."""
+    import torch
+
+    from pipeline.models.hf_folder import offline
+
+    offline()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(Path(path).parent), Path(path).name
+    try:
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name,
+                                                     torch_dtype=torch.float32)
+    except Exception as e:  # noqa: BLE001 - a file transformers cannot read: one line
+        raise StageError(f"model.path={path}: transformers cannot read this GGUF file "
+                         f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
+                         ) from None
+    # the weights are now plain FP32: nothing is quantized any more, and save_pretrained refuses
+    # to write a model whose quantizer says it is
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+
+
+@dataclass(frozen=True)
+class TextSet:
+    """Text the decoder is scored on: the data's text column tokenized once by the folder's own
+    tokenizer (each row one sequence of at most ``max_length`` tokens; rows with fewer than two
+    tokens score nothing and are dropped), kept as a JSON file named by its sha256 so that a
+    stage's child reads ids instead of loading the data set and the tokenizer again."""
+    path: str          # <workdir>/cache/tokens/<sha256>.json
+    sha256: str        # of that file: every stage key that reads it holds it
+    split: str         # evaluation | calibration
+    sequences: int
+
+    def token_ids(self) -> list[list[int]]:
+        from pipeline.artifact import sha256_file
+
+        if sha256_file(Path(self.path)) != self.sha256:
+            raise StageError(f"{self.path}: the tokenized {self.split} text changed since it "
+                             "was written (rerun to rebuild it)")
+        return json.loads(Path(self.path).read_text())
+
+
+def _token_file(ids: list[list[int]], cache: Path, split: str) -> TextSet:
+    import hashlib
+
+    data = json.dumps(ids, separators=(",", ":")).encode()
+    sha = hashlib.sha256(data).hexdigest()
+    path = cache / f"{sha}.json"
+    if not path.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = cache / f".tmp-{sha[:16]}-{uuid.uuid4().hex[:8]}"
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    return TextSet(str(path), sha, split, len(ids))
+
+
+def text_sets(decoder: Decoder, data_cfg, params: dict, context: int,
+              workdir: str | Path) -> dict[str, TextSet]:
+    """The evaluation and calibration text of a run, tokenized; one line for data that has no
+    text, or too little of it."""
+    from pipeline.data.load import load
+    from pipeline.models.hf_folder import folder_tokenizer
+
+    if data_cfg is None:
+        raise ConfigError("data= is required for a decoder: perplexity is measured on your text "
+                          "(e.g. data=jsonl data.path=text.jsonl data.input_column=text)")
+    data = load(data_cfg)
+    if data_cfg.input_column not in data.dataset.column_names:
+        raise ConfigError(f"data.input_column={data_cfg.input_column}: not a column of "
+                          f"{data_cfg.path} (columns: {', '.join(data.dataset.column_names)})")
+    max_length = int(params.get("max_length", min(DEFAULT_MAX_LENGTH, context)))
+    if not 2 <= max_length <= context:
+        raise ConfigError(f"model.params.max_length={max_length}: must be in 2..{context} (the "
+                          "model's context)")
+    tok = folder_tokenizer(Path(decoder.folder))
+    out = {}
+    for split, rows in (("evaluation", data.evaluation), ("calibration", data.calibration)):
+        texts = [str(t) for t in data.dataset.select(rows)[data_cfg.input_column]]
+        ids = tok(texts, truncation=True, max_length=max_length)["input_ids"] if texts else []
+        ids = [list(map(int, s)) for s in ids if len(s) >= 2]
+        if split == "evaluation" and not ids:
+            raise ConfigError(f"data.path={data_cfg.path}: no evaluation row of "
+                              f"{data_cfg.input_column} has two tokens: nothing to score")
+        out[split] = _token_file(ids, Path(workdir) / "cache" / "tokens", split)
+    return out

@@ -1,0 +1,133 @@
+"""A decoder run's report, evidence and publication.
+
+In: the config, the ``DecoderOutcome`` and the run record. Out: ``report.json`` / ``report.md``
+(one row per model: size of its weights, MatMul widths, perplexity, its rise over FP32, top-1
+agreement and KL against FP32 at accuracy level 0, decode tokens/s and per-token p50/p99, time
+to first token, speedup with its interval; the gate; the mixed search's trials; quant=auto's
+candidates), and the evidence published with the candidate: the whole folder onnxruntime-genai
+loads (``model.onnx``, its external data, ``genai_config.json``, the tokenizer files) as one
+registry version.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.artifact import plain
+from pipeline.env import environment
+
+
+def _bytes(art) -> int:
+    return sum(f.stat().st_size for f in Path(art.path).iterdir()
+               if f.name.startswith("model.onnx"))
+
+
+def rows(out) -> list[dict]:
+    timings = out.speed.meta.get("timings", {})
+    speedups = out.speed.meta.get("speedup_vs_fp32", {})
+    seen, table = set(), []
+    for role, art in out.models.items():
+        if role == "candidate" and art.digest in seen:
+            key = next(r for r, a in out.models.items() if a.digest == art.digest and r != role)
+        else:
+            key = role
+        seen.add(art.digest)
+        s = out.scores.get(role)
+        t = timings.get(role) or timings.get(key) or (timings.get("fp32") if art is
+                                                       out.models["fp32"] else {}) or {}
+        table.append({"role": role, "digest": art.digest, "weights_mb": _bytes(art) / 1e6,
+                      "matmul_bits": art.meta.get("matmul_bits"),
+                      "matmul_float": art.meta.get("matmul_float"),
+                      "perplexity": s.meta.get("perplexity") if s else None,
+                      "perplexity_rise_pct": s.meta.get("perplexity_rise_pct") if s else None,
+                      "top1_agreement": s.meta.get("top1_agreement") if s else None,
+                      "kl_mean": s.meta.get("kl_mean") if s else None,
+                      "decode": t, "speedup_vs_fp32": speedups.get(role) or speedups.get(key)})
+    return table
+
+
+def body(cfg, out, record: list) -> dict:
+    return {"status": "complete", "kind": "decoder", "model": cfg.model.name,
+            "quant": cfg.quant.mode.value, "config": plain(cfg),
+            "environment": environment(cfg.hardware), "decoder": plain(out.decoder),
+            "settings": out.settings, "verdict": out.verdict, "rows": rows(out),
+            "export": {"nodes": out.models["fp32"].meta.get("nodes"),
+                       "parity_vs_transformers": out.models["fp32"].meta.get(
+                           "parity_vs_transformers")},
+            "timing": {k: out.speed.meta.get(k) for k in ("rounds", "seconds", "noisy")},
+            "search": out.search, "auto": out.auto, "stages": record,
+            "lineage": {role: {"digest": a.digest, "stage": a.stage, "parent": a.parent,
+                               "path": str(a.path)} for role, a in out.models.items()}}
+
+
+def _f(v, fmt: str = ".2f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# {report['model']} — decoder, quant={report['quant']}", "",
+             f"**Gate: {'PASS' if report['verdict']['passed'] else 'FAIL'}**", ""]
+    s = report.get("settings") or {}
+    lines += [f"MatMulNBits accuracy level {s.get('accuracy_level')} "
+              f"({s.get('accuracy_level_reason')}); block {s.get('block_size')}, "
+              f"{'symmetric' if s.get('symmetric') else 'asymmetric'}, 4-bit algorithm "
+              f"{s.get('algorithm')}; {s.get('matmuls')} MatMuls. Scores against FP32 at "
+              "accuracy level 0.", ""]
+    lines += ["| model | weights MB | MatMuls 4/8/float | perplexity | rise % | top-1 agree % "
+              "| KL nats | tok/s | token ms p50/p99 | TTFT ms p50 | speedup (95% CI) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in report.get("rows", []):
+        bits = r.get("matmul_bits") or {}
+        widths = (f"{bits.get('4', 0)}/{bits.get('8', 0)}/{r.get('matmul_float')}"
+                  if bits else "float")
+        d, sp = r.get("decode") or {}, r.get("speedup_vs_fp32")
+        agree = r.get("top1_agreement")
+        lines.append(
+            f"| {r['role']} | {r['weights_mb']:.2f} | {widths} | {_f(r.get('perplexity'), '.3f')} "
+            f"| {_f(r.get('perplexity_rise_pct'))} | {_f(None if agree is None else 100 * agree)} "
+            f"| {_f(r.get('kl_mean'), '.4f')} | {_f(d.get('tokens_per_s'), '.1f')} "
+            f"| {_f(d.get('token_ms_p50'))} / {_f(d.get('token_ms_p99'))} "
+            f"| {_f(d.get('ttft_ms_p50'))} | "
+            + (f"{sp['median']:.2f}x ({sp['ci95'][0]:.2f}-{sp['ci95'][1]:.2f})" if sp else "1.00x")
+            + " |")
+    lines += ["", "## Gate", "", "| check | value | limit | verdict | detail |",
+              "|---|---|---|---|---|"]
+    for c in report["verdict"]["checks"]:
+        lines.append(f"| {c['check']} | {_f(c['value'], '.3f')} | {c['limit']} | "
+                     f"{'pass' if c['passed'] else 'FAIL'} | {c['detail']} |")
+    if report.get("auto"):
+        a = report["auto"]
+        lines += ["", "## quant=auto", "", a["why"], "", "| candidate | passed | speedup |",
+                  "|---|---|---|"]
+        for role, c in a["candidates"].items():
+            lines.append(f"| {role} | {c['passed']} | {c['speedup']:.2f}x |")
+    if report.get("search"):
+        lines += ["", "## Mixed search", "", "| trial | 4/8/float | perplexity rise % | "
+                  "top-1 agree % | KL nats | passes |", "|---|---|---|---|---|---|"]
+        for t in report["search"]:
+            w = t.get("widths")
+            agree = t.get("top1_agreement")
+            widths = "-" if not w else f"{w['4']}/{w['8']}/{w['float']}"
+            lines.append(f"| {t['trial']} | {widths} "
+                         f"| {_f(t.get('perplexity_rise_pct'))} "
+                         f"| {_f(None if agree is None else 100 * agree)} "
+                         f"| {_f(t.get('kl_mean'), '.4f')} | {t['passed']} |")
+    if report.get("published"):
+        lines += ["", f"Published: {report['published']}"]
+    return "\n".join(lines) + "\n"
+
+
+def evidence(out, report: dict) -> dict:
+    cand = next(r for r in report["rows"] if r["role"] == "candidate")
+    return {"config": report["config"], "lineage": report["lineage"], "verdict": out.verdict,
+            "metrics": {k: cand.get(k) for k in ("perplexity", "perplexity_rise_pct",
+                                                 "top1_agreement", "kl_mean")},
+            "latency": cand.get("decode"), "environment": report["environment"],
+            "evaluation_set": {"data": out.scores["candidate"].config.get("data")},
+            "quantization": {"settings": report["settings"],
+                             "matmul_bits": cand.get("matmul_bits")}}
+
+
+def files(candidate) -> dict[str, Path]:
+    """The folder's files other than model.onnx, by name: what onnxruntime-genai loads."""
+    return {name: Path(candidate.path) / name for name in sorted(candidate.files)
+            if name != "model.onnx"}

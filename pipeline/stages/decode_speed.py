@@ -1,0 +1,48 @@
+"""decode_speed: decoder candidates' generation timed against FP32's, side by side.
+
+In: the FP32 folder (the parent), the candidates as references by role, prompts cut from the
+evaluation text,
+how many tokens to generate and how many streams decode together. Out: per model, time to first
+token and per-token latency (p50/p99) and decode tokens/s (``pipeline.measure.decode``), and
+each candidate's speedup over FP32 (median of per-round ratios of whole generations with its
+95 % interval), measured in interleaved rounds until the interval is narrow or the time is up.
+Timed: it runs alone on the machine (``pipeline.locks``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class DecodeSpeed:
+    data: object           # TextSet: the prompts come from the evaluation text
+    prompts: int           # how many prompts (one generation each per round)
+    prompt_tokens: int     # each prompt's length, at most
+    new_tokens: int        # tokens generated per prompt
+    streams: int           # sequences decoded together
+    threads: int           # hardware.intra_op_threads
+    max_seconds: float
+    rel_ci: float
+    min_rounds: int
+    hardware: object       # HardwareRuntime: where it runs (its fingerprint keys the result)
+    nonce: str = ""        # bench.nonce: a new measurement without a new model
+    name = "decode_speed"
+    version = 1
+    hardware_dependent = True
+    timed = True
+
+    def run(self, parent, out_dir: Path, **candidates) -> dict:
+        from pipeline.env import environment
+        from pipeline.measure.decode import compare_generation
+
+        prompts = [ids[:self.prompt_tokens] for ids in self.data.token_ids()[:self.prompts]]
+        folders = {"fp32": parent.path, **{r: a.path for r, a in sorted(candidates.items())}}
+        timings, info = compare_generation(folders, prompts, new_tokens=self.new_tokens,
+                                           streams=self.streams, threads=self.threads,
+                                           min_rounds=self.min_rounds,
+                                           max_seconds=self.max_seconds, rel_ci=self.rel_ci)
+        return {"timings": {r: t.summary() for r, t in timings.items()},
+                "speedup_vs_fp32": info.get("speedup_vs_fp32", {}),
+                "rounds": info.get("rounds"), "seconds": info.get("seconds"),
+                "noisy": info.get("noisy"), "environment": environment(self.hardware)}

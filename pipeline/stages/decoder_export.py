@@ -1,0 +1,78 @@
+"""decoder_export: a decoder LLM exported FP32 with a KV cache by onnxruntime-genai's model builder.
+
+In: the ``Decoder`` (a Hugging Face causal-LM folder, its digest and architecture) and a few
+sequences of the evaluation text. Out: the folder onnxruntime-genai loads as it is:
+``model.onnx`` with its weights in ``model.onnx.data``, ``genai_config.json`` (inputs, KV cache
+names, heads, context length, search defaults) and the tokenizer files; node counts by op type
+(fused GroupQueryAttention, SimplifiedLayerNormalization, one MatMul per projection) and parity:
+the largest difference of the exported logits from transformers' own on the same tokens. The
+builder does the fusions and the KV cache; this stage only calls it and checks its output.
+FP32 is the reference every candidate is scored and timed against.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import StageError
+
+PARITY_SEQUENCES = 2
+PARITY_ATOL = 1e-2  # FP32 logits: fused attention and a different summation order, nothing more
+
+
+@dataclass(frozen=True)
+class DecoderExport:
+    decoder: object        # pipeline.models.decoder.Decoder
+    data: object           # TextSet: the sequences parity is checked on
+    name = "decoder_export"
+    version = 1
+    hardware_dependent = False
+
+    def run(self, parent, out_dir: Path) -> dict:
+        from onnxruntime_genai.models.builder import create_model, parse_extra_options
+
+        from pipeline.stages.weight_only import node_counts
+
+        args = ("model", self.decoder.folder, str(out_dir), "fp32", "cpu",
+                str(out_dir / ".scratch" / "builder"))
+        log = io.StringIO()  # the builder narrates every tensor it writes
+        try:
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                create_model(*args, **parse_extra_options(*args, []))
+        except Exception as e:  # noqa: BLE001 - the builder's errors: one line naming it
+            raise StageError(f"onnxruntime-genai's model builder failed on "
+                             f"{self.decoder.given} ({self.decoder.architecture}): "
+                             f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                             ) from None
+        return {"architecture": self.decoder.architecture, "nodes": node_counts(out_dir),
+                "parity_vs_transformers": self._parity(out_dir)}
+
+    def _parity(self, folder: Path) -> dict:
+        import numpy as np
+        import torch
+
+        from pipeline.metrics.generation import next_token_logits
+        from pipeline.models.hf_folder import offline
+
+        offline()
+        from transformers import AutoModelForCausalLM
+
+        ids = self.data.token_ids()[:PARITY_SEQUENCES]
+        model = AutoModelForCausalLM.from_pretrained(self.decoder.folder, torch_dtype=torch.float32,
+                                                     use_safetensors=True).eval()
+        onnx_logits = next_token_logits(folder, ids)
+        worst, same = 0.0, 0
+        with torch.inference_mode():
+            for seq, got in zip(ids, onnx_logits):
+                want = model(torch.tensor([seq])).logits[0].numpy()
+                worst = max(worst, float(np.abs(want - got).max()))
+                same += int((want.argmax(-1) == got.argmax(-1)).sum())
+        total = sum(len(s) for s in ids)
+        if worst > PARITY_ATOL * max(1.0, float(np.abs(onnx_logits[0]).max())):
+            raise StageError(f"the exported decoder differs from transformers' by {worst:.3g} in "
+                             f"its logits (limit {PARITY_ATOL} relative): the builder's export of "
+                             f"{self.decoder.architecture} is not faithful")
+        return {"max_abs_diff": worst, "argmax_agreement": same / max(total, 1),
+                "sequences": len(ids)}
