@@ -84,3 +84,4 @@ def read_bandwidth(threads: int, repeats: int = 7, nbytes: int | None = None) ->
     return {"gbs": float(np.median(rates)), "min_gbs": float(min(rates)),
             "max_gbs": float(max(rates)), "runs_gbs": [round(r, 2) for r in rates],
             "threads": threads, "buffer_bytes": int(nbytes), "last_level_cache_bytes": llc,
+            "buffer_over_cache": (nbytes / llc) if llc else None}
