@@ -241,7 +241,8 @@ def decoder_path(path: Optional[str]) -> bool:
     except (OSError, ValueError):
         return False
     archs = cfg.get("architectures") if isinstance(cfg, dict) else None
-    return any(isinstance(a, str) and a.endswith("ForCausalLM") for a in archs or [])
+    return any(isinstance(a, str) and a.endswith(("ForCausalLM", "LMHeadModel"))
+               for a in archs or [])
 # -- end of decoder LLMs --------------------------------------------------------------------------
 
 

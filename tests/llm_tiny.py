@@ -49,3 +49,58 @@ def built(source: Path, out: Path) -> Path:
     args = ("tiny", str(source), str(out), "fp32", "cpu", str(cache))
     create_model(*args, **parse_extra_options(*args, []))
     return Path(out)
+
+
+def gguf_file(source: Path, path: Path) -> Path:
+    """The tiny Llama written as a GGUF file (F32 tensors, a GPT-2 style BPE vocabulary), laid
+    out as llama.cpp's converter lays it out (Q and K rows permuted for its rotary layout), so
+    that transformers' GGUF reader has to undo exactly what it undoes for a real file."""
+    import json
+
+    import gguf
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    cfg = json.loads((Path(source) / "config.json").read_text())
+    tok = json.loads((Path(source) / "tokenizer.json").read_text())
+    w = load_file(str(Path(source) / "model.safetensors"))
+    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+
+    def permute(t, n):
+        return t.reshape(n, 2, t.shape[0] // n // 2, *t.shape[1:]).swapaxes(1, 2).reshape(t.shape)
+
+    out = gguf.GGUFWriter(str(path), "llama")
+    out.add_context_length(cfg["max_position_embeddings"])
+    out.add_embedding_length(cfg["hidden_size"])
+    out.add_block_count(cfg["num_hidden_layers"])
+    out.add_feed_forward_length(cfg["intermediate_size"])
+    out.add_rope_dimension_count(cfg["hidden_size"] // heads)
+    out.add_head_count(heads)
+    out.add_head_count_kv(kv)
+    out.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    out.add_rope_freq_base(float(cfg.get("rope_theta") or 10000.0))
+    out.add_vocab_size(cfg["vocab_size"])
+    vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv_: kv_[1])
+    out.add_tokenizer_model("gpt2")
+    out.add_token_list([t for t, _ in vocab])
+    out.add_token_types([3 if t in ("<s>", "</s>") else 1 for t, _ in vocab])
+    out.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]])
+    out.add_bos_token_id(cfg["bos_token_id"])
+    out.add_eos_token_id(cfg["eos_token_id"])
+    names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+             "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    out.add_tensor("token_embd.weight", w["model.embed_tokens.weight"])
+    for i in range(cfg["num_hidden_layers"]):
+        for hf, gg in names.items():
+            t = w[f"model.layers.{i}.{hf}.weight"]
+            t = permute(t, heads) if gg == "attn_q" else permute(t, kv) if gg == "attn_k" else t
+            out.add_tensor(f"blk.{i}.{gg}.weight", np.ascontiguousarray(t))
+    out.add_tensor("output_norm.weight", w["model.norm.weight"])
+    out.add_tensor("output.weight", w["lm_head.weight"])
+    out.write_header_to_file()
+    out.write_kv_data_to_file()
+    out.write_tensors_to_file()
+    out.close()
+    return Path(path)

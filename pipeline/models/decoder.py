@@ -38,6 +38,7 @@ ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "
                  "Ernie4_5ForCausalLM")
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi",
                "phi3", "granite", "olmo", "nemotron", "smollm3", "internlm2", "ernie4_5")
+CAUSAL = ("ForCausalLM", "LMHeadModel")  # how transformers names a text generator's class
 DEFAULT_MAX_LENGTH = 256  # tokens per scored sequence: long enough for perplexity, cheap to run
 
 
@@ -54,7 +55,10 @@ def _config(folder: Path) -> dict:
 
 
 def is_decoder(path: str | Path | None) -> bool:
-    """A GGUF file, or a folder whose config.json names a causal LM (or a decoder model type)."""
+    """A GGUF file, or a folder whose config.json names a causal LM (``...ForCausalLM``, GPT-2's
+    ``...LMHeadModel``) or, without architectures, a decoder model type. Whether the builder
+    exports it is ``check_folder``'s question: a decoder it does not export is refused, not
+    compiled as an encoder."""
     if not path:
         return False
     path = Path(path)
@@ -62,7 +66,7 @@ def is_decoder(path: str | Path | None) -> bool:
         return True
     cfg = _config(path) if path.is_dir() else {}
     archs = cfg.get("architectures") or []
-    return (any(isinstance(a, str) and a.endswith("ForCausalLM") for a in archs)
+    return (any(isinstance(a, str) and a.endswith(CAUSAL) for a in archs)
             or (not archs and cfg.get("model_type") in MODEL_TYPES))
 
 

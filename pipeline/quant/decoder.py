@@ -142,54 +142,20 @@ class _Run:
 
     # -- the mixed search ------------------------------------------------------------------------
     def mixed(self, int4_faster: bool = True):
-        """The narrowest per-group plan that passes (see the module's docstring)."""
-        base = 4 if int4_faster else 8
-        plan = self.uniform(base)
-        art, scored = self.build(plan, f"all{base}")
-        self._note("all at %d bits" % base, plan, scored)
-        if self.passes(scored):
-            return art, scored
-        order = self._order(base)
-        for wider in ([8, None] if base == 4 else [None]):
-            def step(k, wider=wider):
-                p = dict(plan)
-                for g in order[:k]:
-                    for n in self.groups[g]:
-                        if wider is None:
-                            p.pop(n, None)
-                        else:
-                            p[n] = wider
-                return p
-            found = self._bisect(step, len(order), wider)
-            if found is not None:
-                return found
-            plan = step(len(order))  # everything at this width: the next phase starts here
-        return art, scored  # nothing passes, not even FP32 at this level: the gate says so
+        """The narrowest per-group plan that passes (``search``), built and scored."""
+        built = {}
 
-    def _order(self, base: int) -> list[str]:
-        """The output layer first, then the blocks by their KL when they alone are narrow."""
-        blocks = [g for g in self.groups if g != OUTPUT_LAYER]
-        kl = {}
-        for g in blocks:
-            _, scored = self.build({n: base for n in self.groups[g]}, f"{g}@{base}")
-            kl[g] = scored.meta.get("kl_mean") or 0.0
-            self._note(f"{g} alone at {base} bits", None, scored)
-        head = [OUTPUT_LAYER] if OUTPUT_LAYER in self.groups else []
-        return head + sorted(blocks, key=lambda g: -kl[g])
+        def trial(plan: dict, what: str) -> tuple[bool, float]:
+            label = what.replace(" ", "_")
+            built[what] = self.build(plan, label)
+            scored = built[what][1]
+            self._note(what, plan, scored)
+            return self.passes(scored), scored.meta.get("kl_mean") or 0.0
 
-    def _bisect(self, step, n: int, wider):
-        """The smallest k in 1..n whose plan passes, or None when even n does not."""
-        width = "float" if wider is None else f"{wider} bits"
-        lo, hi, best = 1, n, None
-        while lo <= hi:
-            k = (lo + hi) // 2
-            art, scored = self.build(step(k), f"first{k}@{width.replace(' ', '')}")
-            self._note(f"first {k} group(s) in {width}", step(k), scored)
-            if self.passes(scored):
-                best, hi = (art, scored), k - 1
-            else:
-                lo = k + 1
-        return best
+        found = search(self.groups, 4 if int4_faster else 8, trial)
+        # nothing passes, not even everything float at this accuracy level: the widest trial
+        # goes to the gate, which says so
+        return built[found or list(built)[-1]]
 
     def _note(self, what: str, plan, scored) -> None:
         widths = None
@@ -203,11 +169,50 @@ class _Run:
                             "passed": self.passes(scored)})
 
 
+def search(groups: dict[str, list[str]], base: int, trial) -> str | None:
+    """The mixed search over ``groups`` (name -> MatMul nodes) from ``base`` bits. ``trial(plan,
+    what)`` builds and scores a plan (node -> bits; absent: float) and returns (passes, KL from
+    FP32); the answer is the ``what`` of the narrowest passing trial, None when none passes."""
+    plan = {n: base for nodes in groups.values() for n in nodes}
+    what = f"all at {base} bits"
+    if trial(plan, what)[0]:
+        return what
+    blocks = [g for g in groups if g != OUTPUT_LAYER]
+    kl = {g: trial({n: base for n in groups[g]}, f"{g} alone at {base} bits")[1] for g in blocks}
+    order = ([OUTPUT_LAYER] if OUTPUT_LAYER in groups else []) + sorted(blocks,
+                                                                     key=lambda g: -kl[g])
+    for wider in ([8, None] if base == 4 else [None]):
+        def step(k, start=dict(plan), wider=wider):
+            p = dict(start)
+            for g in order[:k]:
+                for n in groups[g]:
+                    if wider is None:
+                        p.pop(n, None)
+                    else:
+                        p[n] = wider
+            return p
+        width = "float" if wider is None else f"{wider} bits"
+        lo, hi, best = 1, len(order), None
+        while lo <= hi:  # the smallest prefix that passes: the loss falls as groups widen
+            k = (lo + hi) // 2
+            what = f"first {k} of {len(order)} groups at {width}"
+            if trial(step(k), what)[0]:
+                best, hi = what, k - 1
+            else:
+                lo = k + 1
+        if best is not None:
+            return best
+        plan = step(len(order))  # every group this wide: the next phase starts from here
+    return None
+
+
 def judge(cfg: Config, scored, speed, role: str = "candidate") -> dict:
     """The verdict in the encoders' shape: each judged metric against FP32 at level 0, the
     lower bound of the decode speedup's interval against FP32, the timing environment."""
     checks = []
-    for r in metric_limits.judged(generation.REFERENCE, generation.gated(scored.meta),
+    # FP32 is the reference: it scores as the reference does (no rise, full agreement)
+    got = generation.REFERENCE if role == "fp32" else generation.gated(scored.meta)
+    for r in metric_limits.judged(generation.REFERENCE, got,
                                   cfg.gate.max_accuracy_drop, METRICS):
         value = r["drop"]
         ok = isinstance(value, float) and math.isfinite(value) and value <= r["limit"] + 1e-9

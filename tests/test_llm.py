@@ -1,0 +1,200 @@
+"""Decoder LLMs through the command line: a tiny Llama folder built with ``save_pretrained``
+compiled end to end (FP32 with a KV cache, weight-only INT8, scored on text against FP32 at
+accuracy level 0, decode timed against FP32, published), the pulled folder loaded by
+onnxruntime-genai as it is and generating; a GGUF file converted once into an FP32 folder equal
+to the one it was written from; and each refusal in one line before any stage runs. The speed
+gate is off (a 2-layer model's decode is all overhead); nothing asserts a timing verdict."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, one_line, run_cli
+
+FAST = ["gate.min_speedup=0", "bench.max_seconds=1", "quant.decoder.new_tokens=4",
+        "quant.decoder.prompts=2", "quant.decoder.prompt_tokens=8",
+        "data.evaluation_samples=12", "data.calibration_samples=4"]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    from hf_tiny import text_data
+    from llm_tiny import llama
+
+    root = tmp_path_factory.mktemp("llm")
+    llama(root / "tiny")
+    text_data(root / "text.jsonl", 20)
+    return root
+
+
+def _args(root: Path, *extra: str, model: str | None = None) -> list[str]:
+    return ["model=hf", f"model.path={model or root / 'tiny'}", "data=jsonl",
+            f"data.path={root / 'text.jsonl'}", "data.input_column=text",
+            f"workdir={root / 'work'}", f"data_dir={root / 'work' / 'data'}",
+            f"registry.root={root / 'registry'}", *FAST, *extra]
+
+
+def test_int8_end_to_end_published_folder_generates(root):
+    proc = run_cli(*_args(root, "quant=int8"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((root / "work" / "runs" / "latest" / "report.json").read_text())
+    assert report["kind"] == "decoder" and report["verdict"]["passed"]
+    rows = {r["role"]: r for r in report["rows"]}
+    # every projection and the output layer: 2 blocks x (qkv, o, gate, up, down) + lm_head
+    assert rows["candidate"]["matmul_bits"] == {"4": 0, "8": 11}
+    assert rows["candidate"]["weights_mb"] < 0.6 * rows["fp32"]["weights_mb"]
+    # the scores are the FP32 reference's own at accuracy level 0, and FP32's exported logits
+    # follow transformers' own
+    assert rows["candidate"]["perplexity_rise_pct"] == pytest.approx(
+        100 * (rows["candidate"]["perplexity"] / rows["fp32"]["perplexity"] - 1))
+    assert report["export"]["parity_vs_transformers"]["max_abs_diff"] < 1e-2
+    assert "GroupQueryAttention" in report["export"]["nodes"]
+    checks = {c["check"] for c in report["verdict"]["checks"]}
+    assert {"perplexity_rise_drop", "top1_agreement_drop", "speedup_ci_low"} <= checks
+
+    ref = report["published"].split("@")[0]
+    out = root / "pulled"
+    pull = subprocess.run([sys.executable, "-m", "pipeline.registry", "pull", ref, "--out",
+                           str(out), f"registry.root={root / 'registry'}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert pull.returncode == 0, pull.stdout + pull.stderr
+    import onnxruntime_genai as og
+
+    model = og.Model(str(out))  # the folder as pulled: nothing renamed or added
+    tok = og.Tokenizer(model)
+    params = og.GeneratorParams(model)
+    prompt = tok.encode("the quick brown fox")
+    params.set_search_options(max_length=len(prompt) + 6, min_length=len(prompt) + 6,
+                              do_sample=False)
+    gen = og.Generator(model, params)
+    gen.append_tokens(prompt)
+    while not gen.is_done():
+        gen.generate_next_token()
+    assert len(gen.get_sequence(0)) == len(prompt) + 6
+
+
+def test_a_gguf_file_converts_once_into_the_folder_it_was_written_from(root, tmp_path):
+    """transformers reads the GGUF file (undoing llama.cpp's Q/K layout); the cached folder has
+    the same tensors as the original and no quantization_config, and a second resolve reuses it."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    from llm_tiny import gguf_file
+    from pipeline.models.decoder import resolve
+
+    path = gguf_file(root / "tiny", tmp_path / "tiny.gguf")
+    first = resolve(str(path), tmp_path / "work")
+    folder = Path(first.folder)
+    assert folder.parent == (tmp_path / "work" / "cache" / "gguf").resolve()
+    assert "quantization_config" not in json.loads((folder / "config.json").read_text())
+    want, got = load_file(str(root / "tiny" / "model.safetensors")), \
+        load_file(str(folder / "model.safetensors"))
+    assert set(want) == set(got)
+    assert all(np.array_equal(want[k], got[k]) for k in want)
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    again = resolve(str(path), tmp_path / "work")
+    assert again.digest == first.digest
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp  # not converted again
+
+
+def _config(folder: Path, **cfg) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def test_a_decoder_the_builder_does_not_export_is_refused(root, tmp_path):
+    gpt2 = _config(tmp_path / "gpt2", architectures=["GPT2LMHeadModel"], model_type="gpt2")
+    proc = run_cli(*_args(root, "quant=int8", model=str(gpt2)))
+    one_line(proc, 2, "GPT2LMHeadModel", "model builder")
+
+
+def test_a_pickled_decoder_is_refused_unread(root, tmp_path):
+    folder = tmp_path / "pickled"
+    shutil.copytree(root / "tiny", folder)
+    (folder / "model.safetensors").unlink()
+    (folder / "pytorch_model.bin").write_bytes(b"\x80\x04not read")
+    proc = run_cli(*_args(root, "quant=int8", model=str(folder)))
+    one_line(proc, 2, "safetensors")
+
+
+def test_a_missing_gguf_file_is_refused(root, tmp_path):
+    proc = run_cli(*_args(root, "quant=int8", model=str(tmp_path / "none.gguf")))
+    one_line(proc, 2, "none.gguf", "no such file")
+
+
+def test_decoder_settings_on_an_encoder_are_refused(root, tmp_path):
+    from hf_tiny import bert
+
+    enc = bert(tmp_path / "bert")
+    proc = run_cli("model=hf", f"model.path={enc}", "data=jsonl",
+                   f"data.path={root / 'text.jsonl'}", "data.input_column=text",
+                   "metric=agreement", "quant=int8", "quant.decoder.bits=4",
+                   f"workdir={tmp_path / 'work'}")
+    one_line(proc, 2, "quant.decoder", "not one")
+
+
+def test_float16_is_refused_for_a_decoder(root):
+    proc = run_cli(*_args(root, "quant=fp16"))
+    one_line(proc, 2, "quant=fp16", "weight-only")
+
+
+def test_accuracy_level_follows_the_cpu_flags():
+    from pipeline.config import DecoderQuant
+    from pipeline.quant.decoder import accuracy_level
+
+    assert accuracy_level(DecoderQuant(), ["avx2", "fma"])[0] == 4
+    assert accuracy_level(DecoderQuant(), ["amx_int8", "avx512_vnni"])[0] == 4
+    assert accuracy_level(DecoderQuant(), ["avx", "sse4_2"])[0] == 0
+    assert accuracy_level(DecoderQuant(accuracy_level=0), ["avx2"]) == (
+        0, "set by quant.decoder.accuracy_level")
+
+
+def test_groups_are_blocks_and_the_output_layer():
+    from pipeline.quant.decoder import groups
+
+    names = ["/model/layers.0/attn/qkv_proj/MatMul", "/model/layers.0/mlp/down_proj/MatMul",
+             "/model/layers.10/attn/o_proj/MatMul", "/lm_head/MatMul"]
+    assert groups(names) == {"layers.0": names[:2], "layers.10": [names[2]],
+                             "lm_head": [names[3]]}
+
+
+def test_the_mixed_search_widens_the_output_layer_then_the_most_sensitive_blocks():
+    """search() on three groups whose trial passes only when the output layer and block 1 are
+    wider than 4 bits: block 1 is the more sensitive (higher KL alone), so the answer is the
+    first two groups of the order at 8 bits, found by bisection; every trial is a real plan."""
+    from pipeline.quant.decoder import search
+
+    groups = {"layers.0": ["a"], "layers.1": ["b"], "lm_head": ["c"]}
+    tried = []
+
+    def trial(plan, what):
+        tried.append((what, dict(plan)))
+        return plan.get("c", 0) != 4 and plan.get("b", 0) != 4, {"a": 0.1, "b": 0.5}.get(
+            next(iter(plan)), 0.0) if len(plan) == 1 else 0.0
+
+    assert search(groups, 4, trial) == "first 2 of 3 groups at 8 bits"
+    plans = dict(tried)
+    assert plans["all at 4 bits"] == {"a": 4, "b": 4, "c": 4}
+    assert plans["first 2 of 3 groups at 8 bits"] == {"a": 4, "b": 8, "c": 8}
+    assert plans["first 1 of 3 groups at 8 bits"] == {"a": 4, "b": 4, "c": 8}
+    assert "first 3 of 3 groups at 8 bits" not in plans  # bisection: not every prefix is built
+
+
+def test_the_mixed_search_falls_back_to_float_and_reports_failure():
+    from pipeline.quant.decoder import search
+
+    groups = {"layers.0": ["a"], "lm_head": ["c"]}
+    tried = []
+
+    def float_head(plan, what):  # passes only with the output layer float
+        tried.append(what)
+        return "c" not in plan and plan.get("a") in (4, 8), 0.0
+
+    assert search(groups, 4, float_head) == "first 1 of 2 groups at float"
+    assert search(groups, 8, lambda plan, what: (False, 0.0)) is None
