@@ -41,6 +41,7 @@ MAX_TOKENS = 256          # tokens per scored chunk
 NEW_TOKENS = 32           # generated per prompt when timing
 PROMPT_TOKENS = 64
 STREAMS = 4
+PIPELINE_EVAL, PIPELINE_CAL = 64, 32   # texts the pipeline's run scores and calibrates on
 TTFT_P99_MS = 1000.0      # a chat service's targets for the load test: the first token within
 TOKEN_P99_MS = 100.0      # a second, then at least 10 tokens/s per user
 BIG = {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24,
@@ -114,6 +115,7 @@ def pipeline_artifact(cli, hf: Path, data: Path) -> tuple[Path | None, dict]:
     """The pipeline's own artifact: ``quant=auto`` on the FP32 folder and the text."""
     args = ["model=hf", f"model.path={hf.resolve()}", "quant=auto", "data=jsonl",
             f"data.path={data.resolve()}", "data.input_column=text",
+            f"data.evaluation_samples={PIPELINE_EVAL}", f"data.calibration_samples={PIPELINE_CAL}",
             f"bench.nonce={time.strftime('%Y%m%dT%H%M%S')}"]
     code, seconds, rep = cli(args, timeout=3600)
     record = {"command": "python -m pipeline " + " ".join(args), "exit_code": code,
