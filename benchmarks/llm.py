@@ -195,6 +195,21 @@ def speed(folders: dict[str, Path], prompts: list[list[int]], streams: int, thre
     return out
 
 
+def prefill(folders: dict[str, Path], ids: list[list[int]], threads: int) -> dict:
+    """Time to first token at the text's prompt lengths (its 10th, 50th and 90th percentile
+    lengths in tokens), per model: the prefill's cost as prompts grow."""
+    import numpy as np
+
+    from pipeline.measure.decode import time_generation
+
+    lengths = sorted({int(v) for v in np.percentile([len(x) for x in ids], [10, 50, 90])})
+    prompts = [next(x for x in ids if len(x) >= n)[:n] for n in lengths]
+    return {"prompt_tokens": lengths, "ttft_ms_by_prompt_tokens": {
+        role: time_generation(f, prompts, new_tokens=2, repeats=3, threads=threads
+                              ).summary()["ttft_ms_by_prompt_tokens"]
+        for role, f in folders.items()}}
+
+
 def bill_check(folder: Path, params_b: float) -> dict:
     """The bill's weights from the parameter count (the article's params x bits / 8, and with a
     scale per 32 weights, ``bill.weight_block``) against the bytes counted in the graph: stored,
@@ -249,6 +264,7 @@ def section(cli, quick: bool = False) -> dict:
     out["quality"] = quality(folders, ids, threads)
     out["decode_1_stream"] = speed(folders, prompts[:p["prompts"]], 1, threads, p["max_seconds"])
     out["decode_4_streams"] = speed(folders, prompts[:STREAMS], STREAMS, threads, p["max_seconds"])
+    out["prefill"] = prefill(folders, ids, threads)
     out["bill_check"] = {r: bill_check(f, _params(hf)) for r, f in folders.items()}
     out["memory_int4"] = memory_curve(folders["int4"], p["memory_points"], threads)
     out["load_int4"] = concurrent_streams(folders["int4"], prompts, new_tokens=NEW_TOKENS,
