@@ -267,6 +267,8 @@ def section(cli, quick: bool = False) -> dict:
     out["prefill"] = prefill(folders, ids, threads)
     out["bill_check"] = {r: bill_check(f, _params(hf)) for r, f in folders.items()}
     out["memory_int4"] = memory_curve(folders["int4"], p["memory_points"], threads)
+    genai = json.loads((folders["int4"] / "genai_config.json").read_text())["model"]
+    out["budget_int4"] = budget(out["memory_int4"], genai["vocab_size"], genai["context_length"])
     out["load_int4"] = concurrent_streams(folders["int4"], prompts, new_tokens=NEW_TOKENS,
                                           streams=p["load_streams"], ttft_p99_ms=TTFT_P99_MS,
                                           token_p99_ms=TOKEN_P99_MS, threads=threads)
@@ -291,6 +293,27 @@ def _params(folder: Path) -> float:
 
     with safe_open(str(folder / "model.safetensors"), "pt") as f:
         return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys()) / 1e9
+
+
+def budget(memory: dict, vocab: int, context: int, seq: int = 2048, streams: int = 8) -> dict:
+    """What fits this host's memory (the ``hardware=cpu`` profile's ``memory_gb``) beside the
+    INT4 model, with the runtime's own overhead measured at load (``model_mb`` over the stored
+    weights: prepacked weight copies, arenas) as the margin: by the KV cache alone, and with the
+    logits a whole-prompt prefill holds (``vocab`` x 4 bytes per position)."""
+    from pipeline.bill.probe import memory_gb
+    from pipeline.bill.token_bytes import TokenBytes, fit
+
+    stored, kv = memory["weights_bytes"], memory["kv_bytes_per_position"]
+    overhead = max(p["model_mb"] for p in memory["points"]) * 2 ** 20 - stored
+    total = memory_gb() * 1e9
+    out = {"budget_gb": total / 1e9, "margin_bytes_measured": overhead}
+    for name, per_position in (("kv_only", kv), ("kv_and_prefill_logits", kv + 4 * vocab)):
+        tb = TokenBytes(weights=0, rows_per_token=0, kv_per_position=per_position,
+                        output_layer=0, stored=stored)
+        out[name] = fit(tb, total, overhead, seq=seq, streams=streams)
+        longest = out[name]["max_seq_at_streams"]
+        longest["seq_within_context"] = min(longest["seq"], context)  # the model's own limit
+    return out
 
 
 def targets(out: dict) -> dict:
