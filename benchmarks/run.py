@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help="transformer: a 2-layer model and 200 sentences, a check of the harness "
                          "rather than a measurement; search: without the exhaustive run; "
-                         "llm: fewer texts, no pipeline run and no 0.4 B decoder")
+                         "llm: fewer texts, shorter timings, no pipeline run")
     args, overrides = ap.parse_known_args(argv)
     # A fresh measurement for this bench run (cached timings may come from a busier moment);
     # both spine runs share it, so the second one still reuses every stage.
