@@ -43,6 +43,10 @@ def _tables(name: str, section: dict) -> list[str]:
         from benchmarks.zoo import table as zoo_table
 
         return zoo_table(section)
+    if name == "llm":
+        from benchmarks.llm import table as llm_table
+
+        return llm_table(section)
     return []
 
 

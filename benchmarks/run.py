@@ -44,6 +44,12 @@ Sections (each one records its own error and the others still run):
   all-INT8 model misses the budget: ``quant=auto``'s wall time against ``quant=int8``'s from the
   same cache state, the trials counted, and the mixed candidate against the exhaustive per-node
   search run once (``benchmarks/search.py``; ``--quick`` leaves the exhaustive run out).
+- ``llm``: SmolLM2-135M-Instruct (a GGUF from the package index, converted to FP32) built by
+  onnxruntime-genai's model builder in FP32, INT4 and INT8 beside the pipeline's ``quant=auto``
+  artifact: perplexity, top-1 agreement with FP32, decode tokens/s at 1 and 4 streams, time to
+  first token, bytes per token counted from each graph and the share of the bound set by the
+  read bandwidth measured in the same run; memory against the bill, concurrent streams against
+  p99 targets; and a 0.41 B random-weight decoder's share of the bound (``benchmarks/llm.py``).
 Each target is listed with its measured value and whether it was met; ``docs/results.md`` is
 rendered from the file (``benchmarks.results``), with each section's time and CPU. A
 benchmark, not a test: nothing here asserts, and the numbers only compare with ones from the
@@ -247,6 +253,12 @@ def search(quick: bool) -> dict:
     return section(_cli, quick)
 
 
+def llm(quick: bool) -> dict:
+    from benchmarks.llm import section
+
+    return section(_cli, quick)
+
+
 def zoo(quick: bool, only: str) -> dict:
     from benchmarks.zoo import ENTRIES, section
 
@@ -259,12 +271,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--page", type=Path, default=Path("docs") / "results.md")
     ap.add_argument("--sections",
                     default="spine,repeatability,quantization,load,soak,pruning,runtimes,auto,byo,"
-                            "transformer,zoo,search")
+                            "transformer,zoo,search,llm")
     ap.add_argument("--zoo", default="",
                     help="zoo: a comma-separated subset of its entries (default: all of them)")
     ap.add_argument("--quick", action="store_true",
                     help="transformer: a 2-layer model and 200 sentences, a check of the harness "
-                         "rather than a measurement; search: without the exhaustive run")
+                         "rather than a measurement; search: without the exhaustive run; "
+                         "llm: fewer texts, shorter timings, no pipeline run")
     args, overrides = ap.parse_known_args(argv)
     # A fresh measurement for this bench run (cached timings may come from a busier moment);
     # both spine runs share it, so the second one still reuses every stage.
@@ -284,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
                 "byo": lambda: byo(base),
                 "transformer": lambda: transformer(args.quick),
                 "zoo": lambda: zoo(args.quick, args.zoo),
-                "search": lambda: search(args.quick)}
+                "search": lambda: search(args.quick),
+                "llm": lambda: llm(args.quick)}
     for name in wanted:
         try:
             results[name] = sections[name]()

@@ -641,6 +641,11 @@ class BillConfig:
     input_shape: Optional[list[int]] = None  # artifact: one sample's input shape, without the
                                             # batch; null = the task's representative sample;
                                             # LLM: [tokens], which sets seq
+    # Weight-only INT8/INT4 store a scale per block of weights beside the codes (issue 25):
+    weight_block: int = 32                  # weights per scale (onnxruntime MatMulNBits' default);
+                                            # 0 = no scales, the article's params x bits / 8
+    scale_bytes: int = 4                    # bytes per scale: 4 in an FP32 model (the genai
+                                            # builder's CPU output), 2 in FP16 (GPTQ, AWQ)
 
     def __post_init__(self):
         _positive(self, "bill", "batch", "seq")
@@ -650,6 +655,9 @@ class BillConfig:
             raise ConfigError(f"bill.keep_free={self.keep_free}: must be in [0, 1)")
         if self.tokens_per_s <= 0:
             raise ConfigError(f"bill.tokens_per_s={self.tokens_per_s}: must be > 0")
+        if self.weight_block < 0 or self.scale_bytes < 0:
+            raise ConfigError(f"bill.weight_block={self.weight_block}, bill.scale_bytes="
+                              f"{self.scale_bytes}: must be >= 0")
         if self.input_shape is not None and any(d <= 0 for d in self.input_shape):
             raise ConfigError(f"bill.input_shape={self.input_shape}: expected positive sizes")
 

@@ -65,3 +65,40 @@ def test_compare_generation_interleaves_models(int4):
     assert set(times) == {"a", "b"} and info["rounds"] >= 4
     assert len(times["a"].ttft_ms) == len(times["b"].ttft_ms) == info["rounds"]
     assert set(info["speedup_vs_a"]) == {"b"}
+
+
+def test_counted_bytes_of_the_builders_int4_graph(int4):
+    """The count agrees with the file the builder wrote, and its INT4 weights carry an FP32
+    scale per 32 weights: a quarter more than params x bits / 8."""
+    from pipeline.bill.token_bytes import count
+
+    tb = count(int4 / "model.onnx")
+    assert tb.stored == (int4 / "model.onnx.data").stat().st_size
+    assert tb.by_kind["scales"] * 4 == tb.by_kind["codes"]
+    assert (tb.layers, tb.kv_heads, tb.head_dim) == (2, 2, 16)   # from genai_config.json
+    assert tb.output_layer == 512 * 64 // 2 + 512 * 2 * 4        # lm_head: codes and scales
+
+
+def test_concurrent_streams_judge_p99_against_the_targets(int4):
+    from pipeline.measure.decode_load import concurrent_streams
+
+    kw = dict(new_tokens=4, streams=[1, 3], generations=1, threads=1)
+    loose = concurrent_streams(int4, PROMPTS, ttft_p99_ms=1e9, token_p99_ms=1e9, **kw)
+    assert [s["streams"] for s in loose["steps"]] == [1, 3]
+    assert [s["generations"] for s in loose["steps"]] == [1, 3]
+    assert all(s["meets_slo"] for s in loose["steps"]) and loose["max_streams_within_slo"] == 3
+    tight = concurrent_streams(int4, PROMPTS, ttft_p99_ms=1e-9, token_p99_ms=1e9, **kw)
+    assert tight["max_streams_within_slo"] == 0
+
+
+def test_memory_curve_sets_measured_memory_beside_the_bill(int4):
+    from pipeline.bill.token_bytes import count
+    from pipeline.measure.decode_load import memory_curve
+
+    curve = memory_curve(int4, [(2, 64)], threads=1)
+    tb = count(int4 / "model.onnx")
+    (row,) = curve["points"]
+    assert row["bill_kv_mb"] * 2 ** 20 == tb.kv_per_position * 64 * 2
+    assert row["bill_mb"] * 2 ** 20 == tb.stored + tb.kv_per_position * 64 * 2
+    assert row["prefill_logits_mb"] * 2 ** 20 == 2 * 63 * 512 * 4
+    assert row["model_mb"] > 0 and row["total_mb"] >= row["model_mb"]

@@ -5,7 +5,9 @@ sequence length, weight and KV precision, margin) and a ``HardwareConfig``. Out:
 weights, KV cache, margin and total in GB; whether it fits the device and by how much; the largest
 batch that fits; FLOPs per token; the decode ceiling from memory bandwidth and the prefill time
 bound from compute. Plain arithmetic, the usual estimator:
-``weights = params * bits / 8``, ``kv = batch * seq * layers * kv_heads * head_dim * 2 * bytes``,
+``weights = params * bits / 8`` (plus one scale per ``bill.weight_block`` weights for weight-only
+INT8/INT4, as the kernels read them: ``pipeline.bill.token_bytes`` counts them from a graph),
+``kv = batch * seq * layers * kv_heads * head_dim * 2 * bytes``,
 ``total = weights + kv + margin``. GB are decimal (1e9 B), as datasheets print them; GiB are shown too.
 Deliberately not handled: tensor parallelism across cards, paged-KV fragmentation, speculative
 decoding, mixture-of-experts (active parameters differ from stored ones) and prefix caching.
@@ -25,8 +27,17 @@ COMPUTE = {Precision.fp32: "fp32", Precision.fp16: "fp16", Precision.int8: "int8
            Precision.int4: "fp16"}
 
 
-def weight_bytes(params_b: float, precision: Precision) -> float:
-    return params_b * 1e9 * BYTES[precision]
+def weight_bytes(params_b: float, precision: Precision, block: int = 0,
+                 scale_bytes: float = 4.0) -> float:
+    """Codes, plus for INT8/INT4 one scale per ``block`` weights: at block 32 with FP32 scales
+    INT4 is 0.625 byte per weight, not 0.5 (the scales are read every token like the codes)."""
+    scales = params_b * 1e9 / block * scale_bytes if block and precision in (
+        Precision.int8, Precision.int4) else 0.0
+    return params_b * 1e9 * BYTES[precision] + scales
+
+
+def bill_weight_bytes(llm, bill, precision: Precision) -> float:
+    return weight_bytes(llm.params_b, precision, bill.weight_block, bill.scale_bytes)
 
 
 def kv_bytes(llm, batch: int, seq: int, precision: Precision) -> float:
@@ -54,7 +65,7 @@ def usable_bytes(hardware, bill) -> float:
 def max_batch(llm, bill, hardware, weights_precision: Precision | None = None) -> int:
     """The most sequences of ``bill.seq`` tokens whose KV cache fits beside weights and margin."""
     p = weights_precision or bill.precision
-    free = usable_bytes(hardware, bill) - weight_bytes(llm.params_b, p) - bill.margin_gb * GB
+    free = usable_bytes(hardware, bill) - bill_weight_bytes(llm, bill, p) - bill.margin_gb * GB
     per_seq = kv_bytes(llm, 1, bill.seq, bill.kv_precision)
     return max(0, math.floor(free / per_seq + 1e-9))
 
@@ -64,7 +75,7 @@ def llm_bill(llm, bill, hardware, precision: Precision | None = None) -> dict:
 
     p = precision or bill.precision
     kvp = bill.kv_precision
-    w = weight_bytes(llm.params_b, p)
+    w = bill_weight_bytes(llm, bill, p)
     kv = kv_bytes(llm, bill.batch, bill.seq, kvp)
     mha_kv = kv * llm.attention_heads / llm.kv_heads
     total = w + kv + bill.margin_gb * GB
