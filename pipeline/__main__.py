@@ -16,7 +16,8 @@ from pathlib import Path
 
 from pipeline import interrupt
 from pipeline.compose import compilable_models, compose
-from pipeline.errors import ConfigError, GateFailed, cli
+from pipeline.errors import ConfigError, cli
+from pipeline.finish import finish
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,7 +103,6 @@ def _run(argv: list[str]) -> int:
                           f"{cfg.model.source} {cfg.model.path or cfg.model.name} is not one (a "
                           "causal-LM folder or a .gguf file)")
     cfg = _preflight(cfg)
-    from pipeline.gate import table as gate_table
     from pipeline.recipe import recipe
     from pipeline.report import manifest as ship
     from pipeline.report import run as rep
@@ -125,17 +125,7 @@ def _run(argv: list[str]) -> int:
     path = rep.write(cfg.workdir, body, ship.figures(cfg, out, body))
     if publishing:
         ship.publish(cfg, out, body, path, evidence)
-    reused = sum(s["reused"] for s in runner.record)
-    print(f"stages: {reused} of {len(runner.record)} reused; {time.time() - t0:.1f} s")
-    print(gate_table(out.verdict))
-    print(f"gate: {out.verdict['summary']}")
-    if body.get("published"):
-        print(f"published: {body['published']}")
-    print(f"report: {path}")
-    if not out.verdict["passed"]:
-        raise GateFailed(f"gate failed, candidate kept at {out.models['candidate'].path}; "
-                         f"report {path}")
-    return 0
+    return finish(runner, t0, out.verdict, body, path, out.models["candidate"].path)
 
 
 if __name__ == "__main__":

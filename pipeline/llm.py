@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 
 from pipeline import interrupt
-from pipeline.errors import ConfigError, GateFailed
+from pipeline.errors import ConfigError
+from pipeline.finish import finish
 
 
 def preflight(cfg):
@@ -33,7 +34,6 @@ def preflight(cfg):
 
 
 def run(cfg) -> int:
-    from pipeline.gate import table as gate_table
     from pipeline.quant.decoder import recipe
     from pipeline.report import decoder as rep
     from pipeline.report import run as run_report
@@ -67,14 +67,4 @@ def run(cfg) -> int:
             run_report.update(path, body, render=rep.markdown)
             raise
         run_report.update(path, body, render=rep.markdown)
-    reused = sum(s["reused"] for s in runner.record)
-    print(f"stages: {reused} of {len(runner.record)} reused; {time.time() - t0:.1f} s")
-    print(gate_table(out.verdict))
-    print(f"gate: {out.verdict['summary']}")
-    if body.get("published"):
-        print(f"published: {body['published']}")
-    print(f"report: {path}")
-    if not out.verdict["passed"]:
-        raise GateFailed(f"gate failed, candidate kept at {out.models['candidate'].path}; "
-                         f"report {path}")
-    return 0
+    return finish(runner, t0, out.verdict, body, path, out.models["candidate"].path)

@@ -50,7 +50,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # What a finished run becomes: report.json/report.md and their sections, the manifest.
     ("report", ("pipeline.report", "pipeline.quant.report", "pipeline.quant.auto_report")),
     # Entry points: many runs at once, and the command lines.
-    ("cli", ("pipeline.sweep", "pipeline.__main__", "pipeline.llm", "pipeline.registry.__main__",
+    ("cli", ("pipeline.sweep", "pipeline.__main__", "pipeline.llm", "pipeline.finish", "pipeline.registry.__main__",
              "pipeline.bill.__main__")),
     # make bench measures the library from outside it.
     ("benchmarks", ("benchmarks",)),
