@@ -340,32 +340,37 @@ def targets(out: dict) -> dict:
 
 
 def table(section: dict) -> list[str]:
-    """The side-by-side rows for the results page."""
+    """The side-by-side rows for the results page, numbers as a person reads them."""
+    from pipeline.report import numbers as n
+
     q = section.get("quality", {})
     d1 = section.get("decode_1_stream", {}).get("models", {})
     d4 = section.get("decode_4_streams", {}).get("models", {})
 
-    def f(v, fmt=".3g"):
-        return "—" if v is None else format(v, fmt)
+    def share(v):  # a share of the bound (0..1) as a percentage
+        return n.percent(v, fraction=True)
 
-    lines = ["| model | perplexity | rise % | top-1 = FP32 | tok/s 1 stream | tok/s 4 streams "
-             "| TTFT ms p50 | token ms p50/p99 | bytes/token | share of bound (1 / 4 streams) |",
+    lines = ["| model | perplexity | rise | top-1 = FP32 | tok/s 1 stream | tok/s 4 streams "
+             "| time to first token p50 | per token p50 / p99 | read per token "
+             "| share of bound (1 / 4 streams) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for role in d1:
         a, b, s = d1[role], d4.get(role, {}), q.get(role, {})
-        lines.append(f"| {role} | {f(s.get('perplexity'))} | {f(s.get('perplexity_rise_pct'))} "
-                     f"| {f(s.get('top1_agreement'))} | {f(a.get('tokens_per_s'))} "
-                     f"| {f(b.get('tokens_per_s'))} | {f(a.get('ttft_ms_p50'))} "
-                     f"| {f(a.get('token_ms_p50'))} / {f(a.get('token_ms_p99'))} "
-                     f"| {f(a.get('bytes_per_token'), '.4g')} "
-                     f"| {f(a.get('share_of_bound'), '.2f')} / {f(b.get('share_of_bound'), '.2f')} |")
+        rise = s.get("perplexity_rise_pct")
+        lines.append(f"| {role} | {n.number(s.get('perplexity'))} "
+                     f"| {n.percent(rise) if rise is not None else n.NONE} "
+                     f"| {share(s.get('top1_agreement'))} | {n.number(a.get('tokens_per_s'))} "
+                     f"| {n.number(b.get('tokens_per_s'))} | {n.ms(a.get('ttft_ms_p50'))} "
+                     f"| {n.ms(a.get('token_ms_p50'))} / {n.ms(a.get('token_ms_p99'))} "
+                     f"| {n.size(a.get('bytes_per_token'))} "
+                     f"| {share(a.get('share_of_bound'))} / {share(b.get('share_of_bound'))} |")
     big = section.get("big", {}).get("decode_1_stream", {}).get("models", {})
     size = f"{section.get('big', {}).get('params_b', 0):.2f} B"  # as counted, not as meant
     for role, a in big.items():
-        lines.append(f"| {size} random {role} | — | — | — | {f(a.get('tokens_per_s'))} | — "
-                     f"| {f(a.get('ttft_ms_p50'))} | {f(a.get('token_ms_p50'))} / "
-                     f"{f(a.get('token_ms_p99'))} | {f(a.get('bytes_per_token'), '.4g')} "
-                     f"| {f(a.get('share_of_bound'), '.2f')} / — |")
+        lines.append(f"| {size} random {role} | — | — | — | {n.number(a.get('tokens_per_s'))} | — "
+                     f"| {n.ms(a.get('ttft_ms_p50'))} | {n.ms(a.get('token_ms_p50'))} / "
+                     f"{n.ms(a.get('token_ms_p99'))} | {n.size(a.get('bytes_per_token'))} "
+                     f"| {share(a.get('share_of_bound'))} / — |")
     if section.get("pipeline", {}).get("not_run"):
         lines.append(f"\nThe pipeline's artifact was not run: {section['pipeline']['not_run']}.")
     return lines + [""]
