@@ -70,8 +70,16 @@ def test_probe_measures_a_round_trip_and_restores_affinity():
     before = os.sched_getaffinity(0)
     with corestate.Probe(before) as p:
         values = [p.measure(trips=100, chunks=2) for _ in range(3)]
-    assert all(v is not None and 10 < v < 1e6 for v in values)
-    assert os.sched_getaffinity(0) == before
+        gave_up = p._proc is None
+    assert os.sched_getaffinity(0) == before  # whatever the probe read, affinity is restored
+    # On a machine whose other core is taken by other work, the helper may not answer within
+    # GIVE_UP_S: the probe then turns itself off (None from then on) instead of hanging.
+    measured = [v for v in values if v is not None]
+    assert all(10 < v < 1e6 for v in measured)
+    assert values == measured + [None] * (len(values) - len(measured))
+    assert gave_up == (len(measured) < len(values))
+    if not measured:
+        pytest.skip("the other core was too busy for a single round trip within GIVE_UP_S")
     with corestate.Probe({min(before)}) as single:
         assert single.measure() is None
 
