@@ -121,7 +121,8 @@ def recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning=None):
     def build(mode, **changes):
         # (every candidate is ranked against the float baselines below: no float fallback inside)
         return int8_recipe(_quant_cfg(cfg, mode, **changes), runner, fp32, evals["fp32"], ref,
-                           t, splits.evaluation, splits.calibration, guard=False)
+                           t, splits.evaluation, splits.calibration, guard=False,
+                           export=exported)
 
     int8, int8_info = build(QuantMode.int8)
     # Dynamic INT8 quantizes the LSTM only: floating what profiles slower would give back FP32.
