@@ -209,7 +209,9 @@ def recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning=None):
             "gate_batch": g.speedup_batch_size,
             "int8": {"latency_trial": int8_info.latency_trial, "regions": int8_info.regions,
                      "latency_exclusions": int8_info.latency_exclusions,
-                     "float_outputs": int8_info.float_outputs}}
+                     "float_outputs": int8_info.float_outputs},
+            # a fused transformer's dynamic candidate: which graph it quantized, both timings
+            "dynamic_source": dynamic_info.dynamic_source}
     return Outcome(final, final_evals, view, verdict, source, None, infos.get(role), summary,
                    pruning, auto=auto)
 
