@@ -1,6 +1,7 @@
 """The INT8 sub-recipe, step by step: calibrate, quantize and explain, keep float what got slower,
 float whole regions, float outputs, search a mix, per-node sensitivity, and float altogether when
-the result is still slower than FP32.
+the result is still slower than FP32. Dynamic INT8 of a fused transformer runs these steps on the
+fused graph and on the unfused export and keeps the faster of the two, timed head to head.
 
 In: the config, the runner, the optimized FP32 artifact and the evaluations of the float
 baselines (FP32 for the ranking subset of hardest samples, FP16 as the accuracy reference).
@@ -52,10 +53,11 @@ def int8(cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration_spl
         info.dynamic_source = record or {
             "chosen": chosen, "forced": None if q.dynamic_source == DynamicSource.auto
             else q.dynamic_source.value,
-            "why": (f"quant.dynamic_source={q.dynamic_source.value}"
+            "why": ("the fusions left the export as it was"
+                    if export.files.get("model.onnx") == fp32.files.get("model.onnx") else
+                    f"quant.dynamic_source={q.dynamic_source.value}"
                     if q.dynamic_source != DynamicSource.auto else
-                    "quant.exclude names the fused graph's nodes" if q.exclude else
-                    "the fusions left the export as it was")}
+                    "quant.exclude names the fused graph's nodes")}
     return (not_slower_than_fp32(qz, art, info, fp32) if guard else art), info
 
 
