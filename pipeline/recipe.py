@@ -95,7 +95,7 @@ def recipe(cfg: Config, runner) -> Outcome:
         # prepare, calibrate, quantize, explain, float fallback, float regions, float outputs,
         # mixed search, sensitivity: pipeline/quant/recipe.py
         candidate, quant_info = int8(cfg, runner, fp32, evals["fp32"], evals["fp16"], t,
-                                     splits.evaluation, splits.calibration)
+                                     splits.evaluation, splits.calibration, export=exported)
     else:
         candidate = {QuantMode.none: fp32, QuantMode.fp16: fp16,
                      QuantMode.bf16: fp32}[cfg.quant.mode]  # bf16: a precision, not a file

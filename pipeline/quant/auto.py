@@ -121,7 +121,8 @@ def recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning=None):
     def build(mode, **changes):
         # (every candidate is ranked against the float baselines below: no float fallback inside)
         return int8_recipe(_quant_cfg(cfg, mode, **changes), runner, fp32, evals["fp32"], ref,
-                           t, splits.evaluation, splits.calibration, guard=False)
+                           t, splits.evaluation, splits.calibration, guard=False,
+                           export=exported)
 
     int8, int8_info = build(QuantMode.int8)
     # Dynamic INT8 quantizes the LSTM only: floating what profiles slower would give back FP32.
@@ -208,7 +209,9 @@ def recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning=None):
             "gate_batch": g.speedup_batch_size,
             "int8": {"latency_trial": int8_info.latency_trial, "regions": int8_info.regions,
                      "latency_exclusions": int8_info.latency_exclusions,
-                     "float_outputs": int8_info.float_outputs}}
+                     "float_outputs": int8_info.float_outputs},
+            # a fused transformer's dynamic candidate: which graph it quantized, both timings
+            "dynamic_source": dynamic_info.dynamic_source}
     return Outcome(final, final_evals, view, verdict, source, None, infos.get(role), summary,
                    pruning, auto=auto)
 

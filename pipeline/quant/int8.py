@@ -37,6 +37,8 @@ class QuantInfo:
     search: dict | None = None
     versus_fp32: dict | None = None      # the final INT8 model against FP32 per batch size; when
     #                                      slower somewhere, the candidate is the FP32 model
+    dynamic_source: dict | None = None   # dynamic INT8 of a fused transformer: which graph it
+    #                                      quantized (fused or export) and, when both, their timings
 
 
 def output_nodes(model) -> dict[str, str]:

@@ -60,6 +60,16 @@ def markdown(q: dict) -> list[str]:
                          f"{'no smoothing' if k == 'off' else 'alpha ' + k} {v:.4f}"
                          for k, v in sm["scores"].items())
                      + f"; kept: {'none' if sm['chosen'] == 'off' else 'alpha ' + str(sm['chosen'])}")
+    src = q.get("dynamic_source")
+    if src:  # dynamic INT8 of a fused transformer: which graph was quantized, and why
+        if "ms" not in src:  # one graph only
+            lines.append(f"- dynamic INT8 of the {src['chosen']} graph ({src['why']})")
+        else:
+            sp = src["export_over_fused_speedup"]
+            lines.append(f"- dynamic INT8 of the fused graph {src['ms']['fused']:.2f} ms, of the "
+                         f"unfused export {src['ms']['export']:.2f} ms at batch "
+                         f"{src['batch_size']} (the export ran {numbers.ratio(sp['median'], sp['ci95'])} "
+                         f"the fused one): kept the {src['chosen']} one")
     if ex:
         lines.append(f"- on this target: {ex['unfused_quantize']} QuantizeLinear and "
                      f"{ex['unfused_dequantize']} DequantizeLinear left unfused; INT8 kernels "

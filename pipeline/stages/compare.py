@@ -21,10 +21,12 @@ class Compare:
     min_rounds: int = 100
     max_seconds: float = 20.0
     name = "compare"
-    version = 3
+    version = 4  # 4: each model's median time per batch (ms_a, ms_b)
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, other) -> dict:
+        import numpy as np
+
         from pipeline import runtimes
         from pipeline.measure import timing
         from pipeline.models import task
@@ -39,4 +41,5 @@ class Compare:
         fns = {role: runtimes.load(a.model, self.hardware).run for role, a in (("a", parent), ("b", other))}
         times, info = timing.head_to_head(fns, inputs, [("b", "a")], self.min_rounds,
                                           self.max_seconds, 0.02)
-        return {"a_over_b_speedup": timing.ratio_ci(times["b"], times["a"]), **info}
+        return {"a_over_b_speedup": timing.ratio_ci(times["b"], times["a"]),
+                "ms_a": float(np.median(times["a"])), "ms_b": float(np.median(times["b"])), **info}
