@@ -634,6 +634,12 @@ class Config:
         if self.gate.speedup_batch_size not in self.bench.batch_sizes:
             raise ConfigError(f"gate.speedup_batch_size={self.gate.speedup_batch_size} is not "
                               f"benchmarked; bench.batch_sizes={self.bench.batch_sizes}")
+        # The SLO is judged at the batch a request is answered in: refuse before any stage runs
+        # rather than time everything and fail the gate on a batch that was never timed.
+        if self.gate.check_slo_p99 and self.slo.batch_size not in self.bench.batch_sizes:
+            raise ConfigError(f"slo.batch_size={self.slo.batch_size} is not benchmarked; "
+                              f"bench.batch_sizes={self.bench.batch_sizes} (add it, or set "
+                              "gate.check_slo_p99=false)")
 
 
 @dataclass

@@ -61,6 +61,7 @@ def test_registry_can_be_dropped():
     ("gate.max_acuracy_drop=1", "valid keys: max_accuracy_drop"),
     ("gate.max_accuracy_drop=-1", "must be in [0, 100]"),
     ("gate.speedup_batch_size=4", "is not benchmarked"),
+    ("bench.batch_sizes=[8]", "slo.batch_size=1 is not benchmarked"),
     ("model=null", "model cannot be dropped"),
 ])
 def test_bad_values_name_key_value_and_choices(override, expected):
@@ -68,6 +69,11 @@ def test_bad_values_name_key_value_and_choices(override, expected):
         compose([override])
     assert expected in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_an_untimed_slo_batch_is_refused_only_while_the_slo_is_checked():
+    assert compose(["bench.batch_sizes=[8]", "gate.check_slo_p99=false"]).bench.batch_sizes == [8]
+    assert compose(["bench.batch_sizes=[8]", "slo.batch_size=8"]).slo.batch_size == 8
 
 
 @pytest.mark.parametrize("override, key", [("quant=int9", "quant=int9"),
