@@ -28,7 +28,7 @@ def _winner(rep: dict) -> dict:
 
 
 def network(base: list[str], model: str, cli) -> dict:
-    from pipeline.compose import compose
+    from pipeline.engine.compose import compose
     from benchmarks.peers import PEERS, compare
 
     args = [a for a in base if not a.startswith(("model=", "quant="))] + [

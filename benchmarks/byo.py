@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
-from pipeline.report import numbers
+from pipeline.core import numbers
 
 STEPS = 1500           # about 6 minutes on 2 cores; enough for a recognizer worth gating
 CALIBRATION, EVALUATION = 128, 500
@@ -61,7 +61,7 @@ def evaluate(model: Path, args: list[str]) -> dict:
 
 
 def _task(args: list[str]):
-    from pipeline.compose import compose
+    from pipeline.engine.compose import compose
     from pipeline.models import task
     from pipeline.models.sources import task_key
 
@@ -81,7 +81,7 @@ def timed(models: dict, args: list[str], quants: tuple[str, ...] = QUANTS) -> di
     from benchmarks.common import width_buckets
     from pipeline import runtimes
     from pipeline.measure import timing
-    from pipeline.models.contract import size_of
+    from pipeline.task.contract import size_of
 
     cfg, t = _task(args)
     hw, bench = cfg.hardware.target(), cfg.bench
@@ -140,7 +140,7 @@ def _run(cli, args: list[str]) -> dict:
 
 def section(base: list[str], cli, steps: int = STEPS) -> dict:
     from benchmarks.byo_recognizer import DATA_ARGS, build, write_lines
-    from pipeline import isolate
+    from pipeline.core import isolate
 
     root = Path("artifacts") / "bench-byo"
     card = isolate.call("byo: train and export the recognizer", build, root / "model", steps)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.data.spec import ImagePrep
+from pipeline.config.data import ImagePrep
 from pipeline.models.ocr.data import ALPHABET, render_line
 
 HEIGHT, CHANNELS, OPSET = 48, 3, 12

@@ -303,7 +303,7 @@ def budget(memory: dict, vocab: int, context: int, seq: int = 2048, streams: int
     INT4 model, with the runtime's own overhead measured at load (``model_mb`` over the stored
     weights: prepacked weight copies, arenas) as the margin: by the KV cache alone, and with the
     logits a whole-prompt prefill holds (``vocab`` x 4 bytes per position)."""
-    from pipeline.bill.probe import memory_gb
+    from pipeline.measure.probe import memory_gb
     from pipeline.bill.token_bytes import TokenBytes, fit
 
     stored, kv = memory["weights_bytes"], memory["kv_bytes_per_position"]
@@ -341,7 +341,7 @@ def targets(out: dict) -> dict:
 
 def table(section: dict) -> list[str]:
     """The side-by-side rows for the results page, numbers as a person reads them."""
-    from pipeline.report import numbers as n
+    from pipeline.core import numbers as n
 
     q = section.get("quality", {})
     d1 = section.get("decode_1_stream", {}).get("models", {})

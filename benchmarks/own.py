@@ -24,9 +24,9 @@ TARGET = "own model: ORT default slower than FP32, pipeline int8 faster within b
 
 
 def own_model(extra: list[str] | None = None, workdir: str = "artifacts") -> dict:
-    from pipeline import isolate
+    from pipeline.core import isolate
     from benchmarks.common import default_quantize, evaluate, timed
-    from pipeline.compose import compose
+    from pipeline.engine.compose import compose
 
     args = [*ARGS, f"workdir={workdir}", *(extra or [])]
     proc = subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True)

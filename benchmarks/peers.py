@@ -144,8 +144,8 @@ def measure(paths: dict, choice: dict, hw, bench, model_cfg, data_dir: str, metr
 
 def compare(report: dict, cfg, workdir: Path) -> dict:
     """Build the peers, then measure everything; ``report`` is the pipeline run's report.json."""
-    from pipeline import isolate
-    from pipeline.artifact import Artifact
+    from pipeline.core import isolate
+    from pipeline.core.artifact import Artifact
 
     lineage, rt = report["lineage"], report["runtimes"]
     fp32 = Artifact.read(Path(lineage["fp32"]["path"])).model
@@ -168,7 +168,7 @@ def compare(report: dict, cfg, workdir: Path) -> dict:
 def section(base: list[str], cli) -> dict:
     """``make bench``'s ``runtimes`` section: the pipeline with ``hardware.runtime=auto``, then
     its choice against the peers at batch 1 and 8. ``cli`` runs ``python -m pipeline``."""
-    from pipeline.compose import compose
+    from pipeline.engine.compose import compose
 
     args = [*base, "hardware.runtime=auto"]
     code, seconds, rep = cli(args)

@@ -24,7 +24,7 @@ AA = "unpruned int8 (A/A copy)"
 def head_to_head(task_name: str, paths: dict[str, str], hardware, eval_samples: int,
                  data_dir: str, min_rounds: int = 300, max_seconds: float = 120.0,
                  rel_ci: float = 0.02) -> dict:
-    """Runs in a child (``pipeline.isolate``): the thread pool is set once per process."""
+    """Runs in a child (``pipeline.core.isolate``): the thread pool is set once per process."""
     import numpy as np
 
     from pipeline.runtimes import onnxruntime as ort
@@ -56,8 +56,8 @@ def _rows(rep: dict) -> dict:
 
 
 def section(base: list[str], cli) -> dict:
-    from pipeline import isolate
-    from pipeline.compose import compose
+    from pipeline.core import isolate
+    from pipeline.engine.compose import compose
 
     runs = {}
     for name, args in (("unpruned", base), ("pruned", [*base, *PRUNED])):

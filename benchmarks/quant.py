@@ -23,7 +23,7 @@ from benchmarks.common import default_quantize, evaluate, timed
 
 
 def _calibration_rss(prepared: Path, cfg, samples: int) -> float:
-    from pipeline import isolate
+    from pipeline.core import isolate
     from pipeline.stages.calibrate import Calibrate
 
     from pipeline.models import task
@@ -36,8 +36,8 @@ def _calibration_rss(prepared: Path, cfg, samples: int) -> float:
 
 
 def quantization(lineage: dict, stages: list[dict]) -> dict:
-    from pipeline import isolate
-    from pipeline.compose import compose
+    from pipeline.core import isolate
+    from pipeline.engine.compose import compose
 
     cfg = compose(["model=ocr", "quant=int8"])
     fp32 = Path(lineage["fp32"]["path"]) / "model.onnx"

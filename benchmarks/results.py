@@ -6,7 +6,7 @@ name -> [measured value, met], and the ``measured_at`` / ``cpu`` that ``benchmar
 it). Out: a Markdown page with, per section, when and on which CPU it ran and one row per target.
 Numbers only compare with numbers from the same CPU, so every section names its own: sections are
 kept from earlier runs when only some are re-run, and those may come from another machine.
-Every measured value goes through ``pipeline.report.numbers`` (``1.67x (CI 1.56-1.72)``, never the
+Every measured value goes through ``pipeline.core.numbers`` (``1.67x (CI 1.56-1.72)``, never the
 JSON it is stored as), whatever shape a section gives it.
 ``python -m benchmarks.results [bench.json] [docs/results.md]`` re-renders the page.
 """
@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline.report.numbers import readable
+from pipeline.core.numbers import readable
 
 HEADER = """# Measured results
 

@@ -67,7 +67,7 @@ from pathlib import Path
 from benchmarks import results as bench_results
 from benchmarks.common import cli as _cli
 from benchmarks.quant import quantization
-from pipeline.env import cpu_info
+from pipeline.core.env import cpu_info
 
 LOAD_P99_MS = 20.0  # an interactive OCR service's per-line budget, for the load section
 
@@ -113,9 +113,9 @@ def spine(base: list[str]) -> dict:
 
 def repeatability(lineage: dict) -> dict:
     """Two more benchmark runs, back to back, straight through the stage (no cache)."""
-    from pipeline import isolate
-    from pipeline.artifact import Artifact
-    from pipeline.compose import compose
+    from pipeline.core import isolate
+    from pipeline.core.artifact import Artifact
+    from pipeline.engine.compose import compose
     from pipeline.stages.benchmark import Benchmark
 
     cfg = compose(["model=ocr", "quant=int8"])

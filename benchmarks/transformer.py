@@ -121,9 +121,9 @@ def side_by_side(run_dir: Path, folder: Path, data: Path, workdir: Path, batches
 
     from pipeline.config import HardwareConfig, ModelConfig
     from pipeline.data.real_batches import bucketed
-    from pipeline.data.spec import DataConfig
+    from pipeline.config.data import DataConfig
     from pipeline.measure import timing
-    from pipeline.metrics.config import MetricConfig
+    from pipeline.config.metrics import MetricConfig
     from pipeline.models import task
     from pipeline.models.sources import task_key
     from pipeline.runtimes import onnxruntime as ort
@@ -184,7 +184,7 @@ def section(cli, quick: bool = False) -> dict:
     """``cli(args) -> (exit code, seconds, report)`` runs ``python -m pipeline`` (``run.py``)."""
     import tempfile
 
-    from pipeline.env import cpu_info
+    from pipeline.core.env import cpu_info
 
     shape = {"layers": 2, "hidden": 64, "heads": 4} if quick else BERT
     n = 200 if quick else SENTENCES

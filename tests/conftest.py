@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Each xdist worker has machine-wide locks of its own (``pipeline.locks``; every run a test starts
+# Each xdist worker has machine-wide locks of its own (``pipeline.core.locks``; every run a test starts
 # inherits this). The pipeline's timed stages hold the machine alone, which for two workers meant
 # that one idled through every benchmark, profile and load test of the other. The tests
 # judge timings only against themselves (A/A, ratios of side-by-side rounds, with wide
@@ -26,8 +26,9 @@ if os.environ.get("PYTEST_XDIST_WORKER") and "PIPELINE_LOCK_DIR" not in os.envir
         prefix=f"pipeline-locks-{os.environ['PYTEST_XDIST_WORKER']}-")
 
 
-def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600,
+            env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -66,7 +67,7 @@ def tiny_run(tmp_path_factory):
 # CPU classes in the test matrix: a test that takes the ``isa`` argument runs twice, "native" on
 # this CPU's full instruction set and "avx2" in a child pytest with the libraries capped at AVX2
 # (oneDNN in OpenVINO and torch, torch's ATen kernels), so a VNNI/AMX machine also exercises the
-# AVX2 path. Under the cap the pipeline's own flags (pipeline.env.effective_flags) drop what the
+# AVX2 path. Under the cap the pipeline's own flags (pipeline.core.env.effective_flags) drop what the
 # cap forbids, so the test's expectations follow it.
 AVX2_CAPS = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 

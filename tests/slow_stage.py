@@ -27,7 +27,7 @@ class Slow:
 
 if __name__ == "__main__":
     from pipeline.config import HardwareConfig
-    from pipeline.runner import Runner
+    from pipeline.engine.runner import Runner
 
     runner = Runner(sys.argv[1], HardwareConfig().target(), remote="")
     art = runner.run(Slow(float(sys.argv[2]), sys.argv[3]))

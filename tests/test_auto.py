@@ -13,7 +13,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from pipeline.quant import regions
+from pipeline.recipes import regions
 from tests.conftest import run_cli
 
 FAST = ["bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=1",

@@ -18,8 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.bill import artifact_bill, markdown
 from pipeline.bill.onnx_cost import analyse
-from pipeline.compose import compose
-from pipeline.errors import ConfigError
+from pipeline.engine.compose import compose
+from pipeline.core.errors import ConfigError
 
 SAMPLE = [1, 32, 164]
 BATCH = 8

@@ -7,7 +7,7 @@ import pytest
 
 from pipeline.bill.capacity import plan
 from pipeline.config import SloConfig
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 MEASURED = {1: {"p99_ms": 10.0, "throughput": 100.0}, 8: {"p99_ms": 40.0, "throughput": 400.0}}
 

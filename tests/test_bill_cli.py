@@ -9,7 +9,7 @@ import sys
 import onnxruntime
 import pytest
 
-from pipeline.compose import group_options
+from pipeline.engine.compose import group_options
 from tests.conftest import ROOT, run_cli
 
 
@@ -119,7 +119,7 @@ def test_an_input_shape_that_contradicts_the_model_is_refused(tmp_path):
 def test_an_llm_input_shape_sets_the_tokens_per_sequence_or_is_refused(capsys):
     """For an LLM one sample is a sequence of token ids: bill.input_shape=[N] is bill.seq=N (in
     process: the command line's shell, stdout and stderr as the user sees them)."""
-    from pipeline.bill.__main__ import main
+    from pipeline.cli.bill import main
 
     def bill(*args):
         code = main(["model=llm_7b", "hardware=l4", "--json", *args])

@@ -10,9 +10,9 @@ import math
 import pytest
 
 from pipeline.bill.llm import kv_bytes, llm_bill, max_batch
-from pipeline.compose import compose
+from pipeline.engine.compose import compose
 from pipeline.config import Precision
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 GB = 1e9
 

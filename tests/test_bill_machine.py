@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from pipeline.bill import machine
-from pipeline.bill.probe import memory_gb
-from pipeline.compose import compose
-from pipeline.env import cpu_info
+from pipeline.measure import machine
+from pipeline.measure.probe import memory_gb
+from pipeline.engine.compose import compose
+from pipeline.core.env import cpu_info
 
 AVX2 = {"model": "AMD EPYC", "flags": ["avx", "avx2", "fma"], "logical_cores": 2,
         "machine": "x86_64"}

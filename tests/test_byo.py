@@ -8,12 +8,13 @@ Bad inputs end with one line naming the problem and exit 2 or 3. Every task meet
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import one_line, run_cli
+from tests.conftest import ROOT, one_line, run_cli
 
 FAST = ["registry=null", "bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=1",
         "bench.warmup_max_runs=20", "bench.size_buckets=2", "bench.cold_start_repeats=0",
@@ -93,6 +94,49 @@ def test_torch_factory_pruned_end_to_end(byo):
     assert "held-out top1 %" in (byo / "pruned" / "runs" / "latest" / "report.md").read_text()
 
 
+# Loaded as sitecustomize into every Python process of the run (the CLI and the stages' child
+# processes): it logs each time a file is opened from inside ``sha256_file``, if it is the model.
+HASH_LOG_HOOK = """
+import os, sys
+_target, _log = os.environ["HASH_TARGET"], os.environ["HASH_LOG"]
+def _hook(event, args):
+    if event != "open" or not isinstance(args[0], (str, bytes, os.PathLike)):
+        return
+    if os.path.realpath(os.fsdecode(args[0])) != _target:
+        return
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name == "sha256_file":
+            with open(_log, "a") as out:
+                out.write(f"{os.getpid()} {f.f_back.f_code.co_name if f.f_back else '?'}\\n")
+            return
+        f = f.f_back
+sys.addaudithook(_hook)
+"""
+
+
+def test_the_users_file_is_hashed_once_from_command_line_to_registry(byo, tmp_path):
+    """model.path is hashed once per run (pipeline.models.run): the preflight, the recipe, the
+    import stage, the report and the bill read the run's key instead of hashing it again."""
+    hook, log, model = tmp_path / "hook", tmp_path / "hashes.log", tmp_path / "model.onnx"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HASH_LOG_HOOK)
+    shutil.copy(byo / "cnn.onnx", model)
+    fast = [a for a in FAST if a != "registry=null"]
+    proc = run_cli("model=onnx", f"model.path={model}", *DATA, f"data.path={byo / 'data'}",
+                   "metric=classification", "quant=none", f"workdir={tmp_path / 'w'}",
+                   f"data_dir={tmp_path / 'w' / 'data'}", f"registry.root={tmp_path / 'reg'}",
+                   *fast, env={"PYTHONPATH": f"{hook}{os.pathsep}{ROOT}",
+                               "HASH_TARGET": str(model.resolve()), "HASH_LOG": str(log)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "w" / "runs" / "latest" / "report.json").read_text())
+    assert report["publish"]["status"] == "published", report["publish"]
+    imported = next(s for s in report["stages"] if s["stage"] == "import")
+    assert not imported["reused"]  # built, so the import stage's check on the file ran
+    hashed = log.read_text().splitlines()
+    assert len(hashed) == 1, hashed
+
+
 def test_the_same_network_as_an_onnx_file_only(byo):
     proc = _run(byo, "onnx", "model=onnx", f"model.path={byo / 'cnn.onnx'}", *DATA,
                 f"data.path={byo / 'data'}", "metric=classification", "metric.top_k=2")
@@ -154,9 +198,9 @@ def test_label_free_run_with_an_onnx_file_and_an_unlabelled_folder(byo):
 
 @pytest.mark.slow
 def test_every_task_meets_the_contract(byo):
-    from pipeline.compose import compose
+    from pipeline.engine.compose import compose
     from pipeline.models import TASKS, task
-    from pipeline.models.contract import check
+    from pipeline.task.contract import check
     from pipeline.models.sources import task_key
 
     for name in TASKS:

@@ -142,9 +142,9 @@ def test_charset_from_the_onnx_metadata(lines):
     run above)."""
     import onnxruntime as ort
 
-    from pipeline.compose import compose
+    from pipeline.engine.compose import compose
     from pipeline.models import task
-    from pipeline.models.contract import check
+    from pipeline.task.contract import check
     from pipeline.models.sources import task_key
 
     cfg = compose(["model=onnx", f"model.path={lines / 'ctc-meta.onnx'}", *_data(lines),

@@ -43,11 +43,11 @@ def _model(path: Path) -> Path:
 
 def test_two_calibrations_of_the_same_data_share_a_digest_and_quantize_is_reused(tmp_path):
     from pipeline.config import HardwareConfig, ModelConfig
-    from pipeline.data.spec import DataConfig
-    from pipeline.metrics.config import MetricConfig
+    from pipeline.config.data import DataConfig
+    from pipeline.config.metrics import MetricConfig
     from pipeline.models import task
     from pipeline.models.sources import task_key
-    from pipeline.runner import Runner
+    from pipeline.engine.runner import Runner
     from pipeline.stages.calibrate import Calibrate
     from pipeline.stages.quantize import Quantize
 

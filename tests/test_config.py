@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.compose import compose, group_options
+from pipeline.engine.compose import compose, group_options
 from pipeline.config import GROUPS, QuantMode
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 from tests.conftest import run_cli
 
 

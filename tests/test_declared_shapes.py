@@ -71,10 +71,10 @@ def _args(root, name):
 
 
 def test_the_graph_is_trusted_over_its_declarations(files, tmp_path):
-    """Run in a child, as the pipeline runs its stages (``pipeline.isolate``): the stage and the
+    """Run in a child, as the pipeline runs its stages (``pipeline.core.isolate``): the stage and the
     pipeline's sessions set onnxruntime's global thread pool, after which no plain session could be
     made in this worker (other tests make some). A failed check is the child's error here."""
-    from pipeline.isolate import call
+    from pipeline.core.isolate import call
 
     call("the declared-shapes check", _trusted, files, tmp_path)
 
@@ -110,7 +110,7 @@ def _trusted(files, tmp_path):
 def test_the_graph_is_run_once_per_file_not_in_every_stage(files, tmp_path, monkeypatch):
     """Each stage's child rebuilds the task; the probe's answer is kept under data_dir (keyed by
     the file, the sample and the runtime), so only the first build runs the graph."""
-    import pipeline.isolate
+    import pipeline.core.isolate
     from benchmarks.byo import _task
     from pipeline.models.onnx_file import OnnxTask
 
@@ -120,7 +120,7 @@ def test_the_graph_is_run_once_per_file_not_in_every_stage(files, tmp_path, monk
     def again(*_, **__):
         raise AssertionError("the graph was run again for the same file and sample")
 
-    monkeypatch.setattr(pipeline.isolate, "call", again)
+    monkeypatch.setattr(pipeline.core.isolate, "call", again)
     rebuilt = OnnxTask(t.key)  # what a stage's child does
     assert (rebuilt.outputs, rebuilt.time_major, rebuilt.warnings, rebuilt.inputs) == \
         (t.outputs, t.time_major, t.warnings, t.inputs)
@@ -128,7 +128,7 @@ def test_the_graph_is_run_once_per_file_not_in_every_stage(files, tmp_path, monk
 
 def test_an_already_quantized_model_is_refused_for_int8(files):
     from benchmarks.byo import _task
-    from pipeline.errors import ConfigError
+    from pipeline.core.errors import ConfigError
     from pipeline.quant.given import already_quantized
 
     cfg, t = _task(_args(files, "quantized.onnx") + ["quant=int8"])
@@ -145,7 +145,7 @@ def test_an_already_quantized_model_is_refused_for_int8(files):
 
 
 def test_int8_on_a_quantized_model_exits_2_before_any_stage(files, tmp_path, capsys):
-    from pipeline.__main__ import main
+    from pipeline.cli.main import main
 
     code = main(_args(files, "quantized.onnx") + ["quant=int8", f"workdir={tmp_path / 'w'}"])
     err = capsys.readouterr().err

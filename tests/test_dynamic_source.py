@@ -1,4 +1,4 @@
-"""Which graph dynamic INT8 of a fused transformer quantizes (``pipeline.quant.recipe``): the
+"""Which graph dynamic INT8 of a fused transformer quantizes (``pipeline.recipes.int8``): the
 sources offered, and the choice from a head-to-head timing, here with injected per-round times
 (no verdict on the real clock). The real run on the tiny model is in tests/test_hf.py."""
 from types import SimpleNamespace
@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.config import DynamicSource, QuantConfig, QuantMode
 from pipeline.measure.timing import ratio_ci
-from pipeline.quant import recipe
+from pipeline.recipes import int8 as recipe
 
 
 def _art(stage: str, model: str, digest: str = ""):

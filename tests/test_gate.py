@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from pipeline.config import GateConfig, SloConfig
 from pipeline.gate import judge, table
-from pipeline.metrics.spec import MetricSpec
+from pipeline.task.metric import MetricSpec
 
 SEQ = MetricSpec("sequence_accuracy", True)
 
@@ -95,7 +95,7 @@ def test_shape_outliers_flag_only_the_jump():
 
 def test_timings_from_another_environment_are_refused(tmp_path):
     from pipeline.config import HardwareConfig
-    from pipeline.env import environment
+    from pipeline.core.env import environment
 
     here = environment(HardwareConfig().target())
     b = bench(2.0)

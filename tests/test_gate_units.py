@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from pipeline.config import GateConfig
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 from pipeline.gate import judge
 from pipeline.metrics import SPECS
-from pipeline.models.contract import MetricsSpec
+from pipeline.task.contract import MetricsSpec
 from tests.conftest import run_cli
 
 EMBED = MetricsSpec(tuple(SPECS[n] for n in ("cosine_mean", "cosine_p1", "max_abs_diff",
@@ -103,7 +103,7 @@ def test_accuracies_keep_their_points_and_limits_resolve_per_metric():
 
 
 def test_limits_for_metrics_that_do_not_exist_are_refused_when_composing():
-    from pipeline.compose import compose
+    from pipeline.engine.compose import compose
 
     with pytest.raises(ConfigError) as e:
         compose(["gate.max_accuracy_drop={cosin_mean: 0.01}"])
@@ -157,8 +157,8 @@ def _onnx(path, out_shape, in_shape=("batch", 4), k=None):
 
 def _task(tmp_path, model, data_rows, metric: str, **metric_kw):
     from pipeline.config import ModelConfig
-    from pipeline.data.spec import DataConfig
-    from pipeline.metrics.config import MetricConfig
+    from pipeline.config.data import DataConfig
+    from pipeline.config.metrics import MetricConfig
     from pipeline.models import task
     from pipeline.models.sources import task_key
 
@@ -223,7 +223,7 @@ def test_a_one_value_output_needs_a_limit_in_its_own_units_before_any_stage(tmp_
 # -- the user's name for their model ------------------------------------------------------------
 
 def test_model_name_defaults_to_the_file_and_the_loader_is_model_source(tmp_path):
-    from pipeline.compose import compose
+    from pipeline.engine.compose import compose
     from pipeline.models.sources import Source, task_key
 
     model = _onnx(tmp_path / "My Net_v2.onnx", ("batch", 3))

@@ -7,7 +7,7 @@ transformers in torch, the fusions onnxruntime.transformers finds, dynamic INT8,
 report run through ``python -m pipeline`` once (an embedding model on sentence pairs with gold
 similarity scores, gated on Spearman's rho; shared by the tests that read it); a classifier's export and scores go through the stages in process; bad folders end with one
 line and exit 2. Stage children start with torch and transformers already imported
-(``pipeline.isolate``), so a run takes seconds.
+(``pipeline.core.isolate``), so a run takes seconds.
 """
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def hf(tmp_path_factory):
 def _key(folder: Path, data: Path, metric: str = "agreement", params: dict | None = None,
          top_k: int = 5, primary: str = "", **data_kw):
     from pipeline.config import ModelConfig
-    from pipeline.data.spec import DataConfig
-    from pipeline.metrics.config import MetricConfig
+    from pipeline.config.data import DataConfig
+    from pipeline.config.metrics import MetricConfig
     from pipeline.models.sources import task_key
 
     data_kw = {"input_column": "text", "calibration_samples": 24, "evaluation_samples": 40,
@@ -78,7 +78,7 @@ def _report(root: Path, workdir: str) -> dict:
 
 
 def test_the_task_reads_the_folder_and_meets_the_contract(hf):
-    from pipeline.models.contract import check
+    from pipeline.task.contract import check
     from pipeline.models import task as build
 
     t = build(_key(hf / "embed", hf / "text.jsonl"))
@@ -178,7 +178,7 @@ def test_dynamic_int8_quantizes_both_graphs_and_keeps_the_faster(hf, embed_run):
     """The tiny BERT's fusions change its graph, so dynamic INT8 is built from the fused graph
     and from the export, both timed head to head at the gate's batch size; the one the timing
     picks (ties: the fused one) is the candidate, and the report says so with both timings."""
-    from pipeline.quant.recipe import pick_source
+    from pipeline.recipes.int8 import pick_source
 
     src = embed_run["quantization"]["dynamic_source"]
     assert src["forced"] is None and src["batch_size"] == 8
@@ -198,7 +198,7 @@ def test_per_layer_table_names_transformer_modules(hf, embed_run):
     """The INT8 table names each node by the module it came from: a MatMul by its Linear
     (encoder.layer.0.intermediate.dense), a fused attention by its block
     (encoder.layer.0.attention.self), the pooling the wrapper adds by its node name."""
-    from pipeline.quant.report import layer_rows
+    from pipeline.report.quant import layer_rows
 
     nodes = embed_run["quantization"]["explain"]["nodes"]
     module = {r["node"]: r["module"] for r in nodes}
@@ -271,8 +271,8 @@ def test_spearman_on_sentence_pairs_gates_when_named(hf, embed_run):
 
 def test_pair_data_mistakes_are_config_errors(hf):
     """One line each, before any stage (the command line makes them exit 2)."""
-    from pipeline.data.spec import DataConfig
-    from pipeline.errors import ConfigError
+    from pipeline.config.data import DataConfig
+    from pipeline.core.errors import ConfigError
     from pipeline.models import task
 
     with pytest.raises(ConfigError, match="name two different text columns"):
@@ -336,7 +336,7 @@ def test_classifier_export_and_scores(hf, tmp_path):
 
     from pipeline.config import HardwareConfig
     from pipeline.models import task
-    from pipeline.runner import Runner
+    from pipeline.engine.runner import Runner
     from pipeline.stages.export import Export
     from pipeline.stages.load import Load
 
@@ -384,7 +384,7 @@ def test_more_bad_folders_are_config_errors(hf, tmp_path):
     """The same checks in process (the command line turns a ConfigError into one line, exit 2,
     as the test above shows): weights that do not fit config.json, an unknown architecture, no
     folder, a metric that does not fit the model."""
-    from pipeline.errors import ConfigError
+    from pipeline.core.errors import ConfigError
     from pipeline.models import task
 
     misfit = tmp_path / "misfit"

@@ -10,9 +10,9 @@ from PIL import Image
 
 from pipeline.data import images
 from pipeline.data.real_batches import bucket_axis
-from pipeline.data.spec import ImagePrep
-from pipeline.errors import ConfigError
-from pipeline.models.contract import InputSpec
+from pipeline.config.data import ImagePrep
+from pipeline.core.errors import ConfigError
+from pipeline.task.contract import InputSpec
 
 
 def _colour(w: int, h: int, seed: int = 0) -> Image.Image:
@@ -129,7 +129,7 @@ def two_axes(tmp_path_factory):
 
 
 def _task(root, *extra):
-    from pipeline.compose import compose
+    from pipeline.engine.compose import compose
     from pipeline.models import task
     from pipeline.models.sources import task_key
 

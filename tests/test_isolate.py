@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from pipeline import isolate
+from pipeline.core import isolate
 
 
 def _loaded() -> set[str]:
@@ -32,7 +32,7 @@ def _fails_in_an_expression(names):
 def test_a_childs_error_is_one_line_naming_where_it_was_raised():
     import pytest
 
-    from pipeline.errors import StageError
+    from pipeline.core.errors import StageError
 
     with pytest.raises(StageError) as e:
         isolate.call("stage evaluate", _fails_in_an_expression, {"present": 1})

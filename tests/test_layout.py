@@ -1,10 +1,12 @@
-"""The source layout keeps its layers: no import cycle, and no import up the layers.
+"""The source layout keeps its layers: every folder is a layer, no folder imports one above it, and
+no two folders (or modules) import each other.
 
 The test reads every module of ``pipeline/`` and ``benchmarks/`` with ``ast`` (nothing is
 imported), collects each ``import``/``from ... import`` wherever it stands (module level or inside
 a function: a lazy import is still a dependency), resolves it to a module of the tree, and checks
-the resulting graph. A new module lands in the layer of its package; a module whose package does
-not say where it belongs fails the test until ``LAYERS`` names it.
+the resulting graph at the level of folders. A module belongs to the folder it sits in; there is
+no per-module table. One rule is by name: a ``__main__`` module is how ``python -m`` finds a
+command line, so it counts as ``cli`` wherever it sits (it only calls ``pipeline.cli``).
 """
 from __future__ import annotations
 
@@ -13,45 +15,36 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Lowest first. A module may import from its own layer and from any layer below, never from one
-# above. Entries are module names or package prefixes; the longest matching entry wins, so a
-# package can sit in one layer and one of its modules in another.
+# Lowest first. A folder may import from its own layer and from any layer below, never from one
+# above; folders of one layer may import each other as long as no cycle forms.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # Knows nothing of models, stages or options: errors, this machine, cache-key and lock
-    # helpers, the artifact record, child processes.
-    ("core", ("pipeline", "pipeline.errors", "pipeline.env", "pipeline.locks",
-              "pipeline.leftovers", "pipeline.seal", "pipeline.artifact", "pipeline.interrupt",
-              "pipeline.isolate")),
-    # The typed schema of every config group: plain dataclasses and enums that every
-    # capability may read (the bill reads Precision), so it must not import any of them. The
-    # data= and metric= groups' schemas live beside the code that reads them.
-    ("config", ("pipeline.config", "pipeline.data.spec", "pipeline.metrics.config")),
-    # Libraries, each about one thing, called by stages and by the CLIs; none knows the order of
-    # work. Peers in one layer may import each other (models decode with metrics, cold start
-    # times a runtime) as long as no cycle forms.
-    ("capabilities", ("pipeline.data", "pipeline.metrics", "pipeline.runtimes",
-                      "pipeline.measure", "pipeline.models", "pipeline.registry",
-                      "pipeline.bill", "pipeline.prune", "pipeline.quant.defaults",
-                      "pipeline.quant.calibration", "pipeline.quant.modules",
-                      "pipeline.quant.index_nodes", "pipeline.quant.mask_nodes")),
-    # The engine that turns overrides into a Config (compose applies this machine's hardware
-    # numbers from the bill, so it sits above the capabilities) and runs stages (runner, and its
-    # Ray executor for timed stages on a cluster).
-    ("engine", ("pipeline.compose", "pipeline.runner", "pipeline.cluster")),
+    # helpers, the artifact record and its seal, child processes, a user's files, number formats.
+    ("core", ("pipeline", "core")),
+    # The typed schema of every config group: plain dataclasses and enums that every capability
+    # may read.
+    ("config", ("config",)),
+    # The task contract (inputs, outputs, splits, batches, the Task protocol) and a metric's
+    # direction and unit: what data, metrics and models all speak.
+    ("task", ("task",)),
+    # Libraries, each about one thing, called by stages and by the command lines; none knows the
+    # order of work. quant/ holds the quantization capability (defaults from the CPU, calibration
+    # methods, node names), not sequences of stages.
+    ("capabilities", ("metrics", "data", "runtimes", "prune", "models", "bill", "measure",
+                      "registry", "quant")),
+    # Overrides into a Config (compose applies this machine's measured profile), the cached stage
+    # runner and its Ray executor.
+    ("engine", ("engine",)),
     # One module per stage, plus their private helpers.
-    ("stages", ("pipeline.stages",)),
-    # Judges stage outputs; the sub-recipes judge candidates with it (quant=auto).
-    ("gate", ("pipeline.gate", "pipeline.outcome")),
-    # Sub-recipes: sequences of stages for one capability (INT8, mixed search, float regions,
-    # quant=auto).
-    ("sub-recipes", ("pipeline.quant",)),
-    # The order of work.
-    ("recipe", ("pipeline.recipe",)),
+    ("stages", ("stages",)),
+    # Judges stage outputs; what a recipe returns.
+    ("gate", ("gate",)),
+    # Sequences of stages: the order of work and its sub-recipes.
+    ("recipes", ("recipes",)),
     # What a finished run becomes: report.json/report.md and their sections, the manifest.
-    ("report", ("pipeline.report", "pipeline.quant.report", "pipeline.quant.auto_report")),
-    # Entry points: many runs at once, and the command lines.
-    ("cli", ("pipeline.sweep", "pipeline.__main__", "pipeline.llm", "pipeline.finish", "pipeline.registry.__main__",
-             "pipeline.bill.__main__")),
+    ("report", ("report",)),
+    # Entry points: the command lines and sweeps.
+    ("cli", ("cli",)),
     # make bench measures the library from outside it.
     ("benchmarks", ("benchmarks",)),
 ]
@@ -95,31 +88,56 @@ def _graph(mods: dict[str, Path]) -> dict[str, set[str]]:
     return graph
 
 
-def _layer(module: str) -> int | None:
-    best, rank = -1, None
-    for i, (_, entries) in enumerate(LAYERS):
-        for entry in entries:
-            if (module == entry or module.startswith(entry + ".")) and len(entry) > best:
-                best, rank = len(entry), i
-    return rank
+def _folder(module: str) -> str:
+    """The folder a module sits in: ``pipeline.models.ocr.task`` -> ``models``."""
+    parts = module.split(".")
+    if parts[-1] == "__main__":
+        return "cli"
+    if parts[0] == "benchmarks":
+        return "benchmarks"
+    return parts[1] if len(parts) > 1 else "pipeline"
 
 
-def test_every_module_has_a_layer():
-    missing = sorted(m for m in _modules() if _layer(m) is None)
-    assert not missing, f"modules in no layer (add them to LAYERS): {missing}"
+def _rank(folder: str) -> int | None:
+    for i, (_, folders) in enumerate(LAYERS):
+        if folder in folders:
+            return i
+    return None
+
+
+def _folder_graph(graph: dict[str, set[str]]) -> dict[str, dict[str, list[str]]]:
+    """folder -> folder it imports -> the module-level imports behind that edge."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for m, deps in graph.items():
+        for d in deps:
+            a, b = _folder(m), _folder(d)
+            if a != b:
+                out.setdefault(a, {}).setdefault(b, []).append(f"{m} -> {d}")
+    return out
+
+
+def test_only_entry_points_at_the_top():
+    top = sorted(p.name for p in (ROOT / "pipeline").glob("*.py"))
+    assert top == ["__init__.py", "__main__.py"], f"modules outside any folder: {top}"
+
+
+def test_every_folder_has_a_layer():
+    folders = [f for _, fs in LAYERS for f in fs]
+    assert len(folders) == len(set(folders)), "a folder is listed in two layers"
+    missing = sorted({_folder(m) for m in _modules()} - set(folders))
+    assert not missing, f"folders in no layer (add them to LAYERS): {missing}"
 
 
 def test_no_import_up_the_layers():
-    graph = _graph(_modules())
-    upward = [f"{m} ({LAYERS[_layer(m)][0]}) imports {d} ({LAYERS[_layer(d)][0]})"
-              for m, deps in sorted(graph.items()) for d in sorted(deps)
-              if _layer(d) is not None and _layer(m) is not None and _layer(d) > _layer(m)]
+    edges = _folder_graph(_graph(_modules()))
+    upward = [f"{a} ({LAYERS[_rank(a)][0]}) imports {b} ({LAYERS[_rank(b)][0]}): "
+              + ", ".join(sorted(edges[a][b]))
+              for a in sorted(edges) for b in sorted(edges[a]) if _rank(b) > _rank(a)]
     assert not upward, "imports up the layers:\n" + "\n".join(upward)
 
 
-def test_no_import_cycle():
-    graph = _graph(_modules())
-    # Tarjan's strongly connected components: any component of more than one module is a cycle.
+def _cycles(graph: dict[str, set[str]] | dict[str, dict]) -> list[list[str]]:
+    # Tarjan's strongly connected components: any component of more than one node is a cycle.
     index, low, stack, on_stack, cycles, counter = {}, {}, [], set(), [], [0]
 
     def visit(v):
@@ -147,45 +165,17 @@ def test_no_import_cycle():
     for v in sorted(graph):
         if v not in index:
             visit(v)
+    return cycles
+
+
+def test_no_folder_cycle():
+    edges = _folder_graph(_graph(_modules()))
+    cycles = _cycles(edges)
+    detail = [f"{a} -> {b}: {sorted(edges[a][b])}" for c in cycles for a in c for b in c
+              if b in edges.get(a, {})]
+    assert not cycles, f"folders that import each other: {cycles}\n" + "\n".join(detail)
+
+
+def test_no_import_cycle():
+    cycles = _cycles(_graph(_modules()))
     assert not cycles, f"import cycles: {cycles}"
-
-
-def test_the_walker_sees_lazy_and_relative_imports(tmp_path):
-    """The checks above are only as good as the graph: a function-level import, a relative one
-    and ``from package import module`` must all be edges."""
-    pkg = tmp_path / "pipeline"
-    (pkg / "sub").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "errors.py").write_text("")
-    (pkg / "sub" / "__init__.py").write_text("")
-    (pkg / "sub" / "a.py").write_text("def f():\n    from pipeline import errors\n")
-    (pkg / "sub" / "b.py").write_text("from . import a\nfrom ..errors import x\n")
-    (tmp_path / "benchmarks").mkdir()
-    graph = _graph(_modules(tmp_path))
-    assert graph["pipeline.sub.a"] == {"pipeline.errors"}
-    assert graph["pipeline.sub.b"] == {"pipeline.sub.a", "pipeline.errors"}
-
-
-def test_every_stage_is_a_stage():
-    """Each stage module holds a frozen dataclass that meets ``runner.Stage``: its fields are
-    its key, so a mutable one could change after its key was taken."""
-    import dataclasses
-    import importlib
-    import inspect
-
-    from pipeline.runner import Stage
-
-    found = []
-    for path in sorted((ROOT / "pipeline" / "stages").glob("[!_]*.py")):
-        module = importlib.import_module(f"pipeline.stages.{path.stem}")
-        for _, cls in inspect.getmembers(module, inspect.isclass):
-            if cls.__module__ != module.__name__ or not hasattr(cls, "hardware_dependent"):
-                continue
-            found.append(cls.__name__)
-            assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls
-            assert isinstance(cls.name, str) and isinstance(cls.version, int), cls
-            assert isinstance(cls.hardware_dependent, bool), cls
-            params = list(inspect.signature(cls.run).parameters)
-            assert params[:3] == ["self", "parent", "out_dir"], (cls, params)
-            assert set(Stage.__annotations__) <= set(dir(cls)), cls
-    assert {"Load", "Export", "Evaluate", "Benchmark", "Explain"} <= set(found)

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from pipeline.config import HardwareConfig
-from pipeline.leftovers import CORRUPT_KEPT_S, STALE_AFTER_S
-from pipeline.runner import Runner
+from pipeline.core.leftovers import CORRUPT_KEPT_S, STALE_AFTER_S
+from pipeline.engine.runner import Runner
 
 
 def dead_pid() -> int:
@@ -55,7 +55,7 @@ def test_dead_runs_temp_folders_are_removed_live_ones_kept(tmp_path):
 
 
 def test_temp_folders_carry_the_owners_pid(tmp_path):
-    from pipeline.leftovers import temp_name
+    from pipeline.core.leftovers import temp_name
 
     name = temp_name("0123456789abcdef")
     assert name.startswith(".tmp-0123456789abcdef-") and f"-{os.getpid()}-" in name

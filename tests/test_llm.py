@@ -147,7 +147,7 @@ def test_float16_is_refused_for_a_decoder(root):
 
 def test_accuracy_level_follows_the_cpu_flags():
     from pipeline.config import DecoderQuant
-    from pipeline.quant.decoder import accuracy_level
+    from pipeline.recipes.decoder import accuracy_level
 
     assert accuracy_level(DecoderQuant(), ["avx2", "fma"])[0] == 4
     assert accuracy_level(DecoderQuant(), ["amx_int8", "avx512_vnni"])[0] == 4
@@ -157,7 +157,7 @@ def test_accuracy_level_follows_the_cpu_flags():
 
 
 def test_groups_are_blocks_and_the_output_layer():
-    from pipeline.quant.decoder import groups
+    from pipeline.recipes.decoder import groups
 
     names = ["/model/layers.0/attn/qkv_proj/MatMul", "/model/layers.0/mlp/down_proj/MatMul",
              "/model/layers.10/attn/o_proj/MatMul", "/lm_head/MatMul"]
@@ -169,7 +169,7 @@ def test_the_mixed_search_widens_the_output_layer_then_the_most_sensitive_blocks
     """search() on three groups whose trial passes only when the output layer and block 1 are
     wider than 4 bits: block 1 is the more sensitive (higher KL alone), so the answer is the
     first two groups of the order at 8 bits, found by bisection; every trial is a real plan."""
-    from pipeline.quant.decoder import search
+    from pipeline.recipes.decoder import search
 
     groups = {"layers.0": ["a"], "layers.1": ["b"], "lm_head": ["c"]}
     tried = []
@@ -189,7 +189,7 @@ def test_the_mixed_search_widens_the_output_layer_then_the_most_sensitive_blocks
 
 
 def test_the_mixed_search_falls_back_to_float_and_reports_failure():
-    from pipeline.quant.decoder import search
+    from pipeline.recipes.decoder import search
 
     groups = {"layers.0": ["a"], "lm_head": ["c"]}
     tried = []

@@ -91,7 +91,7 @@ def test_the_reference_runs_at_accuracy_level_0(tiny_built, tmp_path):
     disk is left as built."""
     from types import SimpleNamespace
 
-    from pipeline.artifact import digest_files
+    from pipeline.core.artifact import digest_files
     from pipeline.stages.weight_only import WeightOnly, matmuls
 
     parent = SimpleNamespace(path=tiny_built, model=tiny_built / "model.onnx",

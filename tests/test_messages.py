@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.errors import ConfigError, StageError
+from pipeline.core.errors import ConfigError, StageError
 
 
 def _model(path: Path, inputs: dict[str, list], nodes, outputs: dict[str, list]) -> Path:
@@ -37,7 +37,7 @@ def _classifier(path: Path) -> Path:
 
 
 def _task(tmp_path: Path, *args: str):
-    from pipeline.compose import compose
+    from pipeline.engine.compose import compose
     from pipeline.models import task
     from pipeline.models.sources import task_key
 
@@ -155,7 +155,7 @@ def test_a_full_disk_in_prepare_is_one_line_naming_the_path(tmp_path, capfd):
     why (no room at all), or cached an empty model (a page or two left). (That it builds where
     there is room, every whole run shows.)"""
     from pipeline.config import HardwareConfig
-    from pipeline.runner import Runner
+    from pipeline.engine.runner import Runner
     from pipeline.stages.prepare import Prepare
     from tests.faults import tmpfs
 

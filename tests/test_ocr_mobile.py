@@ -64,7 +64,7 @@ def _stage(name: str, workdir: Path) -> dict:
 
 @pytest.mark.slow
 def test_export_keeps_mobile_ops_and_optimize_names_what_onnxruntime_inlines(tmp_path):
-    from pipeline import isolate
+    from pipeline.core import isolate
 
     _, exported, optimized = (isolate.call(f"{k} ocr_mobile", _stage, k, tmp_path)
                               for k in ("load", "export", "optimize"))
@@ -90,7 +90,7 @@ def test_mobile_checkpoint_matches_its_card_and_reads_held_out_lines(tmp_path):
     assert hashlib.sha256(CHECKPOINT.read_bytes()).hexdigest() == card["sha256"]
     assert CHECKPOINT.stat().st_size < 5e6 and card["task"] == "ocr_mobile"
     assert "ocr_train --task ocr_mobile" in card["command"]
-    from pipeline.compose import compose
+    from pipeline.engine.compose import compose
 
     m = compose(["model=ocr_mobile"]).model
     assert (list(m.params["widths"]), m.params["hidden"]) == (card["widths"], card["hidden"])

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import HardwareConfig
-from pipeline.errors import StageError
-from pipeline.runner import Runner
+from pipeline.core.errors import StageError
+from pipeline.engine.runner import Runner
 from tests.conftest import run_cli
 from tests.faults import args_with, copy_of_tiny_run, tmpfs
 
@@ -126,7 +126,7 @@ def test_a_failed_write_is_named_by_the_file_written_not_the_one_read(tmp_path):
     source open for reading in the same frame (a copy)."""
     import errno
 
-    from pipeline.errors import describe_os_error
+    from pipeline.core.errors import describe_os_error
 
     source, target = tmp_path / "model.onnx", tmp_path / "blob"
     source.write_bytes(b"model")
@@ -145,7 +145,7 @@ def test_a_failed_write_is_named_by_the_file_written_not_the_one_read(tmp_path):
 
 def test_a_bug_keeps_its_traceback_and_never_exits_1(capsys):
     """Exit 1 means "the gate failed" to scripts and to the sweep; a bug must not read as one."""
-    from pipeline.errors import BUG_EXIT, GateFailed, cli
+    from pipeline.core.errors import BUG_EXIT, GateFailed, cli
 
     def bug(argv):
         raise KeyError("sequence_accuracy")

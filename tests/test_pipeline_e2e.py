@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
-from pipeline.artifact import Artifact, sha256_file
+from pipeline.core.artifact import Artifact, sha256_file
 from tests.conftest import run_cli, tiny_args
 
 

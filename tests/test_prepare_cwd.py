@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import onnx
 from onnx import TensorProto, helper
 
-from pipeline.errors import StageError
+from pipeline.core.errors import StageError
 from pipeline.stages.prepare import Prepare
 
 
@@ -42,7 +42,7 @@ def test_prepare_through_the_runner_with_a_relative_cache(tmp_path, monkeypatch)
     """The runner's temporary folder is relative when the cache is (workdir=artifacts): the
     stage's change of directory must not lose it."""
     from pipeline.config import HardwareConfig
-    from pipeline.runner import Runner
+    from pipeline.engine.runner import Runner
 
     monkeypatch.chdir(tmp_path)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])

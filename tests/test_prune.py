@@ -13,7 +13,7 @@ from torch import nn
 from pipeline.prune import channels as pruning
 from pipeline.prune import cost as pruning_cost
 from pipeline.config import PruneConfig, PruneImportance, PruneMethod
-from pipeline.errors import ConfigError, StageError
+from pipeline.core.errors import ConfigError, StageError
 from pipeline.models.ocr.net import CRNN
 from pipeline.models.ocr.prune import example, widths_of
 
@@ -188,7 +188,7 @@ def test_a_stacked_lstm_must_be_ignored_explicitly():
 
 
 def test_ratio_outside_range_is_a_config_error():
-    from pipeline.compose import compose
+    from pipeline.engine.compose import compose
 
     for bad in ("1.0", "-0.1"):
         with pytest.raises(ConfigError, match=rf"prune.ratio={float(bad)}: must be in \[0, 1\)"):
@@ -257,7 +257,7 @@ def test_stage_writes_safetensors_and_widths_that_rebuild_the_network(tmp_path, 
     assert set(meta["held_out"]) >= {"unpruned", "pruned", "recovered"}
     assert "recovery [" in capsys.readouterr().out  # the progress bar
     # the recovery precision this CPU's flags choose, recorded with its speed
-    from pipeline.env import effective_flags, training_precision
+    from pipeline.core.env import effective_flags, training_precision
 
     assert meta["recover"]["precision"] == training_precision(effective_flags())["dtype"]
     assert meta["recover"]["steps_per_second"] > 0 and meta["recover"]["precision_reason"]
@@ -296,7 +296,7 @@ def test_progress_bar_in_a_log_prints_every_tenth():
     (["avx2", "avx512f", "amx_tile", "amx_bf16", "amx_int8"], "bfloat16"),  # Sapphire Rapids
 ])
 def test_training_precision_follows_the_bf16_flags(flags, dtype):
-    from pipeline.env import training_precision
+    from pipeline.core.env import training_precision
 
     choice = training_precision(flags)
     assert choice["dtype"] == dtype and choice["reason"]
@@ -319,7 +319,7 @@ def test_fit_runs_in_the_chosen_precision():
 @pytest.mark.parametrize("isa", ["avx2"])  # native: test_stage_writes_safetensors_...
 def test_stage_records_the_recovery_precision_capped_at_avx2(tmp_path, isa):
     """Under an AVX2 cap even an AMX machine must recover in float32, and say so."""
-    from pipeline.env import effective_flags
+    from pipeline.core.env import effective_flags
 
     assert not {"avx512_bf16", "amx_bf16"} & set(effective_flags())
     meta = _run_stage(_load_artifact(tmp_path), tmp_path / "a")

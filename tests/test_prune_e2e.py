@@ -9,7 +9,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from pipeline.env import training_precision
+from pipeline.core.env import training_precision
 from tests.conftest import run_cli, tiny_args
 
 FAST = ["prune=channels", "prune.ratio=0.5", "prune.round_to=4", "prune.recover_steps=3",

@@ -7,7 +7,7 @@ from onnx import TensorProto, helper, numpy_helper
 import numpy as np
 
 from pipeline.quant.modules import node_modules
-from pipeline.quant.report import layer_rows
+from pipeline.report.quant import layer_rows
 
 
 def _graph():

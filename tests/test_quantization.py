@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.config import QuantConfig
 from pipeline.models import task
-from pipeline.quant.mixed import search
+from pipeline.recipes.mixed import search
 from pipeline.quant.defaults import resolve
 from tests.conftest import run_cli, tiny_args
 
@@ -35,7 +35,7 @@ def test_hardware_defaults_follow_vnni():
 ])
 def test_an_instruction_set_cap_drops_the_flags_it_forbids(caps, kept):
     """Capped at AVX2, an AMX machine runs AVX2 kernels: its INT8 weights must be 7-bit."""
-    from pipeline.env import capped
+    from pipeline.core.env import capped
 
     amx = ["sse4_2", "avx2", "avx512f", "avx512_vnni", "amx_int8", "avx512_bf16"]
     flags = capped(amx, caps)
@@ -48,7 +48,7 @@ def report(workdir: Path) -> dict:
 
 
 def stage_meta(rep: dict, label: str) -> dict:
-    from pipeline.artifact import Artifact
+    from pipeline.core.artifact import Artifact
 
     return Artifact.read(Path(next(s["path"] for s in rep["stages"] if s["label"] == label))).meta
 
@@ -68,7 +68,7 @@ def test_int8_plan_explanation_and_names(tiny_run):
     convs = {r["node"]: r for r in ex["nodes"] if r["fp32_op"] == "Conv"}
     assert "cnn.0" in convs and convs["cnn.0"]["fp32_ms"] > 0 and convs["cnn.0"]["int8_ms"] > 0
     sqnr = {r["node"]: r["sqnr_db"] for r in q["sensitivity"]}
-    from pipeline.artifact import Artifact
+    from pipeline.core.artifact import Artifact
 
     final = Artifact.read(Path(rep["lineage"]["candidate"]["path"])).meta["precision"]
     assert set(sqnr) == {n for n, p in final.items() if p.startswith("int8")}
@@ -135,9 +135,9 @@ def test_streamed_calibration_equals_onnxruntimes_own(tiny_run, tmp_path):
 def test_an_exclusion_onnxruntime_ignores_is_reported(tiny_run, tmp_path):
     """A MaxPool between INT8 convolutions keeps its Q/DQ pair whatever nodes_to_exclude says;
     the stage names it instead of letting the recipe call it float."""
-    from pipeline.artifact import Artifact
-    from pipeline.compose import compose
-    from pipeline.runner import Runner
+    from pipeline.core.artifact import Artifact
+    from pipeline.engine.compose import compose
+    from pipeline.engine.runner import Runner
     from pipeline.stages.quantize import Quantize
 
     workdir = tiny_run[0]
@@ -159,7 +159,7 @@ def test_an_exclusion_onnxruntime_ignores_is_reported(tiny_run, tmp_path):
     assert art.meta["exclusion_ignored"] == [maxpools[0]]
     # With float nodes the model carries its own ONNX Runtime setting, honoured by our sessions
     # (described in a child process: a session here would fix this process's thread pool).
-    from pipeline import isolate
+    from pipeline.core import isolate
     from pipeline.runtimes.onnxruntime import disabled_optimizers
 
     assert disabled_optimizers(art.model) == art.meta["onnxruntime_disabled_optimizers"] \
@@ -173,9 +173,9 @@ def test_an_exclusion_onnxruntime_ignores_is_reported(tiny_run, tmp_path):
 def test_an_exclusion_that_floats_nothing_keeps_qdq_propagation_on(tiny_run, tmp_path):
     """Only a node really kept float needs propagation off; a MaxPool that stays INT8 must not
     cost the all-INT8 model its fast pools."""
-    from pipeline.artifact import Artifact
-    from pipeline.compose import compose
-    from pipeline.runner import Runner
+    from pipeline.core.artifact import Artifact
+    from pipeline.engine.compose import compose
+    from pipeline.engine.runner import Runner
     from pipeline.stages.quantize import Quantize
 
     workdir = tiny_run[0]
@@ -241,7 +241,7 @@ class FakeQuantizer:
 
     def __init__(self, harms: dict, gains: dict, budget: float, floor: float = 0.0):
         self.harms, self.gains, self.floor = harms, gains, floor
-        from pipeline.metrics.spec import MetricSpec
+        from pipeline.task.metric import MetricSpec
 
         self.metric = MetricSpec("sequence_accuracy", True)
         self.fp16_eval = SimpleNamespace(meta={"metrics": {self.metric.name: 99.0}})
@@ -338,8 +338,8 @@ def test_equal_ranges_give_equal_calibration_bytes(tmp_path):
 def test_int8_that_cannot_pay_falls_back_to_the_fp32_model(medians, min_speedup, expect):
     """The last INT8 step times the final model against FP32 at every benchmarked batch size
     (a stubbed runner stands in for the compare stage's timings)."""
-    from pipeline.quant.int8 import QuantInfo
-    from pipeline.quant.recipe import not_slower_than_fp32
+    from pipeline.recipes.int8_steps import QuantInfo
+    from pipeline.recipes.int8 import not_slower_than_fp32
 
     calls = []
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.compose import compose
+from pipeline.engine.compose import compose
 from pipeline.config import RegistryBackend
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 from pipeline.registry import credentials
 from tests.conftest import run_cli
 

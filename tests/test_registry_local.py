@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import RegistryConfig
-from pipeline.errors import ConfigError, CorruptBlob, PromotionRefused
+from pipeline.core.errors import ConfigError, CorruptBlob, PromotionRefused
 from pipeline.registry import publish
 from pipeline.registry.local import LocalStore
 from pipeline.registry.names import check_name, check_version, parse_ref

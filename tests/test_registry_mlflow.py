@@ -7,7 +7,7 @@ import json
 import pytest
 
 from pipeline.config import RegistryBackend, RegistryConfig
-from pipeline.errors import CorruptBlob, PromotionRefused
+from pipeline.core.errors import CorruptBlob, PromotionRefused
 from pipeline.registry import open_backend, publish
 from pipeline.registry.local import LocalStore
 from pipeline.registry.package import build

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from pipeline.config import RegistryBackend, RegistryConfig
-from pipeline.errors import CorruptBlob
+from pipeline.core.errors import CorruptBlob
 from pipeline.registry import open_backend, publish
 from pipeline.registry.local import LocalStore
 from pipeline.registry.package import build

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 from pipeline.registry.local import LocalStore
 from tests.registry_support import make_model, registry_cli
 from tests.test_registry_local import one_line_error, pub

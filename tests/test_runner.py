@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import HardwareConfig
-from pipeline.errors import StageError
-from pipeline.runner import Runner
+from pipeline.core.errors import StageError
+from pipeline.engine.runner import Runner
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from pipeline import runtimes
-from pipeline.artifact import Artifact, content_digest, digest_files
+from pipeline.core.artifact import Artifact, content_digest, digest_files
 from tests.conftest import run_cli, tiny_args
 
 needs_openvino = pytest.mark.skipif(not runtimes.installed("openvino"),
@@ -99,9 +99,9 @@ def _poisoned(src: Path, folder: Path) -> Artifact:
 
 @needs_openvino
 def test_a_failing_runtime_is_recorded_while_the_others_run(tiny_run, tmp_path):
-    from pipeline.compose import compose
+    from pipeline.engine.compose import compose
     from pipeline.models import task
-    from pipeline.runner import Runner
+    from pipeline.engine.runner import Runner
     from pipeline.runtimes.plan import Plan
     from pipeline.stages.benchmark import Benchmark
     from pipeline.stages.evaluate import Evaluate
@@ -136,7 +136,7 @@ def test_a_failing_runtime_is_recorded_while_the_others_run(tiny_run, tmp_path):
 def test_the_latency_aware_comparison_runs_on_the_target_runtime(tiny_run, tmp_path):
     """compare (which confirms keeping nodes float) times the models on the target's runtime:
     OpenVINO in bf16 runs, ONNX Runtime, which has no bf16 precision, refuses."""
-    from pipeline.compose import compose
+    from pipeline.engine.compose import compose
     from pipeline.models import task
     from pipeline.runtimes import RuntimeFailure
     from pipeline.stages.compare import Compare

@@ -11,10 +11,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline import isolate, runtimes
-from pipeline.compose import compose
+from pipeline.core import isolate
+from pipeline import runtimes
+from pipeline.engine.compose import compose
 from pipeline.config import HardwareConfig
-from pipeline.errors import ConfigError, StageError
+from pipeline.core.errors import ConfigError, StageError
 from pipeline.runtimes import Target
 from tests.conftest import run_cli
 
@@ -52,7 +53,7 @@ def qdq(src, dst):
 
     from pipeline.quant import defaults as quant_defaults
     from pipeline.config import QuantConfig
-    from pipeline.env import effective_flags
+    from pipeline.core.env import effective_flags
 
     settings = quant_defaults.resolve(QuantConfig(), effective_flags())
 
@@ -213,9 +214,9 @@ class HardwareRuntimeBefore:
 
 def test_default_target_keeps_the_cache_keys(tmp_path):
     from pipeline.config import BenchConfig, LoadConfig
-    from pipeline.env import hardware_fingerprint
-    from pipeline.models.contract import DataSplit
-    from pipeline.runner import Runner
+    from pipeline.core.env import hardware_fingerprint
+    from pipeline.task.contract import DataSplit
+    from pipeline.engine.runner import Runner
     from pipeline.stages.benchmark import Benchmark
     from pipeline.stages.evaluate import Evaluate
     from pipeline.stages.loadtest import LoadTest

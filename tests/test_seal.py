@@ -1,5 +1,5 @@
 """The cache cannot be forged by recomputing a hash: every entry is sealed with the store's secret
-key (pipeline.seal), and the gate refuses numbers no measurement can produce."""
+key (pipeline.core.seal), and the gate refuses numbers no measurement can produce."""
 from __future__ import annotations
 
 import errno
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import seal
-from pipeline.artifact import content_digest, digest_files
+from pipeline.core import seal
+from pipeline.core.artifact import content_digest, digest_files
 from pipeline.config import HardwareConfig
-from pipeline.errors import PipelineError
-from pipeline.runner import Runner
+from pipeline.core.errors import PipelineError
+from pipeline.engine.runner import Runner
 
 
 @dataclass(frozen=True)

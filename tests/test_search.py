@@ -92,7 +92,7 @@ import io  # noqa: E402
 import math  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
-from pipeline.quant.mixed import search  # noqa: E402
+from pipeline.recipes.mixed import search  # noqa: E402
 
 
 class Blocks:
@@ -101,7 +101,7 @@ class Blocks:
     Every variant and score is counted; ``clock`` is a fake that each score advances."""
 
     def __init__(self, blocks, size, harmful, budget=0.1, time_budget=1e9, tick=0.0):
-        from pipeline.metrics.spec import MetricSpec
+        from pipeline.task.metric import MetricSpec
 
         self.names = [f"blocks.{b}.{k}" for b in range(blocks) for k in range(size)]
         self.harms = {n: (0.4 if n in harmful else 0.0) for n in self.names}
@@ -193,7 +193,7 @@ def test_progress_lines_name_the_step_and_the_time_left():
 
 
 def test_progress_on_a_terminal_redraws_one_bar_and_keeps_log_lines_above_it():
-    from pipeline.progress import Progress
+    from pipeline.core.progress import Progress
 
     class Tty(io.StringIO):
         def isatty(self):
@@ -223,7 +223,7 @@ from tests.conftest import ROOT, tiny_args  # noqa: E402
 
 
 def _stage(rep: dict, label: str):
-    from pipeline.artifact import Artifact
+    from pipeline.core.artifact import Artifact
 
     return Artifact.read(Path(next(s["path"] for s in rep["stages"] if s["label"] == label)))
 
@@ -232,9 +232,9 @@ def test_edits_equal_quantizations_on_the_tiny_ocr_model(tiny_run, tmp_path):
     """Each module block of the tiny OCR model (convolutions, pools, the head; the LSTM stays
     dynamic INT8 in both), floated by editing the all-INT8 model, equals the quantize stage with
     that block excluded: same nodes, same scales, same precisions, same outputs."""
-    from pipeline.compose import compose
+    from pipeline.engine.compose import compose
     from pipeline.quant.groups import units
-    from pipeline.runner import Runner
+    from pipeline.engine.runner import Runner
     from pipeline.stages.float_nodes import FloatNodes
     from pipeline.stages.quantize import Quantize
 

@@ -1,5 +1,5 @@
 """Ctrl-C and SIGTERM end a run with one line, a report that says so, exit 130/143, and nothing
-left behind: no temporary folder, no lock, no child process (pipeline.interrupt)."""
+left behind: no temporary folder, no lock, no child process (pipeline.core.interrupt)."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import interrupt
+from pipeline.core import interrupt
 from tests.conftest import ROOT, one_line, tiny_args
 
 
@@ -109,7 +109,7 @@ def holds_a_semaphore(ready: str) -> None:
 INTERRUPTED_WITH_A_SEMAPHORE = """
 import os, signal, sys, threading, time
 from pathlib import Path
-from pipeline import interrupt, isolate
+from pipeline.core import interrupt, isolate
 from tests.test_signals import holds_a_semaphore
 
 def kill_when_ready():

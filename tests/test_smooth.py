@@ -17,7 +17,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.config import QuantConfig
-from pipeline.env import effective_flags
+from pipeline.core.env import effective_flags
 from pipeline.quant.defaults import resolve
 from pipeline.stages.quantize import Quantize
 from pipeline.stages.smooth import migrate, outlier_ratio, smoothable

@@ -11,9 +11,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.artifact import Artifact
+from pipeline.core.artifact import Artifact
 from pipeline.config import HardwareConfig
-from pipeline.runner import Runner
+from pipeline.engine.runner import Runner
 from tests.conftest import tiny_args
 from tests.faults import tmpfs
 
@@ -43,7 +43,7 @@ def test_explain_writes_nothing_beside_its_parent(tiny_run, tmp_path):
     """The parent artifacts lie on a read-only filesystem: a stage that writes next to them (as
     explain's profiler did, into the parent's cache folder) fails; one that keeps to its own
     folder runs."""
-    from pipeline.compose import compose
+    from pipeline.engine.compose import compose
     from pipeline.models import task
     from pipeline.stages.explain import Explain
 

@@ -229,7 +229,7 @@ def test_a_killed_job_leaves_no_lock_behind(tmp_path):
 
 
 def test_pareto_front_and_best_point_per_model():
-    from pipeline.sweep.summary import best_per_model, overlaps, pareto
+    from pipeline.cli.sweep.summary import best_per_model, overlaps, pareto
 
     def row(num, model, verdict, drop, speedup, mb):
         return {"num": num, "point": str(num), "model": model, "verdict": verdict,

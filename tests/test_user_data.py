@@ -8,8 +8,8 @@ from PIL import Image
 
 from pipeline.data import images
 from pipeline.data.load import load, splits
-from pipeline.data.spec import DataConfig, ImagePrep
-from pipeline.errors import ConfigError, StageError
+from pipeline.config.data import DataConfig, ImagePrep
+from pipeline.core.errors import ConfigError, StageError
 
 
 def _image(path, w, h, value):

@@ -52,8 +52,8 @@ def _copy(src: Path, dst: Path) -> Path:
 
 def _hf_key(folder: Path, data: Path):
     from pipeline.config import ModelConfig
-    from pipeline.data.spec import DataConfig
-    from pipeline.metrics.config import MetricConfig
+    from pipeline.config.data import DataConfig
+    from pipeline.config.metrics import MetricConfig
     from pipeline.models.sources import task_key
 
     return task_key(ModelConfig(name="hf", path=str(folder)),
@@ -84,7 +84,7 @@ def test_pickles_are_refused_by_name_and_by_content(bert, tmp_path):
     pickle: one line each, saying how to convert; nothing is read as a pickle."""
     import torch
 
-    from pipeline.errors import ConfigError
+    from pipeline.core.errors import ConfigError
     from pipeline.models import weights
 
     pt = tmp_path / "net.pt"
@@ -194,8 +194,8 @@ def test_a_saved_data_set_naming_a_file_outside_its_folder_is_refused_unread(tmp
 
 def test_links_and_names_that_leave_the_folder_are_refused(bert, tmp_path):
     from pipeline.data.load import load
-    from pipeline.data.spec import DataConfig
-    from pipeline.errors import ConfigError
+    from pipeline.config.data import DataConfig
+    from pipeline.core.errors import ConfigError
 
     secret = tmp_path / "secret.txt"
     secret.write_text("not yours")
@@ -270,7 +270,7 @@ def test_links_and_names_that_leave_the_folder_are_refused(bert, tmp_path):
 def test_editing_a_file_the_model_or_data_names_changes_the_digest(tmp_path):
     from pipeline.config import ModelConfig
     from pipeline.data.load import load
-    from pipeline.data.spec import DataConfig
+    from pipeline.config.data import DataConfig
     from pipeline.models.sources import task_key
 
     # an ONNX model's external data

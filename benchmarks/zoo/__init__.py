@@ -36,7 +36,7 @@ def section(cli, quick: bool = False, only: tuple[str, ...] = ENTRIES) -> dict:
 def table(section: dict) -> list[str]:
     """The results page's table of every entry's ``summary`` rows (Markdown lines): one line per
     model and quant mode, so that a dozen speedups do not become a dozen columns."""
-    from pipeline.report import numbers
+    from pipeline.core import numbers
 
     rows = [r for e in (section.get("entries") or {}).values() for r in e.get("summary", [])]
     if not rows:

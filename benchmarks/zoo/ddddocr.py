@@ -171,7 +171,7 @@ def parity(mine: dict, ref: list[str], standins: dict) -> dict:
 def measure_model(cli, package: Path, name: str, folder: Path, labels: Path,
                   calibration: int, evaluation: int) -> dict:
     from benchmarks import byo
-    from pipeline import isolate
+    from pipeline.core import isolate
 
     root = ROOT / name
     root.mkdir(parents=True, exist_ok=True)

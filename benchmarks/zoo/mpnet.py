@@ -286,7 +286,7 @@ def beats(acc: dict, me: str, peer: str, speed: dict) -> bool | None:
 
 
 def measure(cli, quick: bool = False) -> dict:
-    from pipeline.env import cpu_info
+    from pipeline.core.env import cpu_info
 
     size = QUICK if quick else FULL
     t0 = time.time()

@@ -3,7 +3,7 @@
 Why our own: ``hydra-ray-launcher`` (1.2.2, the last release) pins ``ray~=1.12``, which has no
 wheel for the Python this project runs on. This one is small: the driver connects to the cluster
 at ``address`` (or starts a local one declaring ``hardware_<name>`` resources, see
-``pipeline.cluster``), submits every point as a task with ``max_calls=1`` (a fresh worker
+``pipeline.engine.cluster``), submits every point as a task with ``max_calls=1`` (a fresh worker
 process each, so a point never inherits another's thread pools or sessions), and collects Hydra's
 ``JobReturn``s. Inside a point the address is exported as ``PIPELINE_RAY_ADDRESS``, so the
 pipeline sends its timed stages to a node labelled for the target. Registered like Hydra's own
@@ -70,7 +70,7 @@ class RayLauncher(Launcher):
     def _connect(self, job_overrides: Sequence[Sequence[str]]) -> tuple[Any, str]:
         import ray
 
-        from pipeline.cluster import resource
+        from pipeline.engine.cluster import resource
 
         if ray.is_initialized():
             return ray, ray.get_runtime_context().gcs_address

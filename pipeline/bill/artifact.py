@@ -18,7 +18,7 @@ import statistics
 from pathlib import Path
 
 from pipeline.bill import capacity, onnx_cost, roofline
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 
 def artifact_bill(model_path: str | Path, batch: int, input_shape, hardware) -> dict:
@@ -60,10 +60,8 @@ def run_bill(outcome, cfg) -> dict:
     batch = cfg.gate.speedup_batch_size
     batches = outcome.bench.meta["batches"]
     timed = batches[str(batch)]
-    from pipeline.models.sources import task_key
-
     sizes = _sizes(timed)
-    shape = sample_shape(task_key(cfg.model, cfg.data, cfg.metric, cfg.data_dir), sizes)
+    shape = sample_shape(outcome.run.key, sizes)  # the run's key: the model is not hashed again
     models = {}
     for role, art in outcome.models.items():
         bill = artifact_bill(art.model, batch, shape, cfg.hardware)

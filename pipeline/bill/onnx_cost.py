@@ -79,7 +79,7 @@ def itemsize(elem_type: int) -> float:
 def input_shapes(model, batch: int, sample_shape=None) -> dict[str, list[int]]:
     """Concrete input shapes: the batch first, then ``sample_shape`` (first input) or the model's
     own static sizes. A dimension that is dynamic and not given is an error naming it."""
-    from pipeline.errors import ConfigError
+    from pipeline.core.errors import ConfigError
 
     inits = {i.name for i in model.graph.initializer}
     shapes = {}
@@ -115,7 +115,7 @@ def analyse(path: str | Path, batch: int, sample_shape=None) -> dict:
     import onnx
 
     from pipeline.bill import shapes as shape_inference
-    from pipeline.errors import StageError
+    from pipeline.core.errors import StageError
 
     try:
         model = onnx.load(str(path), load_external_data=False)

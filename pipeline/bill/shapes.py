@@ -21,7 +21,7 @@ SMALL = 64  # shape arithmetic works on a handful of int64 values; never fold re
 def infer(model, input_shapes: dict[str, list[int]]) -> dict[str, tuple]:
     import onnx
 
-    from pipeline.errors import StageError
+    from pipeline.core.errors import StageError
 
     m = onnx.ModelProto()
     m.CopyFrom(model)

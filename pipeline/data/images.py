@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from pipeline.data.spec import ImagePrep, Resize
+from pipeline.config.data import ImagePrep, Resize
 
 
 def to_array(image, prep: ImagePrep) -> np.ndarray:

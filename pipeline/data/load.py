@@ -16,9 +16,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import userfiles
-from pipeline.data.spec import DataConfig, DataFormat
-from pipeline.errors import ConfigError, StageError, describe_os_error
+from pipeline.core import userfiles
+from pipeline.config.data import DataConfig, DataFormat
+from pipeline.core.errors import ConfigError, StageError, describe_os_error
 
 _BUILDER = {DataFormat.csv: "csv", DataFormat.jsonl: "json", DataFormat.parquet: "parquet"}
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")

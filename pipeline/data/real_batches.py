@@ -1,7 +1,7 @@
 """Real batches for timing: the one place benchmark, compare, regions, explain, the load test and
 the project's benchmarks take their inputs from.
 
-In: a task (``pipeline.models.contract.Task``) and a data split read through it. Out: feeds
+In: a task (``pipeline.task.contract.Task``) and a data split read through it. Out: feeds
 (input name -> array, every input of the model, int64 ones included) cut from real samples:
 bucketed by the real sizes of the task's dynamic axis (``size_axis``: a text line's width, a
 sequence's length), so timings describe the input distribution rather than one shape; or the
@@ -75,7 +75,7 @@ def spread(t, ds, batch_size: int) -> dict:
 
 def singles(t, ds, limit: int = 256) -> list[dict]:
     """Single requests (batches of one) from the first ``limit`` samples."""
-    from pipeline.models.contract import one, rows
+    from pipeline.task.contract import one, rows
 
     return [one(b.feeds, k) for b in t.batches(ds.select(range(min(limit, len(ds)))), 1)
             for k in range(rows(b.feeds))]

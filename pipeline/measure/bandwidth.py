@@ -4,7 +4,7 @@ In: a thread count (the one the model runs with) and a number of repeats. Out: G
 streaming read (median, min, max and every repeat), the buffer size, and the last-level cache it
 was sized against. Decode reads every weight once per token and writes almost nothing, so a read
 (a sum over the buffer, torch's vectorized reduction on ``threads`` threads) is the operation to
-time, not a copy (``pipeline.bill.probe`` times a copy, read plus write, for the hardware profile).
+time, not a copy (``pipeline.measure.probe`` times a copy, read plus write, for the hardware profile).
 
 Why these choices:
 - The buffer is four times the last-level cache (at least 256 MiB, at most 2 GiB and a quarter of
@@ -43,14 +43,9 @@ def last_level_cache_bytes() -> int | None:
 
 
 def available_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    from pipeline.core.env import meminfo_bytes
+
+    return meminfo_bytes("MemAvailable")
 
 
 def buffer_bytes(llc: int | None, available: int | None) -> int:

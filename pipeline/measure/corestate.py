@@ -59,7 +59,7 @@ class Probe:
     def __enter__(self):
         if self.cpus is None:
             return self
-        from pipeline import isolate
+        from pipeline.core import isolate
 
         ctx = isolate.context()
         self._counter = ctx.RawArray("q", 8)  # one cache line, shared with the helper

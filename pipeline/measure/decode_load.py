@@ -13,7 +13,7 @@ does), so the latencies include every wait for the cores the others cause. Unlik
 onnxruntime-genai's ``Generator`` has no continuous batching across generators, so this is what
 N users cost a server that runs one generator per request.
 
-Memory: each point runs in a fresh child (``pipeline.isolate``: the allocator of an earlier
+Memory: each point runs in a fresh child (``pipeline.core.isolate``: the allocator of an earlier
 point would still hold its pages), loads the model, then fills a cache of ``seq`` positions for
 ``streams`` sequences (a prompt of ``seq - 1`` tokens and one decode step: the KV buffer
 onnxruntime-genai allocates for ``max_length`` is only resident where written). Measured: the
@@ -113,7 +113,7 @@ def memory_curve(folder, points: Sequence[tuple[int, int]], threads: int | None 
     """Measured resident memory against the bill's estimate at each (streams, seq) point."""
     import json
 
-    from pipeline import isolate
+    from pipeline.core import isolate
     from pipeline.bill.token_bytes import count
     from pipeline.metrics.generation import model_file
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import StageError
+from pipeline.core.errors import StageError
 from pipeline.runtimes.ops import ACTIVATIONS, FORMAT_OPS, INT8_KERNELS, SHAPE_OPS
 
 

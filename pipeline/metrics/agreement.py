@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.metrics.spec import MetricSpec
+from pipeline.task.metric import MetricSpec
 
 # Default limits, against FP16 (which scores 100 % and cosine 1 against itself): argmax agreement
 # may lose 0.3 points; the mean cosine 0.01 and, gated with it, the 1st percentile 0.03, so the

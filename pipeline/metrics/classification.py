@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.metrics.spec import MetricSpec
+from pipeline.task.metric import MetricSpec
 
 SPECS = {"top1": MetricSpec("top1", True), "top5": MetricSpec("top5", True)}
 

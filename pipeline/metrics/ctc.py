@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.metrics.spec import MetricSpec
+from pipeline.task.metric import MetricSpec
 
 SPECS = {"sequence_accuracy": MetricSpec("sequence_accuracy", True),
          "cer": MetricSpec("cer", False)}  # both in points, 0.3 by default (CER gated when named)

@@ -159,7 +159,7 @@ def score(logits: Sequence[np.ndarray], token_ids: Sequence[Sequence[int]],
 # perplexity +0.6 %), while 4 bits everywhere falls to 68.5 %. The KL divergence is reported;
 # gate it with gate.max_accuracy_drop={kl_mean: x}.
 def _specs() -> dict:
-    from pipeline.metrics.spec import MetricSpec
+    from pipeline.task.metric import MetricSpec
 
     return {"perplexity_rise": MetricSpec("perplexity_rise", False, "%", needs_labels=False,
                                           limit=2.0, scale="% of FP32's perplexity",

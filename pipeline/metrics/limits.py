@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 import re
 
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 from pipeline.metrics import SPECS
-from pipeline.metrics.spec import MetricSpec
+from pipeline.task.metric import MetricSpec
 
 KEY = "gate.max_accuracy_drop"
 TOPK = re.compile(r"top[1-9][0-9]*")  # classification's top-k is named after metric.top_k

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from pipeline.metrics.spec import MetricSpec
+from pipeline.task.metric import MetricSpec
 
 # Rank correlation in [-1, 1]: a drop of 0.01 is what two runs of a good encoder differ by.
 SPECS = {"spearman": MetricSpec("spearman", True, "", needs_labels=True, limit=0.01,

@@ -1,5 +1,5 @@
 """Models the pipeline compiles, each seen by the stages only through the task contract
-(``pipeline.models.contract``: inputs with their dynamic axes, data splits, batches,
+(``pipeline.task.contract``: inputs with their dynamic axes, data splits, batches,
 predictions, metrics with their directions).
 
 ``task(key)`` gives the ``Task`` for a key: a built-in name (``ocr``, ``ocr_mobile``: the project's
@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import importlib
 
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 TASKS = {"ocr": "pipeline.models.ocr.crnn", "ocr_mobile": "pipeline.models.ocr.mobile"}
 

@@ -11,7 +11,7 @@ Which folders are decoders: ``is_decoder`` (an architecture ending in ``ForCausa
 model type onnxruntime-genai's model builder exports); which of those are compiled: the
 builder's text decoders (``ARCHITECTURES``), anything else is refused in one line. The folder
 keeps the encoders' rules: safetensors only (a pickle is refused, never read) and no file it
-names outside it (``pipeline.models.files``, ``pipeline.userfiles``).
+names outside it (``pipeline.models.files``, ``pipeline.core.userfiles``).
 
 A GGUF file is read by ``transformers`` (with the ``gguf`` package), dequantized to FP32 and
 saved once with ``save_pretrained`` under ``<workdir>/cache/gguf/<sha256 of the file>``: its
@@ -29,7 +29,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import ConfigError, StageError
+from pipeline.core.errors import ConfigError, StageError
 
 # The text decoders onnxruntime-genai 0.18's model builder exports (its create_model's list, less
 # the vision, audio, MoE and speculative-decoding variants, which need more than one ONNX file).
@@ -83,7 +83,7 @@ class Decoder:
 def check_folder(folder: Path, key: str) -> Decoder:
     """A decoder folder the builder exports: its architecture, safetensors weights, a tokenizer
     and no file outside it; one line otherwise."""
-    from pipeline import userfiles
+    from pipeline.core import userfiles
     from pipeline.models.files import hf_files
     from pipeline.models.hf_folder import TOKENIZER_FILES
 
@@ -123,8 +123,8 @@ def resolve(path: str, workdir: str | Path) -> Decoder:
 
 def gguf_folder(path: Path, cache: Path) -> Path:
     """The FP32 folder a GGUF file converts to, cached by the file's sha256."""
-    from pipeline import isolate
-    from pipeline.artifact import sha256_file
+    from pipeline.core import isolate
+    from pipeline.core.artifact import sha256_file
 
     final = cache / sha256_file(path)
     if (final / "config.json").is_file():
@@ -186,7 +186,7 @@ class TextSet:
     sequences: int
 
     def token_ids(self) -> list[list[int]]:
-        from pipeline.artifact import sha256_file
+        from pipeline.core.artifact import sha256_file
 
         if sha256_file(Path(self.path)) != self.sha256:
             raise StageError(f"{self.path}: the tokenized {self.split} text changed since it "

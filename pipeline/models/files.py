@@ -6,7 +6,7 @@ In: the folder or the model file a ``model.path`` names. Out: the files, resolve
 ``external_files``) and the ONNX model's digest over its file and its external data
 (``onnx_digest``).
 A name that leads out of the folder, or weights that are not safetensors, is one line (exit 2)
-before any stage (``pipeline.userfiles``, ``pipeline.models.weights``). Called by
+before any stage (``pipeline.core.userfiles``, ``pipeline.models.weights``). Called by
 ``pipeline.models.sources`` when a task key is made, and again by the stages that read the files.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline import userfiles
-from pipeline.errors import ConfigError
+from pipeline.core import userfiles
+from pipeline.core.errors import ConfigError
 from pipeline.models import weights
 
 
@@ -23,7 +23,7 @@ def hf_files(folder: Path, key: str) -> list[Path]:
     """The folder's weights (safetensors only, ``pipeline.models.weights``) and the tokenizer
     files its ``tokenizer_config.json`` names (``fast_tokenizer_files``, which transformers joins
     to the folder unchecked), each refused unless it lies inside the folder. Links out of the
-    folder are refused by its digest's walk (``pipeline.userfiles``)."""
+    folder are refused by its digest's walk (``pipeline.core.userfiles``)."""
     found = weights.folder_weights(folder, key)
     try:
         tok = json.loads((folder / "tokenizer_config.json").read_text())
@@ -76,9 +76,9 @@ def external_files(model, path: str | Path) -> dict[str, Path]:
     return found
 
 
-def onnx_digest(path: str | Path) -> str:
-    """sha256 over the model file and every external data file it names: editing either gives
-    a new task key."""
+def onnx_files(path: str | Path) -> dict[str, Path]:
+    """The files an ONNX model is made of, by name: the model file and every external data file
+    it names (each checked to lie beside it)."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -86,6 +86,11 @@ def onnx_digest(path: str | Path) -> str:
     try:
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, ValueError, RuntimeError, OSError):
-        return userfiles.digest_of({"model": path})  # not ONNX: the task's read says so
-    named = {f"data:{loc}": f for loc, f in external_files(model, path).items()}
-    return userfiles.digest_of({"model": path, **named})
+        return {"model": path}  # not ONNX: the task's read says so
+    return {"model": path, **{f"data:{loc}": f for loc, f in external_files(model, path).items()}}
+
+
+def onnx_digest(path: str | Path) -> str:
+    """sha256 over the model file and every external data file it names: editing either gives
+    a new task key."""
+    return userfiles.digest_of(onnx_files(path))

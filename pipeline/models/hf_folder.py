@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 from pipeline.metrics import agreement as agreement_metrics
 from pipeline.metrics import pairs as pair_metrics
-from pipeline.metrics.config import MetricName
-from pipeline.models.contract import InputSpec, MetricsSpec, OutputSpec
+from pipeline.config.metrics import MetricName
+from pipeline.task.contract import InputSpec, MetricsSpec, OutputSpec
 from pipeline.models.user_task import UserTask
 
 TASKS = ("feature-extraction", "sequence-classification")
@@ -405,7 +405,7 @@ def _preload(model_type: str) -> None:
     which the forkserver preloads anyway): the forkserver imports them once for all children."""
     from transformers.models.auto.configuration_auto import model_type_to_module_name
 
-    from pipeline import isolate
+    from pipeline.core import isolate
 
     mod = model_type_to_module_name(model_type)
     isolate.preload(["transformers.models.auto.modeling_auto",

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ConfigError
-from pipeline.models.contract import AXIS_MEANINGS, InputSpec, OutputSpec
+from pipeline.core.errors import ConfigError
+from pipeline.task.contract import AXIS_MEANINGS, InputSpec, OutputSpec
 from pipeline.models.user_task import UserTask
 
 DTYPES = {1: "float32", 7: "int64", 6: "int32", 10: "float16", 11: "float64", 9: "bool",
@@ -145,7 +145,7 @@ class OnnxTask(UserTask):
         dynamic batch, a CTC output not of rank 3), run the graph on the first real sample at
         batch 1 and 2 (in a child, as every session) and trust what it returns: the batch axis
         is the one that follows the batch fed, the last axis keeps its size (the classes)."""
-        from pipeline.metrics.config import MetricName
+        from pipeline.config.metrics import MetricName
 
         ctc = self.metric_cfg.name == MetricName.ctc
         if not (self.fixed_batch or any(o.shape[:1] != ("batch",) for o in self.outputs)
@@ -216,7 +216,7 @@ class OnnxTask(UserTask):
                 return seen
         except (OSError, ValueError, KeyError, TypeError):
             pass  # none kept yet, or unreadable: run the graph
-        from pipeline import isolate
+        from pipeline.core import isolate
 
         seen = isolate.call(f"{self.what}: running the graph on a real sample", probe,
                             self.key.path, one, two, self.fixed_batch)

@@ -6,7 +6,7 @@ a local Hugging Face folder, with its data and metric as canonical JSON, so the 
 picklable and stable across processes; ``pipeline.models.task`` builds its ``Task``) and
 ``Splits`` (the evaluation, parity and calibration ``DataSplit`` values of a run, each carrying the content digest of its data). The model file's
 and the checkpoint's sha256 are in the key, so a replaced file gives a new task key; an ONNX file's
-digest covers its external data, a folder's every file in it (``pipeline.userfiles``: no file
+digest covers its external data, a folder's every file in it (``pipeline.core.userfiles``: no file
 it names may lie outside it). A checkpoint or a folder whose weights are not safetensors is
 refused here (``pipeline.models.weights``).
 """
@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.artifact import sha256_file
-from pipeline.errors import ConfigError
+from pipeline.core.artifact import sha256_file
+from pipeline.core.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Source:
 
 
 def _json(obj) -> str:
-    from pipeline.artifact import plain
+    from pipeline.core.artifact import plain
 
     return json.dumps(plain(obj), sort_keys=True)
 
@@ -48,7 +48,7 @@ def task_key(model, data=None, metric=None, data_dir: str = "calibration"):
     if model.source not in ("onnx", "torch", "hf"):
         return model.source
     if model.source == "hf":  # a folder: its content digest (weights, config, tokenizer) keys it
-        from pipeline import userfiles
+        from pipeline.core import userfiles
         from pipeline.models.files import hf_files
 
         folder = Path(model.path)
@@ -112,8 +112,8 @@ class Splits:
 
 def config_of(key: Source) -> tuple:
     """(DataConfig, MetricConfig) back from a ``Source``'s JSON."""
-    from pipeline.data.spec import DataConfig
-    from pipeline.metrics.config import MetricConfig
+    from pipeline.config.data import DataConfig
+    from pipeline.config.metrics import MetricConfig
 
     return DataConfig(**json.loads(key.data)), MetricConfig(**json.loads(key.metric))
 

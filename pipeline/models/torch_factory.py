@@ -16,8 +16,8 @@ import json
 
 import numpy as np
 
-from pipeline.errors import ConfigError, StageError
-from pipeline.models.contract import InputSpec, OutputSpec
+from pipeline.core.errors import ConfigError, StageError
+from pipeline.task.contract import InputSpec, OutputSpec
 from pipeline.models.user_task import UserTask
 
 

@@ -21,9 +21,9 @@ import copy
 import numpy as np
 import torch
 
-from pipeline.errors import StageError
+from pipeline.core.errors import StageError
 from pipeline.metrics import classification
-from pipeline.metrics.config import MetricName
+from pipeline.config.metrics import MetricName
 
 HELD_OUT_BATCH = 32
 

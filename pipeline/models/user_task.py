@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ConfigError, StageError
+from pipeline.core.errors import ConfigError, StageError
 from pipeline.metrics import agreement as agreement_metrics
 from pipeline.metrics import classification, ctc
-from pipeline.metrics.config import MetricName
-from pipeline.metrics.spec import MetricSpec
-from pipeline.models.contract import Batch, DataSplit, MetricsSpec
+from pipeline.config.metrics import MetricName
+from pipeline.task.metric import MetricSpec
+from pipeline.task.contract import Batch, DataSplit, MetricsSpec
 
 
 BUCKET_PROBE = 64  # samples whose sizes show which dynamic axis varies

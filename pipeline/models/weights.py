@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline import userfiles
-from pipeline.errors import ConfigError
+from pipeline.core import userfiles
+from pipeline.core.errors import ConfigError
 
 # Names that hold pickles (torch.save, Lightning, joblib) or weights transformers would read
 # through another framework's loader; none of them is ever read.

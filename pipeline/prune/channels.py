@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from pipeline.errors import ConfigError, StageError
+from pipeline.core.errors import ConfigError, StageError
 
 PRUNABLE = (nn.Conv2d, nn.Linear, nn.LSTM)  # the layer types that root a pruning group
 

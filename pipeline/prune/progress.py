@@ -1,5 +1,5 @@
 """A progress bar for the recovery fine-tune (minutes of work inside a stage): the general one
-(``pipeline.progress``) with the loss and the step rate in each line.
+(``pipeline.core.progress``) with the loss and the step rate in each line.
 
 In: the total step count, then ``update(step, loss)`` after every step. Out: a bar with the step,
 the loss, the rate and the time left, on the given stream: redrawn on a terminal, a line every
@@ -7,7 +7,7 @@ the loss, the rate and the time left, on the given stream: redrawn on a terminal
 """
 from __future__ import annotations
 
-from pipeline.progress import Progress as _Progress, hms
+from pipeline.core.progress import Progress as _Progress, hms
 
 
 class Progress(_Progress):

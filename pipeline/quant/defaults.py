@@ -1,6 +1,6 @@
 """Hardware-aware INT8 settings: what the CPU's integer instructions want.
 
-In: the CPU flags (``pipeline.env.effective_flags``: this CPU's, less an instruction-set cap)
+In: the CPU flags (``pipeline.core.env.effective_flags``: this CPU's, less an instruction-set cap)
 and the user's quant config. Out: the resolved activation/weight types, ``reduce_range`` and
 format, with the reason, recorded in the manifest.
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 from pipeline.config import QuantMode
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 REQUANTIZE = (QuantMode.int8, QuantMode.dynamic, QuantMode.mixed)
 

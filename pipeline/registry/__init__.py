@@ -8,7 +8,7 @@ artifact's content digest: the same model is never published under two names.
 """
 from __future__ import annotations
 
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 BACKENDS = {"local": "pipeline.registry.local:LocalStore",
             "oci": "pipeline.registry.oci:OciRegistry",

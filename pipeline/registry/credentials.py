@@ -13,7 +13,7 @@ import netrc
 import os
 from pathlib import Path
 
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 USER_ENV, PASSWORD_ENV = "PIPELINE_REGISTRY_USERNAME", "PIPELINE_REGISTRY_PASSWORD"
 

@@ -24,7 +24,7 @@ import io
 import json
 from pathlib import Path
 
-from pipeline.errors import CorruptBlob, RegistryError
+from pipeline.core.errors import CorruptBlob, RegistryError
 from pipeline.registry import atomic, transfer
 from pipeline.registry.backend import Entry, Published
 from pipeline.registry.names import ALIASES, check_alias, check_digest, check_name

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pipeline.errors import RegistryError
+from pipeline.core.errors import RegistryError
 from pipeline.registry import credentials, transfer
 from pipeline.registry.backend import Entry, Published
 from pipeline.registry.names import ALIASES, check_alias, check_name

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 ALIASES = ("candidate", "production")   # the only tags that move, and only through promote
 NAME = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*")

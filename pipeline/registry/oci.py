@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pipeline.errors import ConfigError, RegistryError
+from pipeline.core.errors import ConfigError, RegistryError
 from pipeline.registry import credentials, transfer
 from pipeline.registry.backend import Entry, Published
 from pipeline.registry.names import ALIASES, check_alias, check_name

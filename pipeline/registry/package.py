@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.errors import CorruptBlob, PromotionRefused, RegistryError
+from pipeline.core.errors import CorruptBlob, PromotionRefused, RegistryError
 from pipeline.registry.names import check_digest, check_name, check_version
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable
 
-from pipeline.errors import ConfigError, CorruptBlob, RegistryError
+from pipeline.core.errors import ConfigError, CorruptBlob, RegistryError
 from pipeline.registry import atomic
 from pipeline.registry.package import P, blobs_of, Blob
 

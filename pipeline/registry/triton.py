@@ -22,7 +22,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from pipeline.errors import RegistryError
+from pipeline.core.errors import RegistryError
 from pipeline.registry import atomic
 from pipeline.registry.names import check_name
 from pipeline.registry.package import EVIDENCE_FILE, MODEL_FILE

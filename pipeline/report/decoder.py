@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.artifact import plain
-from pipeline.env import environment
+from pipeline.core.artifact import plain
+from pipeline.core.env import environment
 
 
 def _bytes(art) -> int:

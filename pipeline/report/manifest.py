@@ -10,20 +10,16 @@ and records what publishing then did, success or failure.
 """
 from __future__ import annotations
 
-from pipeline.errors import PipelineError, describe_os_error
+from pipeline.core.errors import PipelineError, describe_os_error
 
 
 def body(cfg, out, record: list) -> dict:
-    from pipeline.env import environment
-    from pipeline.quant import report as quant_report
+    from pipeline.core.env import environment
+    from pipeline.report import quant as quant_report
     from pipeline.report import run as rep
-    from pipeline.artifact import plain
+    from pipeline.core.artifact import plain
 
-    from pipeline.models import task
-    from pipeline.models.sources import task_key
-
-    mode = cfg.quant.mode.value
-    t = task(task_key(cfg.model, cfg.data, cfg.metric, cfg.data_dir))
+    mode, t = cfg.quant.mode.value, out.run.task
     report = {"status": "complete", "model": cfg.model.name, "quant": mode, "config": plain(cfg),
               "environment": environment(cfg.hardware), "metrics": rep.metric_specs(t),
               "verdict": out.verdict,
@@ -63,7 +59,7 @@ def _bill(out, cfg) -> dict:
 
 def figures(cfg, out, report: dict) -> dict:
     """File name -> a function that draws it at a path."""
-    from pipeline.quant import report as quant_report
+    from pipeline.report import quant as quant_report
     from pipeline.report import plots
 
     figs = {"latency_cdf.png": lambda p: plots.latency_cdf(out.bench.path / "times.json", p)}

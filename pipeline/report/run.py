@@ -13,9 +13,9 @@ import time
 import uuid
 from pathlib import Path
 
-from pipeline.leftovers import temp_name
+from pipeline.core.leftovers import temp_name
 from pipeline.metrics.outputs import RTOL, agreement
-from pipeline.report import numbers
+from pipeline.core import numbers
 
 ROWS = (("export", "export (torch -> ONNX, FP32)"), ("fp32", "optimize (FP32 baseline)"),
         ("fp16", "fp16 (baseline)"), ("candidate", "candidate"))
@@ -156,7 +156,7 @@ def markdown(report: dict) -> str:
             lines.append("- input contract (measured): " + " x ".join(
                 f"{d['min']}" if d["min"] == d["max"] else f"{d['min']}..{d['max']}" for d in shape))
     if report.get("auto"):
-        from pipeline.quant.auto_report import markdown as auto_markdown
+        from pipeline.report.auto import markdown as auto_markdown
 
         lines += auto_markdown(report["auto"], primary)
     if report.get("runtimes"):
@@ -172,7 +172,7 @@ def markdown(report: dict) -> str:
 
         lines += pruning_markdown(report["pruning"], {m["name"]: m["unit"] for m in metrics})
     if report.get("quantization"):
-        from pipeline.quant.report import markdown as quant_markdown
+        from pipeline.report.quant import markdown as quant_markdown
 
         lines += quant_markdown(report["quantization"])
     load = report.get("load")
@@ -264,10 +264,10 @@ def _interrupted_markdown(report: dict) -> str:
 
 
 def write_interrupted(cfg, record: list, e) -> str | None:
-    """The report of a run stopped by a signal (``pipeline.interrupt``), from what is known: the
+    """The report of a run stopped by a signal (``pipeline.core.interrupt``), from what is known: the
     config, the stages done and where it stopped; never judged, never published. Returns its
     path, or None when the disk refuses it (the run still ends with its one line)."""
-    from pipeline.artifact import plain
+    from pipeline.core.artifact import plain
 
     e.at(f"after stage {record[-1]['label']}" if record else "before the first stage")
     report = {"status": "interrupted", "model": cfg.model.name, "quant": cfg.quant.mode.value,

@@ -23,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from pipeline.errors import ConfigError, StageError
+from pipeline.core.errors import ConfigError, StageError
 
 BACKENDS = {"onnxruntime": "pipeline.runtimes.onnxruntime",
             "openvino": "pipeline.runtimes.openvino"}
@@ -106,7 +106,7 @@ def load(model: Path, settings) -> Loaded:
 
 def probe(model: Path, settings, batch: np.ndarray) -> dict:
     """Load, run ``batch`` once and describe: {"output", "describe"}. Sets the process-global
-    ONNX Runtime pool, so call it in a child (``pipeline.isolate.call``)."""
+    ONNX Runtime pool, so call it in a child (``pipeline.core.isolate.call``)."""
     loaded = load(model, settings)
     first = {n: a[:1] for n, a in batch.items()} if isinstance(batch, dict) else batch[:1]
     return {"output": loaded.run(batch), "describe": loaded.describe(first)}
@@ -139,7 +139,7 @@ def executed_summary(ops: dict[str, dict[str, int]]) -> dict:
 def cpu_flags() -> frozenset[str]:
     """Every flag of the first CPU in /proc/cpuinfo (empty where there is none), less those an
     instruction-set cap in the environment (``ONEDNN_MAX_CPU_ISA``) forbids."""
-    from pipeline.env import capped
+    from pipeline.core.env import capped
 
     try:
         with open("/proc/cpuinfo") as f:

@@ -9,7 +9,7 @@ where ONNX Runtime inserts casts around its FP32 kernels).
 Every session in a process shares one process-global thread pool. With a pool per session, two
 sessions timed alternately on 2 cores slow each other through spinning workers (two identical
 models read 0.67x against each other, measured here); with one shared pool they read 1.00x.
-Call only inside a child process (``pipeline.isolate``): the pool size can be set once per process.
+Call only inside a child process (``pipeline.core.isolate``): the pool size can be set once per process.
 ONNX Runtime's CPU provider computes float ops in FP32 (no BF16 or FP16 inference precision on
 x86), so ``precision`` other than fp32 is refused.
 """

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from pipeline.errors import StageError
+from pipeline.core.errors import StageError
 from pipeline.runtimes import PRIMARY, Target, settings_for, targets
 
 FLOAT_ROLES = ("fp32", "fp16")

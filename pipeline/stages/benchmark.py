@@ -40,10 +40,10 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.data import real_batches
-from pipeline.errors import StageError
+from pipeline.core.errors import StageError
 from pipeline.measure import timing
 from pipeline.measure.latency import blocking, contract, shape_outliers, speedups
-from pipeline.models.contract import size_of
+from pipeline.task.contract import size_of
 
 FLOAT_ROLES = ("fp32", "fp16")
 AA_ROLE = "fp32 (A/A copy)"
@@ -74,7 +74,7 @@ class Benchmark:
     def _run(self, parent, out_dir: Path, probe, baselines: dict) -> dict:
         from pipeline import runtimes
         from pipeline.measure import coldstart
-        from pipeline.env import environment
+        from pipeline.core.env import environment
         from pipeline.models import task
         from pipeline.runtimes import plan
 

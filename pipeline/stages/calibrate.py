@@ -22,8 +22,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.artifact import OBSERVED
-from pipeline.errors import StageError
+from pipeline.core.artifact import OBSERVED
+from pipeline.core.errors import StageError
 from pipeline.quant.calibration import Feeds, ort_method
 
 

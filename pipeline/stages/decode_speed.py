@@ -6,7 +6,7 @@ how many tokens to generate and how many streams decode together. Out: per model
 token and per-token latency (p50/p99) and decode tokens/s (``pipeline.measure.decode``), and
 each candidate's speedup over FP32 (median of per-round ratios of whole generations with its
 95 % interval), measured in interleaved rounds until the interval is narrow or the time is up.
-Timed: it runs alone on the machine (``pipeline.locks``).
+Timed: it runs alone on the machine (``pipeline.core.locks``).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class DecodeSpeed:
     timed = True
 
     def run(self, parent, out_dir: Path, **candidates) -> dict:
-        from pipeline.env import environment
+        from pipeline.core.env import environment
         from pipeline.measure.decode import compare_generation
 
         prompts = [ids[:self.prompt_tokens] for ids in self.data.token_ids()[:self.prompts]]

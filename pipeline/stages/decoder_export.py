@@ -16,7 +16,7 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import StageError
+from pipeline.core.errors import StageError
 
 PARITY_SEQUENCES = 2
 PARITY_ATOL = 1e-2  # FP32 logits: fused attention and a different summation order, nothing more

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import StageError
+from pipeline.core.errors import StageError
 from pipeline.metrics.outputs import output_hash
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.runner import CHECKS_ONLY
+from pipeline.engine.runner import CHECKS_ONLY
 from pipeline.stages.load import network_from
 from pipeline.stages.parity import compare, node_counts, require
 

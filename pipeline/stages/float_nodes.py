@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import StageError
+from pipeline.core.errors import StageError
 
 # Ops onnxruntime's QDQ quantizer handles as data movement: output quantized with the input's
 # scale, and only when the input is quantized already (QDQDirect8BitOp and its subclasses).

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import isolate
-from pipeline.errors import StageError
+from pipeline.core import isolate
+from pipeline.core.errors import StageError
 from pipeline.stages.parity import compare, node_counts
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.errors import StageError
-from pipeline.runner import CHECKS_ONLY
+from pipeline.core.errors import StageError
+from pipeline.engine.runner import CHECKS_ONLY
 from pipeline.stages.parity import compare, node_counts, require
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.errors import StageError
-from pipeline.runner import CHECKS_ONLY
+from pipeline.core.errors import StageError
+from pipeline.engine.runner import CHECKS_ONLY
 from pipeline.stages.parity import compare, node_counts, require
 
 MIN_OPSET = 13
@@ -29,6 +29,10 @@ class ImportOnnx:
     sha256: str            # of the file and its external data: a replaced one is a new artifact
     data: object           # DataSplit: the samples parity is checked on
     hardware: object = field(metadata=CHECKS_ONLY)  # runs its checks: not in the key
+    # (name, size, mtime_ns, inode) of each file when the run hashed them (pipeline.models.run):
+    # unchanged means the bytes are the ones in the key, without hashing the file again; empty:
+    # hash again and compare. Not in the key: the digest is.
+    stamp: tuple = field(default=(), metadata=CHECKS_ONLY)
     tolerance: float = 1e-3
     name = "import"
     version = 2  # 2: a fixed batch of 1 made dynamic, outputs declared as the graph runs
@@ -40,11 +44,14 @@ class ImportOnnx:
 
         from pipeline.runtimes import onnxruntime as ort
         from pipeline.models import task
+        from pipeline.core.userfiles import stamp_of
         from pipeline.models.files import onnx_digest as digest
+        from pipeline.models.files import onnx_files
 
         t = task(self.task)
         # external data inside the model's folder, and the bytes the key was made from
-        if digest(self.path) != self.sha256:
+        if (stamp_of(onnx_files(self.path)) != self.stamp if self.stamp
+                else digest(self.path) != self.sha256):
             raise StageError(f"model.path={self.path} (or its external data) changed since the "
                              "run started; run again")
         model = onnx.load(self.path)  # external data from the model's folder (checked above)

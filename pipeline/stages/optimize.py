@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.runner import CHECKS_ONLY
+from pipeline.engine.runner import CHECKS_ONLY
 from pipeline.stages.names import rename_like_export
 from pipeline.stages.parity import compare, node_counts, require
 

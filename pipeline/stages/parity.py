@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.errors import StageError
+from pipeline.core.errors import StageError
 
 
 def compare(reference, candidate, task, ds, batch_size: int = 16) -> dict:

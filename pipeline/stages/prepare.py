@@ -21,7 +21,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import StageError
+from pipeline.core.errors import StageError
 
 # quant_pre_process keeps up to four copies of the model in its temporary folder at once (shape
 # inferred, optimized, ONNX-shape inferred, its input) besides the output: the room it needs.

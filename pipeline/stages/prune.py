@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from pipeline.env import training_precision
-from pipeline.errors import StageError
-from pipeline.prune.preflight import helper, with_ignored
+from pipeline.core.env import training_precision
+from pipeline.core.errors import StageError
+from pipeline.prune.helper import helper, with_ignored
 
 @dataclass(frozen=True)
 class Prune:

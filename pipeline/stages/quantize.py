@@ -16,7 +16,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import StageError
+from pipeline.core.errors import StageError
 from pipeline.runtimes.ops import DYNAMIC_INT8_OPS, NAMED_OPS, NO_INT8_KERNEL
 from pipeline.stages.parity import node_counts
 

@@ -10,7 +10,7 @@ weights. The product ``X @ W`` is unchanged when channel ``j`` of ``X`` is divid
 row ``j`` of ``W`` multiplied by it; with ``s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)`` the
 activation's channels even out and the weights, quantized per output channel, take part of the
 spread. ``alpha`` trades one against the other; the INT8 sub-recipe tries a few and keeps the
-best on the ranking subset, or none (``pipeline.quant.recipe.smoothing``).
+best on the ranking subset, or none (``pipeline.recipes.int8.smoothing``).
 
 In (``channel_ranges``): a ``prepare`` artifact and the calibration split. Out: ``ranges.npz``,
 the largest absolute value of each channel of every activation that feeds a weighted MatMul
@@ -179,7 +179,7 @@ class Smooth:
 
     def run(self, parent, out_dir: Path, ranges=None) -> dict:
         if ranges is None:
-            from pipeline.errors import StageError
+            from pipeline.core.errors import StageError
 
             raise StageError("smooth needs a channel_ranges artifact")
         record = migrate(parent.model, load_ranges(ranges.path), self.alpha, out_dir / "model.onnx")

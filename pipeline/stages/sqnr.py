@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.runner import CHECKS_ONLY
+from pipeline.engine.runner import CHECKS_ONLY
 
 
 def _with_outputs(model_path: Path, names: list[str], out: Path) -> Path:

@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import StageError
+from pipeline.core.errors import StageError
 
 ALGORITHMS = ("rtn", "hqq", "k_quant", "gptq")
 CALIBRATION_SEQUENCES = 8  # GPTQ's Hessians: enough rows for a tiny model, minutes for a 1B one

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pipeline.report import numbers as n
+from pipeline.core import numbers as n
 
 
 def test_a_ratio_reads_with_its_interval():

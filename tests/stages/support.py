@@ -39,8 +39,8 @@ def split(tmp: Path, model: Path, rows: np.ndarray, which: str = "evaluation", c
     """A ``DataSplit`` of half of ``rows`` (one input row each) for ``model`` as a user's ONNX file
     scored by agreement with FP16 (no labels)."""
     from pipeline.config import ModelConfig
-    from pipeline.data.spec import DataConfig
-    from pipeline.metrics.config import MetricConfig
+    from pipeline.config.data import DataConfig
+    from pipeline.config.metrics import MetricConfig
     from pipeline.models import task
     from pipeline.models.sources import task_key
 
@@ -56,7 +56,7 @@ def split(tmp: Path, model: Path, rows: np.ndarray, which: str = "evaluation", c
 
 def artifact(folder: Path, stage: str = "given", **meta):
     """``folder`` (holding ``model.onnx``) as a stage's parent or reference artifact."""
-    from pipeline.artifact import Artifact
+    from pipeline.core.artifact import Artifact
 
     return Artifact(path=folder, stage=stage, key=stage, digest=stage, files={}, meta=meta)
 
@@ -75,7 +75,7 @@ def _run(stage, parent, out_dir: Path, refs: dict) -> dict:
 def run(stage, parent, out_dir: Path, **refs) -> dict:
     """``stage.run`` in a child process, as the runner runs it: a stage may set process-wide
     state (onnxruntime's global thread pool) that later tests must not inherit."""
-    from pipeline import isolate
+    from pipeline.core import isolate
 
     out_dir.mkdir(parents=True, exist_ok=True)
     return isolate.call(f"stage {stage.name}", _run, stage, parent, out_dir, refs)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import StageError
+from pipeline.core.errors import StageError
 from pipeline.models.ocr import data as ocr_data
 from pipeline.models.ocr.decode import greedy_decode, score
 

@@ -1,5 +1,5 @@
 """The built-in OCR tasks (``ocr``: CRNN, ``ocr_mobile``: MobileNetV3-style blocks) as one
-implementation of the task contract (``pipeline.models.contract``).
+implementation of the task contract (``pipeline.task.contract``).
 
 In: the task's module (``pipeline.models.ocr.crnn`` or ``mobile``: network, generated data sets,
 batching, CTC decoding, scores). Out: a ``Task``: one grey input ``image`` [batch, 1, 32, width]
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.errors import StageError
+from pipeline.core.errors import StageError
 from pipeline.metrics import ctc
-from pipeline.models.contract import Batch, DataSplit, InputSpec, MetricsSpec, OutputSpec
+from pipeline.task.contract import Batch, DataSplit, InputSpec, MetricsSpec, OutputSpec
 
 
 DEFAULT_PARAMS = {"widths": [32, 64, 128, 256, 256], "hidden": 128}  # the schema's defaults
@@ -25,7 +25,7 @@ def check_params(params: dict) -> None:
     conv widths and the LSTM's hidden size; absent values are ``DEFAULT_PARAMS``, never written
     back (the config's default instance is the schema every model option merges onto). A pruned
     network's params (six widths: the collapse conv's too) come from the prune stage instead."""
-    from pipeline.errors import ConfigError
+    from pipeline.core.errors import ConfigError
 
     widths = params.get("widths", DEFAULT_PARAMS["widths"])
     hidden = params.get("hidden", DEFAULT_PARAMS["hidden"])

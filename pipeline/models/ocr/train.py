@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 import torch
 from safetensors.torch import save_file
 
-from pipeline.env import training_precision
+from pipeline.core.env import training_precision
 from pipeline.models.ocr.data import ALPHABET, collate, generate, to_array
 from pipeline.models.ocr.decode import greedy_decode, score
 
@@ -81,7 +81,7 @@ def fit(model: torch.nn.Module, data: Iterator[list[dict]], steps: int, lr: floa
     """Train ``model`` in place for ``steps`` batches from ``data``; returns the last loss.
 
     ``bf16=None`` takes float32 or bfloat16 autocast from the CPU's flags
-    (``pipeline.env.training_precision``).
+    (``pipeline.core.env.training_precision``).
 
     AdamW with a one-cycle schedule peaking at ``lr``: the warm-up protects a freshly pruned
     network as much as a random one. ``on_step(step, loss)`` is called after every step.

@@ -1,0 +1,70 @@
+"""``python -m pipeline model=hf model.path=<decoder folder or .gguf> data=...``: a decoder LLM.
+
+The command line's decoder path, after compose: the folder checked (or the GGUF file converted
+once), the decoder recipe (``pipeline.recipes.decoder``), the report, and publishing of the whole
+folder onnxruntime-genai loads, with its evidence, when the gate passes. Exit codes as for
+every run (README): 0 passed (and published), 1 the gate failed, 2 a bad config, 3 a stage
+failed.
+"""
+from __future__ import annotations
+
+import time
+
+from pipeline.core import interrupt
+from pipeline.core.errors import ConfigError
+from pipeline.cli.finish import finish
+
+
+def preflight(cfg):
+    """What composing cannot know, before anything is written; returns the ``Decoder``."""
+    import onnxruntime
+
+    from pipeline.models.decoder import resolve
+    from pipeline.recipes.decoder import check_mode
+
+    check_mode(cfg)
+    if cfg.hardware.provider != "CPUExecutionProvider" or \
+            cfg.hardware.provider not in onnxruntime.get_available_providers():
+        raise ConfigError(f"hardware={cfg.hardware.name}: a decoder is compiled and timed on this "
+                          "machine's CPU (hardware=cpu)")
+    if cfg.metric is not None:
+        raise ConfigError(f"metric={cfg.metric.name.value}: a decoder is scored on its text "
+                          "(perplexity, next-token agreement with FP32); leave metric= unset")
+    return resolve(cfg.model.path, cfg.workdir)
+
+
+def run(cfg) -> int:
+    from pipeline.recipes.decoder import recipe
+    from pipeline.report import decoder as rep
+    from pipeline.report import run as run_report
+    from pipeline.engine.runner import Runner
+
+    decoder = preflight(cfg)
+    t0 = time.time()
+    print(f"pipeline: model={cfg.model.name} (decoder {decoder.architecture}) "
+          f"quant={cfg.quant.mode.value} hardware={cfg.hardware.name}")
+    runner = Runner(cfg.workdir, cfg.hardware.target())
+    try:
+        out = recipe(cfg, runner, decoder)
+    except interrupt.Interrupted as e:  # the report says how far it got; cached stages are kept
+        e.report = run_report.write_interrupted(cfg, runner.record, e)
+        raise
+    body = rep.body(cfg, out, runner.record)
+    publishing = out.verdict["passed"] and cfg.registry is not None
+    if publishing:
+        body["publish"] = {"status": "pending", "backend": cfg.registry.backend.value}
+    path = run_report.write(cfg.workdir, body, render=rep.markdown)
+    if publishing:
+        from pipeline.registry import publish
+
+        try:
+            cand = out.models["candidate"]
+            body["published"] = str(publish(cfg.registry, cfg.model.name, cfg.quant.mode.value,
+                                            cand, rep.evidence(out, body), rep.files(cand)))
+            body["publish"].update(status="published", ref=body["published"])
+        except Exception as e:  # noqa: BLE001 - recorded in the report, then raised as it was
+            body["publish"].update(status="failed", error=str(e))
+            run_report.update(path, body, render=rep.markdown)
+            raise
+        run_report.update(path, body, render=rep.markdown)
+    return finish(runner, t0, out.verdict, body, path, out.models["candidate"].path)

@@ -1,0 +1,43 @@
+"""The `metric=` group's schema: which metric scores the user's model and how to read its outputs.
+
+In: nothing (typed config). Out: ``MetricConfig``: ``classification`` (top-1 and top-k from
+logits and integer or named labels), ``ctc`` (greedy CTC decoding with a character set from a text
+file or the ONNX metadata, then sequence accuracy and CER) or ``agreement`` (no labels: how closely
+each model's outputs follow the FP16 baseline's). Values are checked when the config is made
+(exit 2); whether the metric fits the model's outputs is checked when the task is built, before
+any stage runs, and so is a ``primary`` the task does not report.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.core.errors import ConfigError
+
+
+class MetricName(str, enum.Enum):
+    classification = "classification"
+    ctc = "ctc"
+    agreement = "agreement"
+
+
+@dataclass
+class MetricConfig:
+    name: MetricName = MetricName.classification
+    top_k: int = 5                 # classification: top-k besides top-1 (skipped if > classes)
+    class_names: list[str] = field(default_factory=list)  # classification: output index -> name,
+                                   # for string labels; empty: labels are the output indices
+    charset: str = ""              # ctc: text file, one character per line or all on one line;
+                                   # empty: the ONNX model's metadata (charset, vocab, ...)
+    time_major: bool = False       # ctc: outputs are [time, batch, classes]
+    primary: str = ""              # the metric the gate (and the quantization search) judges, one
+                                   # of those the task reports (e.g. spearman, cosine_p1); empty:
+                                   # the task's own (top1, sequence_accuracy, cosine_mean, ...)
+
+    def __post_init__(self):
+        self.name = MetricName(self.name)
+        if self.top_k < 1:
+            raise ConfigError(f"metric.top_k={self.top_k}: must be at least 1")
+        if self.charset and not Path(self.charset).is_file():
+            raise ConfigError(f"metric.charset={self.charset}: no such file")

@@ -1,0 +1,303 @@
+"""``quant=auto``: the fastest artifact that passes every gate on this machine, whatever its CPU.
+
+In: the config, the runner and the float artifacts the recipe built (export, FP32, FP16). Out:
+the recipe's ``Outcome`` for the winner, with ``auto``: the whole table (each candidate on each
+runtime: accuracy, p50, speedup over the fastest float baseline with its 95 % CI, the gate's
+verdict) and why the winner won.
+
+Candidates, each a cached stage output (a second run rebuilds nothing):
+- the optimized FP32 model on every target this machine has (ONNX Runtime fp32, OpenVINO fp32,
+  and OpenVINO bf16 / fp16 only where the CPU has native kernels for them);
+- static INT8 with the latency-aware fallback and the float-region search (``quant.region_trials``,
+  ``pipeline/recipes/regions.py``), and dynamic INT8 (the LSTM only), on every target;
+- ``mixed`` under the gate's own accuracy budget, built only when the static INT8 model misses
+  that budget (within it, the mixed search would return that very model).
+All of them are timed in one benchmark (``stages/benchmark.py``, its ``contenders``): one
+process, interleaved rounds, blocks when runtimes mix, one A/A check, so every speedup is a ratio
+measured side by side. Each (candidate, target) is then judged by the gate exactly as a shipped
+candidate would be; the fastest at the gate's batch size that passes every check ships. A float
+winner is the fastest float baseline itself: its speedup over it is 1 by identity, never a slower
+model. With none passing, the most accurate fast one goes to the gate, which fails visibly.
+The INT8 sub-recipe runs on the configured target exactly as ``quant=int8`` does, so the two
+share their cached stages.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+
+from pipeline import gate
+from pipeline.config import QuantMode
+from pipeline.runtimes import PRIMARY, Target, cpu_supports
+from pipeline.runtimes.plan import Plan, label
+
+NAMES = {"fp32": "fp32", "candidate": "int8", "dynamic": "dynamic", "mixed": "mixed"}
+
+
+def _quant_cfg(cfg, mode: QuantMode, **changes):
+    return dataclasses.replace(cfg, quant=dataclasses.replace(cfg.quant, mode=mode, **changes))
+
+
+def _drop_and_agreement(ev, ref, metric, rtol: float | None = None) -> tuple[float, float]:
+    """``metric``: the primary ``MetricSpec``; the drop is positive when ``ev`` is worse;
+    ``rtol``: continuous outputs' tolerance (``gate.output_rtol``)."""
+    from pipeline.metrics.outputs import RTOL, agreement
+
+    return (metric.drop(ref.meta["metrics"][metric.name], ev.meta["metrics"][metric.name]),
+            agreement(ev, ref, RTOL if rtol is None else rtol))
+
+
+def _named(lab: str) -> str:
+    """A timing label with the benchmark's ``candidate`` role called what it is here: int8."""
+    return "int8" + lab[len("candidate"):] if lab.startswith("candidate") else lab
+
+
+def as_candidate(bench, lab: str, raw_lab: str | None = None):
+    """The benchmark as the gate would see it if ``lab`` were the candidate: its latency, its
+    speedup over the fastest float and its core states, and every other model's ratio over it
+    (recomputed from the per-round times of the same run, where it is ``raw_lab``)."""
+    from pipeline.measure import timing
+
+    raw_lab = raw_lab or lab
+    raw = json.loads((bench.path / "times.json").read_text())
+    meta = copy.deepcopy(bench.meta)
+    for b, at in meta["batches"].items():
+        if lab not in at["latency_ms"]:
+            continue
+        at["candidate_label"] = lab
+        at["latency_ms"]["candidate"] = at["latency_ms"][lab]
+        at["per_size"]["candidate"] = at["per_size"][lab]
+        at["speedup_vs_fastest_float"] = at["speedup_vs_fastest_float_by_label"][lab]
+        states = at.get("core_state_by_label", {}).get(lab)
+        if states is not None:
+            at["core_state"] = states
+            at["noisy"] = bool(at["noisy"] or states["changed"])
+        times = raw[b]
+        at["speedup"] = {_named(o): timing.ratio_ci(times[o], times[raw_lab])
+                         for o in times if o != raw_lab}
+    return dataclasses.replace(bench, meta=meta)
+
+
+def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_batch, rtol=None):
+    at = bench_view.meta["batches"].get(str(gate_batch), {})
+    row = {"candidate": name, "role": role, "target": str(target), "label": lab,
+           "runtime": target.runtime, "precision": target.precision,
+           "passed": verdict["passed"],
+           "failed": [c["check"] for c in verdict["checks"] if not c["passed"]],
+           "failed_detail": [c["detail"] for c in verdict["checks"] if not c["passed"]],
+           "latency_ms": {b: {k: a["latency_ms"]["candidate"][k] for k in ("p50", "p99")}
+                          for b, a in bench_view.meta["batches"].items()
+                          if a.get("candidate_label") == lab},
+           "speedup_vs_fastest_float": at.get("speedup_vs_fastest_float"),
+           "fastest_float": at.get("fastest_float")}
+    if ev is not None:
+        drop, agree = _drop_and_agreement(ev, ref, metric, rtol)
+        row.update({metric.name: ev.meta["metrics"][metric.name], "accuracy_drop": drop,
+                    "agreement_with_fp16": agree, "output_sha256": ev.meta.get("output_sha256")})
+    row["p50"] = (row["latency_ms"].get(str(gate_batch)) or {}).get("p50")
+    return row
+
+
+def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None):
+    """The ``quant=auto`` branch of ``pipeline.recipes.main.recipe``, from the float artifacts on."""
+    from pipeline.core.env import environment
+    from pipeline.recipes.int8 import int8 as int8_recipe
+    from pipeline.gate.outcome import Outcome
+    from pipeline.stages.benchmark import Benchmark
+    from pipeline.stages.evaluate import Evaluate, against, baselines
+
+    from pipeline.metrics.limits import limits, within
+
+    t = run.task
+    m, metric, g = cfg.model, t.metrics.primary_spec, cfg.gate
+    budget = limits(g.max_accuracy_drop, t.metrics)[metric.name]  # the primary's, in its scale
+    hw = dataclasses.replace(cfg.hardware.target(), runtime="auto")  # every runtime here
+    plan = Plan(hw, "auto")
+    evaluate = Evaluate(data=splits.evaluation, batch_size=m.eval_batch_size, hardware=hw)
+    evals = baselines(runner, plan, evaluate, t, exported, fp32, fp16)
+    ref = evals["fp16"]
+
+    def build(mode, **changes):
+        # (every candidate is ranked against the float baselines below: no float fallback inside)
+        return int8_recipe(_quant_cfg(cfg, mode, **changes), runner, fp32, evals["fp32"], ref,
+                           t, splits.evaluation, splits.calibration, guard=False,
+                           export=exported)
+
+    int8, int8_info = build(QuantMode.int8)
+    # Dynamic INT8 quantizes the LSTM only: floating what profiles slower would give back FP32.
+    dynamic, dynamic_info = build(QuantMode.dynamic, region_trials=0, latency_aware=False)
+    models = {"export": exported, "fp32": fp32, "fp16": fp16, "candidate": int8,
+              "dynamic": dynamic}
+    infos = {"candidate": int8_info, "dynamic": dynamic_info}
+    for role in ("candidate", "dynamic"):
+        evals[role] = runner.run(plan.evaluation(evaluate, role), models[role],
+                                 label=f"evaluate[{NAMES[role]}]", **against(t, ref))
+    drop, agree = _drop_and_agreement(evals["candidate"], ref, metric, g.output_rtol)
+    notes = {}
+    if not within(ref.meta["metrics"], evals["candidate"].meta["metrics"], g.max_accuracy_drop,
+                  t.metrics) or agree < g.min_output_agreement:
+        models["mixed"], infos["mixed"] = build(QuantMode.mixed, max_accuracy_drop=budget)
+        evals["mixed"] = runner.run(plan.evaluation(evaluate, "mixed"), models["mixed"],
+                                    label="evaluate[mixed]", **against(t, ref))
+    else:
+        notes["mixed"] = (f"not built: static INT8 is already within the accuracy budget (drop "
+                          f"{drop:.2f} <= {budget:g}), so the mixed search would "
+                          "return that same model")
+    plan.evaluate_others(runner, evaluate, models, against(t, ref))
+    contenders = tuple(r for r in ("fp32", "dynamic", "mixed") if r in models)
+    # Timed: the contenders and the float baselines the gate compares with. The export is an
+    # unoptimized copy of FP32 and FP16 ONNX runs emulated on a CPU without FP16 kernels, so
+    # neither can win or be the fastest float there; both are still evaluated.
+    skip = {"candidate", "export"} | (set() if cpu_supports("fp16") else {"fp16"})
+    refs = {r: a for r, a in models.items() if r not in skip}
+    bench = runner.run(Benchmark(data=splits.evaluation, bench=cfg.bench.timing(),
+                                 hardware=plan.hw, options=plan.bench_options(),
+                                 contenders=contenders),
+                       int8, label="benchmark[auto]", **refs)
+    plan.failures.update(bench.meta.get("failures", {}))
+
+    env = environment(hw)
+    table = []
+    for role in ("fp32", "candidate", "dynamic", "mixed"):
+        if role not in models:
+            continue
+        for target in plan.options:
+            lab = label(hw, role, target)
+            if lab not in bench.meta["targets"]:
+                continue  # failed to load on that runtime: recorded in failures
+            ev = plan.evaluation_of(evals, role, target)
+            view = as_candidate(bench, lab)
+            verdict = gate.judge({"fp16": ref, "candidate": ev}, view, g, t.metrics, cfg.slo,
+                                 models[role], env)
+            table.append(_row(NAMES[role], role, target, lab, ev, ref, view, verdict, metric,
+                              g.speedup_batch_size, g.output_rtol))
+    winner = choose(table, metric)
+    role, target = winner["role"], Target(winner["runtime"], winner["precision"])
+
+    # The winner becomes "the candidate" everywhere the gate, report and registry look.
+    final = {**{r: models[r] for r in ("export", "fp32", "fp16")}, "candidate": models[role]}
+    final_evals = {r: evals[r] for r in ("export", "fp32", "fp16")}
+    final_evals["candidate"] = plan.evaluation_of(evals, role, PRIMARY) or evals.get(role)
+    for tg in plan.options:
+        if tg != PRIMARY and role != "candidate":
+            if (role, tg) in plan.extra:
+                plan.extra[("candidate", tg)] = plan.extra[(role, tg)]
+            else:
+                plan.extra.pop(("candidate", tg), None)
+    meta = copy.deepcopy(bench.meta)
+    for b, at in meta["batches"].items():
+        for tg in plan.options:
+            src, dst = label(hw, role, tg), label(hw, "candidate", tg)
+            for key in ("latency_ms", "per_size", "speedup_vs_fastest_float_by_label",
+                        "core_state_by_label"):
+                if src in at.get(key, {}):
+                    at[key][dst] = at[key][src]
+                elif src != dst:  # the winner did not run there: no INT8 numbers under its name
+                    at.get(key, {}).pop(dst, None)
+        if role != "candidate":
+            at["candidate_label"] = label(hw, role, PRIMARY)
+    view = as_candidate(dataclasses.replace(bench, meta=meta), label(hw, "candidate", target),
+                        label(hw, role, target))
+    plan.allowed = [target]
+    final_evals, view, summary, _ = plan.decide(final_evals, view, g, t.metrics,
+                                                g.speedup_batch_size)
+    verdict = gate.judge(final_evals, view, g, t.metrics, cfg.slo, models[role], env)
+    auto = {"winner": winner, "table": table, "why": why(winner, table, metric),
+            "notes": notes, "targets": [str(x) for x in plan.options],
+            "unavailable": plan.unavailable, "failures": plan.failures,
+            "gate_batch": g.speedup_batch_size,
+            "int8": {"latency_trial": int8_info.latency_trial, "regions": int8_info.regions,
+                     "latency_exclusions": int8_info.latency_exclusions,
+                     "float_outputs": int8_info.float_outputs},
+            # a fused transformer's dynamic candidate: which graph it quantized, both timings
+            "dynamic_source": dynamic_info.dynamic_source}
+    return Outcome(run, final, final_evals, view, verdict, source, None, infos.get(role), summary,
+                   pruning, auto=auto)
+
+
+def choose(table: list[dict], metric) -> dict:
+    """The fastest row that passes every gate; with none, the fastest that passes accuracy, else
+    the most accurate (the gate then fails it, visibly)."""
+    timed = [r for r in table if r["p50"] is not None]
+    passing = [r for r in timed if r["passed"]]
+    if passing:
+        return min(passing, key=lambda r: r["p50"])
+    accurate = [r for r in timed if not {"accuracy_drop", "output_agreement"} & set(r["failed"])]
+    if accurate:
+        return min(accurate, key=lambda r: r["p50"])
+    return min(timed, key=lambda r: (r.get("accuracy_drop", math.inf), r["p50"]))
+
+
+def _sp(r) -> str:
+    sp = r.get("speedup_vs_fastest_float") or {}
+    if not sp:
+        return "no speedup measured"
+    return f"{sp['median']:.2f}x (95 % CI {sp['ci95'][0]:.2f}-{sp['ci95'][1]:.2f})"
+
+
+def why(winner: dict, table: list[dict], metric) -> list[str]:
+    """Why the winner won, in a few sentences: what passed, what was faster and why it lost."""
+    lines = []
+    passing = [r for r in table if r["passed"]]
+    name = f"{winner['candidate']} on {winner['target']}"
+    if winner["passed"]:
+        ff = winner.get("fastest_float")
+        ident = " (it is the fastest float baseline itself)" if winner["label"] == ff else ""
+        lines.append(f"{name} is the fastest of the {len(passing)} of {len(table)} candidates "
+                     f"that pass every gate: p50 {winner['p50']:.2f} ms, {_sp(winner)} the fastest "
+                     f"float baseline{ident}, drop {winner.get('accuracy_drop', float('nan')):.2f} "
+                     "points against FP16.")
+    else:
+        lines.append(f"no candidate passes every gate; {name} goes to the gate and fails it.")
+    for r in sorted(table, key=lambda r: r["p50"] if r["p50"] is not None else float("inf")):
+        if r is winner:
+            continue
+        if not r["passed"]:
+            lines.append(f"{r['candidate']} on {r['target']}: p50 "
+                         + (f"{r['p50']:.2f} ms" if r["p50"] is not None else "–")
+                         + f", {_sp(r)}; failed {', '.join(r['failed'])}")
+    quantized = [r for r in table if r["role"] != "fp32"]
+    if quantized and all(not r["passed"] for r in quantized):
+        best = max(quantized, key=lambda r: (r.get("speedup_vs_fastest_float") or {}).get("median", 0))
+        lines.append(f"INT8 does not pay on this machine: the best quantized candidate, "
+                     f"{best['candidate']} on {best['target']}, ran {_sp(best)} the fastest float "
+                     "baseline, so a float artifact ships.")
+    return lines
+
+
+def float_hint(verdict: dict, evals: dict, bench, plan, gate_cfg, metric, model: str) -> None:
+    """``quant=int8`` (or dynamic, mixed) failed its speed check: say, in the verdict, which float
+    artifact and runtime would pass and that ``quant=auto`` publishes it. Never changes the
+    outcome: a model slower than its float baseline is not shipped."""
+    failed = {c["check"] for c in verdict["checks"] if not c["passed"]}
+    if "speedup_ci_low" not in failed:
+        return
+    at = bench.meta["batches"].get(str(gate_cfg.speedup_batch_size)) or {}
+    lab = at.get("fastest_float")
+    where = bench.meta.get("targets", {}).get(lab) or {}
+    if not lab or not where:
+        return
+    role, target = where["role"], Target(where["runtime"], where["precision"])
+    ev = plan.evaluation_of(evals, role, target)
+    if ev is None:
+        return
+    from pipeline.metrics.limits import primary, within
+
+    metrics, metric = metric, primary(metric)
+    drop, agree = _drop_and_agreement(ev, evals["fp16"], metric, gate_cfg.output_rtol)
+    ok = (within(evals["fp16"].meta["metrics"], ev.meta["metrics"], gate_cfg.max_accuracy_drop,
+                 metrics) and agree >= gate_cfg.min_output_agreement)
+    title = {"fp32": "the optimized FP32 model", "fp16": "the FP16 model"}.get(role, role)
+    p50 = at["latency_ms"][lab]["p50"]
+    if ok:
+        hint = (f"{title} on {target} would pass (p50 {p50:.2f} ms at batch "
+                f"{gate_cfg.speedup_batch_size}, drop {drop:{'.2f' if metric.unit == '%' else '.4f'}} "
+                f"{'points' if metric.unit == '%' else metric.scale}): `python -m pipeline "
+                f"model={model} quant=auto` publishes the fastest artifact that passes every gate")
+    else:
+        hint = (f"the fastest float baseline, {title} on {target}, misses the accuracy gate too "
+                f"(drop {drop:.2f}, agreement {agree:.2%}); `quant=auto` compares every candidate")
+    verdict["hint"] = hint
+    verdict["summary"] += f"; hint: {hint}"

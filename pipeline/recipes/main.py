@@ -1,0 +1,117 @@
+"""The recipe: the order of work, top to bottom. Config only picks options.
+
+load -> (prune) -> export (for an ONNX file: import instead) -> optimize (a transformer: fuse) ->
+fp16 baseline -> evaluate the floats -> (INT8: prepare, calibrate, quantize, explain, keep float what got slower, float
+outputs, mixed search: the sub-recipe in pipeline/recipes/int8.py; quant=auto: every candidate,
+pipeline/recipes/auto.py) ->
+evaluate the candidate -> benchmark -> (load test) -> gate.
+In: a ``Config``, a ``Runner`` and the run's facts (``pipeline.models.run.Run``: the task key and
+task, the checkpoint's digest; the command line builds it once). Out: the artifacts by role, the evaluations, the benchmark and
+the gate verdict, with the ``Run`` they came from. Publishing and the report are done by the
+command line with what this returns.
+Everything model-specific comes from the task (``pipeline.models.task``): its data splits (each a
+``DataSplit`` with its content digest, part of every key that reads it), its inputs and dynamic
+axes, its primary metric and the defaults it gives quantization and pruning.
+"""
+from __future__ import annotations
+
+
+from pipeline import gate
+from pipeline.core.env import environment
+from pipeline.config import Config, PruneMethod, QuantMode
+from pipeline.gate.outcome import Outcome
+from pipeline.models.run import Run
+from pipeline.models.sources import Source, Splits
+from pipeline.stages.benchmark import Benchmark
+from pipeline.stages.evaluate import Evaluate, against, baselines
+from pipeline.stages.export import Export
+from pipeline.stages.fp16 import ToFp16
+from pipeline.stages.load import Load, params_key
+from pipeline.stages.loadtest import LoadTest
+from pipeline.stages.optimize import Optimize
+from pipeline.stages.prune import Prune
+from pipeline.recipes.int8 import int8
+from pipeline.runtimes import PRIMARY, settings_for
+from pipeline.runtimes.plan import Plan
+
+OPSET = 18  # torch's exporter implements 18 natively; >= 13 is needed for per-channel QDQ
+
+
+def recipe(cfg: Config, runner, run: Run) -> Outcome:
+    m, hw = cfg.model, cfg.hardware.target()  # stages see how to run, not the datasheet
+    key, t = run.key, run.task
+    splits = Splits(t, cfg)
+    pruning = None
+    if getattr(t, "onnx_source", None):  # an ONNX file: nothing to load or export
+        from pipeline.stages.import_onnx import ImportOnnx
+
+        source = exported = runner.run(ImportOnnx(task=key, path=t.onnx_source,
+                                                  sha256=t.onnx_sha256, stamp=run.stamp,
+                                                  data=splits.parity, hardware=hw))
+    else:
+        source = runner.run(Load(task=key, checkpoint=m.checkpoint,
+                                 checkpoint_sha256=run.checkpoint_sha256,
+                                 params=params_key(m.params)))
+        if cfg.prune.method == PruneMethod.channels:  # off: no stage, every key stays as it was
+            from pipeline.prune.helper import with_ignored
+
+            pruning = {"load": source,
+                       "prune": runner.run(Prune(task=key, prune=with_ignored(cfg.prune, t),
+                                                 data=splits.evaluation if isinstance(key, Source)
+                                                 else None), source)}
+            source = pruning["prune"]  # the load format: later stages see a smaller network
+        export = Export(task=key, opset=OPSET, data=splits.parity, hardware=hw)
+        exported = runner.run(export, source)
+        if pruning:  # the unpruned export (shared with unpruned runs' cache) for the size row
+            pruning["unpruned_export"] = runner.run(export, pruning["load"],
+                                                    label="export[unpruned]")
+    fusion = getattr(t, "fusion", None)
+    if fusion:  # a transformer encoder: onnxruntime.transformers' fusions make the FP32 baseline
+        from pipeline.stages.fuse import Fuse
+
+        fp32 = runner.run(Fuse(data=splits.parity, hardware=hw, model_type=fusion["model_type"],
+                               num_heads=fusion["num_heads"], hidden_size=fusion["hidden_size"]),
+                          exported)
+    else:
+        fp32 = runner.run(Optimize(data=splits.parity, hardware=hw), exported)
+    # fp16 probes ONNX Runtime's kernels whatever the target: its key ignores the runtime.
+    fp16 = runner.run(ToFp16(keep_float32=tuple(cfg.quant.fp16_keep_float32), data=splits.parity,
+                             hardware=settings_for(hw, PRIMARY)), fp32)
+    if cfg.quant.mode == QuantMode.auto:  # every candidate, timed side by side: pipeline/recipes/auto.py
+        from pipeline.recipes import auto
+
+        return auto.recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning)
+    plan = Plan(hw, cfg.quant.mode)  # which runtime and precision each artifact runs on
+    evaluate = Evaluate(data=splits.evaluation, batch_size=m.eval_batch_size, hardware=hw)
+    evals = baselines(runner, plan, evaluate, t, exported, fp32, fp16)
+    quant_info = None
+    if cfg.quant.mode in (QuantMode.int8, QuantMode.dynamic, QuantMode.mixed):
+        # prepare, calibrate, quantize, explain, float fallback, float regions, float outputs,
+        # mixed search, sensitivity: pipeline/recipes/int8.py
+        candidate, quant_info = int8(cfg, runner, fp32, evals["fp32"], evals["fp16"], t,
+                                     splits.evaluation, splits.calibration, export=exported)
+    else:
+        candidate = {QuantMode.none: fp32, QuantMode.fp16: fp16,
+                     QuantMode.bf16: fp32}[cfg.quant.mode]  # bf16: a precision, not a file
+    models = {"export": exported, "fp32": fp32, "fp16": fp16, "candidate": candidate}
+    evals["candidate"] = runner.run(plan.evaluation(evaluate, "candidate"), candidate,
+                                    label="evaluate[candidate]", **against(t, evals["fp16"]))
+    plan.evaluate_others(runner, evaluate, models, against(t, evals["fp16"]))  # runtime=auto: every target, per artifact
+    bench = runner.run(Benchmark(data=splits.evaluation, bench=cfg.bench.timing(),
+                                 hardware=plan.hw, options=plan.bench_options()),
+                       candidate, fp32=fp32, fp16=fp16, export=exported)
+    # runtime=auto picks the target here; the gate and the report see the chosen one.
+    evals, bench, targets, deployed = plan.decide(evals, bench, cfg.gate, t.metrics,
+                                                  cfg.gate.speedup_batch_size)
+    load = None
+    if cfg.bench.mode.value != "latency":
+        load = runner.run(LoadTest(data=splits.evaluation, mode=cfg.bench.mode.value,
+                                   load=cfg.bench.load, slo_p99_ms=cfg.slo.p99_ms,
+                                   hardware=deployed, nonce=cfg.bench.nonce),
+                          candidate, fp32=fp32)
+    verdict = gate.judge(evals, bench, cfg.gate, t.metrics, cfg.slo, candidate, environment(hw))
+    if not verdict["passed"] and quant_info is not None:  # which float artifact would pass
+        from pipeline.recipes.auto import float_hint
+
+        float_hint(verdict, evals, bench, plan, cfg.gate, t.metrics, m.source)
+    return Outcome(run, models, evals, bench, verdict, source, load, quant_info, targets, pruning)

@@ -1,0 +1,76 @@
+"""The report's ``quant=auto`` section: every candidate on every runtime, the winner and why.
+
+In: the ``auto`` record of a run (``pipeline.recipes.auto``). Out: markdown lines: the table (candidate,
+runtime, accuracy, p50 per batch size, speedup over the fastest float baseline with its 95 % CI,
+the gate's verdict and the checks that failed), why the winner won, and the float regions the
+INT8 candidate tried with what each cost or saved end to end.
+"""
+from __future__ import annotations
+
+from pipeline.core import numbers
+
+
+def _ci(sp: dict | None) -> str:
+    return numbers.ratio(sp["median"], sp["ci95"]) if sp else numbers.NONE
+
+
+def regions_markdown(reg: dict | None) -> list[str]:
+    if not reg:
+        return []
+    lines = ["", "### Float regions (INT8 candidate)", "",
+             f"{reg.get('summary', '')}", ""]
+    if reg.get("trials"):
+        base = reg["all_int8_over_fp32"]
+        lines += [f"Timed end to end together at batch {reg['batch_size']} "
+                  f"({reg['rounds']} interleaved rounds, at most {reg['limit']} trials); the "
+                  f"starting INT8 model ran {_ci(base)} FP32 (p50 {reg['p50_ms']['all-int8']:.2f} "
+                  f"ms, FP32 {reg['p50_ms']['fp32']:.2f} ms).", "",
+                  "| trial (float) | regions | float nodes | p50 ms | saved vs INT8 ms | "
+                  "vs INT8 (95 % CI) | vs FP32 (95 % CI) |", "|---|---|---|---|---|---|---|"]
+        for t in reg["trials"]:
+            lines.append(f"| {t['name']}{' ★' if t['name'] == reg.get('kept') else ''} | "
+                         f"{', '.join(t['regions'])} | {len(t['float_nodes'])} | "
+                         f"{t['p50_ms']:.2f} | {t['ms_saved_vs_all_int8']:+.2f} | "
+                         f"{_ci(t['speedup_over_all_int8'])} | {_ci(t['speedup_over_fp32'])} |")
+    if reg.get("regions"):
+        lines += ["", "Regions (module path, graph order) and their profiled INT8 gain: " + "; ".join(
+            f"{r['name']} ({r['nodes']} nodes, {r['profile_gain_ms']:+.3f} ms)"
+            for r in reg["regions"])]
+    return lines
+
+
+def markdown(auto: dict, metric: str) -> list[str]:
+    w = auto["winner"]
+    batches = sorted({b for r in auto["table"] for b in r["latency_ms"]}, key=int)
+    lines = ["", "## quant=auto: every candidate on every runtime", "",
+             f"**Winner: {w['candidate']} on {w['target']}.**", ""]
+    lines += [f"- {s}" for s in auto["why"]]
+    lines += ["", f"Each row: the candidate on that runtime, accuracy measured there, p50 per batch "
+              f"size from one side-by-side benchmark, speedup over the fastest float baseline at "
+              f"batch {auto['gate_batch']} (median of per-round ratios, 95 % CI) and the gate's "
+              "verdict on it as if it shipped.", "",
+              "| candidate | runtime | seq acc % | drop | " + " | ".join(f"p50 b{b} ms" for b in batches)
+              + f" | speedup b{auto['gate_batch']} | verdict |",
+              "|---|---|---|---|" + "---|" * len(batches) + "---|---|"]
+    for r in auto["table"]:
+        acc = f"{r[metric]:.2f}" if r.get(metric) is not None else "–"
+        drop = f"{r['accuracy_drop']:.2f}" if r.get("accuracy_drop") is not None else "–"
+        lat = [f"{r['latency_ms'][b]['p50']:.2f}" if b in r["latency_ms"] else "–" for b in batches]
+        verdict = "pass" if r["passed"] else "fail: " + ", ".join(r["failed"])
+        star = " ★" if r["label"] == w["label"] else ""
+        lines.append(f"| {r['candidate']}{star} | {r['target']} | {acc} | {drop} | "
+                     + " | ".join(lat) + f" | {_ci(r['speedup_vs_fastest_float'])} | {verdict} |")
+    for k, v in auto.get("notes", {}).items():
+        lines.append(f"- {k}: {v}")
+    for k, v in auto.get("unavailable", {}).items():
+        lines.append(f"- not available: {k}: {v}")
+    for k, v in auto.get("failures", {}).items():
+        lines.append(f"- failed: {k}: {v}")
+    trial = (auto.get("int8") or {}).get("latency_trial")
+    if trial:
+        sp = trial.get("speedup_over_all_int8")
+        lines.append(f"- INT8 latency-aware node trial: {len(trial['float_nodes'])} nodes float, "
+                     f"{_ci(sp)} the all-INT8 model"
+                     + (" (kept)" if (auto["int8"].get("latency_exclusions")) else " (not kept)"))
+    lines += regions_markdown((auto.get("int8") or {}).get("regions"))
+    return lines
