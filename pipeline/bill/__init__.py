@@ -5,8 +5,10 @@ hardware profile (``conf/hardware``); service targets (``conf/slo``). Out: plain
 weights, KV cache and activations against device memory, FLOPs, a roofline bound on latency, and
 the instances and cost a target needs. One module per question: ``llm`` (the LLM formulas),
 ``onnx_cost`` and ``shapes`` (what an ONNX graph costs), ``roofline``, ``capacity``, ``artifact``
-(the bill of a model file or of a pipeline run), ``render`` (tables), ``probe`` (measure this CPU),
-``__main__`` (``python -m pipeline.bill``). Deliberately not handled: multi-device splits, and any
+(the bill of a model file or of a pipeline run), ``render`` (tables), ``token_bytes`` (bytes a
+decoder reads per token). This CPU's measured profile is ``pipeline.measure.probe`` and
+``pipeline.measure.machine``; the command line ``python -m pipeline.bill`` is
+``pipeline.cli.bill``. Deliberately not handled: multi-device splits, and any
 number that was not either computed from a formula here or measured.
 """
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Typed configuration: one dataclass per Hydra config group, validated at compose time.
 
 In: the YAML files under ``conf/`` plus command-line overrides. Out: a plain ``Config`` object
-(``OmegaConf.to_object``) that code below ``__main__`` uses; nothing else sees a ``DictConfig``.
+(``OmegaConf.to_object``) that code below the command line (``pipeline.cli``) uses; nothing else
+sees a ``DictConfig``.
 Hydra and OmegaConf do the merging and type checks; ``__post_init__`` adds the range checks they
 cannot express; NaN and infinity are refused everywhere (every comparison with NaN is false, so
 a range check alone lets it through), and ``hardware.affinity`` is checked against the CPUs this

@@ -1,6 +1,6 @@
 """The quantization part of the report: settings, explanation, per-layer table, search trace.
 
-In: the ``QuantInfo`` the INT8 sub-recipe filled (``quant/recipe.py``). Out: a JSON-ready dict
+In: the ``QuantInfo`` the INT8 sub-recipe filled (``pipeline/recipes/int8.py``). Out: a JSON-ready dict
 for report.json, Markdown lines for report.md and two pictures (a bar chart of per-node
 sensitivity and the mixed search's accuracy-versus-latency trace).
 """

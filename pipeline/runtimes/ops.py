@@ -13,7 +13,7 @@ from __future__ import annotations
 NAMED_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention",
              "MaxPool", "AveragePool", "GlobalAveragePool", "Relu", "Add", "Mul", "Sigmoid",
              "HardSigmoid", "HardSwish", "Softmax")
-# Ops with weights: an output node of one of these keeps its INT8 kernel (quant/recipe.py).
+# Ops with weights: an output node of one of these keeps its INT8 kernel (recipes/int8.py).
 WEIGHTED_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN")
 # Ops whose executed precision is the point of INT8 or BF16: the compute-heavy ones, under
 # ONNX Runtime's and OpenVINO's names.

@@ -21,8 +21,8 @@ DEFAULT_PARAMS = {"widths": [32, 64, 128, 256, 256], "hidden": 128}  # the schem
 
 
 def check_params(params: dict) -> None:
-    """``model.params`` as the user gives them, before any stage (``__main__``'s preflight): five
-    conv widths and the LSTM's hidden size; absent values are ``DEFAULT_PARAMS``, never written
+    """``model.params`` as the user gives them, before any stage (the command line's preflight):
+    five conv widths and the LSTM's hidden size; absent values are ``DEFAULT_PARAMS``, never written
     back (the config's default instance is the schema every model option merges onto). A pruned
     network's params (six widths: the collapse conv's too) come from the prune stage instead."""
     from pipeline.core.errors import ConfigError
