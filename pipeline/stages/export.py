@@ -74,6 +74,10 @@ class Export:
                 net, args, dynamo=True, opset_version=self.opset, optimize=False,
                 input_names=[i.name for i in t.inputs], output_names=[o.name for o in t.outputs],
                 dynamic_shapes=dynamic, verbose=False)
+        for node in program.model.graph.all_nodes():
+            # torch records the Python stack behind each node, with this checkout's absolute
+            # paths: the same network would export to other bytes (another digest) elsewhere
+            node.metadata_props.pop("pkg.torch.onnx.stack_trace", None)
         program.save(str(target))
 
 
