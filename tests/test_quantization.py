@@ -13,17 +13,17 @@ import pytest
 from pipeline.config import QuantConfig
 from pipeline.models import task
 from pipeline.recipes.mixed import search
-from pipeline.quant.defaults import resolve
+from pipeline.quant.defaults import Int8Settings, resolve
 from tests.conftest import run_cli, tiny_args
 
 
 def test_hardware_defaults_follow_vnni():
     q = QuantConfig()
-    assert resolve(q, ["avx2", "avx512f", "avx512_vnni"])["reduce_range"] is False
-    assert resolve(q, ["avx2", "fma"])["reduce_range"] is True
-    assert resolve(q, ["avx2", "amx_int8"])["vnni"] is True
+    assert resolve(q, ["avx2", "avx512f", "avx512_vnni"]).reduce_range is False
+    assert resolve(q, ["avx2", "fma"]).reduce_range is True
+    assert resolve(q, ["avx2", "amx_int8"]).vnni is True
     forced = resolve(QuantConfig(reduce_range=True), ["avx512_vnni"])
-    assert forced["reduce_range"] is True and "set by config" in forced["reason"]
+    assert forced.reduce_range is True and "set by config" in forced.reason
 
 
 @pytest.mark.parametrize("caps, kept", [
@@ -40,7 +40,7 @@ def test_an_instruction_set_cap_drops_the_flags_it_forbids(caps, kept):
     amx = ["sse4_2", "avx2", "avx512f", "avx512_vnni", "amx_int8", "avx512_bf16"]
     flags = capped(amx, caps)
     assert set(flags) - {"sse4_2"} == kept and "sse4_2" in flags
-    assert resolve(QuantConfig(), flags)["reduce_range"] is (not kept & {"avx512_vnni", "amx_int8"})
+    assert resolve(QuantConfig(), flags).reduce_range is (not kept & {"avx512_vnni", "amx_int8"})
 
 
 def report(workdir: Path) -> dict:
@@ -152,7 +152,7 @@ def test_an_exclusion_onnxruntime_ignores_is_reported(tiny_run, tmp_path):
     assert maxpools and convs
     cfg = compose(tiny_args(workdir))
     hw = cfg.hardware.target()
-    stage = Quantize(tuple(sorted(base["settings"].items())), cfg.quant.per_channel, "minmax",
+    stage = Quantize(Int8Settings(**base["settings"]), cfg.quant.per_channel, "minmax",
                      None, task("ocr").dynamic_op_types, (convs[-1], maxpools[0]))
     art = Runner(tmp_path, hw, log=lambda *_: None).run(stage, prepared, calibration=cal)
     assert art.meta["precision"][convs[-1]] == "float"
@@ -187,7 +187,7 @@ def test_an_exclusion_that_floats_nothing_keeps_qdq_propagation_on(tiny_run, tmp
     maxpool = next(n for n, p in sorted(base["precision"].items())
                    if p == "int8-static" and _op_type(prepared.model, n) == "MaxPool")
     cfg = compose(tiny_args(workdir))
-    stage = Quantize(tuple(sorted(base["settings"].items())), cfg.quant.per_channel, "minmax",
+    stage = Quantize(Int8Settings(**base["settings"]), cfg.quant.per_channel, "minmax",
                      None, task("ocr").dynamic_op_types, (maxpool,))
     art = Runner(tmp_path, cfg.hardware.target(), log=lambda *_: None).run(
         stage, prepared, calibration=cal)

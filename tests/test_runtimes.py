@@ -69,7 +69,7 @@ def qdq(src, dst):
 
     quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                    reduce_range=settings["reduce_range"])
+                    reduce_range=settings.reduce_range)
     return dst
 
 

@@ -236,6 +236,7 @@ def test_edits_equal_quantizations_on_the_tiny_ocr_model(tiny_run, tmp_path):
     from pipeline.quant.groups import units
     from pipeline.engine.runner import Runner
     from pipeline.stages.float_nodes import FloatNodes
+    from pipeline.quant.defaults import Int8Settings
     from pipeline.stages.quantize import Quantize
 
     workdir = tiny_run[0]
@@ -249,7 +250,7 @@ def test_edits_equal_quantizations_on_the_tiny_ocr_model(tiny_run, tmp_path):
     cfg = compose(tiny_args(workdir))
     runner = Runner(tmp_path, cfg.hardware.target(), log=lambda *_: None)
     for b in blocks:
-        want = runner.run(Quantize(tuple(sorted(base.meta["settings"].items())),
+        want = runner.run(Quantize(Int8Settings(**base.meta["settings"]),
                                    cfg.quant.per_channel, "minmax", None,
                                    tuple(base.config["dynamic_op_types"]), tuple(sorted(b["nodes"]))),
                           prepared, calibration=cal)

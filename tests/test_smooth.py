@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.config import QuantConfig
 from pipeline.core.env import effective_flags
+from pipeline.quant.calibration import DYNAMIC
 from pipeline.quant.defaults import resolve
 from pipeline.stages.quantize import Quantize
 from pipeline.stages.smooth import migrate, outlier_ratio, smoothable
@@ -47,8 +48,8 @@ def _sqnr(ref, y):
 def _dynamic(src, out_dir, per_channel=True):
     """The recipe's Quantize stage, dynamic MatMul only, with this CPU's settings."""
     out_dir.mkdir()
-    settings = tuple(sorted(resolve(QuantConfig(), effective_flags()).items()))
-    Quantize(settings, per_channel, "none (dynamic)", (), ("MatMul", "Gemm")).run(
+    settings = resolve(QuantConfig(), effective_flags())
+    Quantize(settings, per_channel, DYNAMIC, (), ("MatMul", "Gemm")).run(
         SimpleNamespace(model=src), out_dir)
     return out_dir / "model.onnx"
 

@@ -12,6 +12,7 @@ from typing import Iterable
 
 # Cheapest and simplest first: quant.calibration=auto breaks a tie in this order.
 METHODS = ("minmax", "entropy", "percentile")
+DYNAMIC = "none"  # the calibration of dynamic INT8: activations are quantized per call
 
 
 def ort_method(name: str):

@@ -12,10 +12,23 @@ provider fuses into QLinear kernels; the older QOperator format is not used.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
 
-def resolve(quant, flags: list[str]) -> dict:
+@dataclass(frozen=True)
+class Int8Settings:
+    """The resolved INT8 settings: part of the quantize stage's key, and of the manifest."""
+    activation_type: str     # uint8 | int8
+    weight_type: str         # int8 | uint8
+    reduce_range: bool       # 7-bit weights (no VNNI: 16-bit intermediate sums saturate)
+    format: str              # QDQ: what the CPU provider fuses into QLinear kernels
+    vnni: bool               # the CPU multiplies u8 x s8 exactly (VNNI or AMX)
+    reason: str              # why reduce_range is what it is
+
+
+def resolve(quant, flags: list[str]) -> Int8Settings:
     has_vnni = any(f in flags for f in VNNI_FLAGS)
     if has_vnni:
         reason = f"{'/'.join(f for f in VNNI_FLAGS if f in flags)}: exact u8 x s8 products"
@@ -27,6 +40,7 @@ def resolve(quant, flags: list[str]) -> dict:
         reason = "no AVX2: generic kernels, 7-bit weights for safety"
         auto_reduce = True
     reduce_range = auto_reduce if quant.reduce_range is None else quant.reduce_range
-    return {"activation_type": quant.activation_type.value, "weight_type": quant.weight_type.value,
-            "reduce_range": reduce_range, "format": "QDQ", "vnni": has_vnni,
-            "reason": reason if quant.reduce_range is None else f"reduce_range set by config ({reason})"}
+    return Int8Settings(
+        activation_type=quant.activation_type.value, weight_type=quant.weight_type.value,
+        reduce_range=reduce_range, format="QDQ", vnni=has_vnni,
+        reason=reason if quant.reduce_range is None else f"reduce_range set by config ({reason})")

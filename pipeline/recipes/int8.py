@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.config import CalibrationMethod, DynamicSource, QuantMode
-from pipeline.quant.calibration import METHODS
+from pipeline.quant.calibration import DYNAMIC, METHODS
 from pipeline.recipes.int8_steps import QuantInfo, Quantizer, output_nodes
 from pipeline.runtimes.ops import WEIGHTED_OPS
 from pipeline.stages.compare import Compare
@@ -65,7 +65,8 @@ def steps(qz: Quantizer) -> tuple:
     """The sub-recipe on one source graph: (quantizer, INT8 artifact, QuantInfo)."""
     info = QuantInfo(settings=qz.settings, calibration=qz.cfg.quant.calibration.value)
     smoothing(qz, info)
-    method = info.calibration = calibration(qz, info)
+    method = calibration(qz, info)
+    info.calibration = "none (dynamic)" if method == DYNAMIC else method  # what the report says
     cur = quantize(qz, method)
     cur = float_fallback(qz, method, cur, info)
     cur = float_regions(qz, method, cur, info)
@@ -144,7 +145,7 @@ def smoothing(qz: Quantizer, info: QuantInfo) -> None:
     ratios = ranges.meta["outlier_ratio"]
     if not ratios or max(ratios.values()) < OUTLIER_RATIO:
         return  # even activations: per-tensor scales lose nothing smoothing would win back
-    method = ("none (dynamic)" if qz.static == () else
+    method = (DYNAMIC if qz.static == () else
               "minmax" if q.calibration == CalibrationMethod.auto else q.calibration.value)
     scores, models = {}, {"off": base}
     scores["off"] = qz.score(qz.quantize(method, q.exclude, label="quantize[smooth off]"),
@@ -168,7 +169,7 @@ def calibration(qz: Quantizer, info: QuantInfo) -> str:
     of ``METHODS`` on the hardest lines, each scored into ``info.calibration_ranking``."""
     q = qz.cfg.quant
     if qz.static == ():
-        return "none (dynamic)"
+        return DYNAMIC
     if q.calibration != CalibrationMethod.auto:
         return q.calibration.value
     for candidate_method in METHODS:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipeline.quant import defaults as quant_defaults
+from pipeline.quant.defaults import Int8Settings
 from pipeline.config import QuantMode
 from pipeline.core.env import effective_flags
 from pipeline.core.errors import ConfigError
@@ -24,7 +25,7 @@ from pipeline.stages.quantize import Quantize
 
 @dataclass
 class QuantInfo:
-    settings: dict
+    settings: Int8Settings
     calibration: str
     calibration_ranking: dict = field(default_factory=dict)   # method -> ranking-subset metric
     smoothing: dict | None = None        # SmoothQuant-style migration: each alpha's score, the pick
@@ -110,7 +111,7 @@ class Quantizer:
 
     def quantize(self, method: str, exclude=(), label="quantize"):
         q = self.cfg.quant
-        stage = Quantize(tuple(sorted(self.settings.items())), q.per_channel, method,
+        stage = Quantize(self.settings, q.per_channel, method,
                          self.static, self.dynamic_op_types, tuple(sorted(exclude)))
         if self.static == ():  # dynamic only: nothing to calibrate
             return self.runner.run(stage, self.prepared, label=label)

@@ -12,11 +12,13 @@ sensitivity) and accuracy checks (the evaluate stage).
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.errors import StageError
+from pipeline.quant.defaults import Int8Settings
 from pipeline.runtimes.ops import DYNAMIC_INT8_OPS, NAMED_OPS, NO_INT8_KERNEL
 from pipeline.stages.parity import node_counts
 
@@ -83,9 +85,9 @@ def _keep_float_regions(model: Path) -> list[str]:
 
 @dataclass(frozen=True)
 class Quantize:
-    settings: tuple          # resolved hardware-aware settings, as sorted (key, value) pairs
+    settings: Int8Settings   # resolved from the CPU's flags (pipeline.quant.defaults)
     per_channel: bool
-    method: str              # must equal the calibration's
+    method: str              # must equal the calibration's; "none" for dynamic INT8
     static_op_types: tuple | None   # None: every op type the static quantizer supports
     dynamic_op_types: tuple
     exclude: tuple = ()      # node names kept float
@@ -104,7 +106,7 @@ class Quantize:
 
         # quantize_dynamic warns "already quantized" on our QDQ model: that is the plan here.
         logging.getLogger().setLevel(logging.ERROR)
-        s = dict(self.settings)
+        s = dataclasses.asdict(self.settings)
         target = out_dir / "model.onnx"
         staged = out_dir / "static.onnx"
         import onnx
