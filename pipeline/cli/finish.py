@@ -1,9 +1,27 @@
-"""The last lines of a run on the terminal, the same for every recipe (encoders, decoders)."""
+"""What every recipe's command line shares (encoders, decoders): running the recipe so that an
+interrupted run still leaves a report, and the last lines of a run on the terminal."""
 from __future__ import annotations
 
 import time
 
 from pipeline.core.errors import GateFailed
+
+
+def run_recipe(cfg, recipe, *args):
+    """``recipe(cfg, runner, *args)`` on a new runner: (runner, outcome, start time). Ctrl-C or
+    SIGTERM writes the report of how far it got (cached stages are kept) and is raised again."""
+    from pipeline.engine.runner import Runner
+    from pipeline.report import run as run_report
+
+    from pipeline.core import interrupt
+
+    t0 = time.time()
+    runner = Runner(cfg.workdir, cfg.hardware.target())
+    try:
+        return runner, recipe(cfg, runner, *args), t0
+    except interrupt.Interrupted as e:
+        e.report = run_report.write_interrupted(cfg, runner.record, e)
+        raise
 
 
 def finish(runner, t0: float, verdict: dict, body: dict, report_path, candidate_path) -> int:

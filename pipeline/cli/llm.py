@@ -8,11 +8,9 @@ failed.
 """
 from __future__ import annotations
 
-import time
 
-from pipeline.core import interrupt
 from pipeline.core.errors import ConfigError
-from pipeline.cli.finish import finish
+from pipeline.cli.finish import finish, run_recipe
 
 
 def preflight(cfg):
@@ -37,18 +35,11 @@ def run(cfg) -> int:
     from pipeline.recipes.decoder import recipe
     from pipeline.report import decoder as rep
     from pipeline.report import run as run_report
-    from pipeline.engine.runner import Runner
 
     decoder = preflight(cfg)
-    t0 = time.time()
     print(f"pipeline: model={cfg.model.name} (decoder {decoder.architecture}) "
           f"quant={cfg.quant.mode.value} hardware={cfg.hardware.name}")
-    runner = Runner(cfg.workdir, cfg.hardware.target())
-    try:
-        out = recipe(cfg, runner, decoder)
-    except interrupt.Interrupted as e:  # the report says how far it got; cached stages are kept
-        e.report = run_report.write_interrupted(cfg, runner.record, e)
-        raise
+    runner, out, t0 = run_recipe(cfg, recipe, decoder)
     body = rep.body(cfg, out, runner.record)
     publishing = out.verdict["passed"] and cfg.registry is not None
     if publishing:

@@ -11,13 +11,12 @@ The steps: compose, preflight, the recipe (``pipeline.recipes.main``), the repor
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 from pipeline.core import interrupt
 from pipeline.engine.compose import compilable_models, compose
 from pipeline.core.errors import ConfigError, cli
-from pipeline.cli.finish import finish
+from pipeline.cli.finish import finish, run_recipe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,17 +107,10 @@ def _run(argv: list[str]) -> int:
     from pipeline.recipes.main import recipe
     from pipeline.report import manifest as ship
     from pipeline.report import run as rep
-    from pipeline.engine.runner import Runner
 
-    t0 = time.time()
     print(f"pipeline: model={cfg.model.name} ({cfg.model.source}) quant={cfg.quant.mode.value} "
           f"hardware={cfg.hardware.name}")
-    runner = Runner(cfg.workdir, cfg.hardware.target())
-    try:
-        out = recipe(cfg, runner, run)
-    except interrupt.Interrupted as e:  # the report says how far it got; cached stages are kept
-        e.report = rep.write_interrupted(cfg, runner.record, e)
-        raise
+    runner, out, t0 = run_recipe(cfg, recipe, run)
     body = ship.body(cfg, out, runner.record)
     publishing = out.verdict["passed"] and cfg.registry is not None
     evidence = ship.manifest(out, body) if publishing else None
