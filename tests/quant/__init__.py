@@ -1,0 +1,1 @@
+"""Unit tests of pipeline/quant/, on hand-built onnx.helper graphs."""
