@@ -52,7 +52,7 @@ def test_outlier_channels_are_smoothed_before_dynamic_int8(tmp_path):
     assert len(sm["scores"]) > 1 and "off" in sm["scores"]  # strengths were tried against none
     # On this tiny model no smoothing can already read (near) perfect agreement on the ranking
     # subset, and a tie keeps no smoothing (seen in one clean run of the suite); what smoothing
-    # gains is shown on a graph in tests/test_smooth.py. Here: the choice follows the scores.
+    # gains is shown on a graph in tests/stages/test_smooth.py. Here: the choice follows the scores.
     best = max(sm["scores"].values())
     assert sm["scores"][str(sm["chosen"])] == best
     cand = onnx.load(rep["lineage"]["candidate"]["path"] + "/model.onnx", load_external_data=False)

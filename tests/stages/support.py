@@ -1,5 +1,6 @@
 """What the stage tests share: a tiny ONNX graph as a user's model with its data (the task the
-stages read), and an artifact around a model file, as the runner would hand it to a stage."""
+stages read), a tiny torch network as a user's factory, and an artifact around a model file, as
+the runner would hand it to a stage."""
 from __future__ import annotations
 
 import json
@@ -44,14 +45,49 @@ def split(tmp: Path, model: Path, rows: np.ndarray, which: str = "evaluation", c
     from pipeline.models import task
     from pipeline.models.sources import task_key
 
-    data = tmp / "rows.jsonl"
-    data.write_text("".join(json.dumps({column: r}) + "\n" for r in np.asarray(rows).round(5).tolist()))
+    data = rows_file(tmp, rows, column)
     n = len(rows) // 2  # half calibrate, half evaluate (the two never overlap)
     key = task_key(ModelConfig(name="onnx", path=str(model)),
                    DataConfig(format="jsonl", path=str(data), input_column=column,
                               calibration_samples=n, evaluation_samples=n),
                    MetricConfig(name="agreement"), data_dir=str(tmp / "data"))
     return task(key).split(which, n, str(tmp / "data"))
+
+
+def rows_file(tmp: Path, rows, column: str = "x", labels=None) -> Path:
+    """``rows`` (one model input each, and a ``label`` each where given) as a JSON Lines file."""
+    lines = [{column: r} for r in np.asarray(rows).round(5).tolist()]
+    for line, label in zip(lines, labels if labels is not None else []):
+        line["label"] = int(label)
+    path = tmp / "rows.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def mlp(width: int = 6, classes: int = 3):
+    """The torch factory of the load and export tests (``tests.stages.support:mlp``)."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(width, 8), torch.nn.ReLU(),
+                               torch.nn.Linear(8, classes))
+
+
+def torch_key(tmp: Path, rows, checkpoint: Path | None = None):
+    """The task key of ``mlp`` as a user's torch model (input ``x`` [batch, 6]) on ``rows``,
+    scored by agreement with FP16 (no labels)."""
+    from pipeline.config import ModelConfig
+    from pipeline.config.data import DataConfig
+    from pipeline.config.metrics import MetricConfig
+    from pipeline.models.sources import task_key
+
+    n = len(rows) // 2
+    return task_key(ModelConfig(source="torch", name="mlp", factory="tests.stages.support:mlp",
+                                checkpoint=str(checkpoint) if checkpoint else None,
+                                inputs={"x": ["batch", 6]}),
+                    DataConfig(format="jsonl", path=str(rows_file(tmp, rows)), input_column="x",
+                               calibration_samples=n, evaluation_samples=n),
+                    MetricConfig(name="agreement"), data_dir=str(tmp / "data"))
 
 
 def artifact(folder: Path, stage: str = "given", **meta):
@@ -79,3 +115,40 @@ def run(stage, parent, out_dir: Path, **refs) -> dict:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     return isolate.call(f"stage {stage.name}", _run, stage, parent, out_dir, refs)
+
+
+def token_graph(path: Path, weights: dict, nodes: list, hidden: int, out_dim: int) -> Path:
+    """x [b, t, hidden] through ``nodes`` (the last one's output is the graph's), shapes inferred:
+    a transformer's token-wise MatMuls in small."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", hidden])],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, ["b", "t", out_dim])],
+        [numpy_helper.from_array(w.astype(np.float32), k) for k, w in weights.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(onnx.shape_inference.infer_shapes(m), str(path))
+    return path
+
+
+def sqnr_db(ref: np.ndarray, y: np.ndarray) -> float:
+    """Signal-to-quantization-noise ratio of ``y`` against ``ref``, in dB."""
+    return float(10 * np.log10((ref ** 2).sum() / max(((ref - y) ** 2).sum(), 1e-30)))
+
+
+def dynamic_int8(src: Path, out_dir: Path, per_channel: bool = True) -> Path:
+    """The recipe's Quantize stage, dynamic MatMul only, with this CPU's settings."""
+    from types import SimpleNamespace
+
+    from pipeline.config import QuantConfig
+    from pipeline.core.env import effective_flags
+    from pipeline.quant.calibration import DYNAMIC
+    from pipeline.quant.defaults import resolve
+    from pipeline.stages.quantize import Quantize
+
+    out_dir.mkdir()
+    Quantize(resolve(QuantConfig(), effective_flags()), per_channel, DYNAMIC, (),
+             ("MatMul", "Gemm")).run(SimpleNamespace(model=src), out_dir)
+    return out_dir / "model.onnx"

@@ -1,5 +1,7 @@
-"""The prepare stage writes only in its own folder: onnxruntime's symbolic shape inference, when
-it fails, saves ``sym_shape_infer_temp.onnx`` (and its external data) in the current directory."""
+"""prepare: the float model as the quantizer wants it: every tensor's shape inferred, the graph's
+inputs and outputs kept. It writes only in its own folder: onnxruntime's symbolic shape
+inference, when it fails, saves ``sym_shape_infer_temp.onnx`` (and its external data) in the
+current directory."""
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -8,6 +10,29 @@ from onnx import TensorProto, helper
 
 from pipeline.core.errors import StageError
 from pipeline.stages.prepare import Prepare
+from tests.stages.support import artifact, linear_graph, outputs, run
+
+
+def test_every_tensor_gets_its_shape_and_the_interface_is_kept(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    src = tmp_path / "fp32"
+    src.mkdir()
+    model = linear_graph(src / "model.onnx", {"W1": rng.standard_normal((6, 5)),
+                                              "W2": rng.standard_normal((5, 3))},
+                         [("MatMul", "W1"), ("Relu", ""), ("MatMul", "W2")], width=6)
+    assert not onnx.load(str(model)).graph.value_info  # the intermediate tensors: no shapes
+    meta = run(Prepare(), artifact(src), tmp_path / "prepared")
+    assert meta["symbolic_shape_inference"] is True
+
+    g = onnx.load(str(tmp_path / "prepared" / "model.onnx")).graph
+    shapes = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in (*g.input, *g.value_info, *g.output)}
+    assert shapes == {"x": ["batch", 6], "t0": ["batch", 5], "t1": ["batch", 5], "y": ["batch", 3]}
+    x = rng.standard_normal((3, 6)).astype(np.float32)
+    assert np.allclose(outputs(tmp_path / "prepared" / "model.onnx", {"x": x})[0],
+                       outputs(model, {"x": x})[0], atol=1e-5)
 
 
 def _unknown_op_model(path: Path) -> None:

@@ -1,4 +1,8 @@
-"""calibrate's digest covers what quantize reads (the ranges and the set they came from), not what
+"""calibrate: activation ranges of the prepared model over the calibration set, streamed batch by
+batch, written canonically. The ranges are the data's: each tensor's MinMax range is the
+smallest and largest value it takes on the calibration samples.
+
+Its digest covers what quantize reads (the ranges and the set they came from), not what
 the stage observed of the machine (peak memory, how many batches it streamed): two calibrations
 of the same data that write the same ``calibration.json`` have one digest, and quantize is reused.
 
@@ -13,6 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+from tests.stages.support import artifact, linear_graph, run, split
 
 
 @dataclass(frozen=True)
@@ -76,3 +83,57 @@ def test_two_calibrations_of_the_same_data_share_a_digest_and_quantize_is_reused
     second = runner.run(quantize, given, calibration=by8)
     assert [r["reused"] for r in runner.record[-2:]] == [False, True]
     assert second.path == first.path
+
+
+def test_minmax_ranges_are_each_tensors_extremes_over_the_calibration_samples(tmp_path):
+    from onnxruntime.quantization.calibrate import load_tensors_data
+
+    from pipeline.models import task
+    from pipeline.stages.calibrate import Calibrate
+
+    rng = np.random.default_rng(0)
+    src = tmp_path / "prepared"
+    src.mkdir()
+    weights = {"W1": rng.standard_normal((4, 5)), "W2": rng.standard_normal((5, 2))}
+    model = linear_graph(src / "model.onnx", weights, [("MatMul", "W1"), ("Relu", ""),
+                                                      ("MatMul", "W2")], width=4)
+    cal = split(tmp_path, model, rng.standard_normal((24, 4)), "calibration")
+    meta = run(Calibrate(cal, "minmax", 5), artifact(src), tmp_path / "cal")
+    assert meta["samples"] == 12 and meta["observed"]["chunks"] == 3  # batches of 5, 5 and 2
+
+    x = np.asarray(task(cal.task).dataset(cal)["x"], dtype=np.float32)
+    t0 = x @ weights["W1"].astype(np.float32)
+    t1 = np.maximum(t0, 0)
+    want = {"x": x, "t0": t0, "t1": t1, "y": t1 @ weights["W2"].astype(np.float32)}
+    got = load_tensors_data(tmp_path / "cal" / "calibration.json")
+    assert set(want) <= set(got.keys())
+    for name, values in want.items():
+        lo, hi = (float(np.asarray(v).ravel()[0]) for v in got[name].range_value)
+        assert (lo, hi) == pytest.approx((values.min(), values.max()), rel=1e-5, abs=1e-6), name
+
+
+def test_equal_ranges_give_equal_calibration_bytes(tmp_path):
+    """Calibrators fill their dict in an order that differs between processes: equal ranges in
+    another insertion order must still give the same calibration.json, hence the same digest."""
+    import hashlib
+
+    from onnxruntime.quantization.calibrate import (CalibrationMethod, TensorData, TensorsData,
+                                                    load_tensors_data, save_tensors_data)
+
+    from pipeline.stages.calibrate import write_ranges
+
+    names = ["conv_out", "relu_out", "image", "lstm_out", "logits"]
+    ranges = {n: TensorData(lowest=np.float32(-i - 0.5), highest=np.float32(i + 1.25))
+              for i, n in enumerate(names)}
+    a = TensorsData(CalibrationMethod.MinMax, dict(ranges))
+    b = TensorsData(CalibrationMethod.MinMax, {n: ranges[n] for n in reversed(names)})
+    save_tensors_data(a, tmp_path / "ort_a.json")
+    save_tensors_data(b, tmp_path / "ort_b.json")
+    assert (tmp_path / "ort_a.json").read_bytes() != (tmp_path / "ort_b.json").read_bytes()
+    write_ranges(a, tmp_path / "a.json")
+    write_ranges(b, tmp_path / "b.json")
+    digest = [hashlib.sha256((tmp_path / f).read_bytes()).hexdigest() for f in ("a.json", "b.json")]
+    assert digest[0] == digest[1]
+    back = load_tensors_data(tmp_path / "b.json")  # still what quantize_static reads
+    assert sorted(back.keys()) == sorted(names)
+    assert float(back["lstm_out"].range_value[1]) == pytest.approx(4.25)

@@ -1,0 +1,61 @@
+"""quantize: INT8 from the prepared float model with onnxruntime.quantization. Static QDQ where
+asked (the weighted ops read DequantizeLinear of INT8 weights and activations), the named nodes
+left float, and dynamic INT8 of token-wise MatMuls with weights per output channel.
+
+Each test builds a small ONNX graph with ``onnx.helper`` and runs the real stage on it, as the
+INT8 recipe does."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from pipeline.stages.quantize import Quantize
+from tests.stages.support import (artifact, dynamic_int8, linear_graph, outputs, run, split,
+                                  sqnr_db, token_graph)
+
+SETTINGS = (("activation_type", "uint8"), ("reduce_range", False), ("weight_type", "int8"))
+
+
+def test_weighted_ops_get_qdq_and_an_excluded_node_stays_float(tmp_path):
+    from pipeline.stages.calibrate import Calibrate
+
+    rng = np.random.default_rng(0)
+    src = tmp_path / "prepared"
+    src.mkdir()
+    model = linear_graph(src / "model.onnx", {"W1": rng.standard_normal((6, 5)),
+                                              "W2": rng.standard_normal((5, 3))},
+                         [("MatMul", "W1"), ("Relu", ""), ("MatMul", "W2")], width=6)
+    cal = split(tmp_path, model, rng.standard_normal((16, 6)), "calibration")
+    cmeta = run(Calibrate(cal, "minmax", 4), artifact(src), tmp_path / "cal")
+    meta = run(Quantize(SETTINGS, True, "minmax", ("MatMul",), (), exclude=("matmul2",)),
+               artifact(src), tmp_path / "int8",
+               calibration=artifact(tmp_path / "cal", "calibrate", **cmeta))
+    assert meta["precision"] == {"matmul0": "int8-static", "relu1": "float", "matmul2": "float"}
+
+    g = onnx.load(str(tmp_path / "int8" / "model.onnx")).graph
+    producer = {o: n for n in g.node for o in n.output}
+    inits = {i.name: i for i in g.initializer}
+    node = {n.name: n for n in g.node}
+    x, w = (producer[t] for t in node["matmul0"].input)
+    assert x.op_type == w.op_type == "DequantizeLinear"
+    assert inits[w.input[0]].data_type == TensorProto.INT8  # the weight is stored in 8 bits
+    assert producer[x.input[0]].op_type == "QuantizeLinear"  # the activation is quantized
+    assert node["matmul2"].input[1] == "W2" and inits["W2"].data_type == TensorProto.FLOAT
+    assert meta["onnxruntime_disabled_optimizers"] == ["QDQPropagationTransformer"]
+
+
+def test_dynamic_weights_are_quantized_per_output_channel(tmp_path):
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(32, 16))
+    w[:, 0] *= 100  # one output column a hundred times the others: a per-tensor scale crushes them
+    f = token_graph(tmp_path / "f.onnx", {"w": w}, [helper.make_node("MatMul", ["x", "w"], ["y"], "mm")],
+               32, 16)
+    x = rng.normal(size=(4, 10, 32)).astype(np.float32)
+    ref = outputs(f, {"x": x})[0]
+    q = dynamic_int8(f, tmp_path / "q")
+    y = outputs(q, {"x": x})[0]
+    # the small columns keep their precision: per-tensor weights give them under 3 bits (~14 dB)
+    assert sqnr_db(ref[..., 1:], y[..., 1:]) > 30
+    counts = {n.op_type for n in onnx.load(str(q)).graph.node}
+    assert counts & {"DynamicQuantizeLinear", "DynamicQuantizeMatMul", "MatMulInteger"}
