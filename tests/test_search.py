@@ -8,82 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.stages.float_nodes import edit
-
-
-def _net(seed: int = 0):
-    """x -> conv1 -> relu1 -> maxpool -> conv2 -> relu2 -> conv3 -> add(relu2) -> conv4 -> y."""
-    rng = np.random.default_rng(seed)
-    inits, nodes = [], []
-
-    def conv(name, x, cin, cout, out):
-        inits.append(numpy_helper.from_array(rng.normal(0, 0.3, (cout, cin, 3, 3)).astype(np.float32), f"{name}.weight"))
-        inits.append(numpy_helper.from_array(rng.normal(0, 0.1, cout).astype(np.float32), f"{name}.bias"))
-        nodes.append(helper.make_node("Conv", [x, f"{name}.weight", f"{name}.bias"], [out], name=name,
-                                      pads=[1, 1, 1, 1]))
-
-    conv("conv1", "x", 3, 8, "c1")
-    nodes.append(helper.make_node("Relu", ["c1"], ["r1"], name="relu1"))
-    nodes.append(helper.make_node("MaxPool", ["r1"], ["p1"], name="pool", kernel_shape=[2, 2], strides=[2, 2]))
-    conv("conv2", "p1", 8, 8, "c2")
-    nodes.append(helper.make_node("Relu", ["c2"], ["r2"], name="relu2"))
-    conv("conv3", "r2", 8, 8, "c3")
-    nodes.append(helper.make_node("Add", ["c3", "r2"], ["a3"], name="add"))
-    conv("conv4", "a3", 8, 4, "y")
-    graph = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4, 4, 4])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-class _Reader:
-    def __init__(self, seed=1):
-        self.batches = iter([{"x": np.random.default_rng(seed + k).normal(size=(2, 3, 8, 8)).astype(np.float32)}
-                             for k in range(4)])
-
-    def get_next(self):
-        return next(self.batches, None)
-
-
-def _quantize(src, dst, exclude):
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
-
-    quantize_static(str(src), str(dst), _Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8,
-                    nodes_to_exclude=sorted(exclude),
-                    extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
-    return onnx.load(str(dst))
-
-
-def _scales(model) -> dict:
-    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    return {n.name: inits[n.input[1]].tolist() for n in model.graph.node
-            if n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.input[1] in inits}
-
-
-def _run(model, x):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-
-
-@pytest.mark.parametrize("group", [{"conv1", "relu1", "pool"}, {"conv2", "relu2"}, {"conv3", "add"}, {"conv4"},
-                                   {"conv1", "relu1", "pool", "conv2"}])
-def test_an_edited_int8_model_equals_the_requantized_one(tmp_path, group):
-    """Floating a group by editing the all-INT8 QDQ graph gives what quantize_static with that
-    group excluded gives: the same nodes, the same scales, the same outputs."""
-    src = tmp_path / "float.onnx"
-    onnx.save(_net(), str(src))
-    all_int8 = _quantize(src, tmp_path / "int8.onnx", set())
-    want = _quantize(src, tmp_path / "want.onnx", group)
-    got = edit(all_int8, onnx.load(str(src)), set(group), set())
-    assert sorted((n.name, n.op_type) for n in got.graph.node) == \
-        sorted((n.name, n.op_type) for n in want.graph.node)
-    assert _scales(got) == _scales(want)
-    onnx.checker.check_model(got)
-    x = np.random.default_rng(7).normal(size=(3, 3, 8, 8)).astype(np.float32)
-    np.testing.assert_allclose(_run(got, x), _run(want, x), atol=1e-6, rtol=0)
-
+from tests.stages.support import qdq_scales, run_unoptimized, static_qdq
 
 
 # -- the search on a model of known sensitivities: blocks, budget, progress ----------------------
@@ -260,7 +185,7 @@ def test_edits_equal_quantizations_on_the_tiny_ocr_model(tiny_run, tmp_path):
         g, w = onnx.load(str(got.model)), onnx.load(str(want.model))
         assert sorted((n.name, n.op_type) for n in g.graph.node) == \
             sorted((n.name, n.op_type) for n in w.graph.node), b
-        assert _scales(g) == _scales(w), b
+        assert qdq_scales(g) == qdq_scales(w), b
         x = np.random.default_rng(3).uniform(-1, 1, (2, 1, 32, 64)).astype(np.float32)
         name = g.graph.input[0].name
         outs = [_session(m).run(None, {name: x})[0] for m in (g, w)]
@@ -355,7 +280,7 @@ def test_a_layernorm_with_no_reported_precision_can_be_handed_back_to_float(tmp_
 
     src = tmp_path / "float.onnx"
     onnx.save(_norm_net(), str(src))
-    all_int8 = _quantize(src, tmp_path / "int8.onnx", set())
+    all_int8 = static_qdq(src, tmp_path / "int8.onnx", set())
     precision = precisions(tmp_path / "int8.onnx")
     assert "norm" not in precision
     order, closure = handback_candidates(all_int8.graph, precision)
@@ -363,13 +288,13 @@ def test_a_layernorm_with_no_reported_precision_can_be_handed_back_to_float(tmp_
     assert set(closure["norm"]) == {"norm", "flatten", "pool"}  # the data movement feeding it
     assert "flatten" not in order  # data movement: floated with what it feeds, not alone
     group = set(closure["norm"])
-    want = _quantize(src, tmp_path / "want.onnx", group)
+    want = static_qdq(src, tmp_path / "want.onnx", group)
     got = edit(all_int8, onnx.load(str(src)), group, set())
     assert sorted((n.name, n.op_type) for n in got.graph.node) == \
         sorted((n.name, n.op_type) for n in want.graph.node)
-    assert _scales(got) == _scales(want)
+    assert qdq_scales(got) == qdq_scales(want)
     x = np.random.default_rng(7).normal(size=(3, 3, 8, 8)).astype(np.float32)
-    np.testing.assert_allclose(_run(got, x), _run(want, x), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(run_unoptimized(got, x), run_unoptimized(want, x), atol=1e-6, rtol=0)
     producer = {o: n for n in got.graph.node for o in n.output}
     norm = next(n for n in got.graph.node if n.name == "norm")
     assert producer[norm.input[0]].op_type == "Flatten"
@@ -385,7 +310,7 @@ def test_the_search_floats_a_layernorm_it_was_blind_to(tmp_path, by):
 
     src = tmp_path / "float.onnx"
     onnx.save(_norm_net(), str(src))
-    _quantize(src, tmp_path / "int8.onnx", set())
+    static_qdq(src, tmp_path / "int8.onnx", set())
     reported = [n for n, p in precisions(tmp_path / "int8.onnx").items() if p.startswith("int8")]
     assert "norm" not in reported
 
@@ -408,21 +333,3 @@ def test_the_search_floats_a_layernorm_it_was_blind_to(tmp_path, by):
     assert v["met"], v["summary"]
     assert {"norm", "flatten"} <= set(v["chosen_float_nodes"]) == set(art.floated)
     assert any(r["node"] == "norm" and r["op"] == "LayerNormalization" for r in table)
-
-
-def test_an_op_that_reads_only_a_shape_is_no_hand_back_candidate():
-    """A Shape of a dequantized tensor reads no values: floating it changes nothing, so it is no
-    candidate (on the OCR model it was a block of its own)."""
-    from pipeline.stages.float_nodes import handback_candidates
-
-    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "s"),
-             numpy_helper.from_array(np.array(128, np.uint8), "z")]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q"),
-             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq"),
-             helper.make_node("Shape", ["xd"], ["shape"], name="shape"),
-             helper.make_node("Softmax", ["xd"], ["y"], name="softmax")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                              [helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
-                               helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], inits)
-    order, closure = handback_candidates(graph, {})
-    assert order == ["softmax"] and closure == {"softmax": ("softmax",)}

@@ -152,3 +152,46 @@ def dynamic_int8(src: Path, out_dir: Path, per_channel: bool = True) -> Path:
     Quantize(resolve(QuantConfig(), effective_flags()), per_channel, DYNAMIC, (),
              ("MatMul", "Gemm")).run(SimpleNamespace(model=src), out_dir)
     return out_dir / "model.onnx"
+
+
+class _Images:
+    """Four calibration batches of x [2, 3, 8, 8] for ``static_qdq``."""
+
+    def __init__(self, seed: int = 1):
+        self.batches = iter([{"x": np.random.default_rng(seed + k).normal(size=(2, 3, 8, 8))
+                              .astype(np.float32)} for k in range(4)])
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+def static_qdq(src: Path, dst: Path, exclude):
+    """onnxruntime's own static QDQ INT8 of a model with input x [N, 3, 8, 8], ``exclude`` float,
+    with the settings the recipe uses: the reference an edited QDQ graph is compared with."""
+    import onnx
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    quantize_static(str(src), str(dst), _Images(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8,
+                    nodes_to_exclude=sorted(exclude),
+                    extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+    return onnx.load(str(dst))
+
+
+def qdq_scales(model) -> dict:
+    """Each Q/DQ node's scale, by node name."""
+    from onnx import numpy_helper
+
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    return {n.name: inits[n.input[1]].tolist() for n in model.graph.node
+            if n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.input[1] in inits}
+
+
+def run_unoptimized(model, x: np.ndarray) -> np.ndarray:
+    """A ``ModelProto``'s first output for x, without onnxruntime's graph optimizations."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
