@@ -1,0 +1,46 @@
+"""benchmark: the candidate and the float baselines timed side by side, per batch size, with the
+A/A copy of FP32 that tells whether the timing can be trusted. Cheap settings and no timing
+verdict: what is asserted is which models and batch sizes were timed and how the record reads."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from tests.stages.support import artifact, linear_graph, run, split
+
+SETTINGS = (("activation_type", "uint8"), ("reduce_range", False), ("weight_type", "int8"))
+
+
+def test_every_model_and_batch_size_is_timed_with_percentiles_and_ratios(tmp_path):
+    from pipeline.config import HardwareConfig, TimingConfig
+    from pipeline.stages.benchmark import AA_ROLE, Benchmark
+    from pipeline.stages.quantize import Quantize
+
+    rng = np.random.default_rng(0)
+    src = tmp_path / "fp32"
+    src.mkdir()
+    model = linear_graph(src / "model.onnx", {"W1": rng.standard_normal((16, 16)),
+                                              "W2": rng.standard_normal((16, 4))},
+                         [("MatMul", "W1"), ("Relu", ""), ("MatMul", "W2")], width=16)
+    qmeta = run(Quantize(SETTINGS, True, "minmax", (), ("MatMul",)), artifact(src),
+                tmp_path / "int8")
+    timing = TimingConfig(batch_sizes=[1, 4], min_rounds=10, min_seconds=0, max_seconds=0.5,
+                          size_buckets=1, batches_per_bucket=1, warmup_max_runs=20,
+                          aa_tolerance=0.5, cold_start_repeats=0)
+    ev = split(tmp_path, model, rng.standard_normal((16, 16)))
+    meta = run(Benchmark(ev, timing, HardwareConfig().target()),
+               artifact(tmp_path / "int8", "quantize", **qmeta), tmp_path / "bench",
+               fp32=artifact(src))
+
+    models = {"candidate", "fp32", AA_ROLE}
+    assert set(meta["batches"]) == {"1", "4"} and set(meta["targets"]) == models
+    for b, batch in meta["batches"].items():
+        assert set(batch["latency_ms"]) == models and batch["rounds"] >= 10
+        for stats in batch["latency_ms"].values():
+            assert 0 < stats["p50"] <= stats["p90"] <= stats["p99"]
+        assert set(batch["speedup"]) == {"fp32", AA_ROLE} and batch["fastest_float"] == "fp32"
+        for ratio in (batch["speedup"]["fp32"], batch["aa_check"]):
+            lo, hi = ratio["ci95"]
+            assert 0 < lo <= ratio["median"] <= hi
+    assert json.loads((tmp_path / "bench" / "latency.json").read_text()) == meta
