@@ -1,10 +1,7 @@
 """Channel pruning on tiny networks: channels really removed and rounded, ignored layers kept,
-coupled layers consistent, the stage deterministic by seed, its files a faithful round trip, and
-every refusal a clear one before any work."""
+coupled layers consistent, and every refusal a clear one before any work. (The prune stage, its
+files and determinism: tests/stages/test_prune.py.)"""
 from __future__ import annotations
-
-import json
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -213,66 +210,6 @@ def test_macs_count_what_the_layers_compute():
     assert counted == {"rnn": 2 * (2 * 7) * 4 * 5 * (6 + 5), "head": 2 * 7 * 3 * 10}
 
 
-# ---- the stage: files, round trip, determinism ------------------------------------------------
-
-def _load_artifact(tmp_path, widths=WIDTHS, hidden=16):
-    from pipeline.stages.load import Load, params_key
-
-    d = tmp_path / "load"
-    d.mkdir()
-    Load("ocr", None, None, params_key({"widths": widths, "hidden": hidden})).run(None, d)
-    return SimpleNamespace(path=d, digest="0" * 64)
-
-
-def _run_stage(parent, out, **kw):
-    from pipeline.stages.prune import Prune
-
-    out.mkdir()
-    settings = dict(ratio=0.5, recover_steps=3, recover_batch_size=4, eval_samples=8)
-    return Prune("ocr", cfg(**{**settings, **kw})).run(parent, out)
-
-
-@pytest.mark.slow
-def test_stage_writes_safetensors_and_widths_that_rebuild_the_network(tmp_path, capsys):
-    from safetensors.torch import load_file
-
-    from pipeline.models import task
-    from pipeline.stages.load import network_from
-
-    meta = _run_stage(_load_artifact(tmp_path), tmp_path / "a")
-    net_json = json.loads((tmp_path / "a" / "net.json").read_text())
-    assert net_json["params"]["widths"] == meta["params"]["widths"] == [8, 8, 16, 16, 16, 16]
-    assert net_json["params"]["hidden"] == meta["params"]["hidden"] == 8
-    assert net_json["parameters"] == meta["parameters"]
-    tensors = load_file(str(tmp_path / "a" / "model.safetensors"))
-    assert tensors["cnn.4.weight"].shape == (8, 8, 3, 3)
-    assert tensors["collapse.0.weight"].shape[0] == 16
-    assert tensors["rnn.weight_ih_l0"].shape == (4 * 8, 16) and tensors["head.weight"].shape[1] == 16
-    net = network_from(SimpleNamespace(path=tmp_path / "a"), task("ocr"))
-    assert pruning_cost.parameters(net) == meta["parameters"] < meta["parameters_before"]
-    assert not list((tmp_path / "a").glob("*.pt*")), "no pickles"
-    assert 0 < meta["macs"] < meta["macs_before"] and meta["recover"]["steps"] == 3
-    assert [name for name, _, _ in meta["layers"]] == ["cnn.4", "cnn.8", "cnn.11", "cnn.15",
-                                                       "collapse.0", "rnn"]  # network order
-    assert set(meta["held_out"]) >= {"unpruned", "pruned", "recovered"}
-    assert "recovery [" in capsys.readouterr().out  # the progress bar
-    # the recovery precision this CPU's flags choose, recorded with its speed
-    from pipeline.core.env import effective_flags, training_precision
-
-    assert meta["recover"]["precision"] == training_precision(effective_flags())["dtype"]
-    assert meta["recover"]["steps_per_second"] > 0 and meta["recover"]["precision_reason"]
-
-
-@pytest.mark.slow
-def test_stage_is_deterministic_by_seed(tmp_path):
-    parent = _load_artifact(tmp_path)
-    blobs = [(_run_stage(parent, tmp_path / name, seed=seed),
-              (tmp_path / name / "model.safetensors").read_bytes())
-             for name, seed in (("a", 0), ("b", 0), ("c", 1))]
-    assert blobs[0][1] == blobs[1][1]
-    assert blobs[0][1] != blobs[2][1]  # the seed really drives the recovery
-
-
 def test_progress_bar_in_a_log_prints_every_tenth():
     import io
 
@@ -313,15 +250,3 @@ def test_fit_runs_in_the_chosen_precision():
         fit(net, batches(5, 2), 1, 1e-3, bf16)
         hook.remove()
     assert seen == [torch.float32, torch.bfloat16]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("isa", ["avx2"])  # native: test_stage_writes_safetensors_...
-def test_stage_records_the_recovery_precision_capped_at_avx2(tmp_path, isa):
-    """Under an AVX2 cap even an AMX machine must recover in float32, and say so."""
-    from pipeline.core.env import effective_flags
-
-    assert not {"avx512_bf16", "amx_bf16"} & set(effective_flags())
-    meta = _run_stage(_load_artifact(tmp_path), tmp_path / "a")
-    assert meta["recover"]["precision"] == "float32" and "no avx512_bf16" in \
-        meta["recover"]["precision_reason"]
