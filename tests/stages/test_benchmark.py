@@ -25,8 +25,10 @@ def test_every_model_and_batch_size_is_timed_with_percentiles_and_ratios(tmp_pat
                          [("MatMul", "W1"), ("Relu", ""), ("MatMul", "W2")], width=16)
     qmeta = run(Quantize(SETTINGS, True, "minmax", (), ("MatMul",)), artifact(src),
                 tmp_path / "int8")
+    # cheap: 10 rounds a batch size (rel_ci wide enough to stop there), a short warm-up, no cold
+    # starts (tested on the tiny pipeline run)
     timing = TimingConfig(batch_sizes=[1, 4], min_rounds=10, min_seconds=0, max_seconds=0.5,
-                          size_buckets=1, batches_per_bucket=1, warmup_max_runs=20,
+                          rel_ci=0.9, size_buckets=1, batches_per_bucket=1, warmup_max_runs=20,
                           aa_tolerance=0.5, cold_start_repeats=0)
     ev = split(tmp_path, model, rng.standard_normal((16, 16)))
     meta = run(Benchmark(ev, timing, HardwareConfig().target()),
