@@ -1,23 +1,23 @@
 """The mixed-precision search at scale: group ranking, edited QDQ variants, cheap signals, the
-time budget and its progress lines."""
+time budget and its progress lines. (Editing a QDQ graph itself, the float_nodes stage:
+tests/stages/test_float_nodes.py.)"""
 from __future__ import annotations
+
+import io
+import math
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from pipeline.recipes.mixed import search
 from pipeline.stages.float_nodes import edit
 from tests.stages.support import qdq_scales, run_unoptimized, static_qdq
 
 
 # -- the search on a model of known sensitivities: blocks, budget, progress ----------------------
-
-import io  # noqa: E402
-import math  # noqa: E402
-from types import SimpleNamespace  # noqa: E402
-
-from pipeline.recipes.mixed import search  # noqa: E402
 
 
 class Blocks:
