@@ -10,6 +10,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from pipeline.quant.defaults import Int8Settings
 from pipeline.quant.mask_nodes import mask_nodes, sentinel_tensors
 from pipeline.stages.calibrate import write_ranges
 from pipeline.stages.quantize import Quantize
@@ -63,8 +64,9 @@ def test_static_int8_keeps_the_masked_scores_float(tmp_path):
     calibrator.collect_data(Feeds([_feeds(32, 1)]))
     (tmp_path / "cal").mkdir()
     write_ranges(calibrator.compute_data(), tmp_path / "cal" / "calibration.json")
-    settings = {"reduce_range": False, "weight_type": "int8", "activation_type": "uint8"}
-    stage = Quantize(settings=tuple(sorted(settings.items())), per_channel=False, method="minmax",
+    settings = Int8Settings(activation_type="uint8", weight_type="int8", reduce_range=False,
+                            format="QDQ", vnni=False, reason="fixed by the test")
+    stage = Quantize(settings=settings, per_channel=False, method="minmax",
                      static_op_types=None, dynamic_op_types=())
     (tmp_path / "q").mkdir()
     meta = stage.run(types.SimpleNamespace(model=model), tmp_path / "q",

@@ -8,6 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.quant.defaults import Int8Settings
+
+# Static INT8 settings fixed for the stage tests (u8 activations, s8 weights, full range),
+# whatever this CPU's flags would choose.
+INT8 = Int8Settings(activation_type="uint8", weight_type="int8", reduce_range=False, format="QDQ",
+                    vnni=False, reason="fixed by the test")
 
 def save(path: Path, nodes: list, inputs: list, outputs: list, initializers: list = (),
          opset: int = 17) -> Path:
@@ -125,7 +131,8 @@ def token_graph(path: Path, weights: dict, nodes: list, hidden: int, out_dim: in
 
     g = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", hidden])],
-        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, ["b", "t", out_dim])],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT,
+                                       ["b", "t", out_dim])],
         [numpy_helper.from_array(w.astype(np.float32), k) for k, w in weights.items()])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8

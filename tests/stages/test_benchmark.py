@@ -7,10 +7,7 @@ import json
 
 import numpy as np
 
-from tests.stages.support import artifact, linear_graph, run, split
-
-SETTINGS = (("activation_type", "uint8"), ("reduce_range", False), ("weight_type", "int8"))
-
+from tests.stages.support import INT8, artifact, linear_graph, run, split
 
 def test_every_model_and_batch_size_is_timed_with_percentiles_and_ratios(tmp_path):
     from pipeline.config import HardwareConfig, TimingConfig
@@ -23,7 +20,7 @@ def test_every_model_and_batch_size_is_timed_with_percentiles_and_ratios(tmp_pat
     model = linear_graph(src / "model.onnx", {"W1": rng.standard_normal((16, 16)),
                                               "W2": rng.standard_normal((16, 4))},
                          [("MatMul", "W1"), ("Relu", ""), ("MatMul", "W2")], width=16)
-    qmeta = run(Quantize(SETTINGS, True, "minmax", (), ("MatMul",)), artifact(src),
+    qmeta = run(Quantize(INT8, True, "minmax", (), ("MatMul",)), artifact(src),
                 tmp_path / "int8")
     # cheap: 10 rounds a batch size (rel_ci wide enough to stop there), a short warm-up, no cold
     # starts (tested on the tiny pipeline run)

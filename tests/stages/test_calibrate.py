@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.stages.support import artifact, linear_graph, run, split
+from tests.stages.support import INT8, artifact, linear_graph, run, split
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,7 @@ def test_two_calibrations_of_the_same_data_share_a_digest_and_quantize_is_reused
     assert by4.digest == by8.digest
     assert by4.meta["observed"]["chunks"] == 4 and by8.meta["observed"]["chunks"] == 2
     assert by4.meta["observed"]["peak_rss_mb"] > 0  # still reported
-    quantize = Quantize((("activation_type", "uint8"), ("reduce_range", False),
-                         ("weight_type", "int8")), False, "minmax", None, ())
+    quantize = Quantize(INT8, False, "minmax", None, ())
     first = runner.run(quantize, given, calibration=by4)
     second = runner.run(quantize, given, calibration=by8)
     assert [r["reused"] for r in runner.record[-2:]] == [False, True]

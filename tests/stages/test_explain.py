@@ -7,10 +7,7 @@ import json
 
 import numpy as np
 
-from tests.stages.support import artifact, linear_graph, run, split
-
-SETTINGS = (("activation_type", "uint8"), ("reduce_range", False), ("weight_type", "int8"))
-
+from tests.stages.support import INT8, artifact, linear_graph, run, split
 
 def test_each_int8_node_is_profiled_beside_the_fp32_op_it_replaced(tmp_path):
     from pipeline.config import HardwareConfig
@@ -28,7 +25,7 @@ def test_each_int8_node_is_profiled_beside_the_fp32_op_it_replaced(tmp_path):
     cal = split(tmp_path, model, rows, "calibration")
     ranges = artifact(tmp_path / "cal", "calibrate",
                       **run(Calibrate(cal, "minmax", 8), artifact(src), tmp_path / "cal"))
-    qmeta = run(Quantize(SETTINGS, True, "minmax", ("MatMul",), ()), artifact(src),
+    qmeta = run(Quantize(INT8, True, "minmax", ("MatMul",), ()), artifact(src),
                 tmp_path / "int8", calibration=ranges)
     meta = run(Explain(split(tmp_path, model, rows), 4, 3, HardwareConfig().target()),
                artifact(tmp_path / "int8", "quantize", **qmeta), tmp_path / "explain",
@@ -38,5 +35,6 @@ def test_each_int8_node_is_profiled_beside_the_fp32_op_it_replaced(tmp_path):
         assert qmeta["precision"][name] == rows[name]["precision"] == "int8-static"
         assert (rows[name]["fp32_op"], rows[name]["int8_op"]) == ("MatMul", "QLinearMatMul")
     assert meta["int8_kernels"] == ["QLinearMatMul"]
-    assert set(meta["slower_in_int8"]) <= {"matmul0", "matmul2"}  # only INT8 nodes can be handed back
+    # only nodes the quantizer made INT8 can be handed back to float
+    assert set(meta["slower_in_int8"]) <= {"matmul0", "matmul2"}
     assert json.loads((tmp_path / "explain" / "explain.json").read_text()) == meta

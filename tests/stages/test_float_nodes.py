@@ -10,11 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.stages.float_nodes import edit
-from tests.stages.support import (artifact, linear_graph, outputs, qdq_scales, run,
+from tests.stages.support import (INT8, artifact, linear_graph, outputs, qdq_scales, run,
                                   run_unoptimized, split, static_qdq)
-
-SETTINGS = (("activation_type", "uint8"), ("reduce_range", False), ("weight_type", "int8"))
-
 
 def _net(seed: int = 0):
     """x -> conv1 -> relu1 -> maxpool -> conv2 -> relu2 -> conv3 -> add(relu2) -> conv4 -> y."""
@@ -76,7 +73,7 @@ def test_the_stage_reports_a_handed_back_node_as_quantize_reports_an_excluded_on
                       **run(Calibrate(cal, "minmax", 4), artifact(src), tmp_path / "cal"))
     int8 = {}
     for name, exclude in (("all", ()), ("excluded", ("matmul2",))):
-        meta = run(Quantize(SETTINGS, True, "minmax", ("MatMul",), (), exclude), artifact(src),
+        meta = run(Quantize(INT8, True, "minmax", ("MatMul",), (), exclude), artifact(src),
                    tmp_path / name, calibration=ranges)
         int8[name] = artifact(tmp_path / name, "quantize", **meta)
     assert int8["all"].meta["precision"]["matmul2"] == "int8-static"

@@ -11,11 +11,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from pipeline.stages.quantize import Quantize
-from tests.stages.support import (artifact, dynamic_int8, linear_graph, outputs, run, split,
+from tests.stages.support import (INT8, artifact, dynamic_int8, linear_graph, outputs, run, split,
                                   sqnr_db, token_graph)
-
-SETTINGS = (("activation_type", "uint8"), ("reduce_range", False), ("weight_type", "int8"))
-
 
 def test_weighted_ops_get_qdq_and_an_excluded_node_stays_float(tmp_path):
     from pipeline.stages.calibrate import Calibrate
@@ -28,7 +25,7 @@ def test_weighted_ops_get_qdq_and_an_excluded_node_stays_float(tmp_path):
                          [("MatMul", "W1"), ("Relu", ""), ("MatMul", "W2")], width=6)
     cal = split(tmp_path, model, rng.standard_normal((16, 6)), "calibration")
     cmeta = run(Calibrate(cal, "minmax", 4), artifact(src), tmp_path / "cal")
-    meta = run(Quantize(SETTINGS, True, "minmax", ("MatMul",), (), exclude=("matmul2",)),
+    meta = run(Quantize(INT8, True, "minmax", ("MatMul",), (), exclude=("matmul2",)),
                artifact(src), tmp_path / "int8",
                calibration=artifact(tmp_path / "cal", "calibrate", **cmeta))
     assert meta["precision"] == {"matmul0": "int8-static", "relu1": "float", "matmul2": "float"}

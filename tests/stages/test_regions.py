@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.stages.support import artifact, linear_graph, run, split
-
-SETTINGS = (("activation_type", "uint8"), ("reduce_range", False), ("weight_type", "int8"))
-
+from tests.stages.support import INT8, artifact, linear_graph, run, split
 
 def test_each_trial_gets_both_ratios_from_one_interleaved_run(tmp_path):
     from pipeline.config import HardwareConfig
@@ -23,7 +20,7 @@ def test_each_trial_gets_both_ratios_from_one_interleaved_run(tmp_path):
                          [("MatMul", "W1"), ("Relu", ""), ("MatMul", "W2")], width=16)
     int8 = {}
     for name, exclude in (("all", ()), ("keep matmul2 float", ("matmul2",))):
-        meta = run(Quantize(SETTINGS, False, "minmax", (), ("MatMul",), exclude), artifact(src),
+        meta = run(Quantize(INT8, False, "minmax", (), ("MatMul",), exclude), artifact(src),
                    tmp_path / name)
         int8[name] = artifact(tmp_path / name, "quantize", **meta)
     assert int8["keep matmul2 float"].meta["precision"]["matmul2"] == "float"

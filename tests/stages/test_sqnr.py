@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.stages.support import artifact, outputs, run, save, split
-
-SETTINGS = (("activation_type", "uint8"), ("reduce_range", False), ("weight_type", "int8"))
-
+from tests.stages.support import INT8, artifact, outputs, run, save, split
 
 def _two_branches(folder, rng):
     """x feeds MatMul ``even`` directly and MatMul ``outlier`` through a Mul that scales one
@@ -39,7 +36,7 @@ def test_the_node_with_an_outlier_input_reads_a_lower_sqnr(tmp_path):
     model = _two_branches(src, rng)
     rows = rng.standard_normal((32, 8))
     assert len(outputs(model, {"x": rows[:2].astype(np.float32)})) == 2
-    qmeta = run(Quantize(SETTINGS, False, "minmax", (), ("MatMul",)), artifact(src),
+    qmeta = run(Quantize(INT8, False, "minmax", (), ("MatMul",)), artifact(src),
                 tmp_path / "int8")
     assert qmeta["precision"]["even"] == qmeta["precision"]["outlier"] == "int8-dynamic"
     ev = split(tmp_path, model, rows)
