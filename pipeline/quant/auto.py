@@ -125,16 +125,24 @@ def recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning=None):
                            export=exported)
 
     int8, int8_info = build(QuantMode.int8)
-    # Dynamic INT8 quantizes the LSTM only: floating what profiles slower would give back FP32.
-    dynamic, dynamic_info = build(QuantMode.dynamic, region_trials=0, latency_aware=False)
-    models = {"export": exported, "fp32": fp32, "fp16": fp16, "candidate": int8,
-              "dynamic": dynamic}
-    infos = {"candidate": int8_info, "dynamic": dynamic_info}
+    models = {"export": exported, "fp32": fp32, "fp16": fp16, "candidate": int8}
+    infos = {"candidate": int8_info}
+    notes = {}
+    ops = dynamic_ops(cfg, t, fp32, exported)
+    if ops:
+        # Dynamic INT8 quantizes the LSTM only: floating what profiles slower would give back FP32.
+        models["dynamic"], infos["dynamic"] = build(QuantMode.dynamic, region_trials=0,
+                                                    latency_aware=False)
+    else:  # it would quantize nothing: the FP32 model under another name, evaluated and timed again
+        notes["dynamic"] = ("not built: the graph has no op dynamic INT8 quantizes (quant."
+                            f"dynamic_op_types: {', '.join(dynamic_op_types(cfg, t))}), so it "
+                            "would be the FP32 model itself")
     for role in ("candidate", "dynamic"):
+        if role not in models:
+            continue
         evals[role] = runner.run(plan.evaluation(evaluate, role), models[role],
                                  label=f"evaluate[{NAMES[role]}]", **against(t, ref))
     drop, agree = _drop_and_agreement(evals["candidate"], ref, metric, g.output_rtol)
-    notes = {}
     if not within(ref.meta["metrics"], evals["candidate"].meta["metrics"], g.max_accuracy_drop,
                   t.metrics) or agree < g.min_output_agreement:
         models["mixed"], infos["mixed"] = build(QuantMode.mixed, max_accuracy_drop=budget)
@@ -211,9 +219,31 @@ def recipe(cfg, runner, t, splits, source, exported, fp32, fp16, pruning=None):
                      "latency_exclusions": int8_info.latency_exclusions,
                      "float_outputs": int8_info.float_outputs},
             # a fused transformer's dynamic candidate: which graph it quantized, both timings
-            "dynamic_source": dynamic_info.dynamic_source}
+            "dynamic_source": infos["dynamic"].dynamic_source if "dynamic" in infos else None}
     return Outcome(final, final_evals, view, verdict, source, None, infos.get(role), summary,
                    pruning, auto=auto)
+
+
+def dynamic_op_types(cfg, t) -> tuple:
+    """The op types dynamic INT8 quantizes: ``quant.dynamic_op_types`` or the task's own."""
+    q = cfg.quant
+    return tuple(q.dynamic_op_types if q.dynamic_op_types is not None else t.dynamic_op_types)
+
+
+def dynamic_ops(cfg, t, fp32, export=None) -> list[str]:
+    """The nodes of the graphs dynamic INT8 would start from whose op it quantizes. None (a CNN
+    without an LSTM): the dynamic candidate would be the FP32 model again, built, evaluated on
+    every target and timed for nothing."""
+    import onnx
+
+    types = set(dynamic_op_types(cfg, t))
+    found = []
+    for art in (fp32, export):
+        path = getattr(art, "model", None)
+        if path is not None:
+            graph = onnx.load(str(path), load_external_data=False).graph
+            found += [n.name for n in graph.node if n.op_type in types]
+    return found
 
 
 def choose(table: list[dict], metric) -> dict:
