@@ -73,3 +73,21 @@ def test_auto_builds_no_dynamic_candidate_for_a_graph_without_its_ops(tmp_path):
     assert dynamic_ops(cfg, t, cnn) == ["relu0"]
     cfg.quant.dynamic_op_types = None
     assert dynamic_ops(cfg, SimpleNamespace(dynamic_op_types=("Sigmoid",)), cnn, other) == ["sigmoid0"]
+
+
+def test_auto_times_no_candidate_where_it_misses_the_accuracy_budget():
+    """Labels left out of quant=auto's benchmark: a candidate or contender on a runtime where its
+    evaluation fails accuracy, and FP16 where it is no float baseline; never a float baseline
+    nor the INT8 model on its own target (the benchmark's parent)."""
+    from pipeline.quant.auto import not_timed
+    from pipeline.runtimes import PRIMARY, Target
+
+    hw = SimpleNamespace(runtime="auto", precision="fp32")
+    ov32, ovbf = Target("openvino", "fp32"), Target("openvino", "bf16")
+    bad = {("candidate", PRIMARY), ("candidate", ov32), ("mixed", ovbf), ("fp32", ov32)}
+    plan = SimpleNamespace(options=[PRIMARY, ov32, ovbf],
+                           evaluation_of=lambda evals, role, t: (role, t))
+    out = not_timed(hw, plan, {}, ["fp32", "fp16", "mixed"], ("fp32", "mixed"),
+                    lambda ev: ev not in bad)
+    assert sorted(out) == sorted(["candidate @ openvino fp32", "mixed @ openvino bf16",
+                                  "fp16 @ openvino bf16"])
