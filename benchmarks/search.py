@@ -107,7 +107,13 @@ def section(cli, quick: bool = False) -> dict:
     code_a, wall_a, rep_a = _run(cli, runs / "auto", images, "quant=auto")
     out["auto"] = {"exit_code": code_a, "seconds": round(wall_a, 1), "search": _search(rep_a),
                    "mixed": _mixed(rep_a), "winner": (rep_a.get("auto") or {}).get("winner", {})
-                   .get("candidate")}
+                   .get("candidate"),
+                   # what auto did not build or time, and why (dynamic with no op to quantize,
+                   # region trials of an INT8 model that misses the accuracy budget)
+                   "notes": (rep_a.get("auto") or {}).get("notes", {}),
+                   "untimed": [f"{r['candidate']} on {r['target']}"
+                               for r in (rep_a.get("auto") or {}).get("table", [])
+                               if r.get("timed") is False]}
     if not quick:
         code_e, wall_e, rep_e = _run(cli, runs / "auto", images, "quant=auto",
                                      "quant.search_groups=nodes",

@@ -87,6 +87,19 @@ def test_ranking_trials_grow_with_blocks_not_nodes(size):
     assert trace["order"][:2] == ["blocks.2", "blocks.5"] or trace["order"][:2] == ["blocks.5", "blocks.2"]
 
 
+def test_the_full_evaluations_count_up_from_one_block_when_one_block_matters():
+    """64 blocks, one of them harmful and ranked first by its trial: the full evaluations try
+    the top 1 block float and it passes (bisection from the middle tried 32, 16, 8, 4, 2, 1)."""
+    fq = Blocks(64, 2, harmful={"blocks.37.1"})
+    _, _, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()), clock=fq.clock,
+                         stream=io.StringIO())
+    v = trace["verdict"]
+    tops = [r["step"] for r in trace["trace"] if r["step"].startswith("top ")]
+    assert trace["order"][0] == "blocks.37" and tops == ["top 1 of 64 blocks float"]
+    assert v["met"] and "blocks.37.1" in v["chosen_float_nodes"]
+    assert v["full_evaluations"] == fq.full <= v["evaluation_limit"]
+
+
 def test_the_time_budget_stops_the_search_with_its_best_model_so_far():
     """Each score takes 10 s of a fake clock; with a 100 s budget the ranking stops at half of it,
     the bisection when it is spent, and the best evaluated model comes back with the reason."""

@@ -8,10 +8,12 @@ verdict) and why the winner won.
 Candidates, each a cached stage output (a second run rebuilds nothing):
 - the optimized FP32 model on every target this machine has (ONNX Runtime fp32, OpenVINO fp32,
   and OpenVINO bf16 / fp16 only where the CPU has native kernels for them);
-- static INT8 with the latency-aware fallback and the float-region search (``quant.region_trials``,
-  ``pipeline/recipes/regions.py``), and dynamic INT8 (the LSTM only), on every target;
-- ``mixed`` under the gate's own accuracy budget, built only when the static INT8 model misses
-  that budget (within it, the mixed search would return that very model).
+- static INT8 as ``quant=int8`` builds it, then, only when it is within the accuracy budget,
+  the float-region search for speed (``quant.region_trials``, ``pipeline/recipes/regions.py``:
+  timing faster variants of a model that cannot ship is wasted); dynamic INT8 (the LSTM only;
+  not built for a graph without such ops: it would be FP32 again), on every target;
+- ``mixed`` under the gate's own accuracy budget, built as ``quant=mixed`` builds it, only when
+  the static INT8 model misses that budget (within it, the search would return that very model).
 All of them are timed in one benchmark (``stages/benchmark.py``, its ``contenders``): one
 process, interleaved rounds, blocks when runtimes mix, one A/A check, so every speedup is a ratio
 measured side by side. Each (candidate, target) is then judged by the gate exactly as a shipped
@@ -100,6 +102,51 @@ def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_bat
     return row
 
 
+def not_timed(hw, plan, evals: dict, roles: list, contenders: tuple, accurate) -> list[str]:
+    """The benchmark labels ``quant=auto`` need not time: a candidate or contender on a runtime
+    where its evaluation misses the accuracy budget (it cannot ship there: the table lists it
+    as failing accuracy, untimed), and the FP16 model where it is no float baseline (nothing
+    compares with it). Never the float baselines, nor the INT8 model on its own target, which
+    is the benchmark's parent. In blocks across runtimes every round times each label 20 times,
+    so each label left out shortens every round."""
+    from pipeline.runtimes.plan import is_float_baseline
+
+    out = []
+    for role in ["candidate", *roles]:
+        for target in plan.options:
+            lab = label(hw, role, target)
+            if is_float_baseline(role, target) or lab == "candidate":
+                continue
+            if role not in ("candidate", *contenders):
+                out.append(lab)
+                continue
+            ev = plan.evaluation_of(evals, role, target)
+            if ev is not None and not accurate(ev):
+                out.append(lab)
+    return list(dict.fromkeys(out))
+
+
+def _untimed_row(name, role, target, lab, ev, ref, g, metrics, metric) -> dict:
+    """A table row for a candidate left untimed on a runtime where it misses the accuracy
+    budget: its accuracy checks, as the gate names them, and no latency."""
+    from pipeline.metrics import limits as metric_limits
+
+    drop, agree = _drop_and_agreement(ev, ref, metric, g.output_rtol)
+    failed = [("accuracy_drop" if i == 0 else f"{r['metric']}_drop") for i, r in enumerate(
+        metric_limits.judged(ref.meta["metrics"], ev.meta["metrics"], g.max_accuracy_drop,
+                             metrics)) if not r["passed"]]
+    if agree < g.min_output_agreement:
+        failed.append("output_agreement")
+    return {"candidate": name, "role": role, "target": str(target), "label": lab,
+            "runtime": target.runtime, "precision": target.precision, "passed": False,
+            "failed": failed, "failed_detail": ["not timed: it misses the accuracy budget on "
+                                                "this runtime"],
+            "latency_ms": {}, "speedup_vs_fastest_float": None, "fastest_float": None,
+            metric.name: ev.meta["metrics"][metric.name], "accuracy_drop": drop,
+            "agreement_with_fp16": agree, "output_sha256": ev.meta.get("output_sha256"),
+            "p50": None, "timed": False}
+
+
 def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None):
     """The ``quant=auto`` branch of ``pipeline.recipes.main.recipe``, from the float artifacts on."""
     from pipeline.core.env import environment
@@ -125,20 +172,47 @@ def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None)
                            t, splits.evaluation, splits.calibration, guard=False,
                            export=exported)
 
-    int8, int8_info = build(QuantMode.int8)
-    # Dynamic INT8 quantizes the LSTM only: floating what profiles slower would give back FP32.
-    dynamic, dynamic_info = build(QuantMode.dynamic, region_trials=0, latency_aware=False)
-    models = {"export": exported, "fp32": fp32, "fp16": fp16, "candidate": int8,
-              "dynamic": dynamic}
-    infos = {"candidate": int8_info, "dynamic": dynamic_info}
+    def accurate(ev) -> tuple[bool, float, float]:
+        drop, agree = _drop_and_agreement(ev, ref, metric, g.output_rtol)
+        return (within(ref.meta["metrics"], ev.meta["metrics"], g.max_accuracy_drop, t.metrics)
+                and agree >= g.min_output_agreement), drop, agree
+
+    # INT8 first as quant=int8 builds it (its cached stages), and its accuracy: the float-region
+    # search times whole blocks float for speed, which pays only for a model that can ship. So it
+    # runs only when that model is within the accuracy budget; otherwise the mixed candidate is
+    # the INT8 model that can pass, and it is built as quant=mixed builds it.
+    regions = cfg.quant.region_trials
+    int8, int8_info = build(QuantMode.int8, region_trials=0)
+    first = runner.run(plan.evaluation(evaluate, "candidate"), int8, label="evaluate[int8]",
+                       **against(t, ref))
+    notes = {}
+    if regions and cfg.quant.latency_aware:
+        if accurate(first)[0]:
+            int8, int8_info = build(QuantMode.int8)
+        else:
+            notes["regions"] = (f"not tried (quant.region_trials={regions}): static INT8 misses "
+                                "the accuracy budget, so no faster INT8 model could ship; the mixed "
+                                "candidate floats what accuracy needs")
+    models = {"export": exported, "fp32": fp32, "fp16": fp16, "candidate": int8}
+    infos = {"candidate": int8_info}
+    ops = dynamic_ops(cfg, t, fp32, exported)
+    if ops:
+        # Dynamic INT8 quantizes the LSTM only: floating what profiles slower would give back FP32.
+        models["dynamic"], infos["dynamic"] = build(QuantMode.dynamic, region_trials=0,
+                                                    latency_aware=False)
+    else:  # it would quantize nothing: the FP32 model under another name, evaluated and timed again
+        notes["dynamic"] = ("not built: the graph has no op dynamic INT8 quantizes (quant."
+                            f"dynamic_op_types: {', '.join(dynamic_op_types(cfg, t))}), so it "
+                            "would be the FP32 model itself")
     for role in ("candidate", "dynamic"):
+        if role not in models:
+            continue
         evals[role] = runner.run(plan.evaluation(evaluate, role), models[role],
                                  label=f"evaluate[{NAMES[role]}]", **against(t, ref))
-    drop, agree = _drop_and_agreement(evals["candidate"], ref, metric, g.output_rtol)
-    notes = {}
-    if not within(ref.meta["metrics"], evals["candidate"].meta["metrics"], g.max_accuracy_drop,
-                  t.metrics) or agree < g.min_output_agreement:
-        models["mixed"], infos["mixed"] = build(QuantMode.mixed, max_accuracy_drop=budget)
+    passed, drop, agree = accurate(evals["candidate"])
+    if not passed:
+        models["mixed"], infos["mixed"] = build(QuantMode.mixed, max_accuracy_drop=budget,
+                                                region_trials=0)
         evals["mixed"] = runner.run(plan.evaluation(evaluate, "mixed"), models["mixed"],
                                     label="evaluate[mixed]", **against(t, ref))
     else:
@@ -152,9 +226,10 @@ def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None)
     # neither can win or be the fastest float there; both are still evaluated.
     skip = {"candidate", "export"} | (set() if cpu_supports("fp16") else {"fp16"})
     refs = {r: a for r, a in models.items() if r not in skip}
+    untimed = not_timed(hw, plan, evals, list(refs), contenders, lambda ev: accurate(ev)[0])
     bench = runner.run(Benchmark(data=splits.evaluation, bench=cfg.bench.timing(),
                                  hardware=plan.hw, options=plan.bench_options(),
-                                 contenders=contenders),
+                                 contenders=contenders, untimed=tuple(sorted(untimed))),
                        int8, label="benchmark[auto]", **refs)
     plan.failures.update(bench.meta.get("failures", {}))
 
@@ -165,9 +240,13 @@ def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None)
             continue
         for target in plan.options:
             lab = label(hw, role, target)
+            ev = plan.evaluation_of(evals, role, target)
+            if lab in untimed:  # evaluated, missed the accuracy budget there: listed, not timed
+                table.append(_untimed_row(NAMES[role], role, target, lab, ev, ref, g, t.metrics,
+                                          metric))
+                continue
             if lab not in bench.meta["targets"]:
                 continue  # failed to load on that runtime: recorded in failures
-            ev = plan.evaluation_of(evals, role, target)
             view = as_candidate(bench, lab)
             verdict = gate.judge({"fp16": ref, "candidate": ev}, view, g, t.metrics, cfg.slo,
                                  models[role], env)
@@ -212,9 +291,31 @@ def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None)
                      "latency_exclusions": int8_info.latency_exclusions,
                      "float_outputs": int8_info.float_outputs},
             # a fused transformer's dynamic candidate: which graph it quantized, both timings
-            "dynamic_source": dynamic_info.dynamic_source}
+            "dynamic_source": infos["dynamic"].dynamic_source if "dynamic" in infos else None}
     return Outcome(run, final, final_evals, view, verdict, source, None, infos.get(role), summary,
                    pruning, auto=auto)
+
+
+def dynamic_op_types(cfg, t) -> tuple:
+    """The op types dynamic INT8 quantizes: ``quant.dynamic_op_types`` or the task's own."""
+    q = cfg.quant
+    return tuple(q.dynamic_op_types if q.dynamic_op_types is not None else t.dynamic_op_types)
+
+
+def dynamic_ops(cfg, t, fp32, export=None) -> list[str]:
+    """The nodes of the graphs dynamic INT8 would start from whose op it quantizes. None (a CNN
+    without an LSTM): the dynamic candidate would be the FP32 model again, built, evaluated on
+    every target and timed for nothing."""
+    import onnx
+
+    types = set(dynamic_op_types(cfg, t))
+    found = []
+    for art in (fp32, export):
+        path = getattr(art, "model", None)
+        if path is not None:
+            graph = onnx.load(str(path), load_external_data=False).graph
+            found += [n.name for n in graph.node if n.op_type in types]
+    return found
 
 
 def choose(table: list[dict], metric) -> dict:

@@ -1,4 +1,4 @@
-"""Mixed precision under an accuracy budget: ranked by module blocks, bisected on the full set,
+"""Mixed precision under an accuracy budget: ranked by module blocks, searched on the full set,
 within a time budget.
 
 In: the ``Quantizer`` (its runner, stages and ranking subset), the calibration method, the nodes
@@ -20,8 +20,9 @@ Instead:
 3. A trial is the all-INT8 model with that unit float, made by editing its QDQ graph
    (``stages/float_nodes.py``: a load and a save, no re-quantization), scored on the ranking
    subset (the hardest lines). Units are ranked by accuracy recovered per millisecond given up.
-4. Keeping the top-k units float is monotone enough to bisect k on the full evaluation set:
-   about log2(units) evaluations. Then the chosen units' costly nodes (above ``CHEAP_SHARE``) are
+4. Keeping the top-k units float is monotone enough to search k on the full evaluation set:
+   1, 2, 4, ... units, then a bisection (``quant/prefix.py``): about 2·log2(k) evaluations, few
+   when the ranking put the units that matter first. Then the chosen units' costly nodes (above ``CHEAP_SHARE``) are
    ranked by what handing each back to INT8 costs on the subset, and the number handed back is
    bisected the same way: about log2 more. Every model evaluated on the full set is quantized
    for real (``quantize_static`` with those nodes excluded), so what ships is what was measured.
@@ -40,6 +41,7 @@ import time
 
 from pipeline.core.progress import Progress, hms
 from pipeline.quant.groups import units as make_units
+from pipeline.quant.prefix import limit as prefix_limit, smallest_passing
 from pipeline.stages.sqnr import Sqnr
 
 CLEAN_DB = 40.0       # output SQNR above this: error below 1e-4 of the signal, nothing to recover
@@ -172,7 +174,7 @@ def search(qz, method: str, exclude: set, all_int8, clock=time.monotonic, stream
     members = {u["name"]: [n for n in u["nodes"] if n not in u["stuck"]] for u in ranked}
 
     trace = []
-    steps = Progress(2 * math.ceil(math.log2(len(ranked) + 1)) + 2,
+    steps = Progress(prefix_limit(len(ranked)) + math.ceil(math.log2(len(ranked) + 1)) + 2,
                      "mixed search: full evaluations", stream, clock=clock, unit="evaluations")
 
     def evaluate(floated: tuple, why: str) -> dict:
@@ -199,16 +201,14 @@ def search(qz, method: str, exclude: set, all_int8, clock=time.monotonic, stream
         best = evaluate((), "all INT8")
         handback = []
         if not best["within_budget"]:
-            lo, hi, hi_row = 0, len(order), None
-            while hi - lo > 1 and not clock_budget.over(1.0, "bisection"):
-                mid = (lo + hi) // 2
-                row = evaluate(nodes_of(mid), f"top {mid} of {len(order)} {by} float")
-                if row["within_budget"]:
-                    hi, hi_row = mid, row
-                else:
-                    lo = mid
-            if hi_row is None and hi > 0 and not clock_budget.over(1.0, "bisection"):
-                hi_row = evaluate(nodes_of(hi), f"top {hi} of {len(order)} {by} float")
+            rows = {}
+
+            def passes(k: int) -> bool:
+                rows[k] = evaluate(nodes_of(k), f"top {k} of {len(order)} {by} float")
+                return rows[k]["within_budget"]
+
+            hi = smallest_passing(len(order), passes, lambda: clock_budget.over(1.0, "bisection"))
+            hi_row = rows.get(hi)
             if hi_row is not None and hi_row["within_budget"]:
                 handback = _hand_back(qz, hi_row, gains, cheap_ms, variant,
                                       lambda a, lab: rank(a, lab, "hand_back_trials"), evaluate,
@@ -221,7 +221,7 @@ def search(qz, method: str, exclude: set, all_int8, clock=time.monotonic, stream
     within = [r for r in trace if r["within_budget"]]
     best = min(within, key=lambda r: r["estimated_ms"]) if within else min(trace, key=lambda r: r["drop"])
     n_c = len(handback)
-    limit = math.ceil(math.log2(len(order) + 1)) + math.ceil(math.log2(n_c + 1)) + 2
+    limit = prefix_limit(len(order)) + math.ceil(math.log2(n_c + 1)) + 2
     spent = clock_budget.elapsed()
     stopped = (f"; stopped by quant.search_budget_s={clock_budget.seconds:g} during the "
                f"{clock_budget.stopped} after {hms(spent)} with the best model so far"

@@ -59,6 +59,9 @@ class Benchmark:
     # quant=auto: the other roles that compete with the candidate (each gets its speedup over the
     # fastest float and its core states, like the candidate); () otherwise
     contenders: tuple = field(default=(), metadata={"key_omit_default": True})
+    # quant=auto: labels not timed (a candidate on a runtime where it misses the accuracy
+    # budget, the FP16 model where it is no float baseline): nothing is decided by their times
+    untimed: tuple = field(default=(), metadata={"key_omit_default": True})
     name = "benchmark"
     version = 5  # 5: any task's inputs (feeds), sizes of its dynamic axis (per_size)
     hardware_dependent = True
@@ -84,7 +87,8 @@ class Benchmark:
         name, axis = t.size_axis
         meaning = next(i for i in t.inputs if i.name == name).dynamic[axis]
         paths = {"candidate": parent.model, **{r: a.model for r, a in baselines.items()}}
-        entries = plan.timed(hw, self.options, list(paths), AA_ROLE)
+        entries = {lab: e for lab, e in plan.timed(hw, self.options, list(paths), AA_ROLE).items()
+                   if lab not in self.untimed}
         models, failures = {}, {}
         for lab, (role, target) in entries.items():
             try:
