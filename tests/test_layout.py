@@ -33,7 +33,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                       "pipeline.measure", "pipeline.models", "pipeline.registry",
                       "pipeline.bill", "pipeline.prune", "pipeline.quant.defaults",
                       "pipeline.quant.calibration", "pipeline.quant.modules",
-                      "pipeline.quant.index_nodes", "pipeline.quant.mask_nodes")),
+                      "pipeline.quant.index_nodes", "pipeline.quant.mask_nodes",
+                      "pipeline.quant.sensitivity")),
     # The engine that turns overrides into a Config (compose applies this machine's hardware
     # numbers from the bill, so it sits above the capabilities) and runs stages (runner, and its
     # Ray executor for timed stages on a cluster).
