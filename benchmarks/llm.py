@@ -7,7 +7,7 @@ FP32 folder (``pipeline.models.decoder.gguf_folder``, cached under ``artifacts/l
 weights dequantized, so "FP32" here is that file's weights in FP32). onnxruntime-genai's model
 builder then writes, side by side: FP32, its default INT4 (block 32, symmetric RTN, accuracy
 level 4 on the CPU) and its INT8; and ``python -m pipeline model=hf model.path=<FP32 folder>
-quant=auto data=jsonl ...`` writes the pipeline's own artifact. For each, in one run:
+quant=auto data=jsonl ...`` writes the pipeline's own artifact (``--quick``: on fewer texts). For each, in one run:
 - perplexity on English text (Python's documentation topics, ``pydoc_data.topics``, in chunks of
   at most ``MAX_TOKENS`` tokens) and top-1 next-token agreement and KL against FP32 run at
   accuracy level 0 (``pipeline.metrics.generation``);
@@ -42,6 +42,8 @@ NEW_TOKENS = 32           # generated per prompt when timing
 PROMPT_TOKENS = 64
 STREAMS = 4
 PIPELINE_EVAL, PIPELINE_CAL = 64, 32   # texts the pipeline's run scores and calibrates on
+PIPELINE_QUICK = {"evaluation": 24, "calibration": 8, "max_seconds": 30}  # --quick: fewer texts,
+# shorter timings, so that the artifact still stands beside the builder's in a quick run
 TTFT_P99_MS = 1000.0      # a chat service's targets for the load test: the first token within
 TOKEN_P99_MS = 100.0      # a second, then at least 10 tokens/s per user
 BIG = {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24,
@@ -111,12 +113,17 @@ def big_folder() -> Path:
     return out
 
 
-def pipeline_artifact(cli, hf: Path, data: Path) -> tuple[Path | None, dict]:
+def pipeline_artifact(cli, hf: Path, data: Path, quick: bool = False
+                      ) -> tuple[Path | None, dict]:
     """The pipeline's own artifact: ``quant=auto`` on the FP32 folder and the text."""
+    n_eval, n_cal = (PIPELINE_QUICK["evaluation"], PIPELINE_QUICK["calibration"]) if quick \
+        else (PIPELINE_EVAL, PIPELINE_CAL)
     args = ["model=hf", f"model.path={hf.resolve()}", "quant=auto", "data=jsonl",
             f"data.path={data.resolve()}", "data.input_column=text",
-            f"data.evaluation_samples={PIPELINE_EVAL}", f"data.calibration_samples={PIPELINE_CAL}",
+            f"data.evaluation_samples={n_eval}", f"data.calibration_samples={n_cal}",
             f"bench.nonce={time.strftime('%Y%m%dT%H%M%S')}"]
+    if quick:
+        args.append(f"bench.max_seconds={PIPELINE_QUICK['max_seconds']}")
     code, seconds, rep = cli(args, timeout=3600)
     record = {"command": "python -m pipeline " + " ".join(args), "exit_code": code,
               "seconds": round(seconds, 1)}
@@ -124,7 +131,8 @@ def pipeline_artifact(cli, hf: Path, data: Path) -> tuple[Path | None, dict]:
     if rep.get("kind") == "decoder":
         verdict = rep.get("verdict") or {}
         record.update(passed=verdict.get("passed"), verdict=verdict.get("summary"),
-                      auto=rep.get("auto"), settings=rep.get("settings"), rows=rep.get("rows"))
+                      auto=rep.get("auto"), settings=rep.get("settings"), rows=rep.get("rows"),
+                      search=rep.get("search"))
         path = _candidate_path(rep)
     if path is None:
         record["not_run"] = (f"the pipeline wrote no decoder candidate (exit {code})"
@@ -195,6 +203,57 @@ def speed(folders: dict[str, Path], prompts: list[list[int]], streams: int, thre
     return out
 
 
+def step_profile(folder: Path, threads: int, kv_len: int = 80, runs: int = 6) -> dict:
+    """Where one decode step's time goes: onnxruntime's own profile of a plain session (not
+    onnxruntime-genai's, so the cache is copied into the outputs rather than shared) at one new
+    token over a cache of ``kv_len`` positions: milliseconds per step by operator, the output
+    layer apart, and the read rate of the weight multiplications (bytes counted as the kernels
+    read them over their time)."""
+    import collections
+    import os
+    import tempfile
+
+    import numpy as np
+    import onnxruntime as ort
+
+    from pipeline.bill.token_bytes import count
+    from pipeline.metrics.generation import empty_past, model_file
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.enable_profiling = True
+    opts.profile_file_prefix = os.path.join(tempfile.gettempdir(), f"llm-step-{uuid.uuid4().hex[:8]}")
+    sess = ort.InferenceSession(str(model_file(folder)), opts, providers=["CPUExecutionProvider"])
+    feeds = {"input_ids": np.array([[5]], np.int64),
+             "attention_mask": np.ones((1, kv_len + 1), np.int64)}
+    for name, empty in empty_past(folder, sess).items():
+        shape = list(empty.shape)
+        shape[2] = kv_len
+        feeds[name] = np.random.default_rng(0).standard_normal(shape).astype(empty.dtype)
+    times = []
+    for i in range(runs + 2):
+        t0 = time.perf_counter()
+        sess.run(["logits"], feeds)
+        if i >= 2:
+            times.append((time.perf_counter() - t0) * 1e3)
+    path = sess.end_profiling()
+    try:
+        events = json.loads(Path(path).read_text())
+    finally:
+        Path(path).unlink(missing_ok=True)
+    by: dict[str, float] = collections.defaultdict(float)
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            op = e["args"].get("op_name", "?") + (" (output layer)" if "lm_head" in e["name"] else "")
+            by[op] += e["dur"] / 1e3 / (runs + 2)
+    tb = count(model_file(folder))
+    mm = sum(v for k, v in by.items() if k.startswith("MatMul"))
+    return {"kv_len": kv_len, "threads": threads, "step_ms_median": float(np.median(times)),
+            "ms_by_op": {k: round(v, 3) for k, v in sorted(by.items(), key=lambda kv: -kv[1])},
+            "matmul_share_of_kernels": mm / max(sum(by.values()), 1e-9),
+            "matmul_read_gbs": tb.weights / (mm / 1e3) / 1e9 if mm else None}
+
+
 def prefill(folders: dict[str, Path], ids: list[list[int]], threads: int) -> dict:
     """Time to first token at the text's prompt lengths (its 10th, 50th and 90th percentile
     lengths in tokens), per model: the prefill's cost as prompts grow."""
@@ -255,8 +314,7 @@ def section(cli, quick: bool = False) -> dict:
     ids = [list(map(int, x)) for x in tok(chunks, truncation=True, max_length=MAX_TOKENS)["input_ids"]]
     prompts = [x[:PROMPT_TOKENS] for x in ids[:max(p["prompts"], STREAMS)]]
 
-    art, record = pipeline_artifact(cli, hf, data) if not quick else (None, {
-        "not_run": "--quick leaves the pipeline's run out"})
+    art, record = pipeline_artifact(cli, hf, data, quick)
     out["pipeline"] = record
     if art is not None:
         folders["pipeline"] = art
@@ -279,7 +337,8 @@ def section(cli, quick: bool = False) -> dict:
         # random weights: any ids within its vocabulary do (SmolLM2's reach past it)
         bprompts = [[t % BIG["vocab_size"] for t in x] for x in prompts[:2]]
         big = {"config": BIG, "params_b": _params(bhf),
-               "decode_1_stream": speed(bfolders, bprompts, 1, threads, p["max_seconds"])}
+               "decode_1_stream": speed(bfolders, bprompts, 1, threads, p["max_seconds"]),
+               "step_profile": {r: step_profile(f, threads) for r, f in bfolders.items()}}
     except Exception as e:  # noqa: BLE001 - recorded, as benchmarks.run records a section's
         big = {"error": f"{type(e).__name__}: {e}"}
     out["big"] = big
@@ -325,9 +384,16 @@ def targets(out: dict) -> dict:
     if "pipeline" in d1:
         t["pipeline artifact: perplexity within 2 % of FP32"] = [
             q["pipeline"]["perplexity_rise_pct"], q["pipeline"]["perplexity_rise_pct"] <= 2.0]
+        # side by side in one interleaved run: each one's decode speedup over FP32 with its
+        # 95 % interval; faster only when the intervals do not overlap
+        sp = out["decode_1_stream"].get("speedup_vs_fp32") or {}
         t["pipeline artifact decodes faster than the builder's INT8"] = [
-            [d1["pipeline"]["tokens_per_s"], d1["int8"]["tokens_per_s"]],
-            d1["pipeline"]["tokens_per_s"] > d1["int8"]["tokens_per_s"]]
+            {"tokens_per_s": [d1["pipeline"]["tokens_per_s"], d1["int8"]["tokens_per_s"]],
+             "speedup_vs_fp32": {r: sp.get(r) for r in ("pipeline", "int8")}},
+            bool(sp.get("pipeline") and sp.get("int8")
+                 and sp["pipeline"]["ci95"][0] > sp["int8"]["ci95"][1])]
+        t["quant=auto's choice"] = [(out["pipeline"].get("auto") or {}).get("why"),
+                                    (out["pipeline"].get("auto") or {}).get("winner") is not None]
     else:
         t["pipeline artifact side by side"] = [out["pipeline"].get("not_run"), False]
     big = out.get("big", {}).get("decode_1_stream", {}).get("models", {})

@@ -167,20 +167,22 @@ def test_groups_are_blocks_and_the_output_layer():
 
 def test_the_mixed_search_widens_the_output_layer_then_the_most_sensitive_blocks():
     """search() on three groups whose trial passes only when the output layer and block 1 are
-    wider than 4 bits: block 1 is the more sensitive (higher KL alone), so the answer is the
-    first two groups of the order at 8 bits, found by bisection; every trial is a real plan."""
+    wider than 4 bits: block 1 is the more sensitive (the higher proxy), so the answer is the
+    first two groups of the order at 8 bits, found by bisection; every trial is a whole plan
+    (no per-block trial: the proxy ranks them before the search)."""
     from pipeline.recipes.decoder import search
 
     groups = {"layers.0": ["a"], "layers.1": ["b"], "lm_head": ["c"]}
     tried = []
 
-    def trial(plan, what, ranking=False):
-        assert ranking == ("alone" in what)  # sensitivities on the ranking sequences only
+    def trial(plan, what):
         tried.append((what, dict(plan)))
-        return plan.get("c", 0) != 4 and plan.get("b", 0) != 4, {"a": 0.1, "b": 0.5}.get(
-            next(iter(plan)), 0.0) if len(plan) == 1 else 0.0
+        assert len(plan) == 3  # never a group alone
+        return plan.get("c", 0) != 4 and plan.get("b", 0) != 4
 
-    assert search(groups, 4, trial) == "first 2 of 3 groups at 8 bits"
+    assert search(groups, 4, trial, lambda: {"layers.0": 0.1, "layers.1": 0.5}) == \
+        "first 2 of 3 groups at 8 bits"
+    assert len(tried) == 3  # all at 4, then bisection over 3 prefixes: k=2, k=1
     plans = dict(tried)
     assert plans["all at 4 bits"] == {"a": 4, "b": 4, "c": 4}
     assert plans["first 2 of 3 groups at 8 bits"] == {"a": 4, "b": 8, "c": 8}
@@ -194,9 +196,11 @@ def test_the_mixed_search_falls_back_to_float_and_reports_failure():
     groups = {"layers.0": ["a"], "lm_head": ["c"]}
     tried = []
 
-    def float_head(plan, what, ranking=False):  # passes only with the output layer float
+    def float_head(plan, what):  # passes only with the output layer float
         tried.append(what)
-        return "c" not in plan and plan.get("a") in (4, 8), 0.0
+        return "c" not in plan and plan.get("a") in (4, 8)
 
-    assert search(groups, 4, float_head) == "first 1 of 2 groups at float"
-    assert search(groups, 8, lambda plan, what, ranking=False: (False, 0.0)) is None
+    assert search(groups, 4, float_head, dict) == "first 1 of 2 groups at float"
+    assert search(groups, 8, lambda plan, what: False, dict) is None
+    # a first plan that passes needs no ranking: the proxy's forward pass is never run
+    assert search(groups, 8, lambda plan, what: True, lambda: 1 / 0) == "all at 8 bits"

@@ -93,6 +93,23 @@ def test_an_embedding_also_read_in_full_counts_once_in_full():
     assert tb.by_kind["float"] == (VOCAB + 1) * HIDDEN * 4
 
 
+def test_a_table_transposed_then_gathered_is_one_row_per_token():
+    """The builder's tied embedding: Gather(Transpose(output layer's [HIDDEN, VOCAB] weight)).
+    With the output layer quantized (MatMulNBits), the float weight only feeds the transpose,
+    which onnxruntime folds at load: one HIDDEN row per token, not the whole table per step."""
+    model = decoder()
+    graph = model.graph
+    table = next(t for t in graph.initializer if t.name == "embed")
+    table.CopyFrom(init("embed_t", np.zeros((HIDDEN, VOCAB), np.float32)))
+    graph.node.insert(0, helper.make_node("Transpose", ["embed_t"], ["embed"], perm=[1, 0]))
+    tb = count(model)
+    assert tb.rows_per_token == HIDDEN * 4 + 2 * (HEAD_DIM // 2) * 4
+    assert "embed_t" not in str(tb.by_kind) and tb.by_kind.get("float") == HIDDEN * 4
+    # the same table also read in full by a float output layer counts once, in full
+    graph.node.append(helper.make_node("MatMul", ["attn", "embed_t"], ["more"]))
+    assert count(model).by_kind["float"] == (VOCAB + 1) * HIDDEN * 4
+
+
 def test_kv_bytes_match_the_bills_formula():
     tb = count(decoder())
     llm = LlmConfig(params_b=0.001, layers=1, attention_heads=HEADS, kv_heads=KV_HEADS,

@@ -11,7 +11,10 @@ How each tensor is read (onnxruntime's CPU kernels):
   when asymmetric, ``g_idx`` and bias when present: all of it, every step. At block 32 with FP32
   scales that is 0.625 byte per INT4 weight, not 0.5 (params x bits / 8 undercounts by 25 %).
 - ``Gather`` on an initializer (the embedding): one row per token, not the table.
-  ``GatherBlockQuantized``: one row of codes, scales and zero points.
+  ``GatherBlockQuantized``: one row of codes, scales and zero points. A table the graph only
+  transposes before gathering from it (the builder's tied embedding: ``Transpose`` of the output
+  layer's weight) is folded into a constant when the session loads, so it too is one row of the
+  transposed table per token; the ``Transpose`` itself reads nothing per step.
 - ``cos_cache`` / ``sin_cache`` of ``GroupQueryAttention`` / ``RotaryEmbedding``: one row per
   position.
 - Any other initializer (float MatMul weights, norms, biases): in full, every step. An initializer
@@ -133,10 +136,30 @@ def count(model: onnx.ModelProto | str | Path) -> TokenBytes:
         path = Path(model)
         model = onnx.load(str(path), load_external_data=False)
     inits = {t.name: t for t in model.graph.initializer}
+    # transposes of an initializer: folded at load into a constant whose row is the product of
+    # the dimensions left after the one moved to the front
+    folded: dict[str, tuple[str, int]] = {}   # output -> (initializer, row bytes)
+    for node in model.graph.node:
+        if node.op_type == "Transpose" and node.input and node.input[0] in inits:
+            t = inits[node.input[0]]
+            perm = next((list(a.ints) for a in node.attribute if a.name == "perm"),
+                        list(range(len(t.dims)))[::-1])
+            first = t.dims[perm[0]] if t.dims else 1
+            folded[node.output[0]] = (t.name, tensor_bytes(t) // max(1, first))
     full: dict[str, str] = {}      # initializer -> kind, read in full
     rows: set[str] = set()
+    folded_rows = 0
     for node in model.graph.node:
+        if node.op_type == "Transpose" and node.output[0] in folded:
+            continue  # constant-folded at load: no read per step
         for k, name in enumerate(node.input):
+            if name in folded:
+                src, row = folded[name]
+                if node.op_type == "Gather" and k == 0:
+                    folded_rows += row
+                else:  # the folded copy read in full: as many bytes as its source
+                    full.setdefault(src, "float")
+                continue
             if name not in inits:
                 continue
             if node.op_type == "Gather" and k == 0:
@@ -157,7 +180,8 @@ def count(model: onnx.ModelProto | str | Path) -> TokenBytes:
     head = _output_layer(model, inits)
     n_past, heads, head_dim, size = _kv_shape(model, path)
     return TokenBytes(weights=sum(by_kind.values()),
-                      rows_per_token=sum(row_bytes(inits[n]) for n in rows - set(full)),
+                      rows_per_token=sum(row_bytes(inits[n]) for n in rows - set(full))
+                      + folded_rows,
                       kv_per_position=n_past * heads * head_dim * size,
                       output_layer=sum(tensor_bytes(inits[n]) for n in head if n in full),
                       stored=sum(tensor_bytes(t) for t in inits.values()),

@@ -214,9 +214,8 @@ class DecoderQuant:
     prompt_tokens: int = 64
     new_tokens: int = 32
     streams: int = 1                        # sequences decoded together (one batch)
-    # mixed: each block's sensitivity trial (it alone at 4 bits) is scored on this many of the
-    # evaluation sequences: a ranking, not a gate, so a few suffice and a 30-block model's
-    # 30 trials stay cheap.
+    # mixed: the calibration sequences the sensitivity proxy reads (one FP32 pass each for the
+    # MatMuls' input energy): a ranking, not a gate, so a few suffice.
     ranking_sequences: int = 4
 
     def __post_init__(self):

@@ -8,9 +8,11 @@ score the candidate against FP32 at accuracy level 0 -> time decode against FP32
 
 The mixed search, in groups (each transformer block's MatMuls, and the output layer alone):
 1. everything at 4 bits; if it passes the accuracy gate, it is the answer;
-2. otherwise each group's sensitivity: the KL divergence from FP32 when that group alone is at 4
-   bits (the rest float). The output layer comes first whatever it scores (it is the largest
-   and the most exposed weight), then the blocks, most sensitive first;
+2. otherwise the groups are ordered by a proxy computed once (``pipeline.quant.sensitivity``:
+   each MatMul's 4-bit rounding error weighted by its input channels' energy on a few
+   calibration sequences, relative to its output; no model rebuilt). The output layer comes
+   first whatever it scores (it is the largest and the most exposed weight), then the blocks,
+   most sensitive first;
 3. the shortest prefix of that order moved to 8 bits that passes (bisection over the prefix
    length: the loss falls as more groups widen); if all-8-bit still fails, the shortest prefix
    kept float on top of 8 bits.
@@ -108,23 +110,21 @@ class _Run:
         self.fp32 = runner.run(DecoderExport(decoder=decoder, data=self.sets["evaluation"]))
         self.score_stage = ScoreText(data=self.sets["evaluation"],
                                      threads=self.hw.intra_op_threads)
-        self.rank_stage = ScoreText(data=self.sets["ranking"], threads=self.hw.intra_op_threads)
         self.scores = {"fp32": runner.run(self.score_stage, self.fp32, label="score_text[fp32]")}
         self.names = matmuls(self.fp32.path)
         self.groups = groups(self.names)
         self.trials: list[dict] = []
 
-    def build(self, plan: dict[str, int], label: str, ranking: bool = False):
-        """The quantized folder for ``plan`` (node -> bits) and its scores against FP32 (on the
-        ranking sequences only, with ``ranking``)."""
+    def build(self, plan: dict[str, int], label: str):
+        """The quantized folder for ``plan`` (node -> bits) and its scores against FP32."""
         stage = WeightOnly(plan=tuple(sorted(plan.items())), block_size=self.q.block_size,
                            symmetric=self.q.symmetric, algorithm=self.q.algorithm,
                            accuracy_level=self.level,
                            calibration=self.sets["calibration"] if self.q.algorithm == "gptq"
                            and 4 in plan.values() else None)
         art = self.runner.run(stage, self.fp32, label=f"weight_only[{label}]")
-        scored = self.runner.run(self.rank_stage if ranking else self.score_stage, art,
-                                 label=f"score_text[{label}]", reference=self.fp32)
+        scored = self.runner.run(self.score_stage, art, label=f"score_text[{label}]",
+                                 reference=self.fp32)
         return art, scored
 
     def passes(self, scored) -> bool:
@@ -148,19 +148,33 @@ class _Run:
         """The narrowest per-group plan that passes (``search``), built and scored."""
         built = {}
 
-        def trial(plan: dict, what: str, ranking: bool = False) -> tuple[bool, float]:
-            label = what.replace(" ", "_")
-            art, scored = self.build(plan, label, ranking)
-            self._note(what, plan, scored, ranking)
-            if ranking:  # a sensitivity on a few sequences: never a candidate
-                return False, scored.meta.get("kl_mean") or 0.0
+        def trial(plan: dict, what: str) -> bool:
+            art, scored = self.build(plan, what.replace(" ", "_"))
+            self._note(what, plan, scored)
             built[what] = art, scored
-            return self.passes(scored), scored.meta.get("kl_mean") or 0.0
+            return self.passes(scored)
 
-        found = search(self.groups, 4 if int4_faster else 8, trial)
+        found = search(self.groups, 4 if int4_faster else 8, trial, self.sensitivity)
         # nothing passes, not even everything float at this accuracy level: the widest trial
         # goes to the gate, which says so
         return built[found or list(built)[-1]]
+
+    def sensitivity(self) -> dict[str, float]:
+        """Each group's proxy sensitivity to 4 bits, from the first ``ranking_sequences``
+        calibration sequences (the evaluation's when there are none: a ranking, not a score)."""
+        from pipeline.quant.sensitivity import group_scores, node_scores
+
+        ids = self.sets["calibration"].token_ids()[:self.q.ranking_sequences] or \
+            self.sets["ranking"].token_ids()
+        scores = group_scores(node_scores(self.fp32.path, ids, self.q.block_size,
+                                          self.hw.intra_op_threads), self.groups)
+        top = sorted((g for g in scores if g != OUTPUT_LAYER), key=lambda g: -scores[g])[:3]
+        self.trials.append({"trial": f"sensitivity proxy on {len(ids)} calibration sequences "
+                            f"(most sensitive: {', '.join(top)})",
+                            "widths": None, "ranking": True, "sequences": len(ids),
+                            "passed": None, "sensitivity": {g: round(v, 6)
+                                                            for g, v in scores.items()}})
+        return scores
 
     def _note(self, what: str, plan, scored, ranking: bool = False) -> None:
         widths = None
@@ -175,20 +189,19 @@ class _Run:
                             "passed": None if ranking else self.passes(scored)})
 
 
-def search(groups: dict[str, list[str]], base: int, trial) -> str | None:
+def search(groups: dict[str, list[str]], base: int, trial, sensitivity) -> str | None:
     """The mixed search over ``groups`` (name -> MatMul nodes) from ``base`` bits. ``trial(plan,
-    what, ranking)`` builds and scores a plan (node -> bits; absent: float) and returns (passes,
-    KL from FP32), on the ranking sequences only for a block's sensitivity trial; the answer is
-    the ``what`` of the narrowest passing trial, None when none passes."""
+    what)`` builds and scores a plan (node -> bits; absent: float) and says whether it passes;
+    ``sensitivity()`` (group -> proxy, higher widens first; called only when the first plan
+    fails) orders the blocks: only whole plans are built, about log2(groups) of them per phase. The answer is the
+    ``what`` of the narrowest passing trial, None when none passes."""
     plan = {n: base for nodes in groups.values() for n in nodes}
     what = f"all at {base} bits"
-    if trial(plan, what)[0]:
+    if trial(plan, what):
         return what
-    blocks = [g for g in groups if g != OUTPUT_LAYER]
-    kl = {g: trial({n: base for n in groups[g]}, f"{g} alone at {base} bits", True)[1]
-          for g in blocks}
-    order = ([OUTPUT_LAYER] if OUTPUT_LAYER in groups else []) + sorted(blocks,
-                                                                     key=lambda g: -kl[g])
+    blocks, proxy = [g for g in groups if g != OUTPUT_LAYER], sensitivity()
+    order = ([OUTPUT_LAYER] if OUTPUT_LAYER in groups else []) + sorted(
+        blocks, key=lambda g: -proxy.get(g, 0.0))
     for wider in ([8, None] if base == 4 else [None]):
         def step(k, start=dict(plan), wider=wider):
             p = dict(start)
@@ -204,7 +217,7 @@ def search(groups: dict[str, list[str]], base: int, trial) -> str | None:
         while lo <= hi:  # the smallest prefix that passes: the loss falls as groups widen
             k = (lo + hi) // 2
             what = f"first {k} of {len(order)} groups at {width}"
-            if trial(step(k), what)[0]:
+            if trial(step(k), what):
                 best, hi = what, k - 1
             else:
                 lo = k + 1
