@@ -42,6 +42,15 @@ def linear_graph(path: Path, weights: dict[str, np.ndarray], chain: list[tuple[s
                 [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()])
 
 
+def mlp_graph(folder: Path, rng, width: int, hidden: int, out: int) -> Path:
+    """``folder``/model.onnx: x [batch, width] -> MatMul W1 -> Relu -> MatMul W2 -> y [batch, out],
+    weights drawn from ``rng`` (W1, then W2); nodes named matmul0, relu1, matmul2."""
+    folder.mkdir()
+    return linear_graph(folder / "model.onnx", {"W1": rng.standard_normal((width, hidden)),
+                                                "W2": rng.standard_normal((hidden, out))},
+                        [("MatMul", "W1"), ("Relu", ""), ("MatMul", "W2")], width=width)
+
+
 def split(tmp: Path, model: Path, rows: np.ndarray, which: str = "evaluation", column: str = "x"):
     """A ``DataSplit`` of half of ``rows`` (one input row each) for ``model`` as a user's ONNX file
     scored by agreement with FP16 (no labels)."""

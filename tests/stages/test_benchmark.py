@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from tests.stages.support import INT8, artifact, linear_graph, run, split
+from tests.stages.support import INT8, artifact, mlp_graph, run, split
 
 def test_every_model_and_batch_size_is_timed_with_percentiles_and_ratios(tmp_path):
     from pipeline.config import HardwareConfig, TimingConfig
@@ -16,10 +16,7 @@ def test_every_model_and_batch_size_is_timed_with_percentiles_and_ratios(tmp_pat
 
     rng = np.random.default_rng(0)
     src = tmp_path / "fp32"
-    src.mkdir()
-    model = linear_graph(src / "model.onnx", {"W1": rng.standard_normal((16, 16)),
-                                              "W2": rng.standard_normal((16, 4))},
-                         [("MatMul", "W1"), ("Relu", ""), ("MatMul", "W2")], width=16)
+    model = mlp_graph(src, rng, 16, 16, 4)
     qmeta = run(Quantize(INT8, True, "minmax", (), ("MatMul",)), artifact(src),
                 tmp_path / "int8")
     # cheap: 10 rounds a batch size (rel_ci wide enough to stop there), a short warm-up, no cold

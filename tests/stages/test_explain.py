@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from tests.stages.support import INT8, artifact, linear_graph, run, split
+from tests.stages.support import INT8, artifact, mlp_graph, run, split
 
 def test_each_int8_node_is_profiled_beside_the_fp32_op_it_replaced(tmp_path):
     from pipeline.config import HardwareConfig
@@ -17,10 +17,7 @@ def test_each_int8_node_is_profiled_beside_the_fp32_op_it_replaced(tmp_path):
 
     rng = np.random.default_rng(0)
     src = tmp_path / "fp32"
-    src.mkdir()
-    model = linear_graph(src / "model.onnx", {"W1": rng.standard_normal((32, 32)),
-                                              "W2": rng.standard_normal((32, 8))},
-                         [("MatMul", "W1"), ("Relu", ""), ("MatMul", "W2")], width=32)
+    model = mlp_graph(src, rng, 32, 32, 8)
     rows = rng.standard_normal((32, 32))
     cal = split(tmp_path, model, rows, "calibration")
     ranges = artifact(tmp_path / "cal", "calibrate",

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.stages.float_nodes import edit
-from tests.stages.support import (INT8, artifact, linear_graph, outputs, qdq_scales, run,
+from tests.stages.support import (INT8, artifact, mlp_graph, outputs, qdq_scales, run,
                                   run_unoptimized, split, static_qdq)
 
 def _net(seed: int = 0):
@@ -64,10 +64,7 @@ def test_the_stage_reports_a_handed_back_node_as_quantize_reports_an_excluded_on
 
     rng = np.random.default_rng(0)
     src = tmp_path / "prepared"
-    src.mkdir()
-    model = linear_graph(src / "model.onnx", {"W1": rng.standard_normal((6, 5)),
-                                              "W2": rng.standard_normal((5, 3))},
-                         [("MatMul", "W1"), ("Relu", ""), ("MatMul", "W2")], width=6)
+    model = mlp_graph(src, rng, 6, 5, 3)
     cal = split(tmp_path, model, rng.standard_normal((16, 6)), "calibration")
     ranges = artifact(tmp_path / "cal", "calibrate",
                       **run(Calibrate(cal, "minmax", 4), artifact(src), tmp_path / "cal"))

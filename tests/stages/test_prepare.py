@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 
 from pipeline.core.errors import StageError
 from pipeline.stages.prepare import Prepare
-from tests.stages.support import artifact, linear_graph, outputs, run
+from tests.stages.support import artifact, mlp_graph, outputs, run
 
 
 def test_every_tensor_gets_its_shape_and_the_interface_is_kept(tmp_path):
@@ -18,10 +18,7 @@ def test_every_tensor_gets_its_shape_and_the_interface_is_kept(tmp_path):
 
     rng = np.random.default_rng(0)
     src = tmp_path / "fp32"
-    src.mkdir()
-    model = linear_graph(src / "model.onnx", {"W1": rng.standard_normal((6, 5)),
-                                              "W2": rng.standard_normal((5, 3))},
-                         [("MatMul", "W1"), ("Relu", ""), ("MatMul", "W2")], width=6)
+    model = mlp_graph(src, rng, 6, 5, 3)
     assert not onnx.load(str(model)).graph.value_info  # the intermediate tensors: no shapes
     meta = run(Prepare(), artifact(src), tmp_path / "prepared")
     assert meta["symbolic_shape_inference"] is True

@@ -11,18 +11,15 @@ import onnx
 from onnx import TensorProto, helper
 
 from pipeline.stages.quantize import Quantize
-from tests.stages.support import (INT8, artifact, dynamic_int8, linear_graph, outputs, run, split,
-                                  sqnr_db, token_graph)
+from tests.stages.support import (INT8, artifact, dynamic_int8, mlp_graph, outputs, run,
+                                  split, sqnr_db, token_graph)
 
 def test_weighted_ops_get_qdq_and_an_excluded_node_stays_float(tmp_path):
     from pipeline.stages.calibrate import Calibrate
 
     rng = np.random.default_rng(0)
     src = tmp_path / "prepared"
-    src.mkdir()
-    model = linear_graph(src / "model.onnx", {"W1": rng.standard_normal((6, 5)),
-                                              "W2": rng.standard_normal((5, 3))},
-                         [("MatMul", "W1"), ("Relu", ""), ("MatMul", "W2")], width=6)
+    model = mlp_graph(src, rng, 6, 5, 3)
     cal = split(tmp_path, model, rng.standard_normal((16, 6)), "calibration")
     cmeta = run(Calibrate(cal, "minmax", 4), artifact(src), tmp_path / "cal")
     meta = run(Quantize(INT8, True, "minmax", ("MatMul",), (), exclude=("matmul2",)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.stages.support import INT8, artifact, linear_graph, run, split
+from tests.stages.support import INT8, artifact, mlp_graph, run, split
 
 def test_each_trial_gets_both_ratios_from_one_interleaved_run(tmp_path):
     from pipeline.config import HardwareConfig
@@ -14,10 +14,7 @@ def test_each_trial_gets_both_ratios_from_one_interleaved_run(tmp_path):
 
     rng = np.random.default_rng(0)
     src = tmp_path / "fp32"
-    src.mkdir()
-    model = linear_graph(src / "model.onnx", {"W1": rng.standard_normal((16, 16)),
-                                              "W2": rng.standard_normal((16, 4))},
-                         [("MatMul", "W1"), ("Relu", ""), ("MatMul", "W2")], width=16)
+    model = mlp_graph(src, rng, 16, 16, 4)
     int8 = {}
     for name, exclude in (("all", ()), ("keep matmul2 float", ("matmul2",))):
         meta = run(Quantize(INT8, False, "minmax", (), ("MatMul",), exclude), artifact(src),
