@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from pipeline.core import interrupt
 from pipeline.core.errors import GateFailed
 
 
@@ -12,8 +13,6 @@ def run_recipe(cfg, recipe, *args):
     SIGTERM writes the report of how far it got (cached stages are kept) and is raised again."""
     from pipeline.engine.runner import Runner
     from pipeline.report import run as run_report
-
-    from pipeline.core import interrupt
 
     t0 = time.time()
     runner = Runner(cfg.workdir, cfg.hardware.target())

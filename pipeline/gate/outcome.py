@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.models.run import Run
+
 
 @dataclass
 class Outcome:
-    run: object         # pipeline.models.run.Run: the task key and task the artifacts came from
+    run: Run            # the task key and task the artifacts came from (built once per run)
     models: dict        # role -> Artifact: export, fp32, fp16, candidate
     evals: dict         # role -> evaluate Artifact
     bench: object

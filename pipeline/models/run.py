@@ -31,20 +31,22 @@ class Run:
         return self.task.metrics
 
 
-def _stamp(model) -> tuple:
+def _files(model) -> dict:
+    """model=onnx: the model file and its external data, by name; else nothing to stamp."""
     if model.source != "onnx" or not Path(model.path).is_file():
-        return ()
+        return {}
     from pipeline.models.files import onnx_files
 
-    return stamp_of(onnx_files(model.path))
+    return onnx_files(model.path)
 
 
 def facts(cfg) -> Run:
     """The ``Run`` of ``cfg``: the user's files read and hashed here, and nowhere else."""
     m = cfg.model
-    before = _stamp(m)
+    files = _files(m)
+    before = stamp_of(files)
     key = task_key(m, cfg.data, cfg.metric, cfg.data_dir)
-    if before != _stamp(m):  # replaced while being hashed: the digest names neither version
+    if before != stamp_of(files):  # replaced while being hashed: the digest names neither version
         raise ConfigError(f"model.path={m.path}: changed while it was read; run again")
     if isinstance(key, Source) and key.kind == "torch":
         checkpoint = key.sha256 or None  # the key hashed it already
