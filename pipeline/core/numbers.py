@@ -81,6 +81,19 @@ def points(v) -> str:
     return NONE if _missing(v) else f"{v:.2f} points"
 
 
+def in_unit(v, unit: str = "%") -> str:
+    """A metric's value in its own unit: a percentage with two decimals and its sign (87.50 %),
+    anything else (a cosine, a rank correlation) with four, where its drops live."""
+    if _missing(v):
+        return NONE
+    return f"{v:.2f} %" if unit == "%" else f"{v:.4f}"
+
+
+def drop_in_unit(v, unit: str = "%") -> str:
+    """A metric's drop: points of a percentage (0.05 points), else four decimals (0.0096)."""
+    return points(v) if unit == "%" else (NONE if _missing(v) else f"{v:.4f}")
+
+
 def cosine(v) -> str:
     """A cosine similarity: four decimals, since 0.99 and 0.9999 are very different models."""
     return NONE if _missing(v) else f"{v:.4f}"

@@ -39,7 +39,10 @@ def regions_markdown(reg: dict | None) -> list[str]:
     return lines
 
 
-def markdown(auto: dict, metric: str) -> list[str]:
+def markdown(auto: dict, metric: str, unit: str = "%") -> list[str]:
+    """``metric``: the primary metric's name; ``unit``: its unit (``numbers.in_unit``)."""
+    from pipeline.core import numbers
+
     w = auto["winner"]
     batches = sorted({b for r in auto["table"] for b in r["latency_ms"]}, key=int)
     lines = ["", "## quant=auto: every candidate on every runtime", "",
@@ -49,12 +52,12 @@ def markdown(auto: dict, metric: str) -> list[str]:
               f"size from one side-by-side benchmark, speedup over the fastest float baseline at "
               f"batch {auto['gate_batch']} (median of per-round ratios, 95 % CI) and the gate's "
               "verdict on it as if it shipped.", "",
-              "| candidate | runtime | seq acc % | drop | " + " | ".join(f"p50 b{b} ms" for b in batches)
+              f"| candidate | runtime | {metric.replace('_', ' ')} | drop | " + " | ".join(f"p50 b{b} ms" for b in batches)
               + f" | speedup b{auto['gate_batch']} | verdict |",
               "|---|---|---|---|" + "---|" * len(batches) + "---|---|"]
     for r in auto["table"]:
-        acc = f"{r[metric]:.2f}" if r.get(metric) is not None else "–"
-        drop = f"{r['accuracy_drop']:.2f}" if r.get("accuracy_drop") is not None else "–"
+        acc = numbers.in_unit(r.get(metric), unit)
+        drop = numbers.drop_in_unit(r.get("accuracy_drop"), unit)
         lat = [f"{r['latency_ms'][b]['p50']:.2f}" if b in r["latency_ms"] else "–" for b in batches]
         verdict = "pass" if r["passed"] else "fail: " + ", ".join(r["failed"])
         star = " ★" if r["label"] == w["label"] else ""

@@ -90,6 +90,7 @@ def markdown(report: dict) -> str:
     bs = list(next(r for r in report["rows"] if r["role"] == "candidate")["latency"])
     metrics = report.get("metrics") or []
     primary = next((m["name"] for m in metrics if m.get("primary")), None)
+    unit = next((m["unit"] for m in metrics if m.get("primary")), "%")
     head = ("| step | size | nodes | "
             + "".join(f"{m['name']} {m['unit']}".rstrip() + " | " for m in metrics)
             + "agree fp16 | "
@@ -158,11 +159,11 @@ def markdown(report: dict) -> str:
     if report.get("auto"):
         from pipeline.report.auto import markdown as auto_markdown
 
-        lines += auto_markdown(report["auto"], primary)
+        lines += auto_markdown(report["auto"], primary, unit)
     if report.get("runtimes"):
         from pipeline.runtimes.render import markdown as runtimes_markdown
 
-        lines += ["", *runtimes_markdown(report["runtimes"], primary)]
+        lines += ["", *runtimes_markdown(report["runtimes"], primary, unit)]
     if report.get("bill"):
         from pipeline.bill.render import markdown as bill_markdown
 

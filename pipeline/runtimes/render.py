@@ -7,6 +7,8 @@ candidate executed (the proof that an INT8 model ran as INT8).
 """
 from __future__ import annotations
 
+from pipeline.core import numbers
+
 ROLES = (("export", "export"), ("fp32", "FP32"), ("fp16", "FP16"), ("candidate", "candidate"))
 
 
@@ -20,14 +22,14 @@ def _executed(ex: dict | None) -> str:
     return ", ".join(parts) + (f" (conv/matmul in INT8: {share:.0%})" if shown else "")
 
 
-def _cell(cell: dict | None, metric: str) -> str:
+def _cell(cell: dict | None, metric: str, unit: str) -> str:
     if not cell:
         return "–"
     if "error" in cell and metric not in cell:
         return f"**failed**: {cell['error']}"
     out = []
     if cell.get(metric) is not None:
-        out.append(f"{cell[metric]:.2f} %")
+        out.append(numbers.in_unit(cell[metric], unit))
     for b, lat in (cell.get("latency_ms") or {}).items():
         out.append(f"b{b} {lat['p50']:.2f} ms")
     if "error" in cell:
@@ -35,7 +37,9 @@ def _cell(cell: dict | None, metric: str) -> str:
     return " · ".join(out) or "–"
 
 
-def markdown(summary: dict | None, metric: str) -> list[str]:
+def markdown(summary: dict | None, metric: str, unit: str = "%") -> list[str]:
+    """``metric``: the primary metric's name; ``unit``: its unit ("%": points of a percentage;
+    otherwise a plain number such as a cosine)."""
     if not summary:
         return []
     cols = summary["targets"]
@@ -48,13 +52,14 @@ def markdown(summary: dict | None, metric: str) -> list[str]:
     for role, title in ROLES:
         cells = summary["cells"].get(role, {})
         row = [title] + [("★ " if role == "candidate" and t in chosen else "")
-                         + _cell(cells.get(t), metric) for t in cols]
+                         + _cell(cells.get(t), metric, unit) for t in cols]
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     for b, c in summary.get("choice", {}).items():
         sp = c.get("speedup_vs_fastest_float") or {}
         lines.append(f"- batch {b}: **{c['target']}** — {metric.replace('_', ' ')} "
-                     f"{c[metric]:.2f} (drop {c['accuracy_drop']:.2f} vs FP16), p50 "
+                     f"{numbers.in_unit(c[metric], unit)} (drop "
+                     f"{numbers.drop_in_unit(c['accuracy_drop'], unit)} vs FP16), p50 "
                      f"{c['p50']:.2f} ms, p99 {c['p99']:.2f} ms"
                      + (f", {sp['median']:.2f}x vs the fastest float" if sp else "")
                      + ("" if c["passes_accuracy"] else " — **no target passed the accuracy gate**")

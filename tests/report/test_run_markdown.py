@@ -50,3 +50,37 @@ def test_each_gate_check_reads_in_the_unit_of_what_it_checks():
     assert "| a_check_added_later | 0.123 | 1 |" in md  # unknown: a plain number
     assert "| candidate | dynamic | 325.7/s | 320.1/s | 2 |" in md
     assert "| export | built | 12.35 s |" in md
+
+
+def _runtimes(metric: str, value: float, drop: float) -> dict:
+    cell = {metric: value, "latency_ms": {"1": {"p50": 14.09}}}
+    return {"mode": "fixed", "targets": ["onnxruntime fp32"],
+            "cells": {"candidate": {"onnxruntime fp32": cell}},
+            "choice": {"1": {"target": "onnxruntime fp32", metric: value, "accuracy_drop": drop,
+                             "p50": 14.09, "p99": 19.87, "passes_accuracy": True,
+                             "considered": ["onnxruntime fp32"]}},
+            "deployed": {"runtime": "onnxruntime", "precision": "fp32", "intra_op_threads": 2,
+                         "performance_hint": "latency"}}
+
+
+def test_the_runtimes_and_auto_tables_read_a_cosine_as_a_cosine_not_as_a_percentage():
+    """A cosine of 0.9904 read "0.99 %" and its drop "0.01" in the runtimes table, and the
+    quant=auto table was headed "seq acc %" whatever the metric."""
+    from pipeline.report.auto import markdown as auto_markdown
+    from pipeline.runtimes.render import markdown as runtimes_markdown
+
+    md = "\n".join(runtimes_markdown(_runtimes("cosine_mean", 0.99037, 0.00963), "cosine_mean", ""))
+    assert "| ★ 0.9904 · b1 14.09 ms |" in md
+    assert "cosine mean 0.9904 (drop 0.0096 vs FP16)" in md
+    assert " %" not in md.split("Each cell")[1]
+    md = "\n".join(runtimes_markdown(_runtimes("sequence_accuracy", 87.5, 0.25),
+                                     "sequence_accuracy", "%"))
+    assert "| ★ 87.50 % · b1 14.09 ms |" in md and "(drop 0.25 points vs FP16)" in md
+    row = {"candidate": "dynamic", "target": "onnxruntime fp32", "label": "dynamic",
+           "cosine_mean": 0.99037, "accuracy_drop": 0.00963, "latency_ms": {"8": {"p50": 66.8}},
+           "speedup_vs_fastest_float": {"median": 3.14, "ci95": [3.11, 3.17]}, "passed": True,
+           "failed": []}
+    auto = {"winner": row, "table": [row], "why": ["w"], "gate_batch": 8}
+    md = "\n".join(auto_markdown(auto, "cosine_mean", ""))
+    assert "| candidate | runtime | cosine mean | drop |" in md
+    assert "| dynamic ★ | onnxruntime fp32 | 0.9904 | 0.0096 | 66.80 |" in md
