@@ -204,3 +204,66 @@ def test_the_mixed_search_falls_back_to_float_and_reports_failure():
     assert search(groups, 8, lambda plan, what: False, dict) is None
     # a first plan that passes needs no ranking: the proxy's forward pass is never run
     assert search(groups, 8, lambda plan, what: True, lambda: 1 / 0) == "all at 8 bits"
+
+
+class _FakeRun:
+    """The parts of the decoder recipe's run that ``_auto`` calls: builds recorded by block
+    size, scores and decode speedups given by the test (the choice is the logic under test)."""
+
+    def __init__(self, cfg, rise: dict, speedup: dict, block_size: int = 32):
+        from types import SimpleNamespace as NS
+
+        self.cfg, self.decoder, self.trials, self.builds = cfg, None, [], []
+        self.q = NS(block_size=block_size)
+        self.names = ["/model/layers.0/mlp/MatMul", "/lm_head/MatMul"]
+        self.fp32 = NS(digest="fp32")
+        self.scores = {"fp32": NS(meta={"perplexity_rise_pct": 0.0, "top1_agreement": 1.0,
+                                        "kl_mean": 0.0})}
+        self.rise, self.speedup = rise, speedup
+
+    def uniform(self, bits):
+        return {n: bits for n in self.names}
+
+    def build(self, plan, label, block_size=None):
+        from types import SimpleNamespace as NS
+
+        role = {"all8": "int8", "all4": "int4", "all8_b128": "int8_wide"}[label]
+        self.builds.append((label, block_size or self.q.block_size))
+        return NS(digest=role), NS(meta={"perplexity_rise_pct": self.rise[role],
+                                         "top1_agreement": 0.95, "kl_mean": 0.01})
+
+    def speed(self, candidates):
+        from types import SimpleNamespace as NS
+
+        from pipeline.core.env import environment
+
+        return NS(meta={"speedup_vs_fp32": {r: {"median": self.speedup[r],
+                                                "ci95": [self.speedup[r] - 0.02,
+                                                         self.speedup[r] + 0.02]}
+                                            for r in candidates},
+                        "environment": environment(self.cfg.hardware.target())})
+
+    def mixed(self, int4_faster):
+        return self.build(self.uniform(8), "all8")  # the mixed search lands on INT8 here
+
+
+def test_decoder_auto_tries_int8_at_a_wider_block_and_ships_it_only_when_it_passes():
+    """quant=auto on a decoder builds 8 bits at block 128 beside block 32 (fewer scales, a coarser
+    activation grid at accuracy level 4): the faster one ships when the gate passes it, and the
+    report's block size is the winner's; past the perplexity budget it loses to block 32."""
+    from pipeline.config import Config
+    from pipeline.recipes.decoder import WIDE_BLOCK, _auto
+
+    cfg = Config()
+    speed = {"int8": 2.07, "int4": 2.6, "int8_wide": 2.25}
+    run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9}, speed)
+    out = _auto(cfg, run, {"block_size": 32})
+    assert ("all8_b128", WIDE_BLOCK) in run.builds and ("all8", 32) in run.builds
+    assert out.auto["winner"] == "int8_wide" and out.settings["block_size"] == WIDE_BLOCK
+    run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 2.5}, speed)  # over 2 %
+    out = _auto(cfg, run, {"block_size": 32})
+    assert out.auto["winner"] == "int8" and out.settings["block_size"] == 32
+    assert not out.auto["candidates"]["int8_wide"]["passed"]
+    run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0}, speed, block_size=WIDE_BLOCK)
+    _auto(cfg, run, {"block_size": WIDE_BLOCK})  # already that wide: no second INT8 build
+    assert [b for b in run.builds if b[0] == "all8_b128"] == []
