@@ -279,3 +279,27 @@ def test_the_fp32_fallback_is_published_as_fp32():
     plain = SimpleNamespace(auto=None, quant=None, runtimes={
         "deployed": {"runtime": "openvino", "precision": "bf16"}})
     assert version_mode(cfg, plain) == "int8.openvino-bf16"
+
+
+def test_static_int8_that_misses_accuracy_names_what_can_hold_it():
+    """A static INT8 verdict failing an accuracy check says how to get there: dynamic INT8 where
+    the model's dynamic op types include the matrix products, else the mixed search; never
+    for a speed failure, nor for other quant modes."""
+    from pipeline.config import QuantMode
+    from pipeline.recipes.auto import accuracy_hint
+
+    def verdict(*failed):
+        return {"summary": "FAIL", "checks": [{"check": c, "passed": c not in failed}
+                                              for c in ("accuracy_drop", "cosine_p1_drop",
+                                                        "speedup_ci_low")]}
+
+    v = verdict("cosine_p1_drop")
+    accuracy_hint(v, QuantMode.int8, ("MatMul", "Gemm", "Attention"), "hf")
+    assert "quant=dynamic" in v["hint"] and "model=hf quant=auto" in v["summary"]
+    v = verdict("accuracy_drop")
+    accuracy_hint(v, QuantMode.int8, ("LSTM", "GRU"), "onnx")
+    assert "quant=mixed" in v["hint"] and "quant=dynamic" not in v["hint"]
+    for v, mode in ((verdict("speedup_ci_low"), QuantMode.int8),
+                    (verdict("accuracy_drop"), QuantMode.dynamic)):
+        accuracy_hint(v, mode, ("MatMul",), "hf")
+        assert "hint" not in v and v["summary"] == "FAIL"

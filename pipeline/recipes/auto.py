@@ -402,3 +402,26 @@ def float_hint(verdict: dict, evals: dict, bench, plan, gate_cfg, metric, model:
                 f"(drop {drop:.2f}, agreement {agree:.2%}); `quant=auto` compares every candidate")
     verdict["hint"] = hint
     verdict["summary"] += f"; hint: {hint}"
+
+
+def accuracy_hint(verdict: dict, mode: QuantMode, op_types: tuple, model: str) -> None:
+    """``quant=int8`` (static) failed an accuracy check: say, in the verdict, what can hold the
+    accuracy. ``op_types``: the op types dynamic INT8 quantizes for this model. Where they
+    include the matrix products (a transformer encoder), dynamic INT8, whose activation scales
+    are taken on each call: a pretrained encoder's outlier activations (all-mpnet-base-v2: a
+    GELU output in [-0.17, 100]) break one calibrated scale per tensor. Elsewhere the mixed
+    search, which keeps the most harmful nodes float. Never changes the outcome."""
+    failed = {c["check"] for c in verdict["checks"] if not c["passed"]}
+    if mode != QuantMode.int8 or not any(c.endswith("_drop") for c in failed):
+        return
+    if {"MatMul", "Gemm"} & set(op_types):
+        hint = ("static INT8 misses the accuracy limit: dynamic INT8 (`quant=dynamic`) takes "
+                "activation scales on each call, which outlier activations need; `python -m "
+                f"pipeline model={model} quant=auto` builds it beside the mixed search and the "
+                "float models and publishes the fastest that passes")
+    else:
+        hint = ("static INT8 misses the accuracy limit: `quant=mixed` keeps the most harmful "
+                f"nodes float under the budget; `python -m pipeline model={model} quant=auto` "
+                "builds it beside the float models and publishes the fastest that passes")
+    verdict["hint"] = f"{verdict['hint']}; {hint}" if verdict.get("hint") else hint
+    verdict["summary"] += f"; hint: {hint}"

@@ -111,7 +111,8 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
                           candidate, fp32=fp32)
     verdict = gate.judge(evals, bench, cfg.gate, t.metrics, cfg.slo, candidate, environment(hw))
     if not verdict["passed"] and quant_info is not None:  # which float artifact would pass
-        from pipeline.recipes.auto import float_hint
+        from pipeline.recipes.auto import accuracy_hint, dynamic_op_types, float_hint
 
         float_hint(verdict, evals, bench, plan, cfg.gate, t.metrics, m.source)
+        accuracy_hint(verdict, cfg.quant.mode, dynamic_op_types(cfg, t), m.source)
     return Outcome(run, models, evals, bench, verdict, source, load, quant_info, targets, pruning)
