@@ -359,13 +359,26 @@ def why(winner: dict, table: list[dict], metric) -> list[str]:
             lines.append(f"{r['candidate']} on {r['target']}: p50 "
                          + (f"{r['p50']:.2f} ms" if r["p50"] is not None else "–")
                          + f", {_sp(r)}; failed {', '.join(r['failed'])}")
+    timed = [r for r in table if r["p50"] is not None]
+    bad_timing = sorted(set.intersection(*(set(r["failed"]) & TIMING_CHECKS for r in timed))
+                        if timed else set())
+    if bad_timing:  # nothing can be ranked, let alone shipped: say so rather than blame INT8
+        lines.append(f"the timing itself failed its check ({', '.join(bad_timing)}) for every "
+                     "candidate, so no speed here can be trusted: run again on a quieter machine, "
+                     "or give the benchmark more time (bench.max_seconds).")
+        return lines
     quantized = [r for r in table if r["role"] != "fp32"]
     if quantized and all(not r["passed"] for r in quantized):
         best = max(quantized, key=lambda r: (r.get("speedup_vs_fastest_float") or {}).get("median", 0))
+        ships = winner["passed"] and winner["role"] == "fp32"
         lines.append(f"INT8 does not pay on this machine: the best quantized candidate, "
                      f"{best['candidate']} on {best['target']}, ran {_sp(best)} the fastest float "
-                     "baseline, so a float artifact ships.")
+                     "baseline" + (", so a float artifact ships." if ships else "."))
     return lines
+
+
+# Checks of the benchmark rather than of a candidate: failed by one, failed by all.
+TIMING_CHECKS = {"aa_check", "benchmark_sane", "same_environment"}
 
 
 def float_hint(verdict: dict, evals: dict, bench, plan, gate_cfg, metric, model: str) -> None:
