@@ -304,10 +304,12 @@ def int4_wins(speedups: dict) -> bool:
 
 
 # INT8 at a wider block, a candidate of quant=auto: MatMulNBits at accuracy level 4 quantizes
-# the activations per block too, so a wider block means fewer scales to read and fewer block
-# sums per product, for a coarser activation grid. On SmolLM2-135M (2 cores, AMX), 8 bits at
-# block 128 decoded 1.09x faster than at block 32 at 1 stream and 1.14x at 4 streams, for a
-# perplexity rise of 1.9 % instead of 0.7 %: a trade only the gate can judge, on the user's text.
+# the activations per block too, so a wider block means fewer per-block scalings and sums per
+# product (the INT8 kernels are compute-bound here, at 66-71 % of the bandwidth bound), for a
+# coarser activation grid. Bytes need not fall: SmolLM2's K=576 pads to 640 at block 128, which
+# adds as many code bytes as the fewer scales save. There (2 cores, AMX), 8 bits at block 128
+# decoded 1.09x faster than block 32 at 1 stream and 1.17x at 4 streams, at a perplexity rise
+# of 1.4 % instead of 0.6 %: a trade only the gate can judge, on the user's text.
 WIDE_BLOCK = 128
 
 
