@@ -78,6 +78,25 @@ def test_int8_end_to_end_published_folder_generates(root):
     assert len(gen.get_sequence(0)) == len(prompt) + 6
 
 
+def test_int8_at_a_block_wider_than_the_rows_builds_scores_and_records_its_block(root):
+    """quant=auto's wider-block INT8 (block 128) on matrices whose rows are shorter than a
+    block (hidden 64): built, scored against FP32 and timed like block 32, every MatMulNBits
+    node at block 128 and the report saying so."""
+    import onnx
+
+    proc = run_cli(*_args(root, "quant=int8", "quant.decoder.block_size=128"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((root / "work" / "runs" / "latest" / "report.json").read_text())
+    assert report["settings"]["block_size"] == 128
+    cand = {r["role"]: r for r in report["rows"]}["candidate"]
+    assert cand["matmul_bits"] == {"4": 0, "8": 11} and cand["perplexity"] > 0
+    folder = Path(report["lineage"]["candidate"]["path"])
+    blocks = {onnx.helper.get_attribute_value(a) for f in folder.glob("*.onnx")
+              for n in onnx.load(str(f), load_external_data=False).graph.node
+              if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "block_size"}
+    assert blocks == {128}
+
+
 @pytest.mark.slow  # the conversion's child loads torch, transformers and accelerate
 def test_a_gguf_file_converts_once_into_the_folder_it_was_written_from(root, tmp_path):
     """transformers reads the GGUF file (undoing llama.cpp's Q/K layout); the cached folder has
