@@ -85,12 +85,16 @@ class Quantizer:
                                       else t.dynamic_op_types)
         self.hw = cfg.hardware.target()
         self.settings = quant_defaults.resolve(q, effective_flags())
-        self.prepared = runner.run(Prepare(), fp32)
-        check_exclude(q.exclude, self.prepared.model, m.name)
-        self.subset = hardest(fp32_eval, min(q.ranking_samples, evaluation.count))
         self.static = None if q.mode != QuantMode.dynamic else ()
         if q.static_op_types is not None:
             self.static = tuple(q.static_op_types)
+        # Dynamic INT8 alone calibrates nothing, so it needs none of quant_pre_process's shape
+        # inference, and its rewrites cost speed: on all-mpnet-base-v2's export (batch 8, one
+        # process, AMX) the same quantize_dynamic call ran 0.89x as fast from the prepared graph
+        # as from the graph itself, 0.92x with shape inference alone.
+        self.prepared = fp32 if self.static == () else runner.run(Prepare(), fp32)
+        check_exclude(q.exclude, self.prepared.model, m.name)
+        self.subset = hardest(fp32_eval, min(q.ranking_samples, evaluation.count))
         self.calibrations: dict = {}
         self.tag = ""  # which smoothed model the calibrations are of (their labels)
         self.smooth_alphas = tuple(q.smooth_alphas if q.smooth_alphas is not None
