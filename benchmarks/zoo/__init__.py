@@ -22,10 +22,15 @@ ENTRIES = ("ddddocr", "mpnet")  # modules of this package, in the order they run
 
 
 def section(cli, quick: bool = False, only: tuple[str, ...] = ENTRIES) -> dict:
+    """``only``: entry names, each optionally with the quant modes to run (``mpnet:dynamic+auto``,
+    for an entry whose ``measure`` takes ``quants``)."""
     out: dict = {"entries": {}, "targets": {}}
-    for name in only:
+    for spec in only:
+        name, _, modes = spec.partition(":")
         try:
-            res = importlib.import_module(f"benchmarks.zoo.{name}").measure(cli, quick)
+            mod = importlib.import_module(f"benchmarks.zoo.{name}")
+            res = (mod.measure(cli, quick, quants=tuple(modes.split("+"))) if modes
+                   else mod.measure(cli, quick))
         except Exception as e:  # noqa: BLE001 - recorded in the JSON; other entries still run
             res = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
         out["entries"][name] = res

@@ -285,10 +285,13 @@ def beats(acc: dict, me: str, peer: str, speed: dict) -> bool | None:
     return bool((as_good and lo > 1) or (a["mean"] > b["mean"] + 0.001 and hi >= 1))
 
 
-def measure(cli, quick: bool = False) -> dict:
+def measure(cli, quick: bool = False, quants: tuple[str, ...] | None = None) -> dict:
+    """``quants``: the quant modes to run (default: the size's own)."""
     from pipeline.core.env import cpu_info
 
     size = QUICK if quick else FULL
+    if quants:
+        size = {**size, "quants": quants}
     t0 = time.time()
     folder = model_folder()
     fetched_s = time.time() - t0
