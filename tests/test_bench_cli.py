@@ -26,3 +26,20 @@ def test_a_refused_run_reads_no_report_not_the_previous_runs(tmp_path, monkeypat
     assert code == 2 and rep == {}
     with pytest.raises(RuntimeError, match=r"wrote no report \(exit 2\)"):
         byo._run(cli, args)
+
+
+def test_zoo_entries_take_a_subset_of_their_quant_modes(monkeypatch):
+    """``--zoo mpnet:dynamic+auto`` hands the entry those modes; a bare name, its own."""
+    import sys
+    import types
+
+    from benchmarks.zoo import section
+
+    seen = []
+    fake = types.ModuleType("benchmarks.zoo.fake")
+    fake.measure = lambda cli, quick, quants=None: (seen.append(quants) or
+                                                    {"targets": {"ran": [quants, True]}})
+    monkeypatch.setitem(sys.modules, "benchmarks.zoo.fake", fake)
+    out = section(None, False, ("fake:dynamic+auto", "fake"))
+    assert seen == [("dynamic", "auto"), None]
+    assert out["targets"] == {"fake: ran": [None, True]}  # the later run of the entry replaces it
