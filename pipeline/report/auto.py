@@ -52,7 +52,8 @@ def markdown(auto: dict, metric: str, unit: str = "%") -> list[str]:
               f"size from one side-by-side benchmark, speedup over the fastest float baseline at "
               f"batch {auto['gate_batch']} (median of per-round ratios, 95 % CI) and the gate's "
               "verdict on it as if it shipped.", "",
-              f"| candidate | runtime | {metric.replace('_', ' ')} | drop | " + " | ".join(f"p50 b{b} ms" for b in batches)
+              f"| candidate | runtime | {metric.replace('_', ' ')} | drop | "
+              + " | ".join(f"p50 b{b} ms" for b in batches)
               + f" | speedup b{auto['gate_batch']} | verdict |",
               "|---|---|---|---|" + "---|" * len(batches) + "---|---|"]
     for r in auto["table"]:
