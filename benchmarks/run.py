@@ -274,8 +274,8 @@ def main(argv: list[str] | None = None) -> int:
                     default="spine,repeatability,quantization,load,soak,pruning,runtimes,auto,byo,"
                             "transformer,zoo,search,llm")
     ap.add_argument("--zoo", default="",
-                    help="zoo: a comma-separated subset of its entries (default: all of them), each "
-                         "optionally with its quant modes: mpnet:dynamic+auto")
+                    help="zoo: a comma-separated subset of its entries (default: all of them), "
+                         "each optionally with its quant modes: mpnet:dynamic+auto")
     ap.add_argument("--quick", action="store_true",
                     help="transformer: a 2-layer model and 200 sentences, a check of the harness "
                          "rather than a measurement; search: without the exhaustive run; "
