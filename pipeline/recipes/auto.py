@@ -413,7 +413,12 @@ def float_hint(verdict: dict, evals: dict, bench, plan, gate_cfg, metric, model:
     else:
         hint = (f"the fastest float baseline, {title} on {target}, misses the accuracy gate too "
                 f"(drop {drop:.2f}, agreement {agree:.2%}); `quant=auto` compares every candidate")
-    verdict["hint"] = hint
+    add_hint(verdict, hint)
+
+
+def add_hint(verdict: dict, hint: str) -> None:
+    """A hint joins the verdict's others and its summary line."""
+    verdict["hint"] = f"{verdict['hint']}; {hint}" if verdict.get("hint") else hint
     verdict["summary"] += f"; hint: {hint}"
 
 
@@ -436,5 +441,4 @@ def accuracy_hint(verdict: dict, mode: QuantMode, op_types: tuple, model: str) -
         hint = ("static INT8 misses the accuracy limit: `quant=mixed` keeps the most harmful "
                 f"nodes float under the budget; `python -m pipeline model={model} quant=auto` "
                 "builds it beside the float models and publishes the fastest that passes")
-    verdict["hint"] = f"{verdict['hint']}; {hint}" if verdict.get("hint") else hint
-    verdict["summary"] += f"; hint: {hint}"
+    add_hint(verdict, hint)
