@@ -81,3 +81,56 @@ def test_warm_up_ends_when_two_windows_agree():
 def test_the_real_clock_times_real_work():
     ms = timing.clock_ms(lambda x: REAL.sleep(0.002), None)
     assert ms >= 2.0
+
+
+def _drifting_loader(clock, base_ms: dict, drift: float):
+    """A loader whose n-th load runs ``drift`` faster per load before it: the load-position
+    effect measured on an AMX Xeon (later sessions of one model faster)."""
+    loads = []
+
+    def load(label):
+        factor = 1.0 - drift * len(loads)
+        loads.append(label)
+        return lambda x: clock.sleep(base_ms[label] * factor / 1e3)
+    return load, loads
+
+
+def test_one_load_each_lets_load_order_bias_the_ratios():
+    # What the benchmark did before: the A/A pair, the same model, reads 1.06 from load order alone.
+    clock = VirtualClock()
+    load, _ = _drifting_loader(clock, {"candidate": 1.0, "fp32": 3.0, "copy": 3.0}, 0.03)
+    fns = {lab: load(lab) for lab in ("candidate", "fp32", "copy")}
+    times, _ = timing.interleaved(fns, [0], [("fp32", "copy")], min_rounds=10, max_seconds=5,
+                                  rel_ci=10.0, check_every=10, clock=clock)
+    assert timing.ratio_ci(times["fp32"], times["copy"])["median"] == pytest.approx(0.97 / 0.94)
+
+
+def test_mirrored_loads_cancel_a_drift_with_load_position():
+    clock = VirtualClock()
+    load, order = _drifting_loader(clock, {"candidate": 1.0, "fp32": 3.0, "copy": 3.0}, 0.03)
+    fns = timing.mirrored(["candidate", "fp32", "copy"], load)
+    assert order == ["candidate", "fp32", "copy", "copy", "fp32", "candidate"]
+    assert all(len(v) == 2 for v in fns.values())
+    runs: dict = {}
+    times, _ = timing.interleaved(fns, [0], [("fp32", "copy")], min_rounds=10, max_seconds=5,
+                                  rel_ci=10.0, check_every=10, runs=runs, clock=clock)
+    assert timing.ratio_ci(times["fp32"], times["copy"])["median"] == pytest.approx(1.0)
+    assert timing.ratio_ci(times["fp32"], times["candidate"])["median"] == pytest.approx(3.0)
+    assert len(runs["fp32"]) == 20  # every copy's single runs are kept for the percentiles
+
+
+def test_mirrored_reports_a_model_that_fails_to_load_and_loads_the_rest():
+    clock = VirtualClock()
+    load, order = _drifting_loader(clock, {"a": 1.0, "b": 2.0}, 0.0)
+
+    def flaky(label):
+        if label == "bad":
+            raise RuntimeError("no such runtime")
+        return load(label)
+    failures = {}
+    fns = timing.mirrored(["a", "bad", "b"], flaky, lambda lab, e: failures.update({lab: str(e)}),
+                          (RuntimeError,))
+    assert list(fns) == ["a", "b"] and failures == {"bad": "no such runtime"}
+    assert order == ["a", "b", "b", "a"]
+    with pytest.raises(RuntimeError):
+        timing.mirrored(["bad"], flaky)
