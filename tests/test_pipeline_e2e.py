@@ -106,8 +106,7 @@ def test_benchmark_reports_percentiles_and_aa_check(tiny_run):
         at = bench.meta["batches"][b]
         for stats in at["latency_ms"].values():
             assert 0 < stats["p50"] <= stats["p99"] <= stats["p999"]
-            assert stats["runs"] == bench.meta["copies_per_model"] * at["rounds"]
-            assert at["rounds"] >= 20
+            assert stats["runs"] == at["rounds"] >= 20
         lo, hi = at["speedup_vs_fastest_float"]["ci95"]
         assert lo <= at["speedup_vs_fastest_float"]["median"] <= hi
         assert at["fastest_float"] in ("fp32", "fp16") and "median" in at["aa_check"]

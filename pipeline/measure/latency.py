@@ -73,20 +73,18 @@ def core_states(probes: list, times: dict, fastest: str, rel_ci: float) -> dict:
 
 
 def fits_twice(paths, available: int | None = None) -> bool:
-    """Whether a second copy of every model fits. A loaded model takes about twice its bytes on
-    disk (measured: an FP32 encoder of 436 MB added 800 MB to ONNX Runtime's process), so two
-    copies of each take four times the models' bytes (a path listed once per model loaded from
-    it: two runtimes load two copies); that must stay within three quarters of the memory
-    available now. Past that, one copy each is timed (``copies_per_model``: 1)."""
+    """Whether a second copy of every model fits: twice their bytes on disk (a runtime's own
+    copies, packed weights, compiled graphs, take about as much again) within half of the
+    memory available now. Past that, one copy each is timed (``copies_per_model``: 1)."""
     from pathlib import Path
 
     size = 0
-    for p in map(Path, paths):
+    for p in {Path(p) for p in paths}:
         size += sum(f.stat().st_size for f in ([p] + sorted(p.parent.glob(p.name + ".data*")))
                     if f.is_file())
     if available is None:
         available = available_memory()
-    return 2 * 2 * size <= 0.75 * available
+    return 2 * 2 * size <= available / 2
 
 
 def load_copies(labels, load, paths, mirror: bool = True, failed=None,
