@@ -39,9 +39,7 @@ def timed(models: dict, cfg, batch: int, extra_pairs=()) -> dict:
     t = module(cfg.model.source)
     ds, _ = t.dataset("evaluation", cfg.model.eval_samples, cfg.data_dir)
     inputs = [next(t.batches(ds.select(range(k * batch, (k + 1) * batch)), batch))[1] for k in range(8)]
-    # each model twice, in order then reversed: a session's speed drifts with its load position
-    fns = timing.mirrored(list(models),
-                          lambda r: (lambda x, s=ort.session(models[r], hw): ort.run(s, x)))
+    fns = {role: (lambda x, s=ort.session(path, hw): ort.run(s, x)) for role, path in models.items()}
     pairs = [("fp32", r) for r in models if r != "fp32"] + list(extra_pairs)
     times, info = timing.head_to_head(fns, inputs, pairs, 300, 60, 0.02)
     out = {"speedup_vs_fp32": {r: timing.ratio_ci(times["fp32"], times[r]) for r in models if r != "fp32"},

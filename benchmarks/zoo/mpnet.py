@@ -252,10 +252,7 @@ def side_by_side(models: dict[str, Path], texts: Texts, max_seconds: float) -> d
     from pipeline.runtimes import onnxruntime as ort
 
     hw = HardwareConfig().target()
-    # every model twice, in order then reversed: a session's speed drifts with its load position
-    # (timing.mirrored); the first copy also gives the outputs
-    copies = timing.mirrored(list(models), lambda k: ort.session(models[k], hw))
-    sess = {k: c[0] for k, c in copies.items()}
+    sess = {k: ort.session(p, hw) for k, p in models.items()}
     names = [i.name for i in sess["fp32"].get_inputs()]
     outs = {k: np.concatenate([s.run(None, f)[0] for f in texts.in_order(names)])
             for k, s in sess.items()}
@@ -264,7 +261,7 @@ def side_by_side(models: dict[str, Path], texts: Texts, max_seconds: float) -> d
         c = cosine(outs["fp32"], y)
         out["accuracy_vs_fp32"][k] = {"mean": float(c.mean()), "p1": float(np.percentile(c, 1)),
                                       "min": float(c.min())}
-    fns = {k: [(lambda s: lambda x: s.run(None, x)[0])(s) for s in c] for k, c in copies.items()}
+    fns = {k: (lambda s: lambda x: s.run(None, x)[0])(s) for k, s in sess.items()}
     pipes = [k for k in models if k.startswith("pipeline")]
     pairs = [("fp32", k) for k in models if k != "fp32"]
     pairs += [(k, p) for p in pipes for k in models if k not in ("fp32", p)]
@@ -274,7 +271,7 @@ def side_by_side(models: dict[str, Path], texts: Texts, max_seconds: float) -> d
         out[str(b)] = {"p50_ms": {k: float(np.median(v)) for k, v in times.items()},
                        "speedup": {f"{p} over {a}": timing.ratio_ci(times[a], times[p])
                                    for a, p in pairs},
-                       "rounds": info.get("rounds"), "copies_per_model": 2}
+                       "rounds": info.get("rounds")}
     return out
 
 

@@ -495,7 +495,6 @@ class TimingConfig:
     warmup_tolerance: float = 0.05          # ... within this fraction
     warmup_max_runs: int = 300
     aa_tolerance: float = 0.03              # the A/A ratio must read 1.00 +- this
-    mirrored_loads: bool = True             # each model loaded twice (in order, then reversed)
     cold_start_repeats: int = 3             # fresh processes per model; 0 skips cold start
     nonce: str = ""                         # any new value forces a fresh measurement (make bench)
 

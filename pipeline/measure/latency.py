@@ -72,51 +72,6 @@ def core_states(probes: list, times: dict, fastest: str, rel_ci: float) -> dict:
             "states": rows, "changed": changed, "worst": worst if changed else None}
 
 
-def fits_twice(paths, available: int | None = None) -> bool:
-    """Whether a second copy of every model fits: twice their bytes on disk (a runtime's own
-    copies, packed weights, compiled graphs, take about as much again) within half of the
-    memory available now. Past that, one copy each is timed (``copies_per_model``: 1)."""
-    from pathlib import Path
-
-    size = 0
-    for p in {Path(p) for p in paths}:
-        size += sum(f.stat().st_size for f in ([p] + sorted(p.parent.glob(p.name + ".data*")))
-                    if f.is_file())
-    if available is None:
-        available = available_memory()
-    return 2 * 2 * size <= available / 2
-
-
-def load_copies(labels, load, paths, mirror: bool = True, failed=None,
-                errors: tuple = (Exception,)) -> tuple[dict, int]:
-    """(label -> its loaded copies, copies per model): two each, loaded in order and then in
-    reverse (``timing.mirrored``), when ``mirror`` and they fit (``fits_twice`` of ``paths``);
-    one each otherwise. A load that raises one of ``errors`` goes to ``failed`` (or raises)."""
-    labels = list(labels)
-    if mirror and fits_twice(paths):
-        return timing.mirrored(labels, load, failed, errors), 2
-    out = {}
-    for lab in labels:
-        try:
-            out[lab] = [load(lab)]
-        except errors as e:
-            if failed is None:
-                raise
-            failed(lab, e)
-    return out, 1
-
-
-def available_memory() -> int:
-    """MemAvailable in bytes (the kernel's estimate, page cache counted in); 0 when unknown."""
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def blocking(cfg, runtimes_timed: set) -> tuple[int, int, int]:
     """(block, min rounds, rounds between CI checks). Across runtimes, one engine's spinning
     workers slow the next one's first runs: alternate in blocks of MIXED_BLOCK runs, and count

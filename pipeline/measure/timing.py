@@ -12,13 +12,6 @@ Why it is built this way (all measured on these 2-core machines):
   every model on the same input, in a rotated order.
 - Across different runtimes, spinning worker threads of the one just run slow the next; ``block``
   runs each model several times in a row and keeps the block's median.
-- Where a model sits in the load order moves its time: on an AMX Xeon, four sessions of one
-  INT8 encoder loaded one after another ran 8 % apart at batch 1, each faster than the one
-  loaded before it, whatever the order they were called in (arena, prepacking and malloc
-  settings did not change it). A model loaded before another is then timed slower for no
-  reason of its own, and an A/A pair loaded apart reads 1.03-1.06. ``mirrored`` loads every
-  model twice, in order and then in reverse, so each one's mean load position is the same;
-  ``interleaved`` runs every copy each round and keeps the mean of its copies.
 - One short run can be 30 % off; rounds continue until the interval of every ratio that matters is
   narrower than ``rel_ci`` or the time limit is reached, and then the result is flagged noisy.
 """
@@ -29,33 +22,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 from pipeline.measure.clock import REAL, Clock
-
-
-# What is timed per model: one loaded copy, or several (``mirrored``) whose times are averaged.
-Runner = Callable | Sequence[Callable]
-
-
-def copies_of(fns: dict[str, Runner]) -> dict[str, list[Callable]]:
-    return {r: list(f) if isinstance(f, (list, tuple)) else [f] for r, f in fns.items()}
-
-
-def mirrored(labels: Sequence[str], load: Callable[[str], Callable],
-             failed: Callable[[str, Exception], None] | None = None,
-             errors: tuple = (Exception,)) -> dict[str, list[Callable]]:
-    """Every label loaded twice: in the order given, then in reverse. Each label's two load
-    positions then add up to the same number (``2 n - 1``), so a drift with load position (see
-    the module's notes) cancels in the mean of its copies. A label whose first load raises one
-    of ``errors`` is reported to ``failed`` and left out (without ``failed`` it raises)."""
-    first: dict[str, Callable] = {}
-    for lab in labels:
-        try:
-            first[lab] = load(lab)
-        except errors as e:
-            if failed is None:
-                raise
-            failed(lab, e)
-    second = {lab: load(lab) for lab in reversed(list(first))}
-    return {lab: [first[lab], second[lab]] for lab in first}
 
 
 def clock_ms(fn: Callable, x, clock: Clock = REAL) -> float:
@@ -101,14 +67,12 @@ def percentiles(ms: np.ndarray, batch: int) -> dict:
             "runs": int(ms.size)}
 
 
-def interleaved(fns: dict[str, Runner], inputs: Sequence, pairs: Sequence[tuple[str, str]],
+def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tuple[str, str]],
                 min_rounds: int, max_seconds: float, rel_ci: float, block: int = 1,
                 check_every: int = 50, runs: dict | None = None,
                 probe: Callable[[], float | None] | None = None, probe_every_s: float = 0.25,
                 min_seconds: float = 0.0, clock: Clock = REAL) -> tuple[dict[str, np.ndarray], dict]:
     """Time every model once per round (``block`` runs each, median kept), rotating the order.
-    A model given as several copies (``mirrored``) runs each copy once per round; its round time
-    is the mean of its copies' (``runs`` gets every copy's single runs).
 
     Stops after ``min_rounds`` and ``min_seconds`` (capped at ``max_seconds``) once every
     (num, den) ratio in ``pairs`` has a 95 % interval narrower than ``rel_ci`` (relative
@@ -122,8 +86,6 @@ def interleaved(fns: dict[str, Runner], inputs: Sequence, pairs: Sequence[tuple[
     its readings come back as "probes": [[round index, value], ...] (``pipeline.measure.corestate``).
     """
     roles = list(fns)
-    copies = copies_of(fns)
-    units = [(r, k) for r in roles for k in range(len(copies[r]))]
     times: dict[str, list[float]] = {r: [] for r in roles}
     t_start, rounds = clock.now(), 0
     widest = float("inf")
@@ -134,15 +96,12 @@ def interleaved(fns: dict[str, Runner], inputs: Sequence, pairs: Sequence[tuple[
             probes.append([rounds, probe()])
             last_probe = clock.now()
         x = inputs[rounds % len(inputs)]
-        shift = rounds % len(units)
-        medians: dict[str, list[float]] = {r: [] for r in roles}
-        for role, k in units[shift:] + units[:shift]:
-            ms = [clock_ms(copies[role][k], x, clock) for _ in range(block)]
-            medians[role].append(float(np.median(ms)))
+        shift = rounds % len(roles)
+        for role in roles[shift:] + roles[:shift]:
+            ms = [clock_ms(fns[role], x, clock) for _ in range(block)]
+            times[role].append(float(np.median(ms)))
             if runs is not None:
                 runs.setdefault(role, []).extend(ms)
-        for role in roles:
-            times[role].append(float(np.mean(medians[role])))
         rounds += 1
         if rounds >= min_rounds and rounds % check_every == 0:
             arrays = {r: np.asarray(v) for r, v in times.items()}
@@ -161,13 +120,12 @@ def interleaved(fns: dict[str, Runner], inputs: Sequence, pairs: Sequence[tuple[
     return {r: np.asarray(v) for r, v in times.items()}, info
 
 
-def head_to_head(fns: dict[str, Runner], inputs: Sequence, pairs: Sequence[tuple[str, str]],
+def head_to_head(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tuple[str, str]],
                  min_rounds: int, max_seconds: float, rel_ci: float, clock: Clock = REAL
                  ) -> tuple[dict[str, np.ndarray], dict]:
     """Warm every model up, then ``interleaved`` one run per model per round: the short A/B
     timings outside the benchmark stage (the recipe's ``compare``, ``make bench`` sections).
     The info gains "warmup_runs" by model."""
-    warm = {role: sum(warm_up(fn, inputs, clock=clock) for fn in fs)
-            for role, fs in copies_of(fns).items()}
+    warm = {role: warm_up(fn, inputs, clock=clock) for role, fn in fns.items()}
     times, info = interleaved(fns, inputs, pairs, min_rounds, max_seconds, rel_ci, clock=clock)
     return times, {**info, "warmup_runs": warm}

@@ -12,10 +12,7 @@ Each model warms up until its timings stabilise. Rounds then run every model on 
 batch in a rotated order (``pipeline.measure.timing``), cycling through batches drawn from each size
 bucket of the evaluation set, so the numbers describe the input distribution, not one shape.
 The ``fp32`` model is loaded twice: the ratio between the copies (the A/A check) must read
-1.00 +- ``aa_tolerance`` or the timing is not trusted. Where a model sits in the load order
-moves its time by a few per cent on these machines (``pipeline.measure.timing``), so with
-``bench.mirrored_loads`` every model (A/A copy included) is loaded twice, in order and then in
-reverse, and each round times both copies: every model has the same mean load position. Rounds continue while the intervals are
+1.00 +- ``aa_tolerance`` or the timing is not trusted. Rounds continue while the intervals are
 wider than ``rel_ci``, for at least ``min_seconds`` and up to ``max_seconds``; a result still
 wide then is flagged noisy.
 
@@ -45,8 +42,7 @@ import numpy as np
 from pipeline.data import real_batches
 from pipeline.core.errors import StageError
 from pipeline.measure import timing
-from pipeline.measure.latency import (blocking, contract, load_copies, shape_outliers,
-                                      speedups)
+from pipeline.measure.latency import blocking, contract, shape_outliers, speedups
 from pipeline.task.contract import size_of
 
 FLOAT_ROLES = ("fp32", "fp16")
@@ -67,7 +63,7 @@ class Benchmark:
     # budget, the FP16 model where it is no float baseline): nothing is decided by their times
     untimed: tuple = field(default=(), metadata={"key_omit_default": True})
     name = "benchmark"
-    version = 6  # 6: every model loaded twice, in order and reversed (bench.mirrored_loads)
+    version = 5  # 5: any task's inputs (feeds), sizes of its dynamic axis (per_size)
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, **baselines) -> dict:
@@ -93,31 +89,24 @@ class Benchmark:
         paths = {"candidate": parent.model, **{r: a.model for r, a in baselines.items()}}
         entries = {lab: e for lab, e in plan.timed(hw, self.options, list(paths), AA_ROLE).items()
                    if lab not in self.untimed}
-        failures: dict = {}
-
-        def load(lab):
-            role, target = entries[lab]
-            return runtimes.load(paths[role], runtimes.settings_for(hw, target))
-
-        def failed(lab, e):  # recorded per runtime; the others still run
-            failures[lab] = str(e)
-
-        # each model twice, in order then in reverse, where they fit (timing.mirrored)
-        loaded, copies = load_copies(entries, load, [paths[role] for role, _ in entries.values()],
-                                     cfg.mirrored_loads, failed, (runtimes.RuntimeFailure,))
-        models = {lab: ms[0] for lab, ms in loaded.items()}
+        models, failures = {}, {}
+        for lab, (role, target) in entries.items():
+            try:
+                models[lab] = runtimes.load(paths[role], runtimes.settings_for(hw, target))
+            except runtimes.RuntimeFailure as e:  # recorded per runtime; the others still run
+                failures[lab] = str(e)
         missing = [r for r in ("candidate", "fp32", AA_ROLE) if r not in models]
         if missing:
             raise StageError(f"cannot time {', '.join(missing)}: "
                              + "; ".join(failures[m] for m in missing))
-        fns = {lab: [m.run for m in ms] for lab, ms in loaded.items()}
+        fns = {lab: m.run for lab, m in models.items()}
         block, min_rounds, check_every = blocking(cfg, {entries[lab][1].runtime for lab in models})
         rng = np.random.default_rng(0)
         result: dict = {"batches": {}, "affinity": sorted(os.sched_getaffinity(0)),
                         "targets": {lab: {"role": entries[lab][0], "runtime": entries[lab][1].runtime,
                                           "precision": entries[lab][1].precision}
                                     for lab in models},
-                        "failures": failures, "copies_per_model": copies,
+                        "failures": failures,
                         "size_axis": {"input": name, "axis": axis, "meaning": meaning}}
         floats = [lab for lab in models if lab != AA_ROLE and plan.is_float_baseline(*entries[lab])]
         candidates = [lab for lab in models
@@ -127,9 +116,8 @@ class Benchmark:
             inputs, bucket_of = real_batches.bucketed(t, ds, b, cfg.size_buckets,
                                                       cfg.batches_per_bucket, rng)
             shapes += inputs
-            warm = {lab: sum(timing.warm_up(fn, inputs, cfg.warmup_window, cfg.warmup_tolerance,
-                                            cfg.warmup_max_runs) for fn in fs)
-                    for lab, fs in fns.items()}
+            warm = {lab: timing.warm_up(fn, inputs, cfg.warmup_window, cfg.warmup_tolerance,
+                                        cfg.warmup_max_runs) for lab, fn in fns.items()}
             pairs = [(f, c) for f in floats for c in candidates] + [("fp32", AA_ROLE)]
             single: dict = {}
             times, run_info = timing.interleaved(fns, inputs, pairs, min_rounds, cfg.max_seconds,

@@ -24,13 +24,12 @@ class RegionTrials:
     min_rounds: int = 100
     max_seconds: float = 30.0
     name = "regions"
-    version = 3  # 3: each model loaded twice, in order then reversed (timing.mirrored)
+    version = 2
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, fp32, **refs) -> dict:
         from pipeline import runtimes
         from pipeline.measure import timing
-        from pipeline.measure.latency import load_copies
         from pipeline.models import task
 
         from pipeline.data import real_batches
@@ -39,10 +38,7 @@ class RegionTrials:
         b = self.batch_size
         inputs = real_batches.in_order(t, t.dataset(self.data), b)
         arts = {BASE: parent, FP32: fp32, **{name: refs[f"t{i}"] for i, name in enumerate(self.trials)}}
-        # each twice, in order then reversed (timing.mirrored): load position moves a time
-        loaded, _ = load_copies(arts, lambda r: runtimes.load(arts[r].model, self.hardware),
-                                [a.model for a in arts.values()])
-        fns = {role: [m.run for m in ms] for role, ms in loaded.items()}
+        fns = {role: runtimes.load(a.model, self.hardware).run for role, a in arts.items()}
         pairs = [(FP32, BASE)] + [(r, name) for name in self.trials for r in (BASE, FP32)]
         times, info = timing.head_to_head(fns, inputs, pairs, self.min_rounds, self.max_seconds,
                                           0.02)
