@@ -47,7 +47,15 @@ def test_pass_and_each_failure(tmp_path):
     assert failed(judge(e, bench(1.05, halfwidth=0.1), GateConfig(), SEQ)) == {"speedup_ci_low"}
     v = judge(e, bench(2.0), GateConfig(max_accuracy_drop=0.1), SEQ)
     assert failed(v) == {"accuracy_drop"} and "drop 0.20" in v["summary"]
-    assert failed(judge(e, bench(2.0, aa=1.08), GateConfig(), SEQ)) == {"aa_check"}
+    # An A/A past its tolerance: the speedup is judged with its lower bound divided by it
+    assert failed(judge(e, bench(1.1, aa=1.08), GateConfig(), SEQ)) == {"aa_check"}  # 1.0 / 1.08
+    v = judge(e, bench(2.0, aa=1.08), GateConfig(), SEQ)  # 1.9 / 1.08 = 1.76: still a speedup
+    assert v["passed"], v["summary"]
+    assert "1.76x against min_speedup 1.0" in next(c["detail"] for c in v["checks"]
+                                                   if c["check"] == "aa_check")
+    assert failed(judge(e, bench(2.0, aa=0.93), GateConfig(), SEQ)) == set()  # either direction
+    # ... and past AA_BROKEN (10 %) the timing is not trusted at all
+    assert failed(judge(e, bench(5.0, aa=1.11), GateConfig(), SEQ)) == {"aa_check"}
     assert failed(judge(e, bench(2.0, p99=500), GateConfig(), SEQ,
                         SloConfig(p99_ms=100))) == {"slo_p99_ms"}
     low_agreement = judge(evals(tmp_path / "x", cand_preds=["B"] * 10 + ["A"] * 90), bench(2.0),

@@ -7,7 +7,8 @@ judged metric in its own scale (``accuracy_drop`` for the primary, ``<metric>_dr
 others it is gated with or the user named: ``pipeline.metrics.limits``), agreement of outputs
 with it (decisions identical, or continuous rows within ``gate.output_rtol``), the lower bound of
 the speedup's 95 % interval against the fastest float baseline, the A/A self-check of the
-timing, that the timings were taken in this environment (a baseline measured elsewhere is
+timing (past ``bench.aa_tolerance`` and up to ``AA_BROKEN``, passed only while the speedup's
+lower bound divided by the deviation still clears ``min_speedup``), that the timings were taken in this environment (a baseline measured elsewhere is
 refused), the candidate's p99 against the SLO at the batch a request is answered in
 (``slo.batch_size``, 1 by default), and the model's size. It fails closed: a missing
 or non-finite measurement fails its check, and a benchmark holding numbers no measurement can
@@ -24,6 +25,11 @@ from pipeline.metrics import limits as metric_limits
 from pipeline.metrics.outputs import RTOL, agreement, kind
 
 NAN = float("nan")
+# An A/A deviation past which no timing is trusted, whatever the speedup: one model 10 % off
+# its own twin. Below it and past bench.aa_tolerance the speedup is judged discounted by the
+# deviation. Measured on an AMX Xeon VM (quiet, 2 vCPUs): two sessions of one FP32 encoder in
+# one process read 1.00-1.06 apart from run to run, with the machine otherwise idle.
+AA_BROKEN = 0.10
 
 
 def _check(name, value, limit, ok, detail) -> dict:
@@ -93,9 +99,18 @@ def judge(evals: dict, bench, gate, metric, slo=None, candidate=None,
         aa = at.get("aa_check", {})
         dev = abs(_get(lambda: aa["median"]) - 1.0)
         tol = aa.get("tolerance", NAN)
-        checks.append(_check("aa_check", dev, tol, lambda v: v <= tol,
-                             f"FP32 vs itself read {_get(lambda: aa['median']):.3f} "
-                             f"(must be 1.00 +- {tol})"))
+        # Past the tolerance, the deviation is how far one model's timing can sit from its own
+        # twin's here: the speedup may be that far off too. It is judged with its lower bound
+        # shrunk by it (a 3x candidate is not refused over a 4 % A/A); past AA_BROKEN the
+        # timing is not trusted at all.
+        discounted = lo / (1.0 + dev)
+        bounded = dev <= AA_BROKEN and discounted >= g.min_speedup
+        detail = (f"FP32 vs itself read {_get(lambda: aa['median']):.3f} (must be 1.00 +- {tol}, "
+                  f"or up to +- {AA_BROKEN} with the speedup's lower bound divided by it: "
+                  f"{discounted:.2f}x against min_speedup {g.min_speedup})")
+        if dev <= tol:
+            detail = f"FP32 vs itself read {_get(lambda: aa['median']):.3f} (must be 1.00 +- {tol})"
+        checks.append(_check("aa_check", dev, tol, lambda v: v <= tol or bounded, detail))
     if environment is not None:
         diffs = _get(lambda: differences(bench.meta["environment"], environment), ["unrecorded"])
         checks.append(_check("same_environment", float(len(diffs)), 0, lambda v: v == 0,
