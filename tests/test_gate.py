@@ -56,6 +56,9 @@ def test_pass_and_each_failure(tmp_path):
     assert failed(judge(e, bench(2.0, aa=0.93), GateConfig(), SEQ)) == set()  # either direction
     # ... and past AA_BROKEN (10 %) the timing is not trusted at all
     assert failed(judge(e, bench(5.0, aa=1.11), GateConfig(), SEQ)) == {"aa_check"}
+    untold = bench(5.0, aa=1.05)  # an A/A record without its tolerance fails closed
+    del untold.meta["batches"]["8"]["aa_check"]["tolerance"]
+    assert failed(judge(e, untold, GateConfig(), SEQ)) == {"aa_check"}
     assert failed(judge(e, bench(2.0, p99=500), GateConfig(), SEQ,
                         SloConfig(p99_ms=100))) == {"slo_p99_ms"}
     low_agreement = judge(evals(tmp_path / "x", cand_preds=["B"] * 10 + ["A"] * 90), bench(2.0),
