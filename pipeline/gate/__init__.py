@@ -9,8 +9,9 @@ with it (decisions identical, or continuous rows within ``gate.output_rtol``), t
 the speedup's 95 % interval against the fastest float baseline, the A/A self-check of the
 timing (past ``bench.aa_tolerance`` and up to ``AA_BROKEN``, passed only while the speedup's
 lower bound divided by 1 + the deviation still clears ``min_speedup``), that the timings were
-taken in this environment (a baseline measured elsewhere is refused), the candidate's p99 against the SLO at the batch a request is answered in
-(``slo.batch_size``, 1 by default), and the model's size. It fails closed: a missing
+taken in this environment (a baseline measured elsewhere is refused), the candidate's p99
+against the SLO at the batch a request is answered in (``slo.batch_size``, 1 by default), and
+the model's size. It fails closed: a missing
 or non-finite measurement fails its check, and a benchmark holding numbers no measurement can
 produce (``pipeline.measure.sanity``) fails its timing checks. Cheap and
 uncached, so changing a threshold re-judges cached measurements without re-running them.
@@ -106,11 +107,10 @@ def judge(evals: dict, bench, gate, metric, slo=None, candidate=None,
         discounted = lo / (1.0 + dev)
         bounded = (isinstance(tol, (int, float)) and math.isfinite(tol) and dev <= AA_BROKEN
                    and discounted >= g.min_speedup)  # a record without its tolerance fails closed
-        detail = (f"FP32 vs itself read {_get(lambda: aa['median']):.3f} (must be 1.00 +- {tol}, "
-                  f"or up to +- {AA_BROKEN} with the speedup's lower bound divided by 1 + the "
-                  f"deviation: {discounted:.2f}x against min_speedup {g.min_speedup})")
-        if dev <= tol:
-            detail = f"FP32 vs itself read {_get(lambda: aa['median']):.3f} (must be 1.00 +- {tol})"
+        detail = f"FP32 vs itself read {_get(lambda: aa['median']):.3f} (must be 1.00 +- {tol}"
+        detail += (")" if dev <= tol else
+                   f", or up to +- {AA_BROKEN} with the speedup's lower bound divided by 1 + the "
+                   f"deviation: {discounted:.2f}x against min_speedup {g.min_speedup})")
         checks.append(_check("aa_check", dev, tol, lambda v: v <= tol or bounded, detail))
     if environment is not None:
         diffs = _get(lambda: differences(bench.meta["environment"], environment), ["unrecorded"])
