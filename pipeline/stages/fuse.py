@@ -3,8 +3,10 @@
 In: an ``export`` artifact and the encoder's shape from its folder's ``config.json`` (model type
 for the optimizer, attention heads, hidden size). Out: ``model.onnx`` with attention, skip and
 bias LayerNorm, GELU and embedding LayerNorm fused into ONNX Runtime's contrib ops, each fusion
-with its count (``get_fused_operator_statistics``), node counts by op type before and after, and
-parity against the export (max abs difference; the task's own agreement test: cosine for
+with its count (``get_fused_operator_statistics``); an attention the optimizer left unfused
+(MPNet's relative position bias) then fused by ``pipeline.stages.attention`` and counted as
+``MultiHeadAttention``, its record under ``attention``; node counts by op type before and
+after, and parity against the export (max abs difference; the task's own agreement test: cosine for
 embeddings, argmax for classifiers). This stage stands where ``optimize`` stands for other
 models: ``opt_level=0`` applies only the offline fusions, so ONNX Runtime still does its own
 graph optimizations when it loads the file on the target.
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from pipeline.core.errors import StageError
 from pipeline.engine.runner import CHECKS_ONLY
+from pipeline.stages.attention import checked
 from pipeline.stages.parity import compare, node_counts, require
 
 
@@ -28,11 +31,12 @@ class Fuse:
     hardware: object = field(metadata=CHECKS_ONLY)  # runs its checks: not in the key
     tolerance: float = 1e-3
     name = "fuse"
-    version = 1
+    version = 2  # 2: attention the optimizer left unfused becomes MultiHeadAttention
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
         import logging
+        import tempfile
 
         import onnx
         from onnxruntime.transformers.optimizer import optimize_model
@@ -50,18 +54,27 @@ class Fuse:
             raise StageError(f"transformer fusion ({self.model_type}, {self.num_heads} heads, "
                              f"hidden {self.hidden_size}) failed: {type(e).__name__}: "
                              f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
-        stats = fused.get_fused_operator_statistics()
+        stats = {op: int(n) for op, n in fused.get_fused_operator_statistics().items() if n}
         target = out_dir / "model.onnx"
-        fused.save_model_to_file(str(target))
-        onnx.checker.check_model(str(target))
-
         t = task(self.data.task)
         ds = t.dataset(self.data)
+        attention = None
+        if not {"Attention", "MultiHeadAttention"} & set(stats):
+            with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+                optimized = Path(tmp) / "optimized.onnx"
+                fused.save_model_to_file(str(optimized))
+                attention = checked(optimized, target, self.num_heads, t, ds, self.hardware)
+            if attention["fused"]:
+                stats["MultiHeadAttention"] = attention["fused"]
+        else:
+            fused.save_model_to_file(str(target))
+        onnx.checker.check_model(str(target))
+
         before = ort.session(parent.model, self.hardware)
         after = ort.session(target, self.hardware)
         parity = compare(lambda x: ort.run(before, x), lambda x: ort.run(after, x), t, ds)
         require(parity, self.tolerance, "fused model differs from the export")
-        return {"fusions": {op: int(n) for op, n in sorted(stats.items()) if n},
+        return {"fusions": dict(sorted(stats.items())), "attention": attention,
                 "nodes_before": node_counts(parent.model), "nodes": node_counts(target),
                 "parity_vs_export": parity, "model_type": self.model_type,
                 "num_heads": self.num_heads, "hidden_size": self.hidden_size}
