@@ -147,7 +147,8 @@ def _untimed_row(name, role, target, lab, ev, ref, g, metrics, metric) -> dict:
             "p50": None, "timed": False}
 
 
-def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None):
+def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None,
+           unfused=None):
     """The ``quant=auto`` branch of ``pipeline.recipes.main.recipe``, from the float artifacts on."""
     from pipeline.core.env import environment
     from pipeline.recipes.int8 import int8 as int8_recipe
@@ -170,7 +171,7 @@ def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None)
         # (every candidate is ranked against the float baselines below: no float fallback inside)
         return int8_recipe(_quant_cfg(cfg, mode, **changes), runner, fp32, evals["fp32"], ref,
                            t, splits.evaluation, splits.calibration, guard=False,
-                           export=exported)
+                           export=unfused or exported)
 
     def accurate(ev) -> tuple[bool, float, float]:
         drop, agree = _drop_and_agreement(ev, ref, metric, g.output_rtol)
@@ -195,7 +196,7 @@ def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None)
                                 "candidate floats what accuracy needs")
     models = {"export": exported, "fp32": fp32, "fp16": fp16, "candidate": int8}
     infos = {"candidate": int8_info}
-    ops = dynamic_ops(cfg, t, fp32, exported)
+    ops = dynamic_ops(cfg, t, fp32, unfused or exported)
     if ops:
         # Dynamic INT8 quantizes the LSTM only: floating what profiles slower would give back FP32.
         models["dynamic"], infos["dynamic"] = build(QuantMode.dynamic, region_trials=0,

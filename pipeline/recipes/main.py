@@ -66,12 +66,19 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
             pruning["unpruned_export"] = runner.run(export, pruning["load"],
                                                     label="export[unpruned]")
     fusion = getattr(t, "fusion", None)
+    unfused = exported  # the graph dynamic INT8 may quantize instead of the fused one
     if fusion:  # a transformer encoder: onnxruntime.transformers' fusions make the FP32 baseline
+        from pipeline.stages.attention import FuseAttention
         from pipeline.stages.fuse import Fuse
 
         fp32 = runner.run(Fuse(data=splits.parity, hardware=hw, model_type=fusion["model_type"],
                                num_heads=fusion["num_heads"], hidden_size=fusion["hidden_size"]),
                           exported)
+        if (fp32.meta.get("attention") or {}).get("fused"):
+            # dynamic INT8 may start from the export (recipes/int8.dynamic_sources): the same
+            # attention fusion there, or that source would lose the fused kernel's speed
+            unfused = runner.run(FuseAttention(data=splits.parity, num_heads=fusion["num_heads"],
+                                               hardware=hw), exported, label="attention[export]")
     else:
         fp32 = runner.run(Optimize(data=splits.parity, hardware=hw), exported)
     # fp16 probes ONNX Runtime's kernels whatever the target: its key ignores the runtime.
@@ -80,7 +87,8 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
     if cfg.quant.mode == QuantMode.auto:  # every candidate, timed side by side: pipeline/recipes/auto.py
         from pipeline.recipes import auto
 
-        return auto.recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning)
+        return auto.recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning,
+                           unfused=unfused)
     plan = Plan(hw, cfg.quant.mode)  # which runtime and precision each artifact runs on
     evaluate = Evaluate(data=splits.evaluation, batch_size=m.eval_batch_size, hardware=hw)
     evals = baselines(runner, plan, evaluate, t, exported, fp32, fp16)
@@ -89,7 +97,7 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
         # prepare, calibrate, quantize, explain, float fallback, float regions, float outputs,
         # mixed search, sensitivity: pipeline/recipes/int8.py
         candidate, quant_info = int8(cfg, runner, fp32, evals["fp32"], evals["fp16"], t,
-                                     splits.evaluation, splits.calibration, export=exported)
+                                     splits.evaluation, splits.calibration, export=unfused)
     else:
         candidate = {QuantMode.none: fp32, QuantMode.fp16: fp16,
                      QuantMode.bf16: fp32}[cfg.quant.mode]  # bf16: a precision, not a file

@@ -53,3 +53,43 @@ def test_dynamic_weights_are_quantized_per_output_channel(tmp_path):
     assert sqnr_db(ref[..., 1:], y[..., 1:]) > 30
     counts = {n.op_type for n in onnx.load(str(q)).graph.node}
     assert counts & {"DynamicQuantizeLinear", "DynamicQuantizeMatMul", "MatMulInteger"}
+
+
+def test_gather_in_the_dynamic_op_types_stores_an_embedding_table_in_8_bits(tmp_path):
+    """``quant.dynamic_op_types`` with Gather (docs/transformers.md): the token embedding table (a
+    Gather of an initializer) is stored in 8 bits and only the looked-up rows are dequantized, so
+    the INT8 file no longer carries an encoder's largest float tensor."""
+    from types import SimpleNamespace
+
+    from onnx import numpy_helper
+
+    from pipeline.config import QuantConfig
+    from pipeline.core.env import effective_flags
+    from pipeline.quant.calibration import DYNAMIC
+    from pipeline.quant.defaults import resolve
+
+    rng = np.random.default_rng(0)
+    vocab, hidden = 50, 16
+    table = rng.normal(scale=0.05, size=(vocab, hidden)).astype(np.float32)
+    w = rng.normal(size=(hidden, 8)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+         helper.make_node("MatMul", ["e", "w"], ["y"], name="mm")], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "t"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "t", 8])],
+        [numpy_helper.from_array(table, "table"), numpy_helper.from_array(w, "w")])
+    src = tmp_path / "f.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(src))
+    out = tmp_path / "q"
+    out.mkdir()
+    Quantize(resolve(QuantConfig(), effective_flags()), True, DYNAMIC, (),
+             ("MatMul", "Gemm", "Attention", "Gather")).run(SimpleNamespace(model=src), out)
+    q = onnx.load(str(out / "model.onnx")).graph
+    inits = {i.name: i for i in q.initializer}
+    gather = next(n for n in q.node if n.op_type == "Gather")
+    assert inits[gather.input[0]].data_type in (TensorProto.UINT8, TensorProto.INT8)
+    assert not any(i.data_type == TensorProto.FLOAT and tuple(i.dims) == (vocab, hidden)
+                   for i in q.initializer)
+    ids = rng.integers(0, vocab, size=(2, 7)).astype(np.int64)
+    ref, y = outputs(src, {"ids": ids})[0], outputs(out / "model.onnx", {"ids": ids})[0]
+    assert sqnr_db(ref, y) > 25
