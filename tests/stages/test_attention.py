@@ -86,6 +86,7 @@ def test_a_graph_the_fused_kernel_does_not_reproduce_is_kept_as_it_was(tmp_path,
     outputs differ; with one bias per head the runtime refuses it. Either way the record says why
     and the file is the unfused graph itself."""
     from pipeline.config import HardwareConfig
+    from pipeline.core import isolate
     from pipeline.models import task
     from pipeline.stages.attention import checked
 
@@ -93,7 +94,10 @@ def test_a_graph_the_fused_kernel_does_not_reproduce_is_kept_as_it_was(tmp_path,
     model = _encoder(tmp_path, rng, bias_heads)
     data = split(tmp_path, model, rng.standard_normal((8, SEQ, HIDDEN)))
     t = task(data.task)
-    record = checked(model, tmp_path / "out.onnx", 1, t, t.dataset(data), HardwareConfig().target())
+    # in a child process, as the runner runs stages: checked() sets onnxruntime's process-wide
+    # thread pool, which later tests' plain sessions must not inherit
+    record = isolate.call("attention check", checked, model, tmp_path / "out.onnx", 1, t,
+                          t.dataset(data), HardwareConfig().target())
     assert record["fused"] == 0 and why in record["why_not"]
     assert (tmp_path / "out.onnx").read_bytes() == model.read_bytes()
 
