@@ -96,7 +96,11 @@ def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tupl
             probes.append([rounds, probe()])
             last_probe = clock.now()
         x = inputs[rounds % len(inputs)]
-        shift = rounds % len(roles)
+        # The order turns once per pass over the inputs: turning it every round would tie each
+        # input to one order whenever the counts share a factor (4 models, 8 batches: batch 0
+        # always first after the same model), and a model's cold-cache start would land on the
+        # same inputs every time, biasing their ratios.
+        shift = (rounds // len(inputs)) % len(roles)
         for role in roles[shift:] + roles[:shift]:
             ms = [clock_ms(fns[role], x, clock) for _ in range(block)]
             times[role].append(float(np.median(ms)))

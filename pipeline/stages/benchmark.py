@@ -63,7 +63,7 @@ class Benchmark:
     # budget, the FP16 model where it is no float baseline): nothing is decided by their times
     untimed: tuple = field(default=(), metadata={"key_omit_default": True})
     name = "benchmark"
-    version = 5  # 5: any task's inputs (feeds), sizes of its dynamic axis (per_size)
+    version = 6  # 6: the order of models turns once per pass over the inputs (timing.interleaved)
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, **baselines) -> dict:

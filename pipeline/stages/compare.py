@@ -21,7 +21,7 @@ class Compare:
     min_rounds: int = 100
     max_seconds: float = 20.0
     name = "compare"
-    version = 4  # 4: each model's median time per batch (ms_a, ms_b)
+    version = 5  # 5: the order of models turns once per pass over the inputs (timing.interleaved)
     hardware_dependent = True
 
     def run(self, parent, out_dir: Path, other) -> dict:

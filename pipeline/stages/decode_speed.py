@@ -28,7 +28,7 @@ class DecodeSpeed:
     hardware: object       # HardwareRuntime: where it runs (its fingerprint keys the result)
     nonce: str = ""        # bench.nonce: a new measurement without a new model
     name = "decode_speed"
-    version = 1
+    version = 2  # 2: the order of models turns once per pass over the inputs (timing.interleaved)
     hardware_dependent = True
     timed = True
 

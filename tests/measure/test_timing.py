@@ -81,3 +81,20 @@ def test_warm_up_ends_when_two_windows_agree():
 def test_the_real_clock_times_real_work():
     ms = timing.clock_ms(lambda x: REAL.sleep(0.002), None)
     assert ms >= 2.0
+
+
+def test_every_input_is_timed_in_every_order():
+    # 4 models and 8 inputs: turning the order every round put each input behind the same
+    # model every time, so a position effect (a cold cache after a big model) biased the ratios
+    clock = VirtualClock()
+    calls = []
+    fns = {r: (lambda r: lambda x: (calls.append((x, r)), clock.sleep(0.001)))(r) for r in "abcd"}
+    _, info = timing.interleaved(fns, list(range(8)), [("b", "a")], min_rounds=64, max_seconds=5,
+                                 rel_ci=10.0, check_every=64, clock=clock)
+    assert info["rounds"] == 64
+    firsts = {}
+    for k in range(0, len(calls), 4):  # one round: four calls on one input
+        (x, first), *rest = calls[k:k + 4]
+        assert {y for y, _ in rest} == {x}
+        firsts.setdefault(x, set()).add(first)
+    assert all(f == set("abcd") for f in firsts.values()), firsts
