@@ -79,6 +79,13 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
             # attention fusion there, or that source would lose the fused kernel's speed
             unfused = runner.run(FuseAttention(data=splits.parity, num_heads=fusion["num_heads"],
                                                hardware=hw), exported, label="attention[export]")
+        # and the fused graph's choice of residual norms (flat where SkipLayerNormalization is
+        # slower here), or the runtime's own fusion at load would make that source slower
+        if (fp32.meta.get("norms") or {}).get("flattened"):
+            from pipeline.stages.norms import Norms
+
+            unfused = runner.run(Norms(data=splits.parity, hardware=hw), unfused,
+                                 label="norms[export]")
     else:
         fp32 = runner.run(Optimize(data=splits.parity, hardware=hw), exported)
     # fp16 probes ONNX Runtime's kernels whatever the target: its key ignores the runtime.

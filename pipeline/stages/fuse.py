@@ -5,7 +5,8 @@ for the optimizer, attention heads, hidden size). Out: ``model.onnx`` with atten
 bias LayerNorm, GELU and embedding LayerNorm fused into ONNX Runtime's contrib ops, each fusion
 with its count (``get_fused_operator_statistics``); an attention the optimizer left unfused
 (MPNet's relative position bias) then fused by ``pipeline.stages.attention`` and counted as
-``MultiHeadAttention``, its record under ``attention``; node counts by op type before and
+``MultiHeadAttention``, its record under ``attention``; residual LayerNorms then made flat where
+that is faster on the machine (``pipeline.stages.norms``, record under ``norms``); node counts by op type before and
 after, and parity against the export (max abs difference; the task's own agreement test: cosine for
 embeddings, argmax for classifiers). This stage stands where ``optimize`` stands for other
 models: ``opt_level=0`` applies only the offline fusions, so ONNX Runtime still does its own
@@ -19,6 +20,7 @@ from pathlib import Path
 from pipeline.core.errors import StageError
 from pipeline.engine.runner import CHECKS_ONLY
 from pipeline.stages.attention import checked
+from pipeline.stages.norms import flattened_if_faster
 from pipeline.stages.parity import compare, node_counts, require
 
 
@@ -31,8 +33,8 @@ class Fuse:
     hardware: object = field(metadata=CHECKS_ONLY)  # runs its checks: not in the key
     tolerance: float = 1e-3
     name = "fuse"
-    version = 2  # 2: attention the optimizer left unfused becomes MultiHeadAttention
-    hardware_dependent = False
+    version = 3  # 3: residual norms flat where SkipLayerNormalization is slower (pipeline.stages.norms)
+    hardware_dependent = True  # 3: that choice is timed on the machine
 
     def run(self, parent, out_dir: Path) -> dict:
         import logging
@@ -59,22 +61,23 @@ class Fuse:
         t = task(self.data.task)
         ds = t.dataset(self.data)
         attention = None
-        if not {"Attention", "MultiHeadAttention"} & set(stats):
-            with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-                optimized = Path(tmp) / "optimized.onnx"
-                fused.save_model_to_file(str(optimized))
-                attention = checked(optimized, target, self.num_heads, t, ds, self.hardware)
-            if attention["fused"]:
-                stats["MultiHeadAttention"] = attention["fused"]
-        else:
-            fused.save_model_to_file(str(target))
+        with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+            optimized, staged = Path(tmp) / "optimized.onnx", Path(tmp) / "attention.onnx"
+            fused.save_model_to_file(str(optimized))
+            if not {"Attention", "MultiHeadAttention"} & set(stats):
+                attention = checked(optimized, staged, self.num_heads, t, ds, self.hardware)
+                if attention["fused"]:
+                    stats["MultiHeadAttention"] = attention["fused"]
+            else:
+                staged = optimized
+            norms = flattened_if_faster(staged, target, t, ds, self.hardware)
         onnx.checker.check_model(str(target))
 
         before = ort.session(parent.model, self.hardware)
         after = ort.session(target, self.hardware)
         parity = compare(lambda x: ort.run(before, x), lambda x: ort.run(after, x), t, ds)
         require(parity, self.tolerance, "fused model differs from the export")
-        return {"fusions": dict(sorted(stats.items())), "attention": attention,
+        return {"fusions": dict(sorted(stats.items())), "attention": attention, "norms": norms,
                 "nodes_before": node_counts(parent.model), "nodes": node_counts(target),
                 "parity_vs_export": parity, "model_type": self.model_type,
                 "num_heads": self.num_heads, "hidden_size": self.hidden_size}
