@@ -71,3 +71,25 @@ def pair_data(path: Path, n: int, seed: int = 0) -> Path:
             f.write(json.dumps({"sentence1": s, "sentence2": " ".join(other),
                                 "score": round(1 - len(changed) / len(words), 4)}) + "\n")
     return path
+
+
+def mpnet(folder: Path, seed: int = 0, layers: int = 2, hidden: int = 32, heads: int = 2) -> Path:
+    """Save a random tiny MPNet (``MPNetModel``: BERT's layout plus a relative position bias in
+    every layer's attention scores, which onnxruntime's optimizer does not fuse) to folder, with
+    the same WordPiece tokenizer."""
+    import torch
+    from transformers import MPNetConfig, MPNetModel
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = len(tokenizer(folder, seed).get_vocab())
+    cfg = MPNetConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                      num_attention_heads=heads, intermediate_size=4 * hidden,
+                      max_position_embeddings=66)  # 64 token positions
+    torch.manual_seed(seed)
+    MPNetModel(cfg).eval().save_pretrained(str(folder))
+    # MPNet takes no token types: its tokenizer names two inputs, as all-mpnet-base-v2's does
+    conf = folder / "tokenizer_config.json"
+    conf.write_text(json.dumps({**json.loads(conf.read_text()),
+                                "model_input_names": ["input_ids", "attention_mask"]}))
+    return folder

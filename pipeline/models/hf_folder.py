@@ -52,6 +52,11 @@ COSINE_PARITY = 0.9999  # embeddings: a lossless conversion keeps every vector t
 OPSET = 17  # the TorchScript exporter's well-trodden opset for encoders
 
 
+# Model types whose position ids count from the padding index + 1 (RoBERTa's scheme; MPNet's
+# index is 1 whatever pad_token_id says): of their max_position_embeddings (514 for
+# roberta-base), that many are never a token's position.
+OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "mpnet", "longformer", "data2vec-text")
+
 def offline() -> None:
     """No hub access from here on, whatever the caller's environment says."""
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -189,8 +194,11 @@ class HfTask(UserTask):
         self.pooling = pooling_of(self.folder, self.params)
         self.normalize = bool(self.params.get("normalize", True))
         self.pairs = tuple(self.data_cfg.pair_columns)
-        limit = min(getattr(self.config, "max_position_embeddings", 512) or 512, 512,
-                    self.tokenizer.model_max_length or 512)
+        positions = getattr(self.config, "max_position_embeddings", 512) or 512
+        if self.config.model_type in OFFSET_POSITIONS:  # position ids start past the pad id
+            pad = 1 if self.config.model_type == "mpnet" else self.config.pad_token_id  # MPNet: fixed
+            positions -= (pad if pad is not None else 1) + 1
+        limit = min(positions, 512, self.tokenizer.model_max_length or 512)
         self.max_length = int(self.params.get("max_length", limit))
         if not 1 < self.max_length <= limit:
             raise ConfigError(f"model.params.max_length={self.max_length}: must be in 2..{limit} "

@@ -24,6 +24,10 @@ from pipeline.stages.norms import flattened_if_faster
 from pipeline.stages.parity import compare, node_counts, require
 
 
+UNFUSED_BY_CHOICE = ("left unfused: MultiHeadAttention was timed no faster than the unfused "
+                     "attention on this machine (stage compare[attention])")
+
+
 @dataclass(frozen=True)
 class Fuse:
     data: object           # DataSplit: the samples parity is checked on
@@ -32,6 +36,9 @@ class Fuse:
     hidden_size: int
     hardware: object = field(metadata=CHECKS_ONLY)  # runs its checks: not in the key
     tolerance: float = 1e-3
+    # False: leave an attention the optimizer did not fuse as it is (the recipe timed the
+    # pipeline's MultiHeadAttention no faster on this machine, pipeline/recipes/main.py)
+    attention: bool = True
     name = "fuse"
     version = 3  # 3: residual norms flat where SkipLayerNormalization is slower (pipeline.stages.norms)
     hardware_dependent = True  # 3: that choice is timed on the machine
@@ -64,7 +71,10 @@ class Fuse:
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
             optimized, staged = Path(tmp) / "optimized.onnx", Path(tmp) / "attention.onnx"
             fused.save_model_to_file(str(optimized))
-            if not {"Attention", "MultiHeadAttention"} & set(stats):
+            if not self.attention:
+                attention = {"fused": 0, "why_not": UNFUSED_BY_CHOICE, "parity": None}
+                staged = optimized
+            elif not {"Attention", "MultiHeadAttention"} & set(stats):
                 attention = checked(optimized, staged, self.num_heads, t, ds, self.hardware)
                 if attention["fused"]:
                     stats["MultiHeadAttention"] = attention["fused"]
