@@ -83,7 +83,7 @@ def flatten(model) -> int:
     replace, drop = {}, set()
     for k, (kind, norm, add) in enumerate(found):
         hidden = int(numpy_helper.to_array(inits[norm.input[2 if kind == "skip" else 1]]).shape[-1])
-        p = f"{norm.name or norm.output[0]}_rows"
+        p = f"{norm.name or norm.output[0]}{ROWS}"
         rows = numpy_helper.from_array(np.array([-1, hidden], np.int64), f"{p}_shape2d")
         g.initializer.append(rows)
         x, skip = (norm.input[0], norm.input[1]) if kind == "skip" else (add.input[0], add.input[1])
@@ -124,6 +124,18 @@ def flatten(model) -> int:
     if not any(o.domain in ("", "ai.onnx") and o.version >= 17 for o in model.opset_import):
         raise ValueError("LayerNormalization needs opset 17 or later")
     return len(found)
+
+
+ROWS = "_rows"  # every node the rewrite adds is named <norm>_rows_<part>
+
+
+def residual_nodes(graph) -> list[str]:
+    """The nodes a rewrite added: the residual stream's sums and norms, float in every INT8
+    mode as they were inside SkipLayerNormalization (one per-tensor scale on a pretrained
+    encoder's residual stream, whose outlier channels reach 50x the median, loses it)."""
+    graph = getattr(graph, "graph", graph)  # a ModelProto or its graph
+    return [n.name for n in graph.node if f"{ROWS}_" in n.name
+            and n.op_type in ("Add", "LayerNormalization", "Reshape", "Shape")]
 
 
 def _probe_models(hidden: int):

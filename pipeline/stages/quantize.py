@@ -92,7 +92,8 @@ class Quantize:
     dynamic_op_types: tuple
     exclude: tuple = ()      # node names kept float
     name = "quantize"
-    version = 11  # 11: nodes on a masking sentinel stay float (pipeline.quant.mask_nodes);
+    version = 12  # 12: the residual sums and norms of pipeline.stages.norms stay float;
+    #             11: nodes on a masking sentinel stay float (pipeline.quant.mask_nodes);
     #             10: index computations stay float (pipeline.quant.index_nodes);
     #              9: dynamic weights per channel (but recurrent ones); 8: QDQ propagation is
     #              switched off only for a node really kept float
@@ -113,6 +114,7 @@ class Quantize:
 
         from pipeline.quant.index_nodes import index_nodes
         from pipeline.quant.mask_nodes import calibrated_ranges, mask_nodes
+        from pipeline.stages.norms import residual_nodes
 
         graph = onnx.load(str(parent.model), load_external_data=False)
         # float ops that compute integer positions (MPNet's relative buckets): never Q/DQ'd
@@ -120,13 +122,15 @@ class Quantize:
         # nodes on an attention-mask sentinel (-3.4e38 + scores): one scale would zero the scores
         masks = ([n for n in mask_nodes(graph, calibrated_ranges(calibration.path / "calibration.json"))
                   if n not in indices] if calibration is not None else [])
+        # the residual stream the norms stage made flat: float, as inside SkipLayerNormalization
+        residual = [n for n in residual_nodes(graph) if n not in indices and n not in masks]
         try:
             if self.static_op_types is None or self.static_op_types:
                 if calibration is None:
                     raise StageError("static quantization needs a calibration artifact")
                 quantize_static(str(parent.model), str(staged), None,
                                 op_types_to_quantize=list(self.static_op_types) if self.static_op_types else None,
-                                nodes_to_exclude=list(dict.fromkeys([*self.exclude, *indices, *masks])),
+                                nodes_to_exclude=list(dict.fromkeys([*self.exclude, *indices, *masks, *residual])),
                                 calibration_cache_path=str(calibration.path / "calibration.json"),
                                 **_static_options(s, self.per_channel, self.method))
             else:
@@ -167,6 +171,6 @@ class Quantize:
         return {"nodes": nodes,
                 "calibration_set": calibration.meta["calibration_set"] if calibration else None,
                 "calibration": self.method, "settings": s, "excluded": list(self.exclude),
-                "index_nodes": indices, "mask_nodes": masks,
+                "index_nodes": indices, "mask_nodes": masks, "residual_nodes": residual,
                 "exclusion_ignored": ignored, "precision": precision,
                 "onnxruntime_disabled_optimizers": disabled, "qdq_pairs": nodes.get("QuantizeLinear", 0)}

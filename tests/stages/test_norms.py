@@ -100,3 +100,32 @@ def test_the_flat_form_only_where_the_timing_says_it_is_faster(tmp_path, speed, 
         assert record["why_not"] is None and record["parity"]["max_abs_diff"] <= 1e-3
     else:
         assert "as fast" in record["why_not"] and target.read_bytes() == model.read_bytes()
+
+
+def test_static_int8_keeps_the_flat_residual_stream_float(tmp_path):
+    """Inside SkipLayerNormalization the residual sum was never quantized; made flat, its Add and
+    LayerNormalization would be (static QDQ takes every op type it supports), and one per-tensor
+    scale on a pretrained encoder's residual stream loses it (all-mpnet-base-v2's static INT8
+    read a cosine of 0.15). They stay float; the MatMuls are still INT8."""
+    import onnx
+
+    from pipeline.stages.calibrate import Calibrate
+    from pipeline.stages.norms import flatten
+    from pipeline.stages.quantize import Quantize
+    from tests.stages.support import INT8, artifact, run
+
+    rng = np.random.default_rng(2)
+    src = tmp_path / "flat"
+    src.mkdir()
+    m = onnx.load(str(_block(tmp_path, rng)))
+    flatten(m)
+    onnx.save(m, str(src / "model.onnx"))
+    cal = split(tmp_path, src / "model.onnx", rng.standard_normal((16, SEQ, HIDDEN)), "calibration")
+    cmeta = run(Calibrate(cal, "minmax", 4), artifact(src), tmp_path / "cal")
+    meta = run(Quantize(INT8, True, "minmax", None, ()), artifact(src), tmp_path / "int8",
+               calibration=artifact(tmp_path / "cal", "calibrate", **cmeta))
+    precision = meta["precision"]
+    assert precision["mm1"] == precision["mm2"] == "int8-static"
+    flat = [n.name for n in m.graph.node if n.op_type in ("Add", "LayerNormalization")]
+    assert len(flat) == 5 and set(meta["residual_nodes"]) >= set(flat)
+    assert all(precision.get(n, "float") == "float" for n in flat), precision
