@@ -57,6 +57,7 @@ OPSET = 17  # the TorchScript exporter's well-trodden opset for encoders
 # roberta-base), that many are never a token's position.
 OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "mpnet", "longformer", "data2vec-text")
 
+
 def offline() -> None:
     """No hub access from here on, whatever the caller's environment says."""
     os.environ["HF_HUB_OFFLINE"] = "1"
