@@ -117,12 +117,14 @@ sys.addaudithook(_hook)
 
 def test_the_users_file_is_hashed_once_from_command_line_to_registry(byo, tmp_path):
     """model.path is hashed once per run (pipeline.models.run): the preflight, the recipe, the
-    import stage, the report and the bill read the run's key instead of hashing it again."""
+    import stage, the report and the bill read the run's key instead of hashing it again.
+    The run is quant=none with the default speed gate: it ships the optimized FP32 model, judged
+    on being no slower than the file as given (not on a speedup over itself, which failed it)."""
     hook, log, model = tmp_path / "hook", tmp_path / "hashes.log", tmp_path / "model.onnx"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(HASH_LOG_HOOK)
     shutil.copy(byo / "cnn.onnx", model)
-    fast = [a for a in FAST if a != "registry=null"]
+    fast = [a for a in FAST if a not in ("registry=null", "gate.min_speedup=0")]
     proc = run_cli("model=onnx", f"model.path={model}", *DATA, f"data.path={byo / 'data'}",
                    "metric=classification", "quant=none", f"workdir={tmp_path / 'w'}",
                    f"data_dir={tmp_path / 'w' / 'data'}", f"registry.root={tmp_path / 'reg'}",
@@ -131,6 +133,10 @@ def test_the_users_file_is_hashed_once_from_command_line_to_registry(byo, tmp_pa
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "w" / "runs" / "latest" / "report.json").read_text())
     assert report["publish"]["status"] == "published", report["publish"]
+    checks = {c["check"]: c for c in report["verdict"]["checks"]}
+    assert "speedup_ci_low" not in checks and checks["no_slower_than_given"]["passed"]
+    assert "no slower than the file as given" in (tmp_path / "w" / "runs" / "latest" /
+                                                  "report.md").read_text()
     imported = next(s for s in report["stages"] if s["stage"] == "import")
     assert not imported["reused"]  # built, so the import stage's check on the file ran
     hashed = log.read_text().splitlines()

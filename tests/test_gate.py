@@ -148,3 +148,38 @@ def test_a_benchmark_with_impossible_numbers_fails_closed(tmp_path):
         assert detail.startswith("benchmark entry is corrupt: ") and said in detail, detail
         assert "\n" not in detail
     assert "benchmark_sane" not in {c["check"] for c in judge(e, bench(2.0), GateConfig(), SEQ)["checks"]}
+
+
+def given(median, halfwidth=0.02, aa=1.0, tolerance=0.03):
+    """quant=none's timing: the candidate (the optimized FP32 model) against the export."""
+    b = bench(1.0, aa=aa, halfwidth=0.05)  # the candidate IS the fastest float: a coin flip at 1
+    for at in b.meta["batches"].values():
+        at["speedup"] = {"export": {"median": median, "ci95": [median - halfwidth, median + halfwidth]},
+                         "fp32": {"median": 1.0, "ci95": [0.95, 1.05]}}
+        at["aa_check"]["tolerance"] = tolerance
+    return b
+
+
+def test_quant_none_is_judged_against_the_file_as_given_not_against_itself(tmp_path):
+    """The optimized FP32 model would be timed against itself by speedup_ci_low (its lower bound
+    below 1 about every time); quant=none asks that it be no slower than the export instead."""
+    e = evals(tmp_path)
+    assert failed(judge(e, given(1.0), GateConfig(), SEQ)) == {"speedup_ci_low"}  # today's rule
+    for median in (1.0, 0.98, 1.4):  # as fast, within the A/A tolerance, or faster: ships
+        v = judge(e, given(median), GateConfig(), SEQ, against_given=True)
+        assert v["passed"], v["summary"]
+        check = next(c for c in v["checks"] if c["check"] == "no_slower_than_given")
+        assert "no slower than the file as given" in check["detail"] and check["limit"] == 0.97
+        assert "speedup_ci_low" not in {c["check"] for c in v["checks"]}
+    assert failed(judge(e, given(0.9), GateConfig(), SEQ, against_given=True)) == {
+        "no_slower_than_given"}  # whole interval below 1 - tolerance: the optimizer made it slower
+    assert failed(judge(e, given(1.0), GateConfig(min_speedup=2.0), SEQ,
+                        against_given=True)) == set()  # min_speedup does not apply
+    # an A/A past its tolerance moves the bound against the candidate, as for a speedup
+    assert failed(judge(e, given(0.99, aa=1.05), GateConfig(), SEQ, against_given=True)) == {
+        "aa_check"}  # 1.01 / 1.05 = 0.96 < 0.97
+    assert failed(judge(e, given(1.2, aa=1.05), GateConfig(), SEQ, against_given=True)) == set()
+    missing = given(1.0)
+    del missing.meta["batches"]["8"]["speedup"]["export"]  # the export was not timed: fails closed
+    v = judge(e, missing, GateConfig(), SEQ, against_given=True)
+    assert failed(v) == {"no_slower_than_given"} and "fails closed" in v["summary"]

@@ -6,7 +6,9 @@ report) and a short table for the terminal. Checks: accuracy drop against the FP
 judged metric in its own scale (``accuracy_drop`` for the primary, ``<metric>_drop`` for the
 others it is gated with or the user named: ``pipeline.metrics.limits``), agreement of outputs
 with it (decisions identical, or continuous rows within ``gate.output_rtol``), the lower bound of
-the speedup's 95 % interval against the fastest float baseline, the A/A self-check of the
+the speedup's 95 % interval against the fastest float baseline (``quant=none``, whose candidate
+is that baseline: the upper bound against the file as given, which it must not be slower than),
+the A/A self-check of the
 timing (past ``bench.aa_tolerance`` and up to ``AA_BROKEN``, passed only while the speedup's
 lower bound divided by 1 + the deviation still clears ``min_speedup``), that the timings were
 taken in this environment (a baseline measured elsewhere is refused), the candidate's p99
@@ -63,10 +65,54 @@ def _accuracy(evals: dict, g, metrics) -> list[dict]:
     return checks
 
 
+def _speedup(at: dict, g):
+    """The candidate must be faster than the fastest float baseline: the lower bound of the
+    speedup's 95 % interval clears ``gate.min_speedup``. Returns the check, and how the A/A
+    discount moves that bound: ``dev -> (bound / (1 + dev), the limit, its name)``."""
+    sp = at.get("speedup_vs_fastest_float", {})
+    # When the host moved the vCPUs mid-run and the speedup differed between the placements,
+    # judge the placement the candidate fared worst in: production may land there too.
+    worst = (at.get("core_state") or {}).get("worst")
+    where = ""
+    if worst:
+        sp = worst["speedup_vs_fastest_float"]
+        where = f" in the core state it fared worst in ({worst['round_trip_ns']:.0f} ns core round trip)"
+    lo = _get(lambda: sp["ci95"][0])
+    check = _check("speedup_ci_low", lo, g.min_speedup, lambda v: v >= g.min_speedup,
+                   f"{_get(lambda: sp['median']):.2f}x (95% CI {lo:.2f}-"
+                   f"{_get(lambda: sp['ci95'][1]):.2f}) vs {at.get('fastest_float', '?')} "
+                   f"at batch {g.speedup_batch_size}{where}" + (" [noisy]" if at.get("noisy") else ""))
+    return check, lambda dev: (lo / (1.0 + dev), g.min_speedup, "min_speedup")
+
+
+def _no_slower_than_given(at: dict, g):
+    """``quant=none``: the candidate is the optimized FP32 model, so "faster than the fastest
+    float" would time FP32 against itself (a coin flip at 1.00x). What it must show instead is
+    that the graph optimizations did not make the file as given slower: the upper bound of its
+    speedup's 95 % interval over the export (the user's file, or the torch export) reaches
+    1 - ``bench.aa_tolerance``, the distance at which two copies of one model still read apart on
+    this machine. ``gate.min_speedup`` does not apply."""
+    sp = _get(lambda: at["speedup"]["export"], {})
+    tol = _get(lambda: at["aa_check"]["tolerance"])
+    need = 1.0 - tol
+    hi = _get(lambda: sp["ci95"][1])
+    check = _check("no_slower_than_given", hi, round(need, 4), lambda v: v >= need,
+                   f"quant=none ships the optimized FP32 model, so it is judged on being no slower "
+                   f"than the file as given, not on a speedup over itself: "
+                   f"{_get(lambda: sp['median']):.2f}x (95% CI {_get(lambda: sp['ci95'][0]):.2f}-"
+                   f"{hi:.2f}) vs export at batch {g.speedup_batch_size}"
+                   + (" [noisy]" if at.get("noisy") else ""))
+    if not math.isfinite(need):
+        check["detail"] = "no_slower_than_given: the A/A record has no tolerance (fails closed)"
+    return check, lambda dev: (hi / (1.0 + dev), need, "1 - bench.aa_tolerance")
+
+
 def judge(evals: dict, bench, gate, metric, slo=None, candidate=None,
-          environment: dict | None = None) -> dict:
+          environment: dict | None = None, against_given: bool = False) -> dict:
     """``metric``: the task's ``MetricsSpec`` (or its primary ``MetricSpec`` alone); each judged
-    metric's direction turns the two values into a drop (positive: the candidate is worse)."""
+    metric's direction turns the two values into a drop (positive: the candidate is worse).
+    ``against_given`` (``quant=none``): the speed check is "no slower than the file as given"
+    instead of a speedup over the fastest float baseline, which is the candidate itself."""
     g = gate
     checks = _accuracy(evals, g, metric)
     rtol = getattr(g, "output_rtol", RTOL)
@@ -82,35 +128,23 @@ def judge(evals: dict, bench, gate, metric, slo=None, candidate=None,
         checks.append(_check("benchmark_sane", float(len(impossible)), 0, lambda v: v == 0,
                              "benchmark entry is corrupt: " + "; ".join(impossible[:3])))
         at = {}
-    sp = at.get("speedup_vs_fastest_float", {})
-    # When the host moved the vCPUs mid-run and the speedup differed between the placements,
-    # judge the placement the candidate fared worst in: production may land there too.
-    worst = (at.get("core_state") or {}).get("worst")
-    where = ""
-    if worst:
-        sp = worst["speedup_vs_fastest_float"]
-        where = f" in the core state it fared worst in ({worst['round_trip_ns']:.0f} ns core round trip)"
-    lo = _get(lambda: sp["ci95"][0])
-    checks.append(_check("speedup_ci_low", lo, g.min_speedup, lambda v: v >= g.min_speedup,
-                         f"{_get(lambda: sp['median']):.2f}x (95% CI {lo:.2f}-"
-                         f"{_get(lambda: sp['ci95'][1]):.2f}) vs {at.get('fastest_float', '?')} "
-                         f"at batch {g.speedup_batch_size}{where}"
-                         + (" [noisy]" if at.get("noisy") else "")))
+    speed, discounted = (_no_slower_than_given if against_given else _speedup)(at, g)
+    checks.append(speed)
     if g.require_aa_check:
         aa = at.get("aa_check", {})
         dev = abs(_get(lambda: aa["median"]) - 1.0)
         tol = aa.get("tolerance", NAN)
         # Past the tolerance, the deviation is how far one model's timing can sit from its own
-        # twin's here: the speedup may be that far off too. It is judged with its lower bound
-        # shrunk by it (a 3x candidate is not refused over a 4 % A/A); past AA_BROKEN the
-        # timing is not trusted at all.
-        discounted = lo / (1.0 + dev)
+        # twin's here: the speed check may be that far off too. It is judged with its bound
+        # moved against the candidate by it (a 3x candidate is not refused over a 4 % A/A); past
+        # AA_BROKEN the timing is not trusted at all.
+        bound, need, name = discounted(dev)
         bounded = (isinstance(tol, (int, float)) and math.isfinite(tol) and dev <= AA_BROKEN
-                   and discounted >= g.min_speedup)  # a record without its tolerance fails closed
+                   and bound >= need)  # a record without its tolerance fails closed
         detail = f"FP32 vs itself read {_get(lambda: aa['median']):.3f} (must be 1.00 +- {tol}"
         detail += (")" if dev <= tol else
-                   f", or up to +- {AA_BROKEN} with the speedup's lower bound divided by 1 + the "
-                   f"deviation: {discounted:.2f}x against min_speedup {g.min_speedup})")
+                   f", or up to +- {AA_BROKEN} with the speed check's bound divided by 1 + the "
+                   f"deviation: {bound:.2f}x against {name} {round(need, 4)})")
         checks.append(_check("aa_check", dev, tol, lambda v: v <= tol or bounded, detail))
     if environment is not None:
         diffs = _get(lambda: differences(bench.meta["environment"], environment), ["unrecorded"])

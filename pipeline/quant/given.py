@@ -6,10 +6,9 @@ graph, ``pipeline.models.onnx_file``). Out: the config to run. ``quant=int8`` / 
 ``mixed`` quantize a float model; on a graph that already holds ``ConvInteger``,
 ``DynamicQuantizeLSTM``, QDQ pairs and the like, onnxruntime's quantizer fails deep inside with a
 line that does not name the cause, so they are refused in one line (exit 2). ``quant=auto``
-would build only such candidates: it runs as ``quant=none`` with ``gate.min_speedup=0`` (the
-model as given is the candidate, its accuracy gated against its FP16 copy, published as is; a
-float winner of ``quant=auto`` is not asked to be faster than itself either) and says so in one
-line.
+would build only such candidates: it runs as ``quant=none`` (the model as given, optimized, is the
+candidate, its accuracy gated against its FP16 copy and its speed against the file as given, which
+it must not be slower than; published as is) and says so in one line.
 ``none``, ``fp16`` and ``bf16`` are unchanged.
 """
 from __future__ import annotations
@@ -32,12 +31,10 @@ def already_quantized(cfg, task) -> tuple[object, str | None]:
     what = f"model.path={cfg.model.path} is already quantized ({shown})"
     if mode in REQUANTIZE:
         raise ConfigError(f"{what}: quant={mode.value} re-quantizes float models; use quant=none "
-                          "gate.min_speedup=0 to gate and publish it as is (it is not faster "
-                          "than itself)")
+                          "to gate and publish it as is")
     if mode == QuantMode.auto:
-        return (dataclasses.replace(cfg, quant=dataclasses.replace(cfg.quant, mode=QuantMode.none),
-                                    gate=dataclasses.replace(cfg.gate, min_speedup=0.0)),
-                f"{what}: quant=auto has no float model to quantize; running as quant=none "
-                "gate.min_speedup=0 (the model as given is the candidate, its accuracy gated "
-                "against its FP16 copy, published as is, as quant=auto ships a float winner)")
+        return (dataclasses.replace(cfg, quant=dataclasses.replace(cfg.quant, mode=QuantMode.none)),
+                f"{what}: quant=auto has no float model to quantize; running as quant=none (the "
+                "model as given is the candidate, its accuracy gated against its FP16 copy and "
+                "its speed against the file as given, published as is)")
     return cfg, None

@@ -144,7 +144,8 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
                                    load=cfg.bench.load, slo_p99_ms=cfg.slo.p99_ms,
                                    hardware=deployed, nonce=cfg.bench.nonce),
                           candidate, fp32=fp32)
-    verdict = gate.judge(evals, bench, cfg.gate, t.metrics, cfg.slo, candidate, environment(hw))
+    verdict = gate.judge(evals, bench, cfg.gate, t.metrics, cfg.slo, candidate, environment(hw),
+                         against_given=cfg.quant.mode == QuantMode.none)
     if not verdict["passed"] and quant_info is not None:  # which float artifact would pass
         from pipeline.recipes.auto import accuracy_hint, dynamic_op_types, float_hint
 

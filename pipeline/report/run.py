@@ -239,7 +239,8 @@ def _gate_format(check: str, metrics: list[dict]):
             lambda v: numbers.number(v, 4))
     kinds = {"output_agreement": lambda v: numbers.percent(v, fraction=True),
              "aa_check": lambda v: numbers.percent(v, fraction=True),
-             "speedup_ci_low": numbers.ratio, "slo_p99_ms": numbers.ms,
+             "speedup_ci_low": numbers.ratio, "no_slower_than_given": numbers.ratio,
+             "slo_p99_ms": numbers.ms,
              "model_mb": numbers.megabytes, "benchmark_sane": numbers.count,
              "same_environment": numbers.count}
     return kinds.get(check, numbers.number)

@@ -40,6 +40,11 @@ def precisions() -> tuple[str, ...]:
     return ("fp32",)
 
 
+# onnxruntime's log severities: 3 = errors, 4 = fatal only. A probe's errors are raised to the
+# caller as exceptions all the same; only the duplicate on stderr goes.
+QUIET = 4
+
+
 def _options(hardware, optimize: bool = True):
     import onnxruntime as ort
     from onnxruntime.capi._pybind_state import set_global_thread_pool_sizes
@@ -68,11 +73,16 @@ def disabled_optimizers(model: Path) -> list[str]:
     return [name for name in props.get(DISABLED_OPTIMIZERS, "").split(",") if name]
 
 
-def session(model: Path, hardware, optimize: bool = True, options=None):
+def session(model: Path, hardware, optimize: bool = True, options=None, probe: bool = False):
+    """``probe``: a graph the pipeline wrote and is checking (a rewrite, a fusion), whose refusal
+    by the runtime is an expected answer that the caller records in one line; the runtime's own
+    error log (a red ``[E:onnxruntime ...]`` line on the user's terminal) is turned off for it."""
     import onnxruntime as ort
 
-    return ort.InferenceSession(str(model), options or _options(hardware, optimize),
-                                providers=[hardware.provider],
+    so = options or _options(hardware, optimize)
+    if probe:
+        so.log_severity_level = QUIET
+    return ort.InferenceSession(str(model), so, providers=[hardware.provider],
                                 disabled_optimizers=disabled_optimizers(model) or None)
 
 

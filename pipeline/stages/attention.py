@@ -208,7 +208,7 @@ def checked(src: Path, target: Path, num_heads: int, task, ds, hardware) -> dict
     parity = None
     if n:
         try:
-            before, after = ort.session(src, hardware), ort.session(target, hardware)
+            before, after = ort.session(src, hardware), ort.session(target, hardware, probe=True)
             parity = compare(lambda x: ort.run(before, x), lambda x: ort.run(after, x), task, ds)
         except Exception as e:  # noqa: BLE001 - the runtime refused the fused graph: keep src's
             why = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"

@@ -209,7 +209,7 @@ def flattened_if_faster(src: Path, target: Path, task, ds, hardware, speed=None)
             big = model.ByteSize() > 1_900_000_000  # past protobuf's 2 GB limit: weights beside it
             onnx.save(model, str(target), save_as_external_data=big,
                       location=target.name + ".data" if big else None)
-            before, after = ort.session(src, hardware), ort.session(target, hardware)
+            before, after = ort.session(src, hardware), ort.session(target, hardware, probe=True)
             record["parity"] = compare(lambda x: ort.run(before, x), lambda x: ort.run(after, x),
                                        task, ds)
         except Exception as e:  # noqa: BLE001 - the runtime refused the rewrite: keep src's

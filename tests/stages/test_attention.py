@@ -81,10 +81,12 @@ def test_each_layer_becomes_one_multi_head_attention_with_the_same_outputs(tmp_p
 
 
 @pytest.mark.parametrize("bias_heads, why", [(1, "differ"), (HEADS, "attention_bias")])
-def test_a_graph_the_fused_kernel_does_not_reproduce_is_kept_as_it_was(tmp_path, bias_heads, why):
+def test_a_graph_the_fused_kernel_does_not_reproduce_is_kept_as_it_was(tmp_path, bias_heads, why,
+                                                                       capfd):
     """Fused with one head instead of two: with a bias shared by the heads the kernel runs but the
     outputs differ; with one bias per head the runtime refuses it. Either way the record says why
-    and the file is the unfused graph itself."""
+    and the file is the unfused graph itself, and the runtime's refusal is not also logged on the
+    user's terminal (a red ``[E:onnxruntime ...]`` line from the probe's session)."""
     from pipeline.config import HardwareConfig
     from pipeline.core import isolate
     from pipeline.models import task
@@ -100,6 +102,7 @@ def test_a_graph_the_fused_kernel_does_not_reproduce_is_kept_as_it_was(tmp_path,
                           t.dataset(data), HardwareConfig().target())
     assert record["fused"] == 0 and why in record["why_not"]
     assert (tmp_path / "out.onnx").read_bytes() == model.read_bytes()
+    assert "onnxruntime" not in capfd.readouterr().err
 
 
 def test_the_fuse_stage_fuses_the_attention_the_optimizer_left(tmp_path):
