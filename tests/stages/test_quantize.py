@@ -105,10 +105,8 @@ def test_gather_in_the_dynamic_op_types_stores_an_embedding_table_in_8_bits(tmp_
 
     from onnx import numpy_helper
 
-    from pipeline.config import QuantConfig
-    from pipeline.core.env import effective_flags
     from pipeline.quant.calibration import DYNAMIC
-    from pipeline.quant.defaults import resolve
+    from tests.stages.support import int8_settings
 
     rng = np.random.default_rng(0)
     vocab, hidden = 50, 16
@@ -124,7 +122,7 @@ def test_gather_in_the_dynamic_op_types_stores_an_embedding_table_in_8_bits(tmp_
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(src))
     out = tmp_path / "q"
     out.mkdir()
-    Quantize(resolve(QuantConfig(), effective_flags()), True, DYNAMIC, (),
+    Quantize(int8_settings(), True, DYNAMIC, (),  # this CPU's settings, as the recipe's
              ("MatMul", "Gemm", "Attention", "Gather")).run(SimpleNamespace(model=src), out)
     q = onnx.load(str(out / "model.onnx")).graph
     inits = {i.name: i for i in q.initializer}
