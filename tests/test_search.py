@@ -188,6 +188,8 @@ def test_edits_equal_quantizations_on_the_tiny_ocr_model(tiny_run, tmp_path):
     cfg = compose(tiny_args(workdir))
     runner = Runner(tmp_path, cfg.hardware.target(), log=lambda *_: None)
     for b in blocks:
+        # the settings the run resolved for this CPU (its weight range), not fixed ones: both
+        # sides quantize alike and compare with each other, on every CPU class
         want = runner.run(Quantize(Int8Settings(**base.meta["settings"]),
                                    cfg.quant.per_channel, "minmax", None,
                                    tuple(base.config["dynamic_op_types"]), tuple(sorted(b["nodes"]))),

@@ -10,10 +10,24 @@ import numpy as np
 
 from pipeline.quant.defaults import Int8Settings
 
-# Static INT8 settings fixed for the stage tests (u8 activations, s8 weights, full range),
-# whatever this CPU's flags would choose.
-INT8 = Int8Settings(activation_type="uint8", weight_type="int8", reduce_range=False, format="QDQ",
-                    vnni=False, reason="fixed by the test")
+
+def int8_settings() -> Int8Settings:
+    """The INT8 settings the pipeline resolves for the CPU the test runs on (u8 activations, s8
+    weights; 7-bit weights without VNNI/AMX), from ``effective_flags``: under the AVX2 cap of the
+    ``isa`` fixture's child run they are an AVX2 machine's. Not fixed full-range weights: ONNX
+    Runtime's u8 x s8 kernels (MLAS, which dispatches on cpuid, not on the caps) multiply those
+    exactly only with VNNI/AMX and saturate 16-bit sums on AVX2, so an expectation measured with
+    them on a VNNI machine fails on an AVX2 one. With these settings every class computes
+    exactly, and the same expectations hold everywhere (docs/cpus.md)."""
+    from pipeline.config import QuantConfig
+    from pipeline.core.env import effective_flags
+    from pipeline.quant.defaults import resolve
+
+    return resolve(QuantConfig(), effective_flags())
+
+
+# The stage tests' static/dynamic INT8 settings: this CPU's (or the cap's), as the recipe's.
+INT8 = int8_settings()
 
 def save(path: Path, nodes: list, inputs: list, outputs: list, initializers: list = (),
          opset: int = 17) -> Path:
@@ -158,14 +172,11 @@ def dynamic_int8(src: Path, out_dir: Path, per_channel: bool = True) -> Path:
     """The recipe's Quantize stage, dynamic MatMul only, with this CPU's settings."""
     from types import SimpleNamespace
 
-    from pipeline.config import QuantConfig
-    from pipeline.core.env import effective_flags
     from pipeline.quant.calibration import DYNAMIC
-    from pipeline.quant.defaults import resolve
     from pipeline.stages.quantize import Quantize
 
     out_dir.mkdir()
-    Quantize(resolve(QuantConfig(), effective_flags()), per_channel, DYNAMIC, (),
+    Quantize(int8_settings(), per_channel, DYNAMIC, (),
              ("MatMul", "Gemm")).run(SimpleNamespace(model=src), out_dir)
     return out_dir / "model.onnx"
 
@@ -183,12 +194,14 @@ class _Images:
 
 def static_qdq(src: Path, dst: Path, exclude):
     """onnxruntime's own static QDQ INT8 of a model with input x [N, 3, 8, 8], ``exclude`` float,
-    with the settings the recipe uses: the reference an edited QDQ graph is compared with."""
+    with the settings the recipe uses on this CPU (``int8_settings``: the weight range too): the
+    reference an edited QDQ graph is compared with."""
     import onnx
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     quantize_static(str(src), str(dst), _Images(), quant_format=QuantFormat.QDQ, per_channel=True,
                     weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8,
+                    reduce_range=int8_settings().reduce_range,
                     nodes_to_exclude=sorted(exclude),
                     extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
     return onnx.load(str(dst))

@@ -55,6 +55,48 @@ def test_dynamic_weights_are_quantized_per_output_channel(tmp_path):
     assert counts & {"DynamicQuantizeLinear", "DynamicQuantizeMatMul", "MatMulInteger"}
 
 
+def test_the_resolved_weight_range_multiplies_exactly(tmp_path, isa):
+    """Dynamic INT8 with the settings resolved for the CPU (``dynamic_int8``: 7-bit weights
+    without VNNI/AMX) gives ONNX Runtime's u8 x s8 MatMul the exact integer product, recomputed
+    here from the model's own quantized weights and scales. The inputs are the worst case for
+    AVX2's vpmaddubsw: activations near 255 times positive weights near the top of their range,
+    so full-range weights' pair sums (2 x 255 x 127) overflow its 16-bit saturation and come
+    out about half what they should; 7-bit ones (2 x 255 x 64) fit. ``isa`` runs it natively and
+    with an AVX2 machine's settings (the cap); only a real AVX2 machine runs the saturating
+    kernels themselves (ONNX Runtime's MLAS dispatches on cpuid, not on the caps): there, a
+    resolve that kept full-range weights fails this test (docs/cpus.md)."""
+    from onnx import numpy_helper
+
+    from pipeline.core.env import effective_flags
+    from pipeline.quant.defaults import VNNI_FLAGS
+
+    rng = np.random.default_rng(0)
+    w = rng.uniform(0.9, 1.0, size=(64, 16))  # per output channel every weight within 10% of max
+    f = token_graph(tmp_path / "f.onnx", {"w": w},
+                    [helper.make_node("MatMul", ["x", "w"], ["y"], "mm")], 64, 16)
+    q = dynamic_int8(f, tmp_path / "q")
+    inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(q)).graph.initializer}
+    wq, wzp, ws = inits["w_quantized"], inits["w_zero_point"], inits["w_scale"]
+    assert wq.dtype == np.int8 and not wzp.any()  # signed, symmetric weights
+    if not set(VNNI_FLAGS) & set(effective_flags()):
+        # AVX2 kernels (here, or what the cap stands for): a pair of u8 x s8 products must fit
+        # a signed 16-bit sum. Checked on the weights, so the capped run of a VNNI machine, whose
+        # own kernels are exact anyway, still catches settings an AVX2 machine would saturate.
+        assert 2 * 255 * int(np.abs(wq.astype(np.int64)).max()) <= 32767, INT8
+
+    x = rng.uniform(0.95, 1.0, size=(2, 5, 64)).astype(np.float32)
+    # DynamicQuantizeLinear: the range [min(x, 0), max(x, 0)] on 0..255, round half to even
+    lo, hi = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
+    sx = np.float32((hi - lo) / 255)
+    zp = int(np.clip(np.round(-lo / sx), 0, 255))
+    xq = np.clip(np.round(x / sx) + zp, 0, 255).astype(np.int64)
+    assert xq.min() > 200  # the activations fill the top of the u8 range
+    want = ((xq - zp) @ wq.astype(np.int64)) * float(sx) * ws.astype(np.float64)
+    got = outputs(q, {"x": x})[0]
+    # exact up to float32 scaling (~1e-7 relative); a saturated pair sum costs ~50 %
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), (INT8, np.abs(got - want).max())
+
+
 def test_gather_in_the_dynamic_op_types_stores_an_embedding_table_in_8_bits(tmp_path):
     """``quant.dynamic_op_types`` with Gather (docs/transformers.md): the token embedding table (a
     Gather of an initializer) is stored in 8 bits and only the looked-up rows are dequantized, so
@@ -63,10 +105,8 @@ def test_gather_in_the_dynamic_op_types_stores_an_embedding_table_in_8_bits(tmp_
 
     from onnx import numpy_helper
 
-    from pipeline.config import QuantConfig
-    from pipeline.core.env import effective_flags
     from pipeline.quant.calibration import DYNAMIC
-    from pipeline.quant.defaults import resolve
+    from tests.stages.support import int8_settings
 
     rng = np.random.default_rng(0)
     vocab, hidden = 50, 16
@@ -82,7 +122,7 @@ def test_gather_in_the_dynamic_op_types_stores_an_embedding_table_in_8_bits(tmp_
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(src))
     out = tmp_path / "q"
     out.mkdir()
-    Quantize(resolve(QuantConfig(), effective_flags()), True, DYNAMIC, (),
+    Quantize(int8_settings(), True, DYNAMIC, (),  # this CPU's settings, as the recipe's
              ("MatMul", "Gemm", "Attention", "Gather")).run(SimpleNamespace(model=src), out)
     q = onnx.load(str(out / "model.onnx")).graph
     inits = {i.name: i for i in q.initializer}

@@ -25,7 +25,11 @@ def _two_branches(folder, rng):
                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])], vi, inits)
 
 
-def test_the_node_with_an_outlier_input_reads_a_lower_sqnr(tmp_path):
+def test_the_node_with_an_outlier_input_reads_a_lower_sqnr(tmp_path, isa):
+    """With the INT8 settings resolved for the CPU (``INT8``: full-range weights with VNNI/AMX,
+    7-bit without), which ONNX Runtime multiplies exactly on every class; ``isa`` runs it
+    natively and under the AVX2 cap, i.e. with an AVX2 machine's 7-bit weights. With full-range
+    weights an AVX2 machine's u8 x s8 kernels saturate and the even node lost ~18 dB."""
     from pipeline.config import HardwareConfig
     from pipeline.stages.quantize import Quantize
     from pipeline.stages.sqnr import Sqnr
@@ -45,5 +49,8 @@ def test_the_node_with_an_outlier_input_reads_a_lower_sqnr(tmp_path):
                fp32=artifact(src))
     db = meta["sqnr_db"]
     assert set(db) == {"even", "outlier"}
-    assert db["even"] > 25 and db["outlier"] < db["even"] - 10, db  # 41 dB vs 8 dB here
+    # An 8-bit activation grid and 7- or 8-bit weights leave an even MatMul well above 25 dB;
+    # the outlier's per-tensor step spends ~7 bits on one channel. (A VNNI Xeon read 41 vs 8 dB
+    # with full-range weights, 39 vs 3 dB with 7-bit ones: the gap holds for both.)
+    assert db["even"] > 25 and db["outlier"] < db["even"] - 10, (db, INT8)
     assert not list((tmp_path / "sqnr").iterdir())  # its augmented models are removed
