@@ -109,12 +109,16 @@ def pytest_pyfunc_call(pyfuncitem):
 
 
 # ``make test`` runs two workers (pytest-xdist). Each worker has its own session, so a session
-# fixture runs once per worker that needs it: every file that uses the tiny run is scheduled as
-# one unit (one worker builds it once), every other file as a unit of its own (its module
-# fixtures, e.g. a registry server or the quant=auto run, start once). xdist's own
-# ``--dist loadgroup`` marks do not take effect with pytest 9, hence a scheduler of our own.
-TINY_RUN_FILES = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py")
-                  if "tiny_run" in p.read_text()}  # subfolders too (tests/stages/, ...)
+# fixture runs once per worker that needs it: the files that use the tiny run are scheduled as
+# TINY_RUN_UNITS units (a worker that gets one builds the run once, and both workers may: a
+# second tiny run costs far less than one worker running a third of the suite's time alone
+# while the other idles), every other file as a unit of its own (its module fixtures, e.g. a
+# registry server or the quant=auto run, start once). xdist's own ``--dist loadgroup`` marks do
+# not take effect with pytest 9, hence a scheduler of our own.
+TINY_RUN_FILES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py")
+                        if "tiny_run" in p.read_text())  # subfolders too (tests/stages/, ...)
+TINY_RUN_UNITS = 2
+TINY_RUN_UNIT = {f: f"tiny_run/{i % TINY_RUN_UNITS}" for i, f in enumerate(TINY_RUN_FILES)}
 # Files whose tests are long but whose fixtures are cheap (seconds): each test is a unit of its
 # own, so the two workers share them (the fixture is then built on both).
 PER_TEST_FILES = {"tests/test_byo.py"}
@@ -128,7 +132,7 @@ if importlib.util.find_spec("xdist") is not None:
                 file = nodeid.split("::", 1)[0]
                 if file in PER_TEST_FILES:
                     return nodeid
-                return "tiny_run" if file in TINY_RUN_FILES else file
+                return TINY_RUN_UNIT.get(file, file)
 
         return ByFixture(config, log)
 
