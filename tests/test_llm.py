@@ -104,14 +104,20 @@ def test_a_gguf_file_converts_once_into_the_folder_it_was_written_from(root, tmp
     import numpy as np
     from safetensors.numpy import load_file
 
-    from llm_tiny import gguf_file
+    from llm_tiny import gguf_file, tokenizer
     from pipeline.models.decoder import resolve
 
     path = gguf_file(root / "tiny", tmp_path / "tiny.gguf")
+    # neighbours transformers would read beside the file, not in the cache key (the GGUF's
+    # sha256): they are not what is converted
+    tokenizer(tmp_path, seed=1, vocab=280)  # tokenizer.json and tokenizer_config.json
     first = resolve(str(path), tmp_path / "work")
     folder = Path(first.folder)
     assert folder.parent == (tmp_path / "work" / "cache" / "gguf").resolve()
     assert "quantization_config" not in json.loads((folder / "config.json").read_text())
+    vocab = json.loads((root / "tiny" / "tokenizer.json").read_text())["model"]["vocab"]
+    assert json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"] == vocab
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no scratch left
     want, got = load_file(str(root / "tiny" / "model.safetensors")), \
         load_file(str(folder / "model.safetensors"))
     assert set(want) == set(got)

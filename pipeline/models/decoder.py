@@ -153,17 +153,26 @@ def _convert(path: str, out: str) -> None:
     offline()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder, name = str(Path(path).parent), Path(path).name
+    # transformers also reads tokenizer.json, tokenizer_config.json, config.json... from the
+    # GGUF's folder (following links anywhere), none of them in the cache key (the GGUF's
+    # sha256): it is shown a folder of its own holding only a link to the GGUF, so that what is
+    # converted is the GGUF and nothing beside it
+    alone = Path(out).parent / (Path(out).name + "-src")
+    alone.mkdir()
+    name = "model.gguf"
+    (alone / name).symlink_to(path)
     try:
         # the GGUF reader draws its own progress bar, which no logging setting silences
         with contextlib.redirect_stderr(io.StringIO()):
-            tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name,
+            tok = AutoTokenizer.from_pretrained(str(alone), gguf_file=name)
+            model = AutoModelForCausalLM.from_pretrained(str(alone), gguf_file=name,
                                                          torch_dtype=torch.float32)
     except Exception as e:  # noqa: BLE001 - a file transformers cannot read: one line
         raise StageError(f"model.path={path}: transformers cannot read this GGUF file "
                          f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
                          ) from None
+    finally:
+        shutil.rmtree(alone, ignore_errors=True)
     # the weights are now plain FP32: nothing is quantized any more, and save_pretrained refuses
     # to write a model whose quantizer says it is
     model.hf_quantizer = None
