@@ -134,6 +134,8 @@ class UserTask:
                                   "class ([batch, 1]): its argmax never changes, so top-1 and "
                                   "agreement cannot see a damaged candidate; for one logit or "
                                   "score use metric=agreement (judged by the absolute difference)")
+            if isinstance(last, int):
+                self._check_classes(data, last)
             specs = [classification.SPECS["top1"]]
             if m.top_k > 1 and (not isinstance(last, int) or m.top_k <= last):
                 specs.append(MetricSpec(f"top{m.top_k}", True))
@@ -163,6 +165,23 @@ class UserTask:
         names = ([primary] if classes else []) + ["cosine_mean", "cosine_p1", "max_abs_diff",
                                                   "mean_abs_diff"]
         return MetricsSpec(tuple(agreement_metrics.SPECS[n] for n in dict.fromkeys(names)), primary)
+
+    def _check_classes(self, data, classes: int) -> None:
+        """Labels the output cannot name: a class past the output's last is never predicted, so
+        top-1 falls for the baseline and the candidate alike and the gate compares two equally
+        wrong scores and passes. Refused, as a one-class output is."""
+        col = self.data_cfg.label_column
+        labels = [v for v in data.dataset[col] if v is not None]
+        try:
+            y = classification.label_ids(labels, self.metric_cfg.class_names or None)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"metric=classification: data.path={self.data_cfg.path}: {e} "
+                              "(metric.class_names maps label names to output indices)") from None
+        if len(y) and (y.min() < 0 or y.max() >= classes):
+            raise ConfigError(f"metric=classification: data.path={self.data_cfg.path} has labels "
+                              f"{y.min()}..{y.max()} but {self.what}'s output "
+                              f"{self.outputs[0].name} has {classes} classes (0..{classes - 1}): "
+                              "a label it cannot output is never right, for any model")
 
     def _check_labels(self, data) -> None:
         """CTC labels the character set cannot spell: never read exactly, whatever the model."""
