@@ -157,6 +157,11 @@ class ModelConfig:
         if self.source == "hf" and not self.path:
             raise ConfigError("model.path is empty: model=hf needs a local Hugging Face model "
                               "folder (config.json, weights, tokenizer files)")
+        if self.source == "hf" and "max_length" in self.params:
+            n = self.params["max_length"]  # a bool is an int to Python, not a token count
+            if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+                raise ConfigError(f"model.params.max_length={n!r}: must be a whole number of "
+                                  "tokens, 2 or more (at most the model's context)")
         if self.source == "hf" and self.checkpoint is not None:
             raise ConfigError("model.checkpoint: model=hf takes its weights from the folder in "
                               "model.path")
