@@ -292,3 +292,16 @@ def test_decoder_auto_tries_int8_at_a_wider_block_and_ships_it_only_when_it_pass
     run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0}, speed, block_size=WIDE_BLOCK)
     _auto(cfg, run, {"block_size": WIDE_BLOCK})  # already that wide: no second INT8 build
     assert [b for b in run.builds if b[0] == "all8_b128"] == []
+
+
+def test_what_only_the_last_stages_would_find_is_refused_before_any_stage(root, tmp_path):
+    """A gate limit for a metric a decoder does not report, and a generation longer than the
+    tiny model's 128-token context, each in one line before anything is exported or scored."""
+    for extra, words in ((["gate.max_accuracy_drop={top1: 1}"], ("top1", "does not report")),
+                         (["quant.decoder.new_tokens=1000"],
+                          ("quant.decoder.new_tokens=1000", "context is 128"))):
+        work = tmp_path / "work"
+        args = [a for a in _args(root, "quant=int8", *extra) if not a.startswith("workdir=")]
+        proc = run_cli(*args, f"workdir={work}")
+        one_line(proc, 2, *words)
+        assert not (work / "runs").exists() and not (work / "cache" / "decoder_export").exists()

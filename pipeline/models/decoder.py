@@ -121,6 +121,34 @@ def resolve(path: str, workdir: str | Path) -> Decoder:
     return check_folder(p, key)
 
 
+def context(decoder: Decoder) -> int:
+    """The decoder's context in tokens (``config.json``'s ``max_position_embeddings``)."""
+    return int(_config(Path(decoder.folder)).get("max_position_embeddings", 2048))
+
+
+def max_length(params: dict, context: int) -> int:
+    """Tokens per scored sequence: ``model.params.max_length`` (a whole number, checked at
+    compose), else ``DEFAULT_MAX_LENGTH``, within the context; one line otherwise."""
+    n = int(params.get("max_length", min(DEFAULT_MAX_LENGTH, context)))
+    if not 2 <= n <= context:
+        raise ConfigError(f"model.params.max_length={n}: must be in 2..{context} (the "
+                          "model's context)")
+    return n
+
+
+def lengths(q, params: dict, context: int) -> None:
+    """Before any stage: decode timing generates ``q.new_tokens`` after prompts of up to
+    ``q.prompt_tokens`` tokens cut from the scored sequences, and onnxruntime-genai refuses a
+    generation longer than the context, which would otherwise be found in the last stage."""
+    longest = min(q.prompt_tokens, max_length(params, context))
+    if longest + q.new_tokens > context:
+        raise ConfigError(f"quant.decoder.new_tokens={q.new_tokens}: after prompts of up to "
+                          f"{longest} tokens (quant.decoder.prompt_tokens, "
+                          f"model.params.max_length) that is {longest + q.new_tokens} positions; "
+                          f"the model's context is {context} (config.json "
+                          "max_position_embeddings)")
+
+
 def gguf_folder(path: Path, cache: Path) -> Path:
     """The FP32 folder a GGUF file converts to, cached by the file's sha256."""
     from pipeline.core import isolate
@@ -232,15 +260,12 @@ def text_sets(decoder: Decoder, data_cfg, params: dict, context: int,
     if data_cfg.input_column not in data.dataset.column_names:
         raise ConfigError(f"data.input_column={data_cfg.input_column}: not a column of "
                           f"{data_cfg.path} (columns: {', '.join(data.dataset.column_names)})")
-    max_length = int(params.get("max_length", min(DEFAULT_MAX_LENGTH, context)))
-    if not 2 <= max_length <= context:
-        raise ConfigError(f"model.params.max_length={max_length}: must be in 2..{context} (the "
-                          "model's context)")
+    longest = max_length(params, context)
     tok = folder_tokenizer(Path(decoder.folder))
     out = {}
     for split, rows in (("evaluation", data.evaluation), ("calibration", data.calibration)):
         texts = [str(t) for t in data.dataset.select(rows)[data_cfg.input_column]]
-        ids = tok(texts, truncation=True, max_length=max_length)["input_ids"] if texts else []
+        ids = tok(texts, truncation=True, max_length=longest)["input_ids"] if texts else []
         ids = [list(map(int, s)) for s in ids if len(s) >= 2]
         if split == "evaluation" and not ids:
             raise ConfigError(f"data.path={data_cfg.path}: no evaluation row of "
