@@ -56,6 +56,11 @@ def test_int8_end_to_end_published_folder_generates(root):
     assert "GroupQueryAttention" in report["export"]["nodes"]
     checks = {c["check"] for c in report["verdict"]["checks"]}
     assert {"perplexity_rise_drop", "top1_agreement_drop", "speedup_ci_low"} <= checks
+    # how much text the verdict rests on, in both reports
+    ev = report["evaluation"]
+    assert ev["sequences"] == 12 and ev["tokens_scored"] >= 97
+    assert (f"Scored on {ev['sequences']} evaluation sequences, {ev['tokens_scored']} predicted "
+            "tokens") in (root / "work" / "runs" / "latest" / "report.md").read_text()
 
     ref = report["published"].split("@")[0]
     out = root / "pulled"
@@ -305,3 +310,32 @@ def test_what_only_the_last_stages_would_find_is_refused_before_any_stage(root, 
         proc = run_cli(*args, f"workdir={work}")
         one_line(proc, 2, *words)
         assert not (work / "runs").exists() and not (work / "cache" / "decoder_export").exists()
+
+
+def test_too_little_text_to_carry_the_agreement_budget_is_refused(tmp_path):
+    """Top-1 agreement on n tokens is uncertain by up to +-98/sqrt(n) points: under its limit's
+    width the verdict is luck. 96 tokens are too few for the default 10 points, 97 enough; a
+    limit of 1 point needs 9604."""
+    from pipeline.core.errors import ConfigError
+    from pipeline.models.decoder import _token_file, enough_text
+
+    def text(*lengths):
+        return _token_file([[1] * (n + 1) for n in lengths], tmp_path, "evaluation")
+
+    with pytest.raises(ConfigError, match=r"k=1: the evaluation text scores 96 tokens in 2 "
+                                          r"sequences.*\+-10.0 points.*at least 97 tokens"):
+        enough_text(text(48, 48), 10.0, "k=1")
+    enough_text(text(48, 49), 10.0, "k=1")
+    with pytest.raises(ConfigError, match="at least 9604 tokens"):
+        enough_text(text(5000), 1.0, "k=1")
+    enough_text(text(3), 0.0, "k=1")  # exact agreement asked: any count can refute it
+
+
+def test_a_decoder_gated_on_one_short_sequence_is_refused_before_any_stage(root, tmp_path):
+    work = tmp_path / "work"
+    args = [a for a in _args(root, "quant=int8", "data.evaluation_samples=1",
+                             "+model.params.max_length=32")
+            if not a.startswith(("workdir=", "data.evaluation_samples=12"))]
+    proc = run_cli(*args, f"workdir={work}")
+    one_line(proc, 2, "data.evaluation_samples=1", "in 1 sequence;", "at least 97 tokens")
+    assert not (work / "cache" / "decoder_export").exists()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -229,6 +230,37 @@ class TextSet:
             raise StageError(f"{self.path}: the tokenized {self.split} text changed since it "
                              "was written (rerun to rebuild it)")
         return json.loads(Path(self.path).read_text())
+
+
+# 95 % of a normal interval: the half-width of a share measured on n positions is at most
+# Z95 * 50 / sqrt(n) points (at a share of one half, the widest)
+Z95 = 1.96
+
+
+def scored_tokens(text: TextSet) -> int:
+    """Positions scored: a sequence of n tokens predicts n - 1 of them."""
+    return sum(len(s) - 1 for s in text.token_ids())
+
+
+def enough_text(evaluation: TextSet, agreement_limit: float | None, key: str) -> None:
+    """Before any stage: the evaluation text must be long enough for the gate to tell its
+    budget from noise. Top-1 agreement on n scored tokens is uncertain by up to
+    +-Z95 * 50 / sqrt(n) points; where that is wider than its limit, a candidate passes or fails
+    by which tokens happened to be drawn (one 38-token sequence: +-15.9 points against a limit
+    of 10), so it is refused in one line naming how many tokens it needs. A limit of 0 asks for
+    exact agreement, which any count can refute: not refused."""
+    if not agreement_limit or agreement_limit <= 0:
+        return
+    n = scored_tokens(evaluation)
+    need = math.ceil((Z95 * 50 / agreement_limit) ** 2)
+    if n < need:
+        raise ConfigError(
+            f"{key}: the evaluation text scores {n} tokens in {evaluation.sequences} "
+            f"sequence{'s' if evaluation.sequences != 1 else ''}; top-1 agreement on {n} tokens is "
+            f"uncertain by up to +-{Z95 * 50 / math.sqrt(max(n, 1)):.1f} points (95 %), wider "
+            f"than its limit of {agreement_limit:g} points (gate.max_accuracy_drop): score at "
+            f"least {need} tokens (more or longer rows: data.evaluation_samples, "
+            "model.params.max_length)")
 
 
 def _token_file(ids: list[list[int]], cache: Path, split: str) -> TextSet:
