@@ -18,6 +18,7 @@ the absolute difference, whose limit is in the output's units and the user's to 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,15 @@ from pipeline.task.contract import Batch, DataSplit, MetricsSpec
 
 
 BUCKET_PROBE = 64  # samples whose sizes show which dynamic axis varies
+
+
+@dataclass(frozen=True)
+class OutsideCharset:
+    """metric=ctc: labels holding characters the character set cannot spell (never read
+    exactly, by any model): carried into the report next to the warning."""
+    labels: int        # labels with at least one such character
+    of: int            # labels checked (the whole data set)
+    characters: str    # those characters, sorted
 
 
 class UserTask:
@@ -50,7 +60,8 @@ class UserTask:
         self.key = key
         self.data_cfg, self.metric_cfg = config_of(key)
         self._data = None
-        self.warnings: list[str] = []  # one line each, printed before any stage runs
+        self.warnings: list[str] = []  # one line each, printed before any stage runs and reported
+        self.outside_charset: OutsideCharset | None = None  # metric=ctc, when any label has one
         # ctc: outputs [time, batch, classes]; metric.time_major, or what running the graph showed
         self.time_major = self.metric_cfg.time_major
 
@@ -192,6 +203,7 @@ class UserTask:
         bad = [str(t) for t in data.dataset[col] if t is not None and set(str(t)) - known]
         if bad:
             chars = sorted(set("".join(bad)) - known)
+            self.outside_charset = OutsideCharset(len(bad), len(data.dataset), "".join(chars))
             self.warnings.append(
                 f"metric=ctc: {len(bad)} of {len(data.dataset)} labels in {self.data_cfg.path} hold "
                 f"characters outside the character set ({len(self.charset)} characters): "

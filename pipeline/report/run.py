@@ -96,7 +96,9 @@ def markdown(report: dict) -> str:
             + "agree fp16 | "
             + " | ".join(f"p50 / p99 b{b} | speedup b{b}" for b in bs) + " |")
     lines = [f"# {report['model']} — quant={report['quant']}", "",
-             f"**Gate: {report['verdict']['summary']}**", "", head,
+             f"**Gate: {report['verdict']['summary']}**", "",
+             *(line for w in report.get("warnings") or () for line in (f"**Warning:** {w}", "")),
+             head,
              "|" + "---|" * (4 + len(metrics) + 2 * len(bs))]
     for r in report["rows"]:
         cells = [r["step"], numbers.megabytes(r["size_mb"]), numbers.count(r["nodes"]),
