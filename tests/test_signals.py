@@ -137,3 +137,27 @@ def test_a_killed_childs_semaphores_are_cleaned_up_without_a_word(tmp_path):
                           text=True, timeout=60)
     assert proc.stderr.splitlines() == [
         "interrupted (SIGTERM); cached stages are kept, rerun to resume"], proc.stderr
+
+
+def test_a_signal_while_publishing_leaves_a_report_that_says_interrupted(tmp_path):
+    """The report is written (publish pending) before publishing; a SIGTERM while the registry
+    is written rewrites it as interrupted, and the run's one line names it."""
+    from pipeline.report import decoder
+    from pipeline.report import run as rep
+
+    body = {"status": "complete", "model": "m", "quant": "int8", "settings": {}, "rows": [],
+            "verdict": {"passed": True, "checks": [], "summary": "PASS"},
+            "publish": {"status": "pending", "backend": "local"}}
+    path = rep.write(str(tmp_path), body, render=decoder.markdown)
+    with pytest.raises(interrupt.Interrupted) as e, interrupt.handled():
+        with rep.publishing(path, body, render=decoder.markdown):
+            os.kill(os.getpid(), signal.SIGTERM)  # the real handler raises, as in a registry write
+            time.sleep(10)
+    report = json.loads((path.parent / "report.json").read_text())
+    assert report["status"] == "interrupted" and report["publish"]["status"] == "interrupted"
+    assert report["interrupted"] == {"signal": "SIGTERM", "where": "while publishing",
+                                     "exit_code": 143}
+    assert "Interrupted while publishing (SIGTERM): nothing was published" in \
+        (path.parent / "report.md").read_text()
+    assert e.value.exit_code == 143 and e.value.line().endswith(f"; report {path}")
+    assert "interrupted while publishing (SIGTERM)" in e.value.line()

@@ -55,14 +55,17 @@ def run(cfg) -> int:
     if publishing:
         from pipeline.registry import publish
 
-        try:
-            cand = out.models["candidate"]
-            body["published"] = str(publish(cfg.registry, cfg.model.name, cfg.quant.mode.value,
-                                            cand, rep.evidence(out, body), rep.files(cand)))
-            body["publish"].update(status="published", ref=body["published"])
-        except Exception as e:  # noqa: BLE001 - recorded in the report, then raised as it was
-            body["publish"].update(status="failed", error=str(e))
+        # a signal now: the report says interrupted
+        with run_report.publishing(path, body, render=rep.markdown):
+            try:
+                cand = out.models["candidate"]
+                body["published"] = str(publish(cfg.registry, cfg.model.name,
+                                                cfg.quant.mode.value, cand,
+                                                rep.evidence(out, body), rep.files(cand)))
+                body["publish"].update(status="published", ref=body["published"])
+            except Exception as e:  # noqa: BLE001 - recorded in the report, then raised as it was
+                body["publish"].update(status="failed", error=str(e))
+                run_report.update(path, body, render=rep.markdown)
+                raise
             run_report.update(path, body, render=rep.markdown)
-            raise
-        run_report.update(path, body, render=rep.markdown)
     return finish(runner, t0, out.verdict, body, path, out.models["candidate"].path)

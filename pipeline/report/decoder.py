@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pipeline.core.artifact import plain
 from pipeline.core.env import environment
+from pipeline.report.run import interruption
 
 
 def _bytes(art) -> int:
@@ -72,7 +73,8 @@ def _f(v, fmt: str = ".2f") -> str:
 
 def markdown(report: dict) -> str:
     lines = [f"# {report['model']} — decoder, quant={report['quant']}", "",
-             f"**Gate: {'PASS' if report['verdict']['passed'] else 'FAIL'}**", ""]
+             f"**Gate: {'PASS' if report['verdict']['passed'] else 'FAIL'}**", "",
+             *interruption(report)]
     s = report.get("settings") or {}
     lines += [f"MatMulNBits accuracy level {s.get('accuracy_level')} "
               f"({s.get('accuracy_level_reason')}); block {s.get('block_size')}, "
