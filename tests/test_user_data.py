@@ -199,3 +199,14 @@ def test_a_text_file_with_invalid_utf8_is_named_by_its_line_whichever_rows_are_d
                                          rf"\(byte {byte} of the line\)"):
         load(DataConfig(format=fmt, path=str(path), input_column="text",
                         calibration_samples=1, evaluation_samples=2, seed=0))
+
+
+def test_an_empty_text_file_has_no_samples(tmp_path):
+    for name, text in (("e.jsonl", ""), ("b.jsonl", "\n \n"), ("e.csv", "")):
+        path = tmp_path / name
+        path.write_text(text)
+        fmt = name.rpartition(".")[2]
+        with pytest.raises(StageError, match=f"^data.path={path}: no samples found \\(an empty "
+                                             f"{fmt} file\\)$"):
+            load(DataConfig(format=fmt, path=str(path), input_column="text",
+                            calibration_samples=1, evaluation_samples=1))
