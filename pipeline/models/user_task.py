@@ -43,6 +43,17 @@ class OutsideCharset:
     characters: str    # those characters, sorted
 
 
+def _undecoded(ds):
+    """``ds`` with its image columns left as files (path, bytes): ``datasets`` would decode
+    each whole image before anything could look at the size its header claims."""
+    from datasets import Image
+
+    for name, feature in ds.features.items():
+        if isinstance(feature, Image) and feature.decode:
+            ds = ds.cast_column(name, Image(decode=False))
+    return ds
+
+
 class UserTask:
     """Subclasses set ``inputs`` and ``outputs``."""
 
@@ -272,7 +283,7 @@ class UserTask:
         columns = (self.columns if len(self.inputs) > 1
                    else {self.inputs[0].name: self.data_cfg.input_column})
         out = []
-        chosen = ds.select(rows)
+        chosen = _undecoded(ds.select(rows))  # _row decodes each image once its size is checked
         for k in range(len(chosen)):
             r = self._row(chosen, k)
             sample = {}
@@ -288,12 +299,24 @@ class UserTask:
 
     def _row(self, ds, k: int) -> dict:
         """Row ``k``, its images decoded; a file that is not a whole image (truncated, not an
-        image at all) is one line naming that file."""
+        image at all) or whose header claims more than ``images.MAX_PIXELS`` pixels (refused
+        before it is decoded) is one line naming that file."""
+        from datasets import Image
+
+        from pipeline.data.images import open_checked
+
         try:
-            return ds[k]
+            row = ds[k]
         except (OSError, SyntaxError, ValueError) as e:  # what Pillow raises for a bad file
             raise StageError(f"{self._file_of(ds, k)}: cannot be read as an image "
                              f"({str(e) or type(e).__name__})") from None
+        for name, feature in ds.features.items():
+            raw = row.get(name)
+            if isinstance(feature, Image) and not feature.decode and isinstance(raw, dict):
+                row[name] = open_checked(raw.get("bytes") or raw["path"],
+                                         name=raw.get("path") or f"data.path="
+                                         f"{self.data_cfg.path}: row {k}")
+        return row
 
     def _file_of(self, ds, k: int) -> str:
         """The file an image of row ``k`` was read from, else the row of the data set."""
