@@ -339,3 +339,16 @@ def test_a_decoder_gated_on_one_short_sequence_is_refused_before_any_stage(root,
     proc = run_cli(*args, f"workdir={work}")
     one_line(proc, 2, "data.evaluation_samples=1", "in 1 sequence;", "at least 97 tokens")
     assert not (work / "cache" / "decoder_export").exists()
+
+
+def test_a_decoder_folder_without_architectures_is_told_what_it_lacks(root, tmp_path):
+    """It was an encoder to compose ("needs a metric") and a decoder to the command line
+    ("leave metric= unset"): one rule now, and the one line names what is missing."""
+    folder = tmp_path / "noarch"
+    shutil.copytree(root / "tiny", folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    del cfg["architectures"]
+    (folder / "config.json").write_text(json.dumps(cfg))
+    proc = run_cli(*_args(root, "quant=int8", model=str(folder)))
+    one_line(proc, 2, "config.json names no architectures (model_type llama)",
+             '"architectures": ["LlamaForCausalLM"]')

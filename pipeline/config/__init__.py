@@ -243,22 +243,14 @@ class DecoderQuant:
 
 
 def decoder_path(path: Optional[str]) -> bool:
-    """model.path names a decoder LLM: a GGUF file, or a folder whose config.json names a causal
-    LM (pipeline.models.decoder checks it fully; here only what the schema's rules need)."""
-    import json
-    from pathlib import Path
+    """model.path names a decoder LLM, by the command line's own rule
+    (``pipeline.models.decoder.is_decoder``: a GGUF file, a folder whose config.json names a
+    causal LM or, without architectures, a decoder's model type). One rule: with two, a folder
+    without architectures was an encoder here ("needs a metric") and a decoder there ("leave
+    metric= unset")."""
+    from pipeline.models.decoder import is_decoder
 
-    if not path:
-        return False
-    if str(path).lower().endswith(".gguf"):
-        return True
-    try:
-        cfg = json.loads((Path(path) / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    archs = cfg.get("architectures") if isinstance(cfg, dict) else None
-    return any(isinstance(a, str) and a.endswith(("ForCausalLM", "LMHeadModel"))
-               for a in archs or [])
+    return is_decoder(path)
 # -- end of decoder LLMs --------------------------------------------------------------------------
 
 

@@ -93,7 +93,13 @@ def check_folder(folder: Path, key: str) -> Decoder:
         raise ConfigError(f"{key}: no readable config.json (expected a Hugging Face model folder "
                           "written by save_pretrained)")
     archs = [a for a in cfg.get("architectures") or [] if isinstance(a, str)]
-    arch = archs[0] if archs else str(cfg.get("model_type"))
+    if not archs:  # the builder picks its exporter by architectures[0]: it has none to read
+        kind = cfg.get("model_type")
+        hint = dict(zip(MODEL_TYPES, ARCHITECTURES)).get(kind, "...ForCausalLM")
+        raise ConfigError(f"{key}: config.json names no architectures (model_type {kind}); "
+                          "onnxruntime-genai's model builder reads architectures[0]: add "
+                          f'"architectures": ["{hint}"] (save_pretrained writes it)')
+    arch = archs[0]
     if arch not in ARCHITECTURES:
         raise ConfigError(f"{key}: architecture {arch} is not a decoder onnxruntime-genai's "
                           f"model builder exports (supported: {', '.join(ARCHITECTURES)})")
