@@ -161,3 +161,18 @@ def test_a_forged_benchmark_is_measured_again_and_never_published(tiny_run, tmp_
     assert [s["reused"] for s in report["stages"] if s["stage"] == "benchmark"] == [False]
     assert sum(not s["reused"] for s in report["stages"]) == 1
     assert not report.get("published") and not (registry.exists() and any(registry.iterdir()))
+
+
+@pytest.mark.parametrize("target", ["a key elsewhere", "nothing"])
+def test_a_key_that_is_a_symbolic_link_is_refused_naming_it(tmp_path, target):
+    """O_NOFOLLOW refused it with a bare ELOOP ("Too many levels of symbolic links")."""
+    other = tmp_path / "other"
+    if target != "nothing":
+        seal.store_key(other)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / seal.KEY_FILE).symlink_to(other / seal.KEY_FILE)
+    with pytest.raises(PipelineError) as e:
+        seal.store_key(tmp_path / "cache")
+    assert str(e.value).startswith(f"cache key {tmp_path / 'cache' / seal.KEY_FILE} is a "
+                                   f"symbolic link (to {other / seal.KEY_FILE})")
+    assert "rm " in str(e.value) and "\n" not in str(e.value)

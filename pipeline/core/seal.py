@@ -56,7 +56,15 @@ def store_key(cache: Path) -> bytes:
 
 def _read(path: Path) -> bytes | None:
     """The key, or None while it is still short (being written in place)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        if e.errno != errno.ELOOP:  # what O_NOFOLLOW says of a link, dangling or not
+            raise
+        raise PipelineError(f"cache key {path} is a symbolic link (to {os.readlink(path)}), "
+                            "not the cache's own file: a link lets whoever can change where it "
+                            f"points choose the key, and so forge entries; remove it (rm {path}) "
+                            "and a new key is made") from None
     try:
         st = os.fstat(fd)
         text = os.read(fd, 4 * KEY_BYTES)
