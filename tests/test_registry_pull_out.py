@@ -79,3 +79,15 @@ def test_an_earlier_pull_of_the_same_model_is_replaced(tmp_path, store):
     (out / "notes.txt").write_text("mine")
     with pytest.raises(ConfigError, match="files a pull did not write"):
         store.pull("ocr", first, out)
+
+
+def test_a_dangling_link_as_destination_is_one_line_and_nothing_is_pulled(tmp_path, store):
+    """Renaming the pulled folder onto the link failed with a bare ENOTDIR (exit 3)."""
+    out = tmp_path / "link"
+    out.symlink_to(tmp_path / "nowhere")
+    proc = registry_cli("pull", f"ocr:{versions(store)[0]}", "--out", out,
+                        f"registry.root={store.root}")
+    one_line_error(proc, 2, f"pull --out {out}: a symbolic link to {tmp_path / 'nowhere'}, "
+                   "which does not exist; nothing was pulled")
+    assert out.is_symlink() and not (tmp_path / "nowhere").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-pull")]
