@@ -352,3 +352,21 @@ def test_a_decoder_folder_without_architectures_is_told_what_it_lacks(root, tmp_
     proc = run_cli(*_args(root, "quant=int8", model=str(folder)))
     one_line(proc, 2, "config.json names no architectures (model_type llama)",
              '"architectures": ["LlamaForCausalLM"]')
+
+
+def test_new_evaluation_text_does_not_export_the_decoder_again(tmp_path):
+    """The FP32 export reads the folder alone (the text only feeds its parity check): its key
+    is the same for any text, and every stage that scores the text keys on it."""
+    from pipeline.config import HardwareConfig
+    from pipeline.engine.runner import Runner
+    from pipeline.models.decoder import Decoder, _token_file
+    from pipeline.stages.decoder_export import DecoderExport
+    from pipeline.stages.score_text import ScoreText
+
+    runner = Runner(tmp_path / "work", HardwareConfig().target(), log=lambda m: None)
+    decoder = Decoder(str(tmp_path), "d" * 64, "LlamaForCausalLM", str(tmp_path))
+    one, two = (_token_file(ids, tmp_path / "tokens", "evaluation")
+                for ids in ([[1, 2, 3]], [[4, 5, 6, 7]]))
+    assert runner.key(DecoderExport(decoder, one), None, {}) == \
+        runner.key(DecoderExport(decoder, two), None, {})
+    assert runner.key(ScoreText(one), None, {}) != runner.key(ScoreText(two), None, {})
