@@ -176,3 +176,24 @@ def test_a_key_that_is_a_symbolic_link_is_refused_naming_it(tmp_path, target):
     assert str(e.value).startswith(f"cache key {tmp_path / 'cache' / seal.KEY_FILE} is a "
                                    f"symbolic link (to {other / seal.KEY_FILE})")
     assert "rm " in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_deleted_key_is_said_once_and_its_entries_rebuilt_not_kept_aside_as_corrupt(tmp_path):
+    """Deleting the key (docs/stages.md: every entry is then rebuilt) called each entry corrupt
+    and kept each aside for a week."""
+    runner(tmp_path).run(Bench(0.9))
+    runner(tmp_path).run(Bench(0.8))
+    (tmp_path / "cache" / seal.KEY_FILE).unlink()
+    logs = []
+    r = runner(tmp_path, logs)
+    r.run(Bench(0.9))
+    r.run(Bench(0.8))
+    assert [s["reused"] for s in r.record] == [False, False]
+    said = [m for m in logs if "!" in m]
+    assert len(said) == 1 and "was made by this run (the old one was deleted or replaced)" in \
+        said[0], logs
+    assert not any("corrupt" in m for m in logs)
+    assert not list((tmp_path / "cache" / "measure").glob(".corrupt-*"))
+    again = runner(tmp_path)
+    again.run(Bench(0.9))
+    assert again.record[0]["reused"] is True  # sealed with the new key: trusted
