@@ -197,3 +197,16 @@ def test_a_deleted_key_is_said_once_and_its_entries_rebuilt_not_kept_aside_as_co
     again = runner(tmp_path)
     again.run(Bench(0.9))
     assert again.record[0]["reused"] is True  # sealed with the new key: trusted
+
+
+def test_the_cache_folders_are_not_writable_by_every_user_whatever_the_umask(tmp_path):
+    """Under umask 000 the cache, its stage folders and entries were 0777 (anyone could put a
+    key of their own there) while the key's own mode was checked."""
+    old = os.umask(0)
+    try:
+        built = runner(tmp_path / "w").run(Bench(0.9))
+    finally:
+        os.umask(old)
+    made = [tmp_path / "w", tmp_path / "w" / "cache", built.path.parent, built.path]
+    assert [oct(stat.S_IMODE(p.stat().st_mode) & 0o002) for p in made] == ["0o0"] * 4
+    assert stat.S_IMODE(built.path.stat().st_mode) == 0o775  # the group keeps what umask gave

@@ -127,7 +127,7 @@ class Runner:
             final = self.cache / stage.name / key
             with contextlib.ExitStack() as held:
                 try:
-                    final.parent.mkdir(parents=True, exist_ok=True)
+                    seal.folders(final.parent)
                     # one builder per key: the others wait, then reuse
                     held.enter_context(locks.key_lock(final, self.log))
                 except OSError as e:
@@ -157,9 +157,9 @@ class Runner:
                     shutil.rmtree(final)
             except StageError as e:
                 self._set_aside(label, key, final, e)
-        final.parent.mkdir(parents=True, exist_ok=True)
+        seal.folders(final.parent)
         tmp = final.with_name(leftovers.temp_name(key[:16]))
-        tmp.mkdir()
+        seal.folders(tmp)  # becomes the entry: not writable by every user either
         t0 = time.time()
         try:
             scratch = tmp / SCRATCH
