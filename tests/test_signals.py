@@ -161,3 +161,39 @@ def test_a_signal_while_publishing_leaves_a_report_that_says_interrupted(tmp_pat
         (path.parent / "report.md").read_text()
     assert e.value.exit_code == 143 and e.value.line().endswith(f"; report {path}")
     assert "interrupted while publishing (SIGTERM)" in e.value.line()
+
+
+def test_sigterm_while_publishing_through_the_command_line(tiny_run, tmp_path):
+    """The gate passed and the report says publish pending; the registry (a port that takes the
+    connection and never answers) holds the run in publishing when SIGTERM comes: exit 143, the
+    one line names the report, and the report says interrupted, not complete."""
+    import socket
+
+    from tests.faults import copy_of_tiny_run
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # connections wait in the backlog: a request is sent, never answered
+        port = silent.getsockname()[1]
+        args = copy_of_tiny_run(tiny_run, tmp_path / "w", registry="oci",
+                                **{"registry.url": f"http://127.0.0.1:{port}"})
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        latest = tmp_path / "w" / "runs" / "latest" / "report.json"
+        deadline = time.time() + 300
+        while not (latest.exists() and '"pending"' in latest.read_text()):
+            assert proc.poll() is None, proc.communicate()
+            assert time.time() < deadline, "the report was not written"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    run = latest.parent.resolve()
+    one_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), 143,
+             "interrupted while publishing (SIGTERM)", f"report {run / 'report.md'}")
+    report = json.loads((run / "report.json").read_text())
+    assert report["status"] == "interrupted" and report["publish"]["status"] == "interrupted"
+    assert report["verdict"]["passed"] and "published" not in report
+    assert "Interrupted while publishing (SIGTERM): nothing was published" in \
+        (run / "report.md").read_text()
