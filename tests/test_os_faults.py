@@ -157,3 +157,32 @@ def test_a_bug_keeps_its_traceback_and_never_exits_1(capsys):
     err = capsys.readouterr().err
     assert "Traceback" in err and "KeyError: 'sequence_accuracy'" in err and "a bug" in err
     assert cli(gate_failed, [], "doc") == 1
+
+
+def test_a_disk_that_fills_under_onnxruntimes_profile_is_named_not_read_half_written(tmp_path,
+                                                                                   monkeypatch):
+    """evaluate profiles one run to record the precision each kernel ran in; onnxruntime's
+    profiler writes its JSON without reporting a failed write, so a full disk left a cut-off
+    file and a JSONDecodeError. Now: ENOSPC and the folder, nothing read from the file."""
+    import errno
+    import tempfile
+
+    import numpy as np
+
+    from pipeline.core.errors import describe_os_error
+    from pipeline.runtimes.onnxruntime import executed
+    from tests.test_messages import _classifier
+
+    model = _classifier(tmp_path / "m.onnx")
+    example = {"image": np.zeros((1, 3, 8, 8), np.float32)}
+    hw = HardwareConfig().target()
+    assert executed(model, hw, example)  # on a disk with room: the kernels' precisions
+    with tmpfs(tmp_path / "full", size="256k", fill_to_bytes=512) as root:
+        monkeypatch.setattr(tempfile, "tempdir", str(root))
+        with pytest.raises(OSError) as e:
+            executed(model, hw, example)
+        assert e.value.errno == errno.ENOSPC
+        line = describe_os_error(e.value)
+        assert line.startswith(f"{root}/ort-profile-") and line.endswith(
+            "No space left on device (ENOSPC)")
+        assert sorted(p.name for p in root.iterdir()) == ["filler"]  # nothing left behind

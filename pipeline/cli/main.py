@@ -118,7 +118,8 @@ def _run(argv: list[str]) -> int:
         body["publish"] = {"status": "pending", "backend": cfg.registry.backend.value}
     path = rep.write(cfg.workdir, body, ship.figures(cfg, out, body))
     if publishing:
-        ship.publish(cfg, out, body, path, evidence)
+        with rep.publishing(path, body):  # a signal now: the report says interrupted
+            ship.publish(cfg, out, body, path, evidence)
     return finish(runner, t0, out.verdict, body, path, out.models["candidate"].path)
 
 
