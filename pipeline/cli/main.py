@@ -93,7 +93,7 @@ def _preflight(cfg):
 def _run(argv: list[str]) -> int:
     cfg = compose(argv)
     from pipeline.config import DecoderQuant
-    from pipeline.models.decoder import is_decoder
+    from pipeline.config.decoder_files import is_decoder
 
     if cfg.model.source == "hf" and is_decoder(cfg.model.path):  # a decoder LLM: pipeline.cli.llm
         from pipeline.cli import llm

@@ -244,11 +244,11 @@ class DecoderQuant:
 
 def decoder_path(path: Optional[str]) -> bool:
     """model.path names a decoder LLM, by the command line's own rule
-    (``pipeline.models.decoder.is_decoder``: a GGUF file, a folder whose config.json names a
+    (``pipeline.config.decoder_files.is_decoder``: a GGUF file, a folder whose config.json names a
     causal LM or, without architectures, a decoder's model type). One rule: with two, a folder
     without architectures was an encoder here ("needs a metric") and a decoder there ("leave
     metric= unset")."""
-    from pipeline.models.decoder import is_decoder
+    from pipeline.config.decoder_files import is_decoder
 
     return is_decoder(path)
 # -- end of decoder LLMs --------------------------------------------------------------------------

@@ -7,8 +7,9 @@ run's ``data=`` config. Out: ``Decoder`` (the folder, its content digest, its ar
 ``TextSet`` (the evaluation or calibration text, tokenized once in the parent by the folder's
 own tokenizer into a file named by its sha256, which is part of every stage key that reads it).
 
-Which folders are decoders: ``is_decoder`` (an architecture ending in ``ForCausalLM`` or a
-model type onnxruntime-genai's model builder exports); which of those are compiled: the
+Which folders are decoders: ``pipeline.config.decoder_files.is_decoder`` (an architecture ending
+in ``ForCausalLM`` or a model type onnxruntime-genai's model builder exports); which of those
+are compiled: the
 builder's text decoders (``ARCHITECTURES``), anything else is refused in one line. The folder
 keeps the encoders' rules: safetensors only (a pickle is refused, never read) and no file it
 names outside it (``pipeline.models.files``, ``pipeline.core.userfiles``).
@@ -30,6 +31,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.config.decoder_files import MODEL_TYPES, folder_config as _config, is_gguf
 from pipeline.core.errors import ConfigError, StageError
 
 # The text decoders onnxruntime-genai 0.18's model builder exports (its create_model's list, less
@@ -39,38 +41,7 @@ ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "
                  "Phi3ForCausalLM", "GraniteForCausalLM", "OlmoForCausalLM",
                  "NemotronForCausalLM", "SmolLM3ForCausalLM", "InternLM2ForCausalLM",
                  "Ernie4_5ForCausalLM")
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi",
-               "phi3", "granite", "olmo", "nemotron", "smollm3", "internlm2", "ernie4_5")
-CAUSAL = ("ForCausalLM", "LMHeadModel")  # how transformers names a text generator's class
 DEFAULT_MAX_LENGTH = 256  # tokens per scored sequence: long enough for perplexity, cheap to run
-
-
-def is_gguf(path: str | Path) -> bool:
-    return str(path).lower().endswith(".gguf")
-
-
-def _config(folder: Path) -> dict:
-    try:
-        value = json.loads((folder / "config.json").read_bytes())
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def is_decoder(path: str | Path | None) -> bool:
-    """A GGUF file, or a folder whose config.json names a causal LM (``...ForCausalLM``, GPT-2's
-    ``...LMHeadModel``) or, without architectures, a decoder model type. Whether the builder
-    exports it is ``check_folder``'s question: a decoder it does not export is refused, not
-    compiled as an encoder."""
-    if not path:
-        return False
-    path = Path(path)
-    if is_gguf(path):
-        return True
-    cfg = _config(path) if path.is_dir() else {}
-    archs = cfg.get("architectures") or []
-    return (any(isinstance(a, str) and a.endswith(CAUSAL) for a in archs)
-            or (not archs and cfg.get("model_type") in MODEL_TYPES))
 
 
 @dataclass(frozen=True)
