@@ -35,7 +35,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q uv
 	$(UV) "torch==2.13.0"
-	$(UV) -e ".[test,registry,ray,hf,llm]"
+	$(UV) -e ".[test,registry,ray,hf,llm,serve]"
 	touch $@
 
 setup: $(VENV)/.installed
