@@ -12,6 +12,13 @@ over HTTP (``pipeline.serve``).
     --max-body-bytes N --max-pixels N --max-side N     input limits (10 MiB, 16 Mpx, 16384)
     --ready-file PATH         written (the port) once warm: how a script learns the port
 
+    python -m pipeline.serve load URL [--files DIR | --ocr-lines N [--scale S] [--format F]]
+        [--rates Q,Q,.. | --start-qps Q [--growth G] [--max-steps N]] [--seconds S]
+        [--window S] [--slo-ms MS] [--concurrency C,C,..] [--out FILE] [--allow-remote]
+                              the load generator (pipeline.serve.load): open-loop Poisson steps
+                              and a concurrency sweep from raw bytes; only 127.0.0.1/localhost
+                              unless --allow-remote
+
 Registry overrides are Hydra's, as for ``python -m pipeline.registry`` (``registry=oci
 registry.url=...``). SIGTERM or Ctrl-C: stop accepting, answer what is in flight, exit 0. Errors
 before serving are one line on stderr: 2 bad arguments, 3 an artifact that cannot be served.
@@ -75,7 +82,68 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         print(__doc__)
         return 0
+    if argv[0] == "load":
+        return cli(_load, argv[1:], __doc__)
     return cli(_serve, argv, __doc__)
+
+
+def _load(argv: list[str]) -> int:
+    from urllib.parse import urlparse
+
+    from pipeline.serve import load
+
+    p = argparse.ArgumentParser(prog="python -m pipeline.serve load", add_help=False)
+    p.add_argument("url")
+    p.add_argument("--files", default=None)
+    p.add_argument("--ocr-lines", type=int, default=64)
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--format", default="PNG", choices=("PNG", "JPEG"))
+    p.add_argument("--rates", default=None)
+    p.add_argument("--start-qps", type=float, default=10.0)
+    p.add_argument("--growth", type=float, default=1.5)
+    p.add_argument("--max-steps", type=int, default=12)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--window", type=float, default=1.0)
+    p.add_argument("--slo-ms", type=float, default=None)
+    p.add_argument("--concurrency", default="")
+    p.add_argument("--max-in-flight", type=int, default=256)
+    p.add_argument("--out", default=None)
+    p.add_argument("--allow-remote", action="store_true")
+    try:
+        ns, unknown = p.parse_known_args(argv)
+        rates = [float(r) for r in ns.rates.split(",")] if ns.rates else None
+        concurrency = [int(c) for c in ns.concurrency.split(",") if c]
+    except (SystemExit, ValueError):
+        raise ConfigError(f"bad arguments: {' '.join(argv)} (python -m pipeline.serve -h)") \
+            from None
+    if unknown:
+        raise ConfigError(f"unknown argument(s) {' '.join(unknown)} (python -m pipeline.serve -h)")
+    host = urlparse(ns.url).hostname
+    if host not in ("127.0.0.1", "localhost", "::1") and not ns.allow_remote:
+        raise ConfigError(f"{ns.url}: load goes to this machine only (127.0.0.1, localhost); "
+                          "--allow-remote for another host")
+    if (rates and min(rates) <= 0) or ns.start_qps <= 0 or ns.seconds <= 0 or ns.window <= 0 \
+            or any(c <= 0 for c in concurrency) or ns.growth <= 1:
+        raise ConfigError("rates, --start-qps, --seconds, --window and --concurrency must be "
+                          "> 0, --growth > 1")
+    slo = ns.slo_ms
+    if slo is None:  # the project's SLO (conf/slo/default.yaml), as the pipeline judges it
+        from pipeline.engine.compose import compose
+
+        slo = compose([]).slo.p99_ms
+    bodies = load.files(Path(ns.files)) if ns.files else \
+        load.ocr_lines(ns.ocr_lines, ns.scale, fmt=ns.format)
+    if not bodies:
+        raise ConfigError(f"--files {ns.files}: no files")
+    cfg = load.LoadConfig(slo_p99_ms=slo, step_seconds=ns.seconds, window_s=ns.window,
+                          max_in_flight=ns.max_in_flight)
+    report = load.run(ns.url.rstrip("/"), bodies, cfg, rates, ns.start_qps, ns.growth,
+                      ns.max_steps, concurrency)
+    print(f"highest rate with p99 <= {slo:g} ms (steady): {report.max_qps_within_slo:.1f} req/s")
+    if ns.out:
+        load.write(report, Path(ns.out))
+        print(f"report: {ns.out}")
+    return 0
 
 
 def _serve(argv: list[str]) -> int:
