@@ -60,6 +60,9 @@ class ServeConfig:
         """Zero counts replaced by the split of the usable cores."""
         from dataclasses import replace
 
+        if self.mode == "inline":  # no workers: the model's threads may have every core
+            return replace(self, workers=0,
+                           intra_op_threads=self.intra_op_threads or usable_cores())
         workers, threads = default_split(usable_cores())
         return replace(self, workers=self.workers or workers,
                        intra_op_threads=self.intra_op_threads or threads)
