@@ -46,7 +46,7 @@ def test_open_loop_and_concurrency_report_counts_what_was_sent(server, tmp_path)
     assert step["offered_qps"] == 6 and step["sent"] > 0
     assert step["ok"] + sum(step["errors"].values()) == step["sent"]
     assert step["ok"] > 0 and step["errors"].get("415", 0) > 0, step
-    assert set(step) >= {"p50_ms", "p99_ms", "p999_ms", "achieved_qps", "window_p99_ms",
+    assert set(step) >= {"p50_ms", "p99_ms", "p999_ms", "achieved_qps", "window_p50_ms", "window_p99_ms",
                          "steady", "meets_slo", "network_ms"}
     assert set(step["stage_ms"]) == {"decode", "preprocess", "queue", "inference",
                                      "postprocess", "server_total"}
