@@ -167,3 +167,36 @@ def section(base: list[str], cli, run_dir: Path | None = None, step_seconds: flo
                                        (m.get("int8 pipeline") or 0) > (m.get("fp32 pipeline") or 0)],
     }
     return out
+
+
+def table(section: dict) -> list[str]:
+    """The results page's rows: each server's highest steady rate within the target, and the
+    stages of its fastest step that met it."""
+    if "servers" not in section:
+        return []
+    b = section["cpu_bound"]
+    lines = [f"CPU bound on {b['cores']} usable cores: the model alone {b['model_ms_b1']:.2f} ms "
+             f"at batch 1, decoding + preprocessing a {section['scale']:g}x line "
+             f"{b['decode_preprocess_ms_1_core']:.2f} ms on one core: at most "
+             f"{b['bound_qps_serial']:.0f} requests/s done one after the other.\n",
+             f"| server (p99 <= {section['slo_p99_ms']:g} ms, PNG at {section['scale']:g}x) "
+             "| highest steady rate | p50 / p99 there | decode | preprocess | queue | inference "
+             "| postprocess | network |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, s in section["servers"].items():
+        ok = [st for st in s.get("steps", []) if st.get("meets_slo")]
+        if not ok:
+            lines.append(f"| {name} | 0 | — | | | | | | |")
+            continue
+        st = max(ok, key=lambda x: x["offered_qps"])
+        ms = st.get("stage_ms", {})
+        cells = [f"{ms[k]:.2f}" if k in ms else "—" for k in
+                 ("decode", "preprocess", "queue", "inference", "postprocess")]
+        lines.append(f"| {name} | {s['max_qps_within_slo']:.1f} req/s | {st['p50_ms']:.1f} / "
+                     f"{st['p99_ms']:.1f} ms | " + " | ".join(cells)
+                     + f" | {st['network_ms']:.2f} |")
+    if "soak" in section:
+        k = section["soak"]
+        lines.append(f"\nSoak: {k['qps']:.1f} req/s for {k['seconds']:g} s, p99 {k['p99_ms']:.1f} "
+                     f"ms, errors {k['errors'] or 0}, server RSS {k['rss_mb_before_after'][0]:.0f}"
+                     f" -> {k['rss_mb_before_after'][1]:.0f} MB.")
+    return lines + [""]

@@ -7,19 +7,20 @@ processes, no batching, no queue bound, no input checks beyond what Pillow raise
 ``python -m benchmarks.serve_naive MODEL.onnx PORT_FILE``: serves on 127.0.0.1, a free port,
 written to PORT_FILE once listening.
 """
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: FastAPI reads the handler's annotations at runtime,
+# and ``Request`` must be a class there, not a string, or it becomes a query parameter (422).
 import io
 import sys
 import threading
 import time
 from pathlib import Path
 
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
 
 def app_for(model: Path):
     import onnxruntime as ort
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
     from PIL import Image
 
     from pipeline.models.ocr import crnn
@@ -45,7 +46,7 @@ def app_for(model: Path):
     return app
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list) -> int:
     import uvicorn
 
     model, port_file = Path(argv[0]), Path(argv[1])

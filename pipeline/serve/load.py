@@ -171,8 +171,10 @@ def _summarize(step: Step, records: list, elapsed: float, cfg: LoadConfig) -> St
         lat = np.asarray([r[1] for r in ok])
         step.p50_ms, step.p99_ms, step.p999_ms = (float(np.percentile(lat, q))
                                                   for q in (50, 99, 99.9))
-        for stage in STAGES:
-            step.stage_ms[stage] = float(np.mean([r[3].get(stage, 0.0) for r in ok]))
+        for stage in STAGES:  # the stages this server reports (a naive one: only its total)
+            values = [r[3][stage] for r in ok if stage in r[3]]
+            if values:
+                step.stage_ms[stage] = float(np.mean(values))
         step.stage_ms["server_total"] = float(np.mean([r[3]["total"] for r in ok]))
         step.network_ms = float(np.median([r[1] - r[3]["total"] for r in ok]))
     windows = int(np.ceil(step.seconds / cfg.window_s))
