@@ -244,3 +244,21 @@ def test_an_artifact_evaluated_with_other_preprocessing_is_refused(published, tm
     proc = subprocess.run([sys.executable, "-m", "pipeline.serve", str(edited)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     one_line(proc, 2, "preprocessing differs", "image")
+
+
+def test_a_run_whose_cached_model_was_edited_is_refused(tiny_run, tmp_path):
+    """Serving a run's folder re-hashes its cached candidate: a copy of the run whose model file
+    was altered after the gate is one line and exit 3, nothing served."""
+    workdir, _ = tiny_run
+    report = json.loads((workdir / "runs" / "latest" / "report.json").read_text())
+    entry = tmp_path / "cache" / report["lineage"]["candidate"]["digest"]
+    shutil.copytree(report["lineage"]["candidate"]["path"], entry)
+    report["lineage"]["candidate"]["path"] = str(entry)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "report.json").write_text(json.dumps(report))
+    model = entry / "model.onnx"
+    model.write_bytes(model.read_bytes() + b"\0")
+    proc = subprocess.run([sys.executable, "-m", "pipeline.serve", str(run)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    one_line(proc, 3, "corrupt", "model.onnx")

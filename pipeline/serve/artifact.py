@@ -3,9 +3,10 @@
 In: ``REF`` as the user gives it: a folder holding ``model.onnx`` and ``manifest.json`` (what
 ``pipeline.registry pull`` writes), a run's folder (``artifacts/runs/latest``: its
 ``report.json`` names the candidate's cached model), or a registry ref (``ocr:production``),
-pulled as ``pipeline.registry pull`` pulls it, every blob re-hashed. Out: a ``Served``: the model
-file, the task that reads its inputs and outputs, the preprocessing its evaluation used (the
-``serving`` section the run recorded) and the output-hash ledger of that evaluation.
+pulled as ``pipeline.registry pull`` pulls it, every blob re-hashed (a run's cached candidate
+is re-hashed too). Out: a ``Served``: the model file, the task that reads its inputs and outputs,
+the preprocessing its evaluation used (the ``serving`` section the run recorded) and the
+output-hash ledger of that evaluation.
 
 The recorded preprocessing is compared with what this code's task does now: an artifact whose
 evaluation fed the model differently is refused, never served with other inputs than it was
@@ -78,10 +79,17 @@ def _from_report(ref: str, report: dict) -> Served:
     if report.get("status") != "complete" or "candidate" not in report.get("lineage", {}):
         raise StageError(f"{ref}: the run did not complete (status {report.get('status')!r}); "
                          "nothing to serve")
-    model = Path(report["lineage"]["candidate"]["path"]) / "model.onnx"
+    from pipeline.core.artifact import Artifact
+
+    lineage = report["lineage"]["candidate"]
+    model = Path(lineage["path"]) / "model.onnx"
     if not model.is_file():
         raise StageError(f"{ref}: the candidate's model {model} is gone (make clean-cache?); "
                          "run the pipeline again or serve a registry ref")
+    # re-hashed as a pull re-hashes: the cache entry must still be the one the run gated
+    if Artifact.read(Path(lineage["path"])).digest != lineage["digest"]:
+        raise StageError(f"{ref}: the candidate in the cache is not the one the run gated "
+                         f"(digest {lineage['digest'][:12]}); run the pipeline again")
     cand = next(r for r in report["rows"] if r["role"] == "candidate")
     return _served(ref, model, report["config"], report.get("serving"),
                    cand.get("output_sha256"), None, (report.get("runtimes") or {}).get("deployed")
