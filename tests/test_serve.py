@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import requests
@@ -251,8 +252,9 @@ def test_a_run_whose_cached_model_was_edited_is_refused(tiny_run, tmp_path):
     was altered after the gate is one line and exit 3, nothing served."""
     workdir, _ = tiny_run
     report = json.loads((workdir / "runs" / "latest" / "report.json").read_text())
-    entry = tmp_path / "cache" / report["lineage"]["candidate"]["digest"]
-    shutil.copytree(report["lineage"]["candidate"]["path"], entry)
+    original = Path(report["lineage"]["candidate"]["path"])
+    entry = tmp_path / "cache" / original.name  # a cache entry's folder is named by its key
+    shutil.copytree(original, entry)
     report["lineage"]["candidate"]["path"] = str(entry)
     run = tmp_path / "run"
     run.mkdir()
