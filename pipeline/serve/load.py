@@ -258,8 +258,10 @@ def _line(s: Step) -> str:
     stages = " ".join(f"{k} {v:.2f}" for k, v in s.stage_ms.items())
     return (f"{s.offered_qps:8.1f} req/s offered, {s.achieved_qps:8.1f} answered: p50 "
             f"{s.p50_ms:.2f} p99 {s.p99_ms:.2f} p999 {s.p999_ms:.2f} ms, errors "
-            f"{s.errors or 0}, {'steady' if s.steady else 'NOT steady'}, "
-            f"{'meets' if s.meets_slo else 'misses'} the target | ms: {stages} network "
+            f"{s.errors or 0}, "
+            + (("meets" if s.meets_slo else "misses") + " the target" if s.steady else
+               "not steady: not counted")
+            + f" | ms: {stages} network "
             f"{s.network_ms:.2f}")
 
 
