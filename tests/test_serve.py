@@ -136,10 +136,11 @@ def test_metrics_parse_as_prometheus_text_and_count_requests(server):
 
 
 def test_overload_is_503_with_retry_after_and_memory_stays_bounded(published, tmp_path):
-    """Queue limit 2, and a batcher that holds a lone request 3 s hoping for company: while two
-    are held, every other request must be refused at once, not queued."""
+    """Queue limit 2, and a batcher that holds a lone request 8 s hoping for company (long, so a
+    busy host still sends all the others while the two are held): while two are held, every
+    other request must be refused at once, not queued."""
     ref, overrides = published
-    running = start(ref, tmp_path, *overrides, "--queue-limit", "2", "--max-wait-ms", "3000",
+    running = start(ref, tmp_path, *overrides, "--queue-limit", "2", "--max-wait-ms", "8000",
                     "--workers", "1", "--threads", "1")
     try:
         held = ThreadPoolExecutor(2)
@@ -165,7 +166,8 @@ def test_overload_is_503_with_retry_after_and_memory_stays_bounded(published, tm
 
 def test_sigterm_answers_what_is_in_flight_then_exits_0(published, tmp_path):
     ref, overrides = published
-    running = start(ref, tmp_path, *overrides, "--max-wait-ms", "2000", "--workers", "1",
+    # the batcher holds the lone request 5 s hoping for company: SIGTERM arrives while it waits
+    running = start(ref, tmp_path, *overrides, "--max-wait-ms", "5000", "--workers", "1",
                     "--threads", "1")
     with ThreadPoolExecutor(1) as pool:
         inflight = pool.submit(post, running.url, line_png())
