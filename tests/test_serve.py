@@ -266,3 +266,26 @@ def test_a_run_whose_cached_model_was_edited_is_refused(tiny_run, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pipeline.serve", str(run)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     one_line(proc, 3, "corrupt", "model.onnx")
+
+
+def _workers(pid: int) -> list[int]:
+    """The server's preprocessing processes (children started by multiprocessing's spawn)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(c) for c in children
+            if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+def test_a_dead_worker_fails_its_request_and_the_server_goes_on(server):
+    import os
+    import signal
+
+    workers = _workers(server.proc.pid)
+    assert workers, "no worker processes found"
+    os.kill(workers[0], signal.SIGKILL)
+    first = post(server.url, line_png())
+    assert first.status_code == 500, first.text
+    assert "worker died" in first.json()["error"]
+    after = [post(server.url, line_png(seed=k)) for k in range(3)]
+    assert [r.status_code for r in after] == [200] * 3, [r.text for r in after]
+    assert workers[0] not in _workers(server.proc.pid)
+    assert metrics(server.url)[("serve_worker_restarts_total",)] == 1

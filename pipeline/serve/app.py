@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -33,6 +34,10 @@ from pipeline.serve.batcher import Batcher, Job
 from pipeline.serve.config import ServeConfig
 from pipeline.serve.inputs import BadInput, Limits, Prepared, prepare, warm
 from pipeline.serve.metrics import ServerMetrics
+
+
+class WorkerLost(Exception):
+    """A preprocessing worker died with this request: 500, and the server goes on."""
 
 
 class Server:
@@ -53,14 +58,17 @@ class Server:
         self.model = None
 
     # -- life cycle ------------------------------------------------------------------------
-    async def start(self) -> None:
+    def _new_pool(self) -> ProcessPoolExecutor:
         import multiprocessing
 
+        # spawn, not fork: a forked child of a process with runtime threads can deadlock
+        return ProcessPoolExecutor(self.cfg.workers,
+                                   mp_context=multiprocessing.get_context("spawn"))
+
+    async def start(self) -> None:
         loop = asyncio.get_running_loop()
         if self.cfg.mode == "pipeline":
-            # spawn, not fork: a forked child of a process with runtime threads can deadlock
-            self.pool = ProcessPoolExecutor(self.cfg.workers,
-                                            mp_context=multiprocessing.get_context("spawn"))
+            self.pool = self._new_pool()
             await asyncio.gather(*(loop.run_in_executor(self.pool, warm, self.served.task_key)
                                    for _ in range(self.cfg.workers)))
         self.model = await run_in_threadpool(self._load)
@@ -108,8 +116,20 @@ class Server:
         if self.cfg.mode == "inline":
             return await run_in_threadpool(self._inline, body, content_type)
         loop = asyncio.get_running_loop()
-        prepared: Prepared = await loop.run_in_executor(self.pool, prepare, body, content_type,
-                                                        self.limits, self.served.task_key)
+        pool = self.pool
+        try:
+            prepared: Prepared = await loop.run_in_executor(pool, prepare, body, content_type,
+                                                            self.limits, self.served.task_key)
+        except BrokenProcessPool:
+            # A worker died (killed, out of memory, a decoder that crashed on these bytes): this
+            # request fails, the pool is replaced and the server goes on. Not retried: bytes that
+            # crash a decoder would crash the next worker too.
+            if self.pool is pool:
+                self.pool = self._new_pool()
+                pool.shutdown(wait=False, cancel_futures=True)
+                self.metrics.worker_restarts.inc()
+            raise WorkerLost("a preprocessing worker died while decoding this request; the "
+                             "workers were restarted, retry") from None
         answer, timings = await asyncio.wrap_future(self.batcher.submit(prepared.feeds,
                                                                         prepared.size))
         return answer, {"decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms,
@@ -177,6 +197,10 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
             m.requests.labels("bad_input").inc()
             m.errors.labels(str(e.status)).inc()
             return _error(e.status, e.line)
+        except WorkerLost as e:
+            m.requests.labels("error").inc()
+            m.errors.labels("500").inc()
+            return _error(500, str(e))
         except Exception as e:  # noqa: BLE001 - a runtime failure: 500 in one line, keep serving
             m.requests.labels("error").inc()
             m.errors.labels("500").inc()

@@ -25,6 +25,9 @@ class ServerMetrics:
                               ["status"], registry=r)
         self.stage = Histogram("serve_stage_seconds", "Time per request in each stage",
                                ["stage"], buckets=SECONDS, registry=r)
+        self.worker_restarts = Counter("serve_worker_restarts",
+                                       "Preprocessing pools replaced after a worker died",
+                                       registry=r)
         self.queue_depth = Gauge("serve_queue_depth",
                                  "Requests admitted and not yet answered", registry=r)
         self.batch_size = Histogram("serve_batch_size", "Requests per model run",
