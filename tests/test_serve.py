@@ -289,3 +289,13 @@ def test_a_dead_worker_fails_its_request_and_the_server_goes_on(server):
     assert [r.status_code for r in after] == [200] * 3, [r.text for r in after]
     assert workers[0] not in _workers(server.proc.pid)
     assert metrics(server.url)[("serve_worker_restarts_total",)] == 1
+
+
+def test_a_run_whose_gate_failed_is_not_served(tiny_run, tmp_path):
+    workdir, _ = tiny_run
+    report = json.loads((workdir / "runs" / "latest" / "report.json").read_text())
+    report["verdict"] = {**report["verdict"], "passed": False, "summary": "FAIL"}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    proc = subprocess.run([sys.executable, "-m", "pipeline.serve", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    one_line(proc, 3, "gate did not pass", "FAIL")

@@ -81,6 +81,10 @@ def _from_report(ref: str, report: dict) -> Served:
                          "nothing to serve")
     from pipeline.core.artifact import Artifact
 
+    if not (report.get("verdict") or {}).get("passed"):  # what was never published is not served
+        raise StageError(f"{ref}: the run's gate did not pass "
+                         f"({(report.get('verdict') or {}).get('summary', 'no verdict')}); "
+                         "nothing of it was published, so nothing is served")
     lineage = report["lineage"]["candidate"]
     model = Path(lineage["path"]) / "model.onnx"
     if not model.is_file():
