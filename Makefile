@@ -17,13 +17,17 @@ OUT ?= artifacts/pulled/$(subst :,-,$(REF))
 # SWEEP_LAUNCHER="hydra/launcher=ray" or SWEEP="model=ocr quant=int8,mixed quant.calibration=minmax,entropy"
 SWEEP ?= model=ocr,ocr_mobile quant=int8,mixed
 SWEEP_LAUNCHER ?= hydra/launcher=joblib hydra.launcher.n_jobs=2
+# `make serve`: what to serve (a run folder, a pulled folder or a registry ref such as
+# ocr:production) and the server's options (docs/serving.md), e.g. SERVE_ARGS="--port 8080".
+SERVE_REF ?= artifacts/runs/latest
+SERVE_ARGS ?=
 # `make bench` only: Optimum's ORTQuantizer (optimum-onnx 0.1.0) needs transformers<4.58 and the
 # hf extra has 5.x, so the transformer section runs it in a venv of its own, with the same
 # onnxruntime and onnx as .venv so that both INT8 models are built and timed by one runtime.
 OPTIMUM_VENV := .venv-optimum
 SAME_AS_VENV = $(shell $(PY) -c 'from importlib.metadata import version as v; print(*(p + "==" + v(p) for p in ("onnxruntime", "onnx")))')
 
-.PHONY: run test test-fast bench train-ocr train-ocr-mobile clean-cache setup push pull sweep
+.PHONY: run test test-fast bench train-ocr train-ocr-mobile clean-cache setup push pull sweep serve
 
 # uv installs what pip would, from the same index, but downloads and unpacks in parallel. It
 # compiles the bytecode at install time as pip does (--compile-bytecode): where
@@ -35,7 +39,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q uv
 	$(UV) "torch==2.13.0"
-	$(UV) -e ".[test,registry,ray,hf,llm]"
+	$(UV) -e ".[test,registry,ray,hf,llm,serve]"
 	touch $@
 
 setup: $(VENV)/.installed
@@ -77,3 +81,6 @@ push: setup  ## publish the model to REGISTRY: the run's stages are reused from 
 
 pull: setup  ## fetch REF from REGISTRY into OUT, every blob re-hashed
 	$(PY) -m pipeline.registry pull $(REF) --out $(OUT) registry=$(REGISTRY) $(REGISTRY_ARGS)
+
+serve: setup  ## serve what `make run` built last over HTTP on 127.0.0.1:8000 (SERVE_REF, SERVE_ARGS; docs/serving.md)
+	$(PY) -m pipeline.serve $(SERVE_REF) $(SERVE_ARGS)

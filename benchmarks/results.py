@@ -47,6 +47,10 @@ def _tables(name: str, section: dict) -> list[str]:
         from benchmarks.llm import table as llm_table
 
         return llm_table(section)
+    if name == "serve":
+        from benchmarks.serve import table as serve_table
+
+        return serve_table(section)
     return []
 
 

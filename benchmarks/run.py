@@ -51,6 +51,11 @@ Sections (each one records its own error and the others still run):
   first token, bytes per token counted from each graph and the share of the bound set by the
   read bandwidth measured in the same run; memory against the bill, concurrent streams against
   p99 targets; and a 0.41 B random-weight decoder's share of the bound (``benchmarks/llm.py``).
+- ``serve``: the INT8 artifact behind the real server (``python -m pipeline.serve``), measured
+  from PNG bytes at a scanner's size by the open-loop load generator: the CPU bound, the highest
+  steady rate within ``slo.p99_ms`` for inline, producer/consumer and a naive FastAPI handler,
+  INT8 against FP32 end to end, a soak (``benchmarks/serve.py``; ``--serve-run DIR`` serves a run
+  folder already built, ``--quick`` shortens the steps and skips the soak).
 Each target is listed with its measured value and whether it was met; ``docs/results.md`` is
 rendered from the file (``benchmarks.results``), with each section's time and CPU. A
 benchmark, not a test: nothing here asserts, and the numbers only compare with ones from the
@@ -266,13 +271,22 @@ def zoo(quick: bool, only: str) -> dict:
     return section(_cli, quick, tuple(only.split(",")) if only else ENTRIES)
 
 
+def serve(base: list[str], run_dir: Path | None, quick: bool) -> dict:
+    from benchmarks.serve import section
+
+    return section(base, _cli, run_dir, step_seconds=3.0 if quick else 5.0,
+                   soak_seconds=0.0 if quick else 600.0)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("bench.json"))
     ap.add_argument("--page", type=Path, default=Path("docs") / "results.md")
     ap.add_argument("--sections",
                     default="spine,repeatability,quantization,load,soak,pruning,runtimes,auto,byo,"
-                            "transformer,zoo,search,llm")
+                            "transformer,zoo,search,llm,serve")
+    ap.add_argument("--serve-run", type=Path, default=None,
+                    help="serve: a run folder to serve instead of running the spine's command")
     ap.add_argument("--zoo", default="",
                     help="zoo: a comma-separated subset of its entries (default: all of them), "
                          "each optionally with its quant modes: mpnet:dynamic+auto")
@@ -300,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
                 "transformer": lambda: transformer(args.quick),
                 "zoo": lambda: zoo(args.quick, args.zoo),
                 "search": lambda: search(args.quick),
-                "llm": lambda: llm(args.quick)}
+                "llm": lambda: llm(args.quick),
+                "serve": lambda: serve(base, args.serve_run, args.quick)}
     for name in wanted:
         try:
             results[name] = sections[name]()

@@ -43,6 +43,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("recipes", ("recipes",)),
     # What a finished run becomes: report.json/report.md and their sections, the manifest.
     ("report", ("report",)),
+    # The model server: a published artifact behind HTTP, its batcher and its load generator.
+    ("serve", ("serve",)),
     # Entry points: the command lines and sweeps.
     ("cli", ("cli",)),
     # make bench measures the library from outside it.

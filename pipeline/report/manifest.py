@@ -45,6 +45,8 @@ def body(cfg, out, record: list) -> dict:
     if out.load is not None:
         report["load"] = out.load.meta
     report["runtimes"] = out.runtimes
+    if hasattr(t, "serving_spec"):  # what the evaluation fed the model: a server reproduces it
+        report["serving"] = t.serving_spec()
     if out.auto is not None:
         report["auto"] = out.auto
     return report
@@ -102,6 +104,7 @@ def manifest(out, report: dict) -> dict:
             "input_contract": out.bench.meta.get("input_contract"),
             "evaluation_set": out.evals["candidate"].meta["evaluation_set"],
             "calibration_set": out.models["candidate"].meta.get("calibration_set"),
+            "serving": report.get("serving"),
             "quantization": {k: report["quantization"][k] for k in
                              ("settings", "calibration", "latency_exclusions", "float_outputs")}
             if out.quant is not None else None,

@@ -143,6 +143,28 @@ def sample_digest(ds) -> str:
     return hashlib.sha256("".join(sample_hashes(ds)).encode()).hexdigest()
 
 
+def from_image(image) -> np.ndarray:
+    """A served request: a PIL image of any size as the float32 batch of one [1, 1, HEIGHT, W]
+    the evaluation feeds the model. The evaluation's lines are grey, HEIGHT tall and a multiple of
+    ``WIDTH_MULTIPLE`` wide (``ocr_data.render_line``); any other image is brought there the same
+    way (grey, height to HEIGHT keeping the aspect, bilinear, width rounded up to the multiple),
+    and then goes through ``collate``, the function every evaluation batch goes through. An image
+    already of the evaluation's size is not resampled, so its pixels reach the model unchanged."""
+    line = ocr_data.line_from_image(image)
+    return ocr_data.collate([line])
+
+
+def serving_spec() -> dict:
+    """What the evaluation fed the model and how its outputs read, recorded in the manifest so a
+    server can refuse an artifact whose preprocessing this code no longer reproduces."""
+    return {"kind": "image", "input": INPUT_NAME, "output": OUTPUT_NAME,
+            "image": {"color": "grey", "resize": "height", "height": ocr_data.HEIGHT,
+                      "interpolation": "bilinear", "width_multiple": ocr_data.WIDTH_MULTIPLE,
+                      "normalize": "x / 127.5 - 1", "pad": "edge"},
+            "charset": ocr_data.ALPHABET, "decoder": "ctc_greedy", "blank": 0,
+            "prediction": "text"}
+
+
 def stack(requests: list[np.ndarray]) -> np.ndarray:
     """Join single-line inputs [1, 1, H, W_i] into one batch, edge-padded to the widest
     (the same padding ``collate`` uses), as a serving batcher must."""

@@ -69,6 +69,20 @@ def generate(seed: int, count: int, start: int = 0):
         yield {"image": image.tobytes(), "width": image.shape[1], "text": text}
 
 
+def line_from_image(image: Image.Image) -> np.ndarray:
+    """Any image as a line the generator would have drawn: grey uint8 [HEIGHT, W], the height
+    brought to HEIGHT keeping the aspect with the bilinear filter ``render_line`` ends with, the
+    width rounded up to ``WIDTH_MULTIPLE``. A line already HEIGHT tall and a multiple wide (every
+    line of the evaluation set) is returned pixel for pixel."""
+    grey = image.convert("L")
+    w, h = grey.size
+    if h != HEIGHT or w % WIDTH_MULTIPLE:
+        new_w = max(WIDTH_MULTIPLE, int(round(w * HEIGHT / h)))
+        new_w = -(-new_w // WIDTH_MULTIPLE) * WIDTH_MULTIPLE
+        grey = grey.resize((new_w, HEIGHT), Image.BILINEAR)
+    return np.asarray(grey, dtype=np.uint8)
+
+
 def to_array(sample: dict) -> np.ndarray:
     return np.frombuffer(sample["image"], dtype=np.uint8).reshape(HEIGHT, sample["width"])
 

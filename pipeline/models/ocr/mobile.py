@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from pipeline.models.ocr.crnn import (GENERATOR_VERSION, INPUT_NAME, METRICS, NAME, OUTPUT_NAME,
                                  PRIMARY_METRIC, SEEDS, batches, build_with, dataset, decode,
-                                 example_input, margins, metrics, sample_digest, sample_hashes,
-                                 stack)
+                                 example_input, from_image, margins, metrics, sample_digest,
+                                 sample_hashes, serving_spec, stack)
 
 __all__ = ["GENERATOR_VERSION", "INPUT_NAME", "METRICS", "NAME", "OUTPUT_NAME", "PRIMARY_METRIC",
-           "SEEDS", "batches", "build_network", "dataset", "decode", "example_input", "margins",
-           "metrics", "sample_digest", "sample_hashes", "stack"]
+           "SEEDS", "batches", "build_network", "dataset", "decode", "example_input", "from_image",
+           "margins", "metrics", "sample_digest", "sample_hashes", "serving_spec", "stack"]
 
 
 def build_network(widths, hidden, weights: dict | None = None):

@@ -90,6 +90,15 @@ class OcrTask:
     def example(self, batch: int = 1) -> dict:
         return {self.inputs[0].name: self.module.example_input(batch)}
 
+    # -- serving (pipeline.serve) ------------------------------------------------------------
+    def from_image(self, image) -> dict:
+        """A decoded image (PIL, any size) as the feeds of a batch of one, preprocessed as the
+        evaluation preprocessed its lines."""
+        return {self.inputs[0].name: self.module.from_image(image)}
+
+    def serving_spec(self) -> dict:
+        return self.module.serving_spec()
+
     # -- outputs -----------------------------------------------------------------------------
     def predictions(self, outputs) -> list[str]:
         return self.module.decode(outputs)

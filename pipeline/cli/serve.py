@@ -1,0 +1,198 @@
+"""``python -m pipeline.serve REF [options] [registry overrides]``: serve a published artifact
+over HTTP (``pipeline.serve``).
+
+    REF                       a registry ref (ocr:production, ocr:int8-0123...), a pulled folder
+                              (model.onnx + manifest.json) or a run's folder (artifacts/runs/latest)
+    --host H --port P         where to listen (127.0.0.1:8000; port 0: any free port)
+    --mode pipeline|inline    worker processes + dynamic batcher (default), or all in the handler
+    --workers N               preprocessing processes (default: a third of the usable cores)
+    --threads N               the runtime's intra-op threads (default: the other usable cores)
+    --max-batch N --max-wait-ms MS --shape-bucket N    the batcher (8, 2 ms, 0: exact sizes)
+    --queue-limit N           requests admitted at once; past it 503 + Retry-After (64)
+    --max-body-bytes N --max-pixels N --max-side N     input limits (10 MiB, 16 Mpx, 16384)
+    --ready-file PATH         written (the port) once warm: how a script learns the port
+
+    python -m pipeline.serve load URL [--files DIR | --ocr-lines N [--scale S] [--format F]]
+        [--rates Q,Q,.. | --start-qps Q [--growth G] [--max-steps N]] [--seconds S]
+        [--window S] [--slo-ms MS] [--concurrency C,C,..] [--out FILE] [--allow-remote]
+                              the load generator (pipeline.serve.load): open-loop Poisson steps
+                              and a concurrency sweep from raw bytes; only 127.0.0.1/localhost
+                              unless --allow-remote
+
+Registry overrides are Hydra's, as for ``python -m pipeline.registry`` (``registry=oci
+registry.url=...``). SIGTERM or Ctrl-C: stop accepting, answer what is in flight, exit 0. Errors
+before serving are one line on stderr: 2 bad arguments, 3 an artifact that cannot be served.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from pipeline.core.errors import ConfigError, cli
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipeline.serve", add_help=False)
+    p.add_argument("ref")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--mode", default="pipeline")
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--max-batch", type=int, default=8)
+    p.add_argument("--max-wait-ms", type=float, default=2.0)
+    p.add_argument("--shape-bucket", type=int, default=0)
+    p.add_argument("--queue-limit", type=int, default=64)
+    p.add_argument("--max-body-bytes", type=int, default=10 * 1024 * 1024)
+    p.add_argument("--max-pixels", type=int, default=16 * 1024 * 1024)
+    p.add_argument("--max-side", type=int, default=16384)
+    p.add_argument("--ready-file", default=None)
+    return p
+
+
+
+
+def parse(argv: list[str]):
+    """(namespace, ServeConfig, registry overrides); a bad argument is a ``ConfigError``."""
+    from pipeline.cli.registry import _is_override
+    from pipeline.serve.config import ServeConfig
+
+    overrides = [a for a in argv if _is_override(a)]
+    rest = [a for a in argv if a not in overrides]
+    parser = _parser()
+    try:
+        ns, unknown = parser.parse_known_args(rest)
+    except SystemExit:
+        raise ConfigError(f"bad arguments: {' '.join(rest)} (python -m pipeline.serve -h)") \
+            from None
+    if unknown:
+        raise ConfigError(f"unknown argument(s) {' '.join(unknown)} (python -m pipeline.serve -h)")
+    cfg = ServeConfig(host=ns.host, port=ns.port, mode=ns.mode, workers=ns.workers,
+                      intra_op_threads=ns.threads, max_batch=ns.max_batch,
+                      max_wait_ms=ns.max_wait_ms, shape_bucket=ns.shape_bucket,
+                      queue_limit=ns.queue_limit, max_body_bytes=ns.max_body_bytes,
+                      max_pixels=ns.max_pixels, max_side=ns.max_side).resolved()
+    return ns, cfg, overrides
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print(__doc__)
+        return 0
+    if argv[0] == "load":
+        return cli(_load, argv[1:], __doc__)
+    return cli(_serve, argv, __doc__)
+
+
+def _load(argv: list[str]) -> int:
+    from urllib.parse import urlparse
+
+    from pipeline.serve import load
+
+    p = argparse.ArgumentParser(prog="python -m pipeline.serve load", add_help=False)
+    p.add_argument("url")
+    p.add_argument("--files", default=None)
+    p.add_argument("--ocr-lines", type=int, default=64)
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--format", default="PNG", choices=("PNG", "JPEG"))
+    p.add_argument("--rates", default=None)
+    p.add_argument("--start-qps", type=float, default=10.0)
+    p.add_argument("--growth", type=float, default=1.5)
+    p.add_argument("--max-steps", type=int, default=12)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--window", type=float, default=1.0)
+    p.add_argument("--slo-ms", type=float, default=None)
+    p.add_argument("--concurrency", default="")
+    p.add_argument("--max-in-flight", type=int, default=256)
+    p.add_argument("--out", default=None)
+    p.add_argument("--allow-remote", action="store_true")
+    try:
+        ns, unknown = p.parse_known_args(argv)
+        rates = [float(r) for r in ns.rates.split(",")] if ns.rates else None
+        concurrency = [int(c) for c in ns.concurrency.split(",") if c]
+    except (SystemExit, ValueError):
+        raise ConfigError(f"bad arguments: {' '.join(argv)} (python -m pipeline.serve -h)") \
+            from None
+    if unknown:
+        raise ConfigError(f"unknown argument(s) {' '.join(unknown)} (python -m pipeline.serve -h)")
+    host = urlparse(ns.url).hostname
+    if host not in ("127.0.0.1", "localhost", "::1") and not ns.allow_remote:
+        raise ConfigError(f"{ns.url}: load goes to this machine only (127.0.0.1, localhost); "
+                          "--allow-remote for another host")
+    if (rates and min(rates) <= 0) or ns.start_qps <= 0 or ns.seconds <= 0 or ns.window <= 0 \
+            or any(c <= 0 for c in concurrency) or ns.growth <= 1:
+        raise ConfigError("rates, --start-qps, --seconds, --window and --concurrency must be "
+                          "> 0, --growth > 1")
+    slo = ns.slo_ms
+    if slo is None:  # the project's SLO (conf/slo/default.yaml), as the pipeline judges it
+        from pipeline.engine.compose import compose
+
+        slo = compose([]).slo.p99_ms
+    bodies = load.files(Path(ns.files)) if ns.files else \
+        load.ocr_lines(ns.ocr_lines, ns.scale, fmt=ns.format)
+    if not bodies:
+        raise ConfigError(f"--files {ns.files}: no files")
+    cfg = load.LoadConfig(slo_p99_ms=slo, step_seconds=ns.seconds, window_s=ns.window,
+                          max_in_flight=ns.max_in_flight)
+    report = load.run(ns.url.rstrip("/"), bodies, cfg, rates, ns.start_qps, ns.growth,
+                      ns.max_steps, concurrency)
+    print(f"highest rate with p99 <= {slo:g} ms (steady): {report.max_qps_within_slo:.1f} req/s")
+    if ns.out:
+        load.write(report, Path(ns.out))
+        print(f"report: {ns.out}")
+    return 0
+
+
+def _serve(argv: list[str]) -> int:
+    import signal
+
+    import uvicorn
+
+    from pipeline.serve.app import build
+    from pipeline.serve.artifact import open_ref
+
+    ns, cfg, overrides = parse(argv)
+    with tempfile.TemporaryDirectory(prefix="pipeline-serve-") as tmp:
+        served = open_ref(ns.ref, Path(tmp) / "pulled", overrides)
+        app, server = build(served, cfg)
+        config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
+                                access_log=False, lifespan="on", timeout_graceful_shutdown=60)
+        userver = uvicorn.Server(config)
+        # uvicorn drains on SIGTERM (stops accepting, answers what is in flight, shuts the
+        # lifespan down) and then raises the signal again under the handler it found, which
+        # would end the process with 143. A drain that completed is a clean exit: the handler
+        # it finds ignores the repeat, and the exit code is 0.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: None)
+        print(f"serving {served.ref} ({served.model_name}, task {served.task_key}) on "
+              f"http://{cfg.host}:{cfg.port} mode={cfg.mode} workers={cfg.workers} "
+              f"threads={cfg.intra_op_threads} max_batch={cfg.max_batch}", flush=True)
+        if ns.ready_file:
+            _announce(userver, server, Path(ns.ready_file))
+        userver.run()
+    if server.failed:
+        print(f"error: {server.failed}", file=sys.stderr)
+        return 3
+    print("serve: drained and stopped", flush=True)
+    return 0
+
+
+def _announce(userver, server, path: Path) -> None:
+    """Write the bound port to ``path`` once the server is ready (a thread that polls)."""
+    import threading
+    import time
+
+    def wait():
+        while not userver.should_exit:
+            if server.ready and userver.started and userver.servers:
+                port = userver.servers[0].sockets[0].getsockname()[1]
+                tmp = path.with_name(path.name + ".tmp")
+                tmp.write_text(str(port))
+                tmp.rename(path)  # whole or absent: a reader never sees half a number
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=wait, daemon=True).start()

@@ -1,0 +1,262 @@
+"""The HTTP server: Starlette routes over the producer/consumer pipeline, or everything inline.
+
+Routes: ``POST /predict`` (the raw bytes of one request; JSON back: the prediction as the task
+decodes it, the model, and the time each stage took), ``GET /healthz`` (the process answers),
+``GET /readyz`` (200 only after the model and the workers are warm, 503 before), ``GET /metrics``
+(Prometheus text).
+
+``pipeline`` mode is Case 1's fix: decoding and preprocessing run in worker processes
+(``ProcessPoolExecutor``, started before the model so no runtime thread is forked), the batcher
+(``batcher``) runs the model on its own thread and postprocesses, and the event loop only moves
+bytes. ``inline`` mode decodes, preprocesses, runs a batch of one and postprocesses in the request
+handler (Starlette's thread pool), as a first server would: kept to measure against.
+
+Admission: a request counts from when its body is read until it is answered; past
+``queue_limit`` of them a request is answered 503 with Retry-After at once, so memory stays
+bounded whatever the offered rate. A body is refused by its Content-Length or, without one, as
+soon as more than the limit has streamed in; it is never read whole first.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from pipeline.serve.batcher import Batcher, Job
+from pipeline.serve.config import ServeConfig
+from pipeline.serve.inputs import BadInput, Limits, Prepared, prepare, warm
+from pipeline.serve.metrics import ServerMetrics
+
+
+class WorkerLost(Exception):
+    """A preprocessing worker died with this request: 500, and the server goes on."""
+
+
+class Server:
+    """One served model: its runtime, workers, batcher and metrics."""
+
+    def __init__(self, served, cfg: ServeConfig):
+        from pipeline.models import task
+
+        self.served, self.cfg = served, cfg
+        self.task = task(served.task_key)
+        self.limits = Limits(cfg.max_body_bytes, cfg.max_pixels, cfg.max_side)
+        self.metrics = ServerMetrics(cfg.max_batch)
+        self.ready = False
+        self.failed: str | None = None  # why start-up failed (one line); the CLI exits non-zero
+        self.admitted = 0
+        self.pool: ProcessPoolExecutor | None = None
+        self.batcher: Batcher | None = None
+        self.model = None
+
+    # -- life cycle ------------------------------------------------------------------------
+    def _new_pool(self) -> ProcessPoolExecutor:
+        import multiprocessing
+
+        # spawn, not fork: a forked child of a process with runtime threads can deadlock
+        return ProcessPoolExecutor(self.cfg.workers,
+                                   mp_context=multiprocessing.get_context("spawn"))
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.cfg.mode == "pipeline":
+            self.pool = self._new_pool()
+            await asyncio.gather(*(loop.run_in_executor(self.pool, warm, self.served.task_key)
+                                   for _ in range(self.cfg.workers)))
+        self.model = await run_in_threadpool(self._load)
+        if self.cfg.mode == "pipeline":
+            self.batcher = Batcher(self._run_batch, self.cfg.max_batch, self.cfg.max_wait_ms,
+                                   self.cfg.shape_bucket,
+                                   on_batch=self.metrics.batch_size.observe)
+            self.batcher.start()
+        await self._warm_up()
+        self.ready = True
+
+    async def stop(self) -> None:
+        self.ready = False
+        if self.batcher is not None:
+            await run_in_threadpool(self.batcher.stop)
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _load(self):
+        from pipeline import runtimes
+        from pipeline.config import HardwareRuntime
+
+        deployed = self.served.runtime
+        threads = self.cfg.intra_op_threads
+        settings = HardwareRuntime("cpu", "CPUExecutionProvider", threads, 1, None,
+                                   deployed.get("runtime", "onnxruntime"),
+                                   deployed.get("precision", "fp32"),
+                                   deployed.get("performance_hint", "latency"))
+        return runtimes.load(self.served.model, settings)
+
+    async def _warm_up(self) -> None:
+        """The whole path, a few times: workers, batcher, runtime (its first runs allocate)."""
+        import io
+
+        from PIL import Image
+
+        buf = io.BytesIO()
+        Image.new("L", (64, 32), color=255).save(buf, format="PNG")
+        for _ in range(max(1, self.cfg.warmup_runs)):
+            await self.answer(buf.getvalue(), "image/png")
+
+    # -- the data path -----------------------------------------------------------------------
+    async def answer(self, body: bytes, content_type: str) -> tuple[object, dict]:
+        """(prediction, stage timings in ms) for one request's bytes; raises ``BadInput``."""
+        if self.cfg.mode == "inline":
+            return await run_in_threadpool(self._inline, body, content_type)
+        loop = asyncio.get_running_loop()
+        pool = self.pool
+        try:
+            prepared: Prepared = await loop.run_in_executor(pool, prepare, body, content_type,
+                                                            self.limits, self.served.task_key)
+        except BrokenProcessPool:
+            # A worker died (killed, out of memory, a decoder that crashed on these bytes): this
+            # request fails, the pool is replaced and the server goes on. Not retried: bytes that
+            # crash a decoder would crash the next worker too.
+            if self.pool is pool:
+                self.pool = self._new_pool()
+                pool.shutdown(wait=False, cancel_futures=True)
+                self.metrics.worker_restarts.inc()
+            raise WorkerLost("a preprocessing worker died while decoding this request; the "
+                             "workers were restarted, retry") from None
+        answer, timings = await asyncio.wrap_future(self.batcher.submit(prepared.feeds,
+                                                                        prepared.size))
+        return answer, {"decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms,
+                        **timings}
+
+    def _run_batch(self, jobs: list[Job]) -> list:
+        start = time.perf_counter()
+        outputs = self.model.run(self.task.stack([j.feeds for j in jobs]))
+        ran = time.perf_counter()
+        predictions = self.task.predictions(outputs)
+        done = time.perf_counter()
+        timings = {"inference": (ran - start) * 1000.0, "postprocess": (done - ran) * 1000.0,
+                   "batch": len(jobs)}
+        return [(p, dict(timings)) for p in predictions]
+
+    def _inline(self, body: bytes, content_type: str):
+        prepared = prepare(body, content_type, self.limits, self.served.task_key)
+        self.metrics.batch_size.observe(1)
+        (answer, timings), = self._run_batch([Job(prepared.feeds, prepared.size)])
+        return answer, {"decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms,
+                        "queue": 0.0, **timings}
+
+
+def _error(status: int, line: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": line}, status_code=status, headers=headers)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BadInput(413, f"body of {declared} bytes (Content-Length) is over the limit of "
+                            f"{limit} bytes (--max-body-bytes)")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BadInput(413, f"body of more than {limit} bytes is over the limit "
+                                "(--max-body-bytes)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
+    server = Server(served, cfg)
+    m = server.metrics
+
+    async def predict(request: Request) -> Response:
+        start = time.perf_counter()
+        if not server.ready:
+            m.errors.labels("503").inc()
+            return _error(503, "warming up: not ready yet (GET /readyz)",
+                          {"Retry-After": str(cfg.retry_after_s)})
+        if server.admitted >= cfg.queue_limit:
+            m.requests.labels("overloaded").inc()
+            m.errors.labels("503").inc()
+            return _error(503, f"overloaded: {server.admitted} requests in the queue (the limit, "
+                               f"--queue-limit); retry after {cfg.retry_after_s} s",
+                          {"Retry-After": str(cfg.retry_after_s)})
+        server.admitted += 1
+        m.queue_depth.set(server.admitted)
+        try:
+            body = await _read_body(request, cfg.max_body_bytes)
+            answer, timings = await server.answer(body, request.headers.get("content-type", ""))
+        except BadInput as e:
+            m.requests.labels("bad_input").inc()
+            m.errors.labels(str(e.status)).inc()
+            return _error(e.status, e.line)
+        except WorkerLost as e:
+            m.requests.labels("error").inc()
+            m.errors.labels("500").inc()
+            return _error(500, str(e))
+        except Exception as e:  # noqa: BLE001 - a runtime failure: 500 in one line, keep serving
+            m.requests.labels("error").inc()
+            m.errors.labels("500").inc()
+            return _error(500, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        finally:
+            server.admitted -= 1
+            m.queue_depth.set(server.admitted)
+        timings["total"] = (time.perf_counter() - start) * 1000.0
+        m.observe(timings)
+        m.requests.labels("ok").inc()
+        return JSONResponse({"prediction": answer, "model": server.served.ref,
+                             "timing_ms": {k: round(v, 4) if isinstance(v, float) else v
+                                           for k, v in timings.items()}})
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "alive"})
+
+    async def readyz(request: Request) -> Response:
+        if server.ready:
+            return JSONResponse({"status": "ready", "model": server.served.ref,
+                                 "mode": cfg.mode, "workers": cfg.workers,
+                                 "intra_op_threads": cfg.intra_op_threads})
+        return JSONResponse({"status": server.failed or "warming up"}, status_code=503)
+
+    async def metrics(request: Request) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        return Response(m.text(), media_type=CONTENT_TYPE_LATEST)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        # Warm-up runs as a task: the server answers /healthz and /readyz (503) meanwhile.
+        import os
+        import signal
+
+        async def start():
+            try:
+                await server.start()
+            except Exception as e:  # noqa: BLE001 - one line, then the process ends non-zero
+                from pipeline.core.errors import PipelineError
+
+                server.failed = str(e) if isinstance(e, PipelineError) else \
+                    f"{type(e).__name__}: {e}"
+                print(f"serve: start-up failed: {server.failed}", flush=True)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        starting = asyncio.create_task(start())
+        try:
+            yield
+        finally:
+            if not starting.done():
+                starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            await server.stop()
+
+    routes = [Route("/predict", predict, methods=["POST"]), Route("/healthz", healthz),
+              Route("/readyz", readyz), Route("/metrics", metrics)]
+    return Starlette(routes=routes, lifespan=lifespan), server

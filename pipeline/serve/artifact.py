@@ -1,0 +1,118 @@
+"""What is served: a registry ref pulled and verified, a pulled folder, or a run's folder.
+
+In: ``REF`` as the user gives it: a folder holding ``model.onnx`` and ``manifest.json`` (what
+``pipeline.registry pull`` writes), a run's folder (``artifacts/runs/latest``: its
+``report.json`` names the candidate's cached model), or a registry ref (``ocr:production``),
+pulled as ``pipeline.registry pull`` pulls it, every blob re-hashed (a run's cached candidate
+is re-hashed too). Out: a ``Served``: the model file, the task that reads its inputs and outputs,
+the preprocessing its evaluation used (the ``serving`` section the run recorded) and the
+output-hash ledger of that evaluation.
+
+The recorded preprocessing is compared with what this code's task does now: an artifact whose
+evaluation fed the model differently is refused, never served with other inputs than it was
+gated on. Only tasks that can read a request (``from_image``: the built-in OCR tasks) are served;
+any other is one line saying so.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.core.errors import ConfigError, StageError
+
+
+@dataclass(frozen=True)
+class Served:
+    ref: str                   # what the user named
+    model: Path                # the ONNX file
+    model_name: str            # model.name
+    task_key: str              # pipeline.models.task(key)
+    spec: dict                 # what the evaluation fed the model (task.serving_spec())
+    output_sha256: str | None  # the evaluation's output-hash ledger
+    evaluation_set: str | None # the digest of the split it was computed on
+    runtime: dict              # the deployed runtime and precision the gate judged
+
+
+def open_ref(ref: str, pulled_into: Path, overrides: list[str] | None = None) -> Served:
+    """``ref`` as a folder if one exists there, else as a registry ref pulled into
+    ``pulled_into`` (a new folder)."""
+    path = Path(ref)
+    if path.is_dir():
+        if (path / "manifest.json").is_file():
+            return _from_manifest(ref, path / "model.onnx",
+                                  json.loads((path / "manifest.json").read_text()))
+        if (path / "report.json").is_file():
+            return _from_report(ref, json.loads((path / "report.json").read_text()))
+        raise ConfigError(f"{ref}: a folder without manifest.json (a pull) or report.json "
+                          "(a run)")
+    if ":" not in ref and "@" not in ref:
+        raise ConfigError(f"{ref}: neither a folder nor a registry ref (NAME:REF, e.g. "
+                          "ocr:production)")
+    return _from_manifest(ref, *_pull(ref, pulled_into, overrides or []))
+
+
+def _pull(ref: str, dest: Path, overrides: list[str]) -> tuple[Path, dict]:
+    from pipeline.engine.compose import compose
+    from pipeline.registry import open_backend
+    from pipeline.registry.names import parse_ref
+
+    cfg = compose(overrides).registry
+    if cfg is None:
+        raise ConfigError("registry=null: there is no registry to pull from")
+    name, version = parse_ref(ref)
+    entry, path = open_backend(cfg).pull(name, version, dest)  # every blob re-hashed
+    print(f"pulled {entry.name}:{entry.version}@{entry.digest} into {path}")
+    return Path(path) / "model.onnx", json.loads((Path(path) / "manifest.json").read_text())
+
+
+def _from_manifest(ref: str, model: Path, manifest: dict) -> Served:
+    if not model.is_file():
+        raise StageError(f"{ref}: no model.onnx beside its manifest")
+    metrics = manifest.get("metrics") or {}
+    return _served(ref, model, manifest["config"], manifest.get("serving"),
+                   metrics.get("output_sha256"), manifest.get("evaluation_set"),
+                   ((manifest.get("runtime") or {}).get("deployed")) or {})
+
+
+def _from_report(ref: str, report: dict) -> Served:
+    if report.get("status") != "complete" or "candidate" not in report.get("lineage", {}):
+        raise StageError(f"{ref}: the run did not complete (status {report.get('status')!r}); "
+                         "nothing to serve")
+    from pipeline.core.artifact import Artifact
+
+    if not (report.get("verdict") or {}).get("passed"):  # what was never published is not served
+        raise StageError(f"{ref}: the run's gate did not pass "
+                         f"({(report.get('verdict') or {}).get('summary', 'no verdict')}); "
+                         "nothing of it was published, so nothing is served")
+    lineage = report["lineage"]["candidate"]
+    model = Path(lineage["path"]) / "model.onnx"
+    if not model.is_file():
+        raise StageError(f"{ref}: the candidate's model {model} is gone (make clean-cache?); "
+                         "run the pipeline again or serve a registry ref")
+    # re-hashed as a pull re-hashes: the cache entry must still be the one the run gated
+    if Artifact.read(Path(lineage["path"])).digest != lineage["digest"]:
+        raise StageError(f"{ref}: the candidate in the cache is not the one the run gated "
+                         f"(digest {lineage['digest'][:12]}); run the pipeline again")
+    cand = next(r for r in report["rows"] if r["role"] == "candidate")
+    return _served(ref, model, report["config"], report.get("serving"),
+                   cand.get("output_sha256"), None, (report.get("runtimes") or {}).get("deployed")
+                   or {})
+
+
+def _served(ref, model, config: dict, spec: dict | None, ledger, eval_set, runtime) -> Served:
+    from pipeline.models import TASKS, task
+
+    source = config["model"]["source"]
+    if source not in TASKS:
+        raise ConfigError(f"{ref}: model.source={source}: serving reads requests for the built-in "
+                          f"tasks ({', '.join(TASKS)}) so far")
+    current = task(source).serving_spec()
+    if spec is None:  # published before runs recorded it: this code's preprocessing is assumed
+        print(f"serve: {ref} records no preprocessing; serving with the task's own ({source})")
+    elif spec != current:
+        changed = sorted(k for k in set(spec) | set(current) if spec.get(k) != current.get(k))
+        raise ConfigError(f"{ref}: its evaluation's preprocessing differs from this code's in "
+                          f"{', '.join(changed)}; serve it with the version that built it")
+    return Served(ref, Path(model), config["model"]["name"], source, current, ledger, eval_set,
+                  runtime)

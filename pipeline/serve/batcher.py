@@ -1,0 +1,104 @@
+"""The dynamic batcher: requests of one shape class grouped into a batch, run on a thread of its
+own.
+
+In: prepared requests (feeds of a batch of one and their size class) and a function that runs a
+list of them as one batch and returns one answer per request. Out: a ``Future`` per request,
+resolved with (answer, timings) or the exception the batch raised.
+
+The policy is the load test's (``pipeline.measure.serving``), now on real threads: take the
+oldest request, then wait for more of its shape class until the batch is full or the oldest has
+waited ``max_wait_ms``; requests of other classes keep their place. A shape class is the size
+axis rounded up to ``bucket`` (0: the exact size), so a batch pads little or nothing: padding a
+narrow text line to the widest in a batch costs more than batching saves, and with exact classes
+a line's outputs are the ones it would get alone. The model runs on this one thread, with the
+runtime's intra-op threads under it; nothing else in the process competes for those cores but
+the event loop. The queue is bounded by the caller's admission (``app``): past its limit a
+request is refused before it reaches here.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class Job:
+    feeds: dict
+    size: int
+    arrived: float = field(default_factory=time.perf_counter)
+    future: Future = field(default_factory=Future)
+
+
+def shape_class(size: int, bucket: int) -> int:
+    return size if bucket <= 0 else -(-size // bucket) * bucket
+
+
+class Batcher:
+    def __init__(self, run_batch: Callable[[list[Job]], list], max_batch: int, max_wait_ms: float,
+                 bucket: int = 0, on_batch: Callable[[int], None] | None = None):
+        self.run_batch, self.max_batch = run_batch, max_batch
+        self.max_wait, self.bucket, self.on_batch = max_wait_ms / 1000.0, bucket, on_batch
+        self.pending: list[Job] = []
+        self.cond = threading.Condition()
+        self.stopping = False
+        self.thread = threading.Thread(target=self._loop, name="inference", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def submit(self, feeds: dict, size: int) -> Future:
+        job = Job(feeds, size)
+        with self.cond:
+            if self.stopping:
+                raise RuntimeError("the batcher has stopped")
+            self.pending.append(job)
+            self.cond.notify()
+        return job.future
+
+    def stop(self) -> None:
+        """Answer everything queued, then end the thread."""
+        with self.cond:
+            self.stopping = True
+            self.cond.notify()
+        self.thread.join()
+
+    def _take(self) -> list[Job] | None:
+        with self.cond:
+            while not self.pending:
+                if self.stopping:
+                    return None
+                self.cond.wait()
+            first = self.pending[0]
+            cls = shape_class(first.size, self.bucket)
+            deadline = first.arrived + self.max_wait
+            while True:
+                batch = [j for j in self.pending
+                         if shape_class(j.size, self.bucket) == cls][:self.max_batch]
+                left = deadline - time.perf_counter()
+                if len(batch) == self.max_batch or left <= 0 or self.stopping:
+                    break
+                self.cond.wait(left)
+            taken = set(map(id, batch))
+            self.pending[:] = [j for j in self.pending if id(j) not in taken]
+            return batch
+
+    def _loop(self) -> None:
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            if self.on_batch is not None:
+                self.on_batch(len(batch))
+            started = time.perf_counter()
+            try:
+                answers = self.run_batch(batch)
+            except BaseException as e:  # noqa: BLE001 - every waiting request gets the error
+                for job in batch:
+                    job.future.set_exception(e)
+                continue
+            for job, (answer, timings) in zip(batch, answers):
+                timings["queue"] = (started - job.arrived) * 1000.0
+                job.future.set_result((answer, timings))

@@ -1,0 +1,68 @@
+"""How the server runs: typed settings, with worker and thread counts from the cores this process
+may use (``os.sched_getaffinity``), never from what this machine happens to be.
+
+Why a split: Case 1 of issue 36, an image service whose decoding and preprocessing shared the
+model's process and left the accelerator at 20 %. Here the producer side (decode + preprocess in
+worker processes) and the consumer (the model's intra-op threads) each get cores of their own:
+about a third of the cores to the workers, the rest to inference, each at least one.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from pipeline.core.errors import ConfigError
+
+MODES = ("pipeline", "inline")
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def default_split(cores: int) -> tuple[int, int]:
+    """(preprocessing workers, inference intra-op threads) for ``cores`` usable cores."""
+    workers = max(1, cores // 3)
+    return workers, max(1, cores - workers)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    mode: str = "pipeline"          # pipeline: workers + batcher; inline: all in the handler
+    workers: int = 0                # preprocessing processes; 0 = from the usable cores
+    intra_op_threads: int = 0       # the runtime's threads; 0 = from the usable cores
+    max_batch: int = 8              # the batcher's largest batch
+    max_wait_ms: float = 2.0        # how long the oldest request waits for company
+    shape_bucket: int = 0           # batch only requests whose size axis matches after rounding
+                                    # up to this (0: exactly equal: no padding inside a batch)
+    queue_limit: int = 64           # requests admitted and not yet answered; past it: 503
+    retry_after_s: int = 1          # the Retry-After a 503 carries
+    max_body_bytes: int = 10 * 1024 * 1024   # a larger body is 413 before it is read whole
+    max_pixels: int = 16 * 1024 * 1024       # an image header claiming more is 413, not decoded
+    max_side: int = 16384                    # nor a side longer than this
+    warmup_runs: int = 3            # runs per path before /readyz says ready
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ConfigError(f"--mode={self.mode!r}: valid choices: {', '.join(MODES)}")
+        for key in ("max_batch", "queue_limit", "max_body_bytes", "max_pixels", "max_side"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"--{key.replace('_', '-')}={getattr(self, key)}: must be > 0")
+        for key in ("workers", "intra_op_threads", "shape_bucket", "warmup_runs", "port"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"--{key.replace('_', '-')}={getattr(self, key)}: must be >= 0")
+        if self.max_wait_ms < 0:
+            raise ConfigError(f"--max-wait-ms={self.max_wait_ms}: must be >= 0")
+
+    def resolved(self) -> "ServeConfig":
+        """Zero counts replaced by the split of the usable cores."""
+        from dataclasses import replace
+
+        if self.mode == "inline":  # no workers: the model's threads may have every core
+            return replace(self, workers=0,
+                           intra_op_threads=self.intra_op_threads or usable_cores())
+        workers, threads = default_split(usable_cores())
+        return replace(self, workers=self.workers or workers,
+                       intra_op_threads=self.intra_op_threads or threads)

@@ -1,0 +1,119 @@
+"""A request's raw bytes checked, decoded and preprocessed, or refused in one line.
+
+In: the body, its Content-Type, the server's limits and the task. Out: a ``Prepared`` (the feeds
+of a batch of one, the size class the batcher groups by, and the time decoding and preprocessing
+took), or a ``BadInput`` carrying the HTTP status and one line naming the problem: an empty body,
+a body over the size limit (413), text or any bytes that are not a PNG or JPEG (415; text that is
+not UTF-8 says so), an image whose header claims more pixels than allowed (413: the header is read
+and judged before a single pixel is decoded, so a 40000x40000 decompression bomb costs nothing),
+a truncated or corrupt image (400).
+
+Runs in the preprocessing worker processes (``pipeline.serve.app``), or in the request handler in
+``inline`` mode: the same function either way. Everything it returns or raises is picklable.
+"""
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+IMAGE_FORMATS = ("PNG", "JPEG")
+
+
+class BadInput(Exception):
+    """A request the server refuses: ``status`` and one line."""
+
+    def __init__(self, status: int, line: str):
+        super().__init__(status, line)
+        self.status, self.line = status, line
+
+    def __str__(self) -> str:
+        return self.line
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int
+    max_pixels: int
+    max_side: int
+
+
+@dataclass
+class Prepared:
+    feeds: dict          # input name -> array [1, ...]
+    size: int            # the task's size axis (a line's width): the batcher's shape class
+    decode_ms: float
+    preprocess_ms: float
+
+
+def check_body(body: bytes, limits: Limits) -> None:
+    if not body:
+        raise BadInput(400, "empty body: send the image's bytes (PNG or JPEG)")
+    if len(body) > limits.max_body_bytes:
+        raise BadInput(413, f"body of {len(body)} bytes is over the limit of "
+                            f"{limits.max_body_bytes} bytes (--max-body-bytes)")
+
+
+def open_image(body: bytes, content_type: str, limits: Limits):
+    """The decoded image (PIL), its header judged before its pixels are decoded."""
+    from PIL import Image, UnidentifiedImageError
+
+    check_body(body, limits)
+    kind = content_type.split(";")[0].strip().lower()
+    if kind.startswith("text/") or kind == "application/json":
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise BadInput(400, f"body is not valid UTF-8 (byte 0x{body[e.start]:02x} at offset "
+                                f"{e.start}); this model reads images (PNG or JPEG)") from None
+        raise BadInput(415, f"Content-Type {kind}: this model reads images (PNG or JPEG bytes)")
+    # Pillow's own bomb check raises inside open() without the size; ours (below, stricter, and
+    # before any pixel is decoded) names it. This process only decodes requests.
+    Image.MAX_IMAGE_PIXELS = None
+    try:
+        image = Image.open(io.BytesIO(body))  # reads the header only
+    except UnidentifiedImageError:
+        raise BadInput(415, f"body is not a PNG or JPEG image (it starts with "
+                            f"{body[:8].hex()})") from None
+    except (OSError, SyntaxError, ValueError) as e:
+        raise BadInput(400, f"unreadable image header: {str(e) or type(e).__name__}") from None
+    if image.format not in IMAGE_FORMATS:
+        raise BadInput(415, f"a {image.format} image: send PNG or JPEG")
+    w, h = image.size
+    if w * h > limits.max_pixels or max(w, h) > limits.max_side:
+        raise BadInput(413, f"image header claims {w}x{h} pixels, over the limit of "
+                            f"{limits.max_pixels} pixels or {limits.max_side} per side "
+                            "(--max-pixels, --max-side); not decoded")
+    if w == 0 or h == 0:
+        raise BadInput(400, f"image header claims {w}x{h} pixels: an empty image")
+    try:
+        image.load()
+    except (OSError, SyntaxError, ValueError) as e:  # what Pillow raises for a damaged file
+        raise BadInput(400, f"truncated or corrupt {image.format}: "
+                            f"{str(e) or type(e).__name__}") from None
+    return image
+
+
+def prepare(body: bytes, content_type: str, limits: Limits, task_key) -> Prepared:
+    """Decode and preprocess one request for ``task_key``'s model."""
+    from pipeline.models import task
+    from pipeline.task.contract import size_of
+
+    t = task(task_key)
+    start = time.perf_counter()
+    image = open_image(body, content_type, limits)
+    decoded = time.perf_counter()
+    feeds = t.from_image(image)
+    done = time.perf_counter()
+    return Prepared({k: np.ascontiguousarray(v) for k, v in feeds.items()}, size_of(t, feeds),
+                    (decoded - start) * 1000.0, (done - decoded) * 1000.0)
+
+
+def warm(task_key) -> bool:
+    """A worker's first call: import and build the task before the first request needs it."""
+    from pipeline.models import task
+
+    task(task_key)
+    return True

@@ -1,0 +1,298 @@
+"""The load generator: open-loop Poisson arrivals of real encoded files, and a concurrency sweep,
+against a running server (``python -m pipeline.serve.load URL ...``).
+
+In: the server's URL (this machine's own, 127.0.0.1, is what the tests and ``make`` use), request
+bodies (the PNG/JPEG files of a folder, or OCR lines rendered by the task's own generator and
+scaled up to a scanner's size), the rates to offer or a start rate to sweep up from, the seconds
+per step and the p99 target (``slo.p99_ms``). Out: a ``LoadReport``: per step the offered and
+achieved rate, p50/p99/p999 from the client's clock (counted from when each request was due, not
+when it went out, so a client that falls behind does not hide queueing), errors by status,
+the time of each server stage as the server reported it (decode, preprocess, queue, inference,
+postprocess) and the network and HTTP time (client latency minus the server's own), whether the
+step reached steady state, and the highest rate whose p99 met the target.
+
+Why not Locust: its users are closed loops (a user waits for its answer before its next request,
+at best paced by ``constant_throughput``), so a slow server slows the arrivals and hides its
+queue; open-loop Poisson arrivals need a generator that sends on schedule whatever the answers
+do. This one is aiohttp on one event loop; a request due while ``max_in_flight`` are unanswered is
+counted as a client-side drop, so the generator's own memory stays bounded.
+
+A step counts only when it reached steady state: its arrivals are cut into windows of
+``window_s`` seconds and the median latency of each of the last ``steady_windows`` windows must
+agree with theirs within ``steady_tolerance``; a step whose latencies still climb is saturated,
+not measured. The windows' medians, not their p99: at 17 requests a second a one-second window's
+p99 is its slowest request, one hiccup of a shared host, while a queue that grows lifts the
+median as surely. Each window's p99 is reported beside it. A sweep stops at the first step that
+misses the target or fails more than 1 % of its requests; a step that is not steady is not
+counted, and the sweep goes on.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+STAGES = ("decode", "preprocess", "queue", "inference", "postprocess")
+
+
+@dataclass
+class Step:
+    offered_qps: float
+    seconds: float
+    sent: int = 0
+    ok: int = 0
+    errors: dict = field(default_factory=dict)   # HTTP status (or "connection", "dropped") -> n
+    achieved_qps: float = 0.0
+    p50_ms: float = float("nan")
+    p99_ms: float = float("nan")
+    p999_ms: float = float("nan")
+    stage_ms: dict = field(default_factory=dict)  # stage -> mean ms (server's own clock)
+    network_ms: float = float("nan")              # median client latency minus server total
+    window_p50_ms: list = field(default_factory=list)
+    window_p99_ms: list = field(default_factory=list)
+    steady: bool = False
+    meets_slo: bool = False
+
+
+@dataclass
+class ConcurrencyStep:
+    concurrency: int
+    seconds: float
+    ok: int = 0
+    errors: dict = field(default_factory=dict)
+    throughput_qps: float = 0.0
+    p50_ms: float = float("nan")
+    p99_ms: float = float("nan")
+
+
+@dataclass
+class LoadReport:
+    url: str
+    slo_p99_ms: float
+    bodies: int
+    steps: list = field(default_factory=list)
+    max_qps_within_slo: float = 0.0
+    concurrency: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    slo_p99_ms: float = 200.0
+    step_seconds: float = 10.0
+    window_s: float = 1.0
+    steady_windows: int = 3
+    steady_tolerance: float = 0.5
+    max_in_flight: int = 256
+    max_error_share: float = 0.01
+    seed: int = 0
+
+
+def _steady(medians: list[float], cfg: LoadConfig) -> bool:
+    last = [p for p in medians[-cfg.steady_windows:] if np.isfinite(p)]
+    if len(last) < min(cfg.steady_windows, max(1, len(medians))):
+        return False
+    mid = float(np.median(last))
+    return all(abs(p - mid) <= cfg.steady_tolerance * mid for p in last)
+
+
+async def _post(session, url: str, body: bytes, content_type: str):
+    """(status or error name, server timings or None)."""
+    import aiohttp
+
+    try:
+        async with session.post(f"{url}/predict", data=body,
+                                headers={"Content-Type": content_type}) as r:
+            payload = await r.json(content_type=None)
+            return r.status, (payload.get("timing_ms") if r.status == 200 else None)
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        return "connection", None
+
+
+def _content_type(body: bytes) -> str:
+    return "image/png" if body[:8] == b"\x89PNG\r\n\x1a\n" else \
+        "image/jpeg" if body[:2] == b"\xff\xd8" else "application/octet-stream"
+
+
+async def open_loop(url: str, bodies: list[bytes], qps: float, cfg: LoadConfig,
+                    seed: int = 0) -> Step:
+    import aiohttp
+
+    rng = np.random.default_rng(seed)
+    due = np.cumsum(rng.exponential(1.0 / qps, size=int(qps * cfg.step_seconds * 1.5) + 16))
+    due = due[due < cfg.step_seconds]
+    picks = rng.integers(0, len(bodies), size=due.size)
+    step = Step(qps, cfg.step_seconds, sent=int(due.size))
+    records: list[tuple[float, float, object, dict | None]] = []  # (due, latency ms, status, t)
+    in_flight = 0
+    connector = aiohttp.TCPConnector(limit=cfg.max_in_flight)
+    timeout = aiohttp.ClientTimeout(total=max(30.0, 10 * cfg.slo_p99_ms / 1000.0))
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        t0 = time.perf_counter()
+
+        async def one(k: int):
+            nonlocal in_flight
+            in_flight += 1
+            try:
+                body = bodies[picks[k]]
+                status, timings = await _post(session, url, body, _content_type(body))
+            finally:
+                in_flight -= 1
+            end = time.perf_counter() - t0
+            records.append((float(due[k]), (end - due[k]) * 1000.0, status, timings))
+
+        tasks = []
+        for k in range(due.size):
+            wait = due[k] - (time.perf_counter() - t0)
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if in_flight >= cfg.max_in_flight:  # the client's own bound: counted, not sent
+                records.append((float(due[k]), float("inf"), "dropped", None))
+                continue
+            tasks.append(asyncio.create_task(one(k)))
+        await asyncio.gather(*tasks)
+        elapsed = time.perf_counter() - t0
+    return _summarize(step, records, elapsed, cfg)
+
+
+def _summarize(step: Step, records: list, elapsed: float, cfg: LoadConfig) -> Step:
+    ok = [r for r in records if r[2] == 200]
+    step.ok = len(ok)
+    for r in records:
+        if r[2] != 200:
+            step.errors[str(r[2])] = step.errors.get(str(r[2]), 0) + 1
+    step.achieved_qps = len(ok) / max(elapsed, step.seconds)
+    if ok:
+        lat = np.asarray([r[1] for r in ok])
+        step.p50_ms, step.p99_ms, step.p999_ms = (float(np.percentile(lat, q))
+                                                  for q in (50, 99, 99.9))
+        for stage in STAGES:  # the stages this server reports (a naive one: only its total)
+            values = [r[3][stage] for r in ok if stage in r[3]]
+            if values:
+                step.stage_ms[stage] = float(np.mean(values))
+        step.stage_ms["server_total"] = float(np.mean([r[3]["total"] for r in ok]))
+        step.network_ms = float(np.median([r[1] - r[3]["total"] for r in ok]))
+    windows = int(np.ceil(step.seconds / cfg.window_s))
+    for w in range(windows):
+        lat = [r[1] if r[2] == 200 else float("inf") for r in records
+               if w * cfg.window_s <= r[0] < (w + 1) * cfg.window_s]
+        # a failed or dropped request counts as infinitely late: errors are not fast answers
+        step.window_p50_ms.append(float(np.percentile(lat, 50)) if lat else float("nan"))
+        step.window_p99_ms.append(float(np.percentile(lat, 99)) if lat else float("nan"))
+    step.steady = _steady(step.window_p50_ms, cfg)
+    errors = sum(step.errors.values())
+    step.meets_slo = (step.steady and step.p99_ms <= cfg.slo_p99_ms
+                      and errors <= cfg.max_error_share * max(step.sent, 1))
+    return step
+
+
+async def closed_loop(url: str, bodies: list[bytes], concurrency: int,
+                      seconds: float) -> ConcurrencyStep:
+    """``concurrency`` clients, each sending its next request when its last is answered."""
+    import aiohttp
+
+    out = ConcurrencyStep(concurrency, seconds)
+    latencies: list[float] = []
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as s:
+        t0 = time.perf_counter()
+
+        async def client(c: int):
+            k = c
+            while time.perf_counter() - t0 < seconds:
+                body = bodies[k % len(bodies)]
+                k += concurrency
+                start = time.perf_counter()
+                status, _ = await _post(s, url, body, _content_type(body))
+                if status == 200:
+                    latencies.append((time.perf_counter() - start) * 1000.0)
+                else:
+                    out.errors[str(status)] = out.errors.get(str(status), 0) + 1
+
+        await asyncio.gather(*(client(c) for c in range(concurrency)))
+        elapsed = time.perf_counter() - t0
+    out.ok = len(latencies)
+    out.throughput_qps = len(latencies) / elapsed
+    if latencies:
+        out.p50_ms, out.p99_ms = (float(np.percentile(latencies, q)) for q in (50, 99))
+    return out
+
+
+def run(url: str, bodies: list[bytes], cfg: LoadConfig, rates: list[float] | None = None,
+        start_qps: float = 10.0, growth: float = 1.5, max_steps: int = 12,
+        concurrency: list[int] | None = None) -> LoadReport:
+    """Open-loop steps at ``rates`` (all of them), or from ``start_qps`` up by ``growth`` until a
+    step misses the target; then the concurrency sweep, if asked."""
+    if not bodies:
+        raise ValueError("no request bodies")
+    report = LoadReport(url, cfg.slo_p99_ms, len(bodies))
+    sweep = rates is None
+    plan = list(rates or [start_qps * growth ** k for k in range(max_steps)])
+    for k, qps in enumerate(plan):
+        step = asyncio.run(open_loop(url, bodies, qps, cfg, seed=cfg.seed + k))
+        report.steps.append(step)
+        print(_line(step), flush=True)
+        # The sweep ends when the target is missed or requests fail; a step that met the
+        # target without reaching steady state (a shared host's burst) does not count, but
+        # it does not end the sweep either.
+        errors = sum(n for k, n in step.errors.items())
+        if sweep and (not step.p99_ms <= cfg.slo_p99_ms
+                      or errors > cfg.max_error_share * max(step.sent, 1)):
+            break
+    report.max_qps_within_slo = max((s.offered_qps for s in report.steps if s.meets_slo),
+                                    default=0.0)
+    for c in concurrency or []:
+        cs = asyncio.run(closed_loop(url, bodies, c, cfg.step_seconds))
+        report.concurrency.append(cs)
+        print(f"concurrency {c:>3}: {cs.throughput_qps:8.1f} req/s  p50 {cs.p50_ms:7.2f} ms  "
+              f"p99 {cs.p99_ms:7.2f} ms  errors {cs.errors or 0}", flush=True)
+    return report
+
+
+def _line(s: Step) -> str:
+    stages = " ".join(f"{k} {v:.2f}" for k, v in s.stage_ms.items())
+    return (f"{s.offered_qps:8.1f} req/s offered, {s.achieved_qps:8.1f} answered: p50 "
+            f"{s.p50_ms:.2f} p99 {s.p99_ms:.2f} p999 {s.p999_ms:.2f} ms, errors "
+            f"{s.errors or 0}, "
+            + (("meets" if s.meets_slo else "misses") + " the target" if s.steady else
+               "not steady: not counted")
+            + f" | ms: {stages} network "
+            f"{s.network_ms:.2f}")
+
+
+def ocr_lines(count: int, scale: float = 1.0, seed: int = 7, fmt: str = "PNG") -> list[bytes]:
+    """``count`` text lines drawn by the OCR task's generator (seed 7: no evaluation line), each
+    scaled by ``scale`` (a scanner at 300 dpi gives lines about 4x the model's 32 pixels) and
+    encoded as ``fmt``."""
+    import io
+
+    from PIL import Image
+
+    from pipeline.models.ocr import data as ocr_data
+
+    out = []
+    for sample in ocr_data.generate(seed, count):
+        img = Image.fromarray(ocr_data.to_array(sample))
+        if scale != 1.0:
+            img = img.resize((round(img.width * scale), round(img.height * scale)),
+                             Image.BICUBIC)
+        buf = io.BytesIO()
+        img.save(buf, format=fmt)
+        out.append(buf.getvalue())
+    return out
+
+
+def files(folder: Path) -> list[bytes]:
+    """Every file of ``folder`` (sorted), sent as it is: what a client would upload."""
+    return [p.read_bytes() for p in sorted(Path(folder).iterdir()) if p.is_file()]
+
+
+def write(report: LoadReport, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(report.to_json(), indent=2))
+    tmp.rename(path)

@@ -1,0 +1,46 @@
+"""The server's Prometheus metrics (prometheus_client), on a registry of its own per server.
+
+Requests by outcome (ok, bad_input, overloaded, error), errors by HTTP status, a latency
+histogram per stage (decode, preprocess, queue, inference, postprocess, and the whole request as
+the server saw it), the queue's depth (requests admitted and not yet answered) and the batch sizes
+the batcher formed. Buckets span 0.1 ms to 10 s: a tiny model's stages take well under a
+millisecond, a request past its SLO takes seconds.
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+STAGES = ("decode", "preprocess", "queue", "inference", "postprocess", "total")
+SECONDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+           1.0, 2.5, 5.0, 10.0)
+
+
+class ServerMetrics:
+    def __init__(self, max_batch: int):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("serve_requests", "Requests answered, by outcome", ["outcome"],
+                                registry=r)
+        self.errors = Counter("serve_errors", "Requests answered with an error, by HTTP status",
+                              ["status"], registry=r)
+        self.stage = Histogram("serve_stage_seconds", "Time per request in each stage",
+                               ["stage"], buckets=SECONDS, registry=r)
+        self.worker_restarts = Counter("serve_worker_restarts",
+                                       "Preprocessing pools replaced after a worker died",
+                                       registry=r)
+        self.queue_depth = Gauge("serve_queue_depth",
+                                 "Requests admitted and not yet answered", registry=r)
+        self.batch_size = Histogram("serve_batch_size", "Requests per model run",
+                                    buckets=tuple(range(1, max_batch + 1)), registry=r)
+        for outcome in ("ok", "bad_input", "overloaded", "error"):
+            self.requests.labels(outcome)  # present at zero, so a scrape shows every series
+        for stage in STAGES:
+            self.stage.labels(stage)
+
+    def observe(self, timings_ms: dict) -> None:
+        for stage, ms in timings_ms.items():
+            if stage in STAGES:
+                self.stage.labels(stage).observe(ms / 1000.0)
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,80 @@
+"""The same server as a Ray Serve deployment: replicas, and ``@serve.batch`` as the batcher.
+
+In: a ``Served`` (``artifact.open_ref``) and a ``ServeConfig``. Out: a Ray Serve application
+(``application(...)``, for ``serve.run``) whose replicas each load the model on the runtime its
+gate judged and answer ``POST`` with the raw bytes of one image, exactly as ``pipeline.serve.app``
+does: the same checks and one-line 4xx (``inputs``), the same preprocessing, the same JSON.
+
+What differs: Ray Serve's proxy routes requests to ``replicas`` processes and bounds their queue
+(``max_ongoing_requests`` per replica, ``max_queued_requests`` in front: past it the proxy answers
+503), and ``@serve.batch`` gathers up to ``max_batch`` requests for up to ``max_wait_ms``. That
+batcher has no notion of shape classes, so a gathered batch is split by line width and each width
+runs as one batch: no line is padded to another's width, and every answer is the one the line gets
+alone (as the HTTP server's batcher guarantees). Decoding and preprocessing run on a thread of the
+replica, the model on another, so the replica's event loop keeps reading requests.
+"""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from pipeline.serve.config import ServeConfig
+
+
+def application(served, cfg: ServeConfig, replicas: int = 1, num_cpus: float = 1.0):
+    from ray import serve
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+
+    from pipeline.serve.inputs import BadInput, Limits, prepare
+
+    root = str(Path(__file__).resolve().parents[2])  # the replicas import this checkout
+
+    @serve.deployment(num_replicas=replicas, max_ongoing_requests=cfg.queue_limit,
+                      max_queued_requests=cfg.queue_limit,
+                      ray_actor_options={"num_cpus": num_cpus,
+                                         "runtime_env": {"env_vars": {"PYTHONPATH": root}}})
+    class Recognizer:
+        def __init__(self, served, cfg: ServeConfig):
+            from pipeline import runtimes
+            from pipeline.config import HardwareRuntime
+            from pipeline.models import task
+
+            self.served, self.cfg, self.task = served, cfg, task(served.task_key)
+            self.limits = Limits(cfg.max_body_bytes, cfg.max_pixels, cfg.max_side)
+            deployed = served.runtime
+            self.model = runtimes.load(served.model, HardwareRuntime(
+                "cpu", "CPUExecutionProvider", cfg.intra_op_threads, 1, None,
+                deployed.get("runtime", "onnxruntime"), deployed.get("precision", "fp32"),
+                deployed.get("performance_hint", "latency")))
+            self.model.run(self.task.example(1))  # warm: the first run allocates
+
+        def _run(self, group: list) -> list:
+            outputs = self.model.run(self.task.stack([p.feeds for p in group]))
+            return self.task.predictions(outputs)
+
+        @serve.batch(max_batch_size=cfg.max_batch, batch_wait_timeout_s=cfg.max_wait_ms / 1000.0)
+        async def infer(self, prepared: list) -> list:
+            by_size: dict[int, list[int]] = {}
+            for k, p in enumerate(prepared):
+                by_size.setdefault(p.size, []).append(k)
+            answers: list = [None] * len(prepared)
+            for rows in by_size.values():
+                predictions = await asyncio.to_thread(self._run, [prepared[k] for k in rows])
+                for k, p in zip(rows, predictions):
+                    answers[k] = (p, len(rows))
+            return answers
+
+        async def __call__(self, request: Request):
+            body = await request.body()
+            try:
+                p = await asyncio.to_thread(prepare, body, request.headers.get("content-type", ""),
+                                            self.limits, self.served.task_key)
+            except BadInput as e:
+                return JSONResponse({"error": e.line}, status_code=e.status)
+            prediction, batch = await self.infer(p)
+            return JSONResponse({"prediction": prediction, "model": self.served.ref,
+                                 "timing_ms": {"decode": p.decode_ms,
+                                               "preprocess": p.preprocess_ms, "batch": batch}})
+
+    return Recognizer.bind(served, cfg)

@@ -1,0 +1,73 @@
+"""The server's dynamic batcher (``pipeline.serve.batcher``) on real threads: batches never mix
+shape classes nor exceed their size, every request gets its own answer, a failing batch fails
+only its own requests, and stopping answers what is queued. Nothing here depends on how fast
+anything runs: only on which requests ended up together."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from pipeline.serve.batcher import Batcher, shape_class
+
+
+def _echo(seen: list):
+    def run(jobs):
+        seen.append([j.size for j in jobs])
+        return [(float(j.feeds["x"][0]), {}) for j in jobs]
+    return run
+
+
+def test_batches_hold_one_shape_class_and_answers_go_to_their_request():
+    seen: list = []
+    b = Batcher(_echo(seen), max_batch=4, max_wait_ms=30, bucket=0)
+    b.start()
+    sizes = [64, 68, 64, 72, 64, 68, 64, 64, 72, 68] * 3
+    futures = [b.submit({"x": np.array([k])}, s) for k, s in enumerate(sizes)]
+    answers = [f.result(timeout=60)[0] for f in futures]
+    b.stop()
+    assert answers == [float(k) for k in range(len(sizes))]
+    assert all(len(set(batch)) == 1 and len(batch) <= 4 for batch in seen), seen
+    assert sum(len(batch) for batch in seen) == len(sizes)
+    assert all("queue" in f.result()[1] for f in futures)
+
+
+def test_buckets_round_sizes_up():
+    assert [shape_class(s, 32) for s in (1, 32, 33, 64)] == [32, 32, 64, 64]
+    assert shape_class(37, 0) == 37
+
+
+def test_a_failing_batch_fails_its_requests_and_the_batcher_goes_on():
+    def run(jobs):
+        if any(j.size == 13 for j in jobs):
+            raise RuntimeError("boom")
+        return [("ok", {}) for _ in jobs]
+
+    b = Batcher(run, max_batch=2, max_wait_ms=0, bucket=0)
+    b.start()
+    bad = b.submit({}, 13)
+    with pytest.raises(RuntimeError, match="boom"):
+        bad.result(timeout=60)
+    assert b.submit({}, 8).result(timeout=60)[0] == "ok"
+    b.stop()
+
+
+def test_stop_answers_what_is_queued():
+    release = threading.Event()
+    seen: list = []
+
+    def run(jobs):
+        release.wait(60)  # the first batch holds the thread while more are queued
+        return _echo(seen)(jobs)
+
+    b = Batcher(run, max_batch=1, max_wait_ms=0, bucket=0)
+    b.start()
+    futures = [b.submit({"x": np.array([k])}, 8) for k in range(5)]
+    stopper = threading.Thread(target=b.stop)
+    stopper.start()
+    release.set()
+    stopper.join(60)
+    assert [f.result(timeout=0)[0] for f in futures] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    with pytest.raises(RuntimeError):
+        b.submit({}, 8)

@@ -1,0 +1,71 @@
+"""The load generator (``python -m pipeline.serve load``) against the real server on 127.0.0.1:
+2 s of open-loop arrivals at a low rate and a 1 s concurrency step, over real encoded files, some
+of them not images. What is checked is the report's structure and its counting (every request
+sent is answered or counted as an error, and the errors and successes it counts are the ones the
+server's own /metrics counted), never how fast anything was.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, one_line
+from tests.serve_helpers import line_png, metrics, start
+
+
+@pytest.fixture(scope="module")
+def server(tiny_run, tmp_path_factory):
+    workdir, _ = tiny_run
+    running = start(str(workdir / "runs" / "latest"), tmp_path_factory.mktemp("serve"),
+                    "--workers", "1", "--threads", "1")
+    yield running
+    assert running.stop() == 0, running.log.read_text()
+
+
+def test_open_loop_and_concurrency_report_counts_what_was_sent(server, tmp_path):
+    folder = tmp_path / "files"
+    folder.mkdir()
+    for k in range(2):
+        (folder / f"line{k}.png").write_bytes(line_png(width=80 + 8 * k, seed=k))
+        (folder / f"notes{k}.txt").write_bytes(b"not an image, " * (k + 1))
+    out = tmp_path / "load.json"
+    before = metrics(server.url)
+    proc = subprocess.run([sys.executable, "-m", "pipeline.serve", "load", server.url,
+                           "--files", str(folder), "--rates", "6", "--seconds", "2",
+                           "--window", "0.5", "--slo-ms", "10000", "--concurrency", "2",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    after = metrics(server.url)
+    report = json.loads(out.read_text())
+    assert report["url"] == server.url and report["bodies"] == 4
+    (step,) = report["steps"]
+    assert step["offered_qps"] == 6 and step["sent"] > 0
+    assert step["ok"] + sum(step["errors"].values()) == step["sent"]
+    assert step["ok"] > 0 and step["errors"].get("415", 0) > 0, step
+    assert set(step) >= {"p50_ms", "p99_ms", "p999_ms", "achieved_qps", "window_p50_ms", "window_p99_ms",
+                         "steady", "meets_slo", "network_ms"}
+    assert set(step["stage_ms"]) == {"decode", "preprocess", "queue", "inference",
+                                     "postprocess", "server_total"}
+    assert len(step["window_p99_ms"]) == 4  # 2 s in windows of 0.5 s
+    (conc,) = report["concurrency"]
+    assert conc["concurrency"] == 2 and conc["ok"] > 0 and conc["errors"].get("415", 0) > 0
+
+    def delta(*key):
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    # the server saw exactly what the client counted
+    assert delta("serve_requests_total", ("outcome", "ok")) == step["ok"] + conc["ok"]
+    assert delta("serve_errors_total", ("status", "415")) == \
+        step["errors"]["415"] + conc["errors"]["415"]
+    assert "highest rate with p99" in proc.stdout
+
+
+def test_load_goes_to_this_machine_only(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pipeline.serve", "load",
+                           "http://192.0.2.1:8000", "--rates", "1", "--seconds", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    one_line(proc, 2, "192.0.2.1", "--allow-remote")

@@ -1,0 +1,70 @@
+"""The Ray Serve deployment (``pipeline.serve.ray_serve``) on a local Ray cluster started here:
+two replicas of the tiny run's published model answer raw PNG bytes over Ray Serve's HTTP proxy
+on 127.0.0.1 with what the model says when it is run directly on the same preprocessed input, and
+bad input with the HTTP server's one-line 4xx.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from tests.serve_helpers import line_png
+
+
+@pytest.fixture(scope="module")
+def ray_app(tiny_run, tmp_path_factory):
+    ray = pytest.importorskip("ray")
+    serve = pytest.importorskip("ray.serve")
+    from pipeline.serve.artifact import open_ref
+    from pipeline.serve.config import ServeConfig
+    from pipeline.serve.ray_serve import application
+
+    workdir, _ = tiny_run
+    served = open_ref(str(workdir / "runs" / "latest"), tmp_path_factory.mktemp("pull"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
+             log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        cfg = ServeConfig(max_batch=4, max_wait_ms=20, intra_op_threads=1, workers=1)
+        serve.run(application(served, cfg, replicas=2, num_cpus=0.5), route_prefix="/predict")
+        yield served, f"http://127.0.0.1:{port}/predict", serve
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def _direct(served, body: bytes) -> str:
+    """The model run in this process on the same bytes, through the same functions."""
+    from pipeline import runtimes
+    from pipeline.config import HardwareRuntime
+    from pipeline.models import task
+    from pipeline.serve.inputs import Limits, prepare
+
+    t = task(served.task_key)
+    p = prepare(body, "image/png", Limits(1 << 24, 1 << 24, 1 << 14), served.task_key)
+    model = runtimes.load(served.model, HardwareRuntime("cpu", "CPUExecutionProvider", 1, 1))
+    return t.predictions(model.run(p.feeds))[0]
+
+
+def test_replicas_answer_raw_bytes_and_bad_input(ray_app):
+    served, url, serve = ray_app
+    bodies = [line_png(width=64 + 4 * (k % 3), seed=k) for k in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda b: requests.post(url, data=b, timeout=120,
+                                                        headers={"Content-Type": "image/png"}),
+                                bodies))
+    assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+    assert [a.json()["prediction"] for a in answers] == [_direct(served, b) for b in bodies]
+    bad = requests.post(url, data=b"not an image", timeout=60)
+    assert bad.status_code == 415 and "not a PNG or JPEG" in bad.json()["error"]
+    status = serve.status().applications["default"].deployments["Recognizer"]
+    assert status.replica_states.get("RUNNING") == 2, json.dumps(str(status))
