@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -30,8 +31,12 @@ def ray_app(tiny_run, tmp_path_factory):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # a cluster of its own, on the loopback address (traffic stays on 127.0.0.1) and in a temp
+    # folder of its own (short: Ray's socket paths must fit 107 bytes), so that nothing of another
+    # cluster on this machine (a sweep test's, Ray's default /tmp/ray) is found or reused
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
-             log_to_driver=False)
+             log_to_driver=False, _node_ip_address="127.0.0.1",
+             _temp_dir=tempfile.mkdtemp(prefix="ray-"))
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         cfg = ServeConfig(max_batch=4, max_wait_ms=20, intra_op_threads=1, workers=1)
@@ -42,17 +47,22 @@ def ray_app(tiny_run, tmp_path_factory):
         ray.shutdown()
 
 
-def _direct(served, body: bytes) -> str:
-    """The model run in this process on the same bytes, through the same functions."""
+def _direct(model, task_key, bodies: list[bytes]) -> list[str]:
+    """The model run on the same bytes, through the same functions, in a child process (as the
+    runner runs stages: a session here would set onnxruntime's process-wide thread pool in the
+    test worker, and later tests' plain sessions would be refused)."""
     from pipeline import runtimes
     from pipeline.config import HardwareRuntime
     from pipeline.models import task
     from pipeline.serve.inputs import Limits, prepare
 
-    t = task(served.task_key)
-    p = prepare(body, "image/png", Limits(1 << 24, 1 << 24, 1 << 14), served.task_key)
-    model = runtimes.load(served.model, HardwareRuntime("cpu", "CPUExecutionProvider", 1, 1))
-    return t.predictions(model.run(p.feeds))[0]
+    t = task(task_key)
+    loaded = runtimes.load(model, HardwareRuntime("cpu", "CPUExecutionProvider", 1, 1))
+    answers = []
+    for body in bodies:
+        p = prepare(body, "image/png", Limits(1 << 24, 1 << 24, 1 << 14), task_key)
+        answers.append(t.predictions(loaded.run(p.feeds))[0])
+    return answers
 
 
 def test_replicas_answer_raw_bytes_and_bad_input(ray_app):
@@ -63,7 +73,10 @@ def test_replicas_answer_raw_bytes_and_bad_input(ray_app):
                                                         headers={"Content-Type": "image/png"}),
                                 bodies))
     assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
-    assert [a.json()["prediction"] for a in answers] == [_direct(served, b) for b in bodies]
+    from pipeline.core import isolate
+
+    assert [a.json()["prediction"] for a in answers] == isolate.call(
+        "direct", _direct, served.model, served.task_key, bodies)
     bad = requests.post(url, data=b"not an image", timeout=60)
     assert bad.status_code == 415 and "not a PNG or JPEG" in bad.json()["error"]
     status = serve.status().applications["default"].deployments["Recognizer"]
