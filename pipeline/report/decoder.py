@@ -72,6 +72,8 @@ def markdown(report: dict) -> str:
               f"{'symmetric' if s.get('symmetric') else 'asymmetric'}, 4-bit algorithm "
               f"{s.get('algorithm')}; {s.get('matmuls')} MatMuls. Scores against FP32 at "
               "accuracy level 0.", ""]
+    if s.get("reference", "FP32") != "FP32":  # past the memory budget (decoder_memory)
+        lines += [f"Reference (the rows' fp32): {s['reference']}.", ""]
     lines += ["| model | weights MB | MatMuls 4/8/float | perplexity | rise % | top-1 agree % "
               "| KL nats | tok/s | token ms p50/p99 | TTFT ms p50 | speedup (95% CI) |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
