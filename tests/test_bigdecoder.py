@@ -73,7 +73,10 @@ def test_the_plan_counts_the_checkpoint_from_its_headers_and_picks_the_path(root
     fits = plan(decoder, DecoderQuant(memory_budget=0.5), total=10 ** 12)
     assert (fits.params, fits.checkpoint_dtype, fits.checkpoint_bytes) == (params, "bf16",
                                                                            2 * params)
-    assert not fits.streaming and fits.reference == "FP32"
+    assert not fits.streaming and fits.reference == "FP32" and fits.stream_fits
+    # the streaming path's own estimate: the builder holding the bf16 checkpoint, or the INT8
+    # reference's and the candidate's sessions together; both well under FP32's
+    assert fits.checkpoint_bytes <= fits.stream_peak_estimate < fits.fp32_peak_estimate
     # the FP32 path's estimate just past the budget: streaming, and the reference says why
     total = int(FP32_FACTOR * 4 * params / 0.5) - 1000
     past = plan(decoder, DecoderQuant(memory_budget=0.5), total=total)

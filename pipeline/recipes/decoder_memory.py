@@ -48,6 +48,7 @@ class MemoryPlan:
     fp32_bytes: int             # params x 4
     fp32_peak_estimate: int     # fp32_bytes x FP32_FACTOR
     stream_peak_estimate: int   # the streaming path's largest step (see ``plan``)
+    stream_fits: bool           # that estimate within the budget (else the run is tried anyway)
     machine_bytes: int          # physical memory, or the cgroup's limit when lower
     budget: float               # quant.decoder.memory_budget
     budget_bytes: int
@@ -102,17 +103,18 @@ def plan(decoder, q, total: int | None = None) -> MemoryPlan:
     fp32 = 4 * params
     budget = int(q.memory_budget * total)
     # the streaming path's largest step: the builder holding the checkpoint, or scoring with the
-    # INT8 reference's and a candidate's sessions side by side (about one byte per parameter
-    # each at most, codes and scales)
-    stream = int(max(CHECKPOINT_FACTOR * ck, 2 * params * (1 + 4 / REFERENCE_BLOCK)))
+    # INT8 reference's and the candidate's sessions side by side (codes plus an FP32 scale per
+    # block, per parameter; the embedding, kept FP32, is a small share and left out)
+    stream = int(max(CHECKPOINT_FACTOR * ck, params * (
+        REFERENCE_BITS / 8 + 4 / REFERENCE_BLOCK + q.bits / 8 + 4 / q.block_size)))
     streaming = FP32_FACTOR * fp32 > budget
     name = DTYPE_NAMES.get(dtype, dtype.lower())
     reference = (f"INT8 (block {REFERENCE_BLOCK}, round to nearest) of the {name} checkpoint: "
                  f"FP32 (about {FP32_FACTOR * fp32 / GB:.3g} GB at its peak) is past "
                  f"quant.decoder.memory_budget={q.memory_budget} ({budget / GB:.3g} GB)"
                  if streaming else "FP32")
-    return MemoryPlan(params, name, ck, fp32, int(FP32_FACTOR * fp32), stream, total,
-                      q.memory_budget, budget, streaming, reference)
+    return MemoryPlan(params, name, ck, fp32, int(FP32_FACTOR * fp32), stream, stream <= budget,
+                      total, q.memory_budget, budget, streaming, reference)
 
 
 def check_streaming(cfg, memory: MemoryPlan) -> None:
