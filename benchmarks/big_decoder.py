@@ -25,6 +25,9 @@ from pathlib import Path
 SHAPES = {
     "7b": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
            "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000},
+    # the shape docs/llm.md's per-step memory factors were measured on (160 M parameters)
+    "160m": {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8,
+             "num_attention_heads": 16, "num_key_value_heads": 8, "vocab_size": 32000},
     "tiny": {"hidden_size": 256, "intermediate_size": 704, "num_hidden_layers": 4,
              "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 2048},
 }
@@ -124,6 +127,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default=str(Path("artifacts") / "big_decoder"))
     ap.add_argument("--budget", type=float, default=None,
                     help="quant.decoder.memory_budget (a share of the machine's memory)")
+    ap.add_argument("--max-seconds", type=float, default=None,
+                    help="bench.max_seconds of the run's decode timing")
     args = ap.parse_args(argv)
     root = Path(args.out) / args.shape
     folder = root / "checkpoint"
@@ -139,7 +144,8 @@ def main(argv: list[str] | None = None) -> dict:
            "data.input_column=text", f"workdir={root / 'work'}", f"data_dir={root / 'data'}",
            f"registry.root={root / 'registry'}", "gate.min_speedup=0",
            "data.evaluation_samples=8", "data.calibration_samples=4",
-           *([f"quant.decoder.memory_budget={args.budget}"] if args.budget else [])]
+           *([f"quant.decoder.memory_budget={args.budget}"] if args.budget else []),
+           *([f"bench.max_seconds={args.max_seconds}"] if args.max_seconds else [])]
     shutil.rmtree(root / "work", ignore_errors=True)  # a fresh compile: reused stages cost nothing
     t1 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True)

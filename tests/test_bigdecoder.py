@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import one_line, run_cli
+from tests.conftest import ROOT, one_line, run_cli
 from tests.test_llm import FAST
 
 
@@ -125,11 +127,12 @@ def test_streamed_matmulnbits_equal_onnxruntimes_quantizer(root, tmp_path):
 
 
 def test_a_decoder_past_the_budget_takes_the_streaming_path_and_generates(root):
+    # a random 2-layer model at 4 bits flips near-tied greedy tokens: the accuracy limits are
+    # opened so that the run goes on to publish, which is part of what is asserted
     proc = run_cli(*_args(root, "stream", "quant=int8", "quant.decoder.bits=4",
-                          "quant.decoder.memory_budget=1e-9"))
-    # a random 2-layer model at 4 bits may fail the accuracy gate (near-tied logits): the run
-    # still completes, its report and candidate kept, which is what is asserted here
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+                          "quant.decoder.memory_budget=1e-9",
+                          "gate.max_accuracy_drop={perplexity_rise: 100, top1_agreement: 100}"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     work = root / "stream" / "runs" / "latest"
     report = json.loads((work / "report.json").read_text())
     memory = report["settings"]["memory"]
@@ -147,7 +150,13 @@ def test_a_decoder_past_the_budget_takes_the_streaming_path_and_generates(root):
     for role in ("fp32", "candidate"):  # each streamed stage measured its child's peak
         meta = json.loads((Path(report["lineage"][role]["path"]) / "artifact.json").read_text())
         assert meta["meta"]["peak_rss_mb"] > 0
-    assert _generates(Path(report["lineage"]["candidate"]["path"])) == 5
+    assert report["verdict"]["passed"] and report["published"]
+    ref = report["published"].split("@")[0]
+    pull = subprocess.run([sys.executable, "-m", "pipeline.registry", "pull", ref, "--out",
+                           str(root / "pulled"), f"registry.root={root / 'registry'}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert pull.returncode == 0, pull.stdout + pull.stderr
+    assert _generates(root / "pulled") == 5  # the published folder, as pulled
 
 
 def test_a_budget_that_fits_keeps_todays_stages(root):
