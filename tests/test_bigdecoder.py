@@ -179,3 +179,19 @@ def test_what_the_streaming_path_cannot_build_is_refused_in_one_line(root):
     one_line(proc, 2, "quant=mixed", "memory_budget", "quant=int8")
     proc = run_cli(*_args(root, "refused", "quant=int8", "quant.decoder.memory_budget=0"))
     one_line(proc, 2, "quant.decoder.memory_budget=0")
+
+
+def test_the_bill_says_a_7b_int4_compile_streams_within_60_percent_of_24_gb():
+    """The bill's compile line, for Llama 2 7B's shape from a bf16 checkpoint: the FP32 path is
+    past the default budget on a 24 GB machine, the streaming path within it; and the plan
+    decides with the same arithmetic."""
+    from pipeline.bill.llm import compile_peaks
+    from pipeline.config import DecoderQuant, Precision
+    from pipeline.engine.compose import compose
+
+    llm = compose(["model=llm_7b"], config_name="bill").model.llm
+    budget_gb = DecoderQuant().memory_budget * 24
+    c = compile_peaks(llm, Precision.int4)
+    assert c["fp32_path_peak_gb"] > budget_gb >= c["streaming_peak_gb"]
+    # the streaming path's peak is the builder holding the bf16 checkpoint, not FP32
+    assert c["streaming_peak_gb"] == pytest.approx(2 * llm.params_b)

@@ -27,13 +27,11 @@ import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+# the arithmetic, shared with the bill
+from pipeline.bill.compile_memory import (FP32_FACTOR, REFERENCE_BITS, REFERENCE_BLOCK,
+                                          fp32_path_peak, streaming_peak)
 from pipeline.core.errors import ConfigError
 
-FP32_FACTOR = 1.4      # the FP32 path's peak over its weights' bytes (measured, see above)
-CHECKPOINT_FACTOR = 1.0  # the builder over the checkpoint's bytes: 0.59 measured with its
-# safetensors memory-mapped; 1.0 where the pages are copied instead
-REFERENCE_BITS = 8
-REFERENCE_BLOCK = 32   # onnxruntime-genai's own INT8 and INT4 block
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2,
                "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 DTYPE_NAMES = {"F32": "fp32", "F16": "fp16", "BF16": "bf16"}
@@ -103,17 +101,16 @@ def plan(decoder, q, total: int | None = None) -> MemoryPlan:
     fp32 = 4 * params
     budget = int(q.memory_budget * total)
     # the streaming path's largest step: the builder holding the checkpoint, or scoring with the
-    # INT8 reference's and the candidate's sessions side by side (codes plus an FP32 scale per
-    # block, per parameter; the embedding, kept FP32, is a small share and left out)
-    stream = int(max(CHECKPOINT_FACTOR * ck, params * (
-        REFERENCE_BITS / 8 + 4 / REFERENCE_BLOCK + q.bits / 8 + 4 / q.block_size)))
-    streaming = FP32_FACTOR * fp32 > budget
+    # INT8 reference's and the candidate's sessions side by side (the embedding, kept FP32, is a
+    # small share and left out)
+    stream = int(streaming_peak(params, ck, q.bits, q.block_size))
+    streaming = fp32_path_peak(params) > budget
     name = DTYPE_NAMES.get(dtype, dtype.lower())
     reference = (f"INT8 (block {REFERENCE_BLOCK}, round to nearest) of the {name} checkpoint: "
                  f"FP32 (about {FP32_FACTOR * fp32 / GB:.3g} GB at its peak) is past "
                  f"quant.decoder.memory_budget={q.memory_budget} ({budget / GB:.3g} GB)"
                  if streaming else "FP32")
-    return MemoryPlan(params, name, ck, fp32, int(FP32_FACTOR * fp32), stream, stream <= budget,
+    return MemoryPlan(params, name, ck, fp32, int(fp32_path_peak(params)), stream, stream <= budget,
                       total, q.memory_budget, budget, streaming, reference)
 
 
