@@ -4,8 +4,9 @@ larger than memory"): ``python -m benchmarks.big_decoder --shape 7b`` on a quiet
 Random bf16 weights of a Llama-shaped decoder are written shard by shard (one transformer block
 per safetensors file, never the whole model in memory, a ``model.safetensors.index.json``
 naming them) with a word-level tokenizer; then ``python -m pipeline model=hf quant=int8
-quant.decoder.bits=4`` compiles it in a child whose peak RSS (``RUSAGE_CHILDREN``) is measured
-against the machine's memory, with the run's own memory plan and decode speed from its report.
+quant.decoder.bits=4`` compiles it in a child whose peak RSS is measured
+(the sum over its process tree, sampled: ``TreeRss``) against the machine's memory, with the
+run's own memory plan and decode speed from its report.
 ``--shape tiny`` checks the mechanics in seconds with ``--budget`` forcing the streaming path.
 A benchmark, not a test: nothing here asserts; the target is printed with the numbers.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -117,6 +117,57 @@ def _bound(folder: Path, tokens_per_s: float | None, kv_len: int = 64) -> dict:
             "share_of_bound": tokens_per_s / bound if tokens_per_s else None}
 
 
+def tree_rss(root: int) -> int:
+    """The summed resident bytes of ``root``'s descendants, from /proc (Linux): the parent of
+    every process from its ``stat``, the resident pages from its ``statm``."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:  # the command may hold spaces and parentheses: the fields follow its last ")"
+                parent[int(d.name)] = int((d / "stat").read_text().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):  # ended meanwhile
+                pass
+    below, grew = {root}, True
+    while grew:
+        more = {p for p, pp in parent.items() if pp in below} - below
+        below, grew = below | more, bool(more)
+    page, total = os.sysconf("SC_PAGE_SIZE"), 0
+    for p in below - {root}:
+        try:
+            total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+class TreeRss:
+    """The resident memory of this process's descendants summed, sampled every ``interval``
+    seconds; ``peak`` its largest sum. A sampler, because the kernel's own high-water marks do
+    not reach it: the pipeline's stage children hang under a forkserver that is not waited for
+    when the run ends (``RUSAGE_CHILDREN`` then sees the parent alone), and they would give the
+    largest process, not the sum of the parent's and a stage child's at one moment, which is
+    what the machine runs out of. A spike shorter than ``interval`` can be missed."""
+
+    def __init__(self, interval: float = 0.2):
+        import threading
+
+        self.interval, self.peak, self._stop = interval, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_rss(os.getpid()))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "TreeRss":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def _machine_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
@@ -148,10 +199,9 @@ def main(argv: list[str] | None = None) -> dict:
            *([f"bench.max_seconds={args.max_seconds}"] if args.max_seconds else [])]
     shutil.rmtree(root / "work", ignore_errors=True)  # a fresh compile: reused stages cost nothing
     t1 = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    # the largest single process among the finished descendants (the stage children roll up
-    # through the forkserver): not the sum of the parent's and a stage child's at one moment
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # Linux: KiB
+    with TreeRss() as tree:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    peak = tree.peak
     out = {"shape": args.shape, "params": params, "checkpoint_seconds": round(written, 1),
            "compile_seconds": round(time.time() - t1, 1), "returncode": proc.returncode,
            "peak_rss_bytes": peak, "machine_bytes": _machine_bytes(),
