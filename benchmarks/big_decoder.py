@@ -44,7 +44,8 @@ def write_checkpoint(folder: Path, shape: dict, seed: int = 0) -> int:
 
     folder.mkdir(parents=True, exist_ok=True)
     h, inter, layers = shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"]
-    heads, kv, vocab = shape["num_attention_heads"], shape["num_key_value_heads"], shape["vocab_size"]
+    heads, kv = shape["num_attention_heads"], shape["num_key_value_heads"]
+    vocab = shape["vocab_size"]
     head = h // heads
     cfg = LlamaConfig(**shape, max_position_embeddings=2048, bos_token_id=1, eos_token_id=2,
                       tie_word_embeddings=False, dtype="bfloat16")

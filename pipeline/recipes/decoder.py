@@ -117,8 +117,9 @@ class _Run:
             self.source = runner.run(DecoderExportStream(decoder=decoder))
             ref = decoder_memory.reference_plan(matmuls(self.source.path))
             self.fp32 = self.runner.run(WeightOnlyStream(
-                plan=tuple(sorted(ref.items())), block_size=decoder_memory.REFERENCE_BLOCK, symmetric=True,
-                accuracy_level=self.level), self.source, label="weight_only_stream[reference]")
+                plan=tuple(sorted(ref.items())), block_size=decoder_memory.REFERENCE_BLOCK,
+                symmetric=True, accuracy_level=self.level), self.source,
+                label="weight_only_stream[reference]")
         else:
             self.fp32 = self.source = runner.run(DecoderExport(decoder=decoder,
                                                                data=self.sets["evaluation"]))
