@@ -195,3 +195,47 @@ def test_the_bill_says_a_7b_int4_compile_streams_within_60_percent_of_24_gb():
     assert c["fp32_path_peak_gb"] > budget_gb >= c["streaming_peak_gb"]
     # the streaming path's peak is the builder holding the bf16 checkpoint, not FP32
     assert c["streaming_peak_gb"] == pytest.approx(2 * llm.params_b)
+
+
+def test_a_relevelled_reference_session_links_its_weights_instead_of_copying_them(
+        root, tmp_path, monkeypatch):
+    """Scoring runs the reference at accuracy level 0 from a re-written graph: its weights are
+    hard-linked, not loaded and written again (a whole model more at the peak), and the logits
+    are those of the copy it replaces; the level is really applied (level 4 differs where the
+    CPU has its int8 kernels)."""
+    import os
+    import tempfile
+
+    import numpy as np
+    from llm_tiny import built
+
+    from pipeline.metrics import generation as g
+    from pipeline.quant.stream_nbits import quantize_folder
+    from pipeline.stages.weight_only import matmuls
+
+    src = built(root / "tiny", tmp_path / "fp32")
+    q = tmp_path / "q"
+    q.mkdir()
+    quantize_folder(src, q, {n: 8 for n in matmuls(src)}, 32, True, 4)
+    for f in src.iterdir():
+        if not f.name.startswith("model.onnx"):
+            shutil.copy2(f, q / f.name)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the same filesystem, as a stage's
+    links = []
+    real = os.link
+    monkeypatch.setattr(os, "link", lambda a, b: (links.append(b), real(a, b))[1])
+    ids = [[3, 4, 5, 6, 7]]
+    linked = g.next_token_logits(q, ids, sess=g.session(q, accuracy_level=0))
+    assert links and (q / "model.onnx.data").stat().st_nlink == 1  # the link went with its folder
+
+    def refuse(a, b):
+        raise OSError(18, "Invalid cross-device link")
+    monkeypatch.setattr(os, "link", refuse)
+    copied = g.next_token_logits(q, ids, sess=g.session(q, accuracy_level=0))
+    assert np.array_equal(linked[0], copied[0])
+    from pipeline.config import DecoderQuant
+    from pipeline.recipes.decoder import accuracy_level
+
+    if accuracy_level(DecoderQuant())[0] == 4:  # int8-activation kernels here: a level differs
+        level4 = g.next_token_logits(q, ids, sess=g.session(q, accuracy_level=4))
+        assert np.abs(level4[0] - linked[0]).max() > 0
