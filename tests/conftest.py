@@ -169,3 +169,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.cli)
         if getattr(getattr(item, "callspec", None), "params", {}).get("isa") == "avx2":
             item.add_marker(pytest.mark.slow)  # a child pytest replays it under the AVX2 cap
+
+
+@pytest.fixture(autouse=True)
+def _no_process_wide_thread_pool():
+    """A test that creates a pipeline session in the test process sets onnxruntime's process-wide
+    thread pool (``pipeline.runtimes.onnxruntime._options``), and every plain session created
+    after it in that worker is refused ("use_per_session_threads must be false"), failing tests
+    that have nothing to do with it. Such work belongs in a child process (``isolate.call``, as
+    the runner runs stages): this names the test that forgot, instead of its victims."""
+    def pool_set() -> bool:
+        ort = sys.modules.get("pipeline.runtimes.onnxruntime")
+        return bool(ort is not None and getattr(ort, "_pool_set", False))
+
+    before = pool_set()
+    yield
+    if pool_set() and not before:  # the test that set it, not every one after
+        pytest.fail("this test set onnxruntime's process-wide thread pool in the test process: "
+                    "run its sessions in a child process (pipeline.core.isolate.call)")

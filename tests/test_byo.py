@@ -254,6 +254,8 @@ def test_bad_inputs_end_with_one_line(byo, tmp_path):
          ("metric=ctc needs an output [batch, time, classes]",)),
         ([*onnx, *labelled, "metric=classification", "prune=channels"], 2,
          ("prune=channels", "no network to prune")),
+        ([*TORCH, "+model.params.classes=2", *labelled, "metric=classification"], 2,
+         ("labels 0..2", "has 2 classes")),  # a 2-class model on 3 classes' labels
     ]
     for args, code, words in cases:
         proc = _run(tmp_path, "bad", *args)

@@ -115,10 +115,21 @@ def _data(root: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_onnx_text_recognizer_with_a_charset_file(lines):
-    proc = _run(lines, "ctc", "model=onnx", f"model.path={lines / 'ctc.onnx'}", *_data(lines),
+    # one label with a character outside the set: warned on the terminal and in both reports
+    rows = (lines / "lines" / "labels.jsonl").read_text().splitlines()
+    first = json.loads(rows[0])
+    rows[0] = json.dumps({**first, "label": first["label"] + "z"})
+    labels = lines / "lines" / "labels-z.jsonl"
+    labels.write_text("\n".join(rows) + "\n")
+    proc = _run(lines, "ctc", "model=onnx", f"model.path={lines / 'ctc.onnx'}",
+                *_data(lines)[:-1], f"data.labels={labels}",
                 "metric=ctc", f"metric.charset={lines / 'chars.txt'}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rep = _report(lines, "ctc")
+    assert rep["labels_outside_charset"] == {"labels": 1, "of": 120, "characters": "z"}
+    warning = next(w for w in rep["warnings"] if "outside the character set" in w)
+    assert "1 of 120 labels" in warning and warning in proc.stderr
+    assert f"**Warning:** {warning}" in (lines / "ctc" / "runs" / "latest" / "report.md").read_text()
     assert [(m["name"], m["primary"]) for m in rep["metrics"]] == [
         ("sequence_accuracy", True), ("cer", False)]
     rows = {r["role"]: r for r in rep["rows"]}

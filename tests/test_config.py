@@ -107,10 +107,12 @@ def test_cli_bad_config_is_one_line_and_exit_2(override, key, tmp_path):
     ("quant.search_budget_s=nan", "quant.search_budget_s=nan: must be a finite number of seconds"),
     ("quant.search_budget_s=0", "quant.search_budget_s=0.0"),
     ("quant.search_groups=layers", "quant.search_groups=layers: blocks or nodes"),
+    *((["model=hf", "model.path=m", f"+model.params.max_length={v}"],
+       f"model.params.max_length={v!r}: must be a whole number") for v in ("abc", 1.5, 1)),
 ])
 def test_numbers_are_finite_and_in_range_at_compose_time(override, expected):
     with pytest.raises(ConfigError) as e:
-        compose([override])
+        compose(override if isinstance(override, list) else [override])
     assert expected in str(e.value) and "\n" not in str(e.value)
 
 

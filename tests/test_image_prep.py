@@ -11,7 +11,7 @@ from PIL import Image
 from pipeline.data import images
 from pipeline.data.real_batches import bucket_axis
 from pipeline.config.data import ImagePrep
-from pipeline.core.errors import ConfigError
+from pipeline.core.errors import ConfigError, StageError
 from pipeline.task.contract import InputSpec
 
 
@@ -168,3 +168,30 @@ def test_an_onnx_axis_named_after_a_meaning_keeps_it():
     assert _shape(vi) == (1, 1, 64, "width")
     vi = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "seqlen", "height"])
     assert _shape(vi) == ("batch", "dynamic", "height")
+
+
+def test_open_checked_refuses_by_the_header_before_decoding_and_decodes_the_rest(tmp_path):
+    """The function a server shares with the data loader: bytes or a path, one limit."""
+    import io
+
+    from PIL import Image
+
+    from pipeline.data.images import MAX_PIXELS, ImageTooLarge, open_checked
+    from tests.test_messages import png_header
+
+    buf = io.BytesIO()
+    Image.new("RGB", (20, 10), (1, 2, 3)).save(buf, "PNG")
+    img = open_checked(buf.getvalue())
+    assert img.size == (20, 10) and img.getpixel((0, 0)) == (1, 2, 3)
+    with pytest.raises(ImageTooLarge, match=r"^an image: its header claims 20x10 = 200 pixels, "
+                                            "more than 199 "):
+        open_checked(buf.getvalue(), max_pixels=199)
+    # headers only: a decode would fail, so the refusal comes from the size alone
+    for w, h in ((40000, 40000), (7000, 7000)):
+        (tmp_path / "big.png").write_bytes(png_header(w, h))
+        with pytest.raises(ImageTooLarge, match=f"big.png: its header claims .*{w * h:,} pixels"):
+            open_checked(tmp_path / "big.png")
+        assert w * h > MAX_PIXELS
+    (tmp_path / "small.png").write_bytes(png_header(100, 100))
+    with pytest.raises(StageError, match="small.png: cannot be read as an image"):
+        open_checked(str(tmp_path / "small.png"))

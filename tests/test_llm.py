@@ -56,6 +56,11 @@ def test_int8_end_to_end_published_folder_generates(root):
     assert "GroupQueryAttention" in report["export"]["nodes"]
     checks = {c["check"] for c in report["verdict"]["checks"]}
     assert {"perplexity_rise_drop", "top1_agreement_drop", "speedup_ci_low"} <= checks
+    # how much text the verdict rests on, in both reports
+    ev = report["evaluation"]
+    assert ev["sequences"] == 12 and ev["tokens_scored"] >= 97
+    assert (f"Scored on {ev['sequences']} evaluation sequences, {ev['tokens_scored']} predicted "
+            "tokens") in (root / "work" / "runs" / "latest" / "report.md").read_text()
 
     ref = report["published"].split("@")[0]
     out = root / "pulled"
@@ -104,14 +109,20 @@ def test_a_gguf_file_converts_once_into_the_folder_it_was_written_from(root, tmp
     import numpy as np
     from safetensors.numpy import load_file
 
-    from llm_tiny import gguf_file
+    from llm_tiny import gguf_file, tokenizer
     from pipeline.models.decoder import resolve
 
     path = gguf_file(root / "tiny", tmp_path / "tiny.gguf")
+    # neighbours transformers would read beside the file, not in the cache key (the GGUF's
+    # sha256): they are not what is converted
+    tokenizer(tmp_path, seed=1, vocab=280)  # tokenizer.json and tokenizer_config.json
     first = resolve(str(path), tmp_path / "work")
     folder = Path(first.folder)
     assert folder.parent == (tmp_path / "work" / "cache" / "gguf").resolve()
     assert "quantization_config" not in json.loads((folder / "config.json").read_text())
+    vocab = json.loads((root / "tiny" / "tokenizer.json").read_text())["model"]["vocab"]
+    assert json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"] == vocab
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no scratch left
     want, got = load_file(str(root / "tiny" / "model.safetensors")), \
         load_file(str(folder / "model.safetensors"))
     assert set(want) == set(got)
@@ -286,3 +297,76 @@ def test_decoder_auto_tries_int8_at_a_wider_block_and_ships_it_only_when_it_pass
     run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0}, speed, block_size=WIDE_BLOCK)
     _auto(cfg, run, {"block_size": WIDE_BLOCK})  # already that wide: no second INT8 build
     assert [b for b in run.builds if b[0] == "all8_b128"] == []
+
+
+def test_what_only_the_last_stages_would_find_is_refused_before_any_stage(root, tmp_path):
+    """A gate limit for a metric a decoder does not report, and a generation longer than the
+    tiny model's 128-token context, each in one line before anything is exported or scored."""
+    for extra, words in ((["gate.max_accuracy_drop={top1: 1}"], ("top1", "does not report")),
+                         (["quant.decoder.new_tokens=1000"],
+                          ("quant.decoder.new_tokens=1000", "context is 128"))):
+        work = tmp_path / "work"
+        args = [a for a in _args(root, "quant=int8", *extra) if not a.startswith("workdir=")]
+        proc = run_cli(*args, f"workdir={work}")
+        one_line(proc, 2, *words)
+        assert not (work / "runs").exists() and not (work / "cache" / "decoder_export").exists()
+
+
+def test_too_little_text_to_carry_the_agreement_budget_is_refused(tmp_path):
+    """Top-1 agreement on n tokens is uncertain by up to +-98/sqrt(n) points: under its limit's
+    width the verdict is luck. 96 tokens are too few for the default 10 points, 97 enough; a
+    limit of 1 point needs 9604."""
+    from pipeline.core.errors import ConfigError
+    from pipeline.models.decoder import _token_file, enough_text
+
+    def text(*lengths):
+        return _token_file([[1] * (n + 1) for n in lengths], tmp_path, "evaluation")
+
+    with pytest.raises(ConfigError, match=r"k=1: the evaluation text scores 96 tokens in 2 "
+                                          r"sequences.*\+-10.0 points.*at least 97 tokens"):
+        enough_text(text(48, 48), 10.0, "k=1")
+    enough_text(text(48, 49), 10.0, "k=1")
+    with pytest.raises(ConfigError, match="at least 9604 tokens"):
+        enough_text(text(5000), 1.0, "k=1")
+    enough_text(text(3), 0.0, "k=1")  # exact agreement asked: any count can refute it
+
+
+def test_a_decoder_gated_on_one_short_sequence_is_refused_before_any_stage(root, tmp_path):
+    work = tmp_path / "work"
+    args = [a for a in _args(root, "quant=int8", "data.evaluation_samples=1",
+                             "+model.params.max_length=32")
+            if not a.startswith(("workdir=", "data.evaluation_samples=12"))]
+    proc = run_cli(*args, f"workdir={work}")
+    one_line(proc, 2, "data.evaluation_samples=1", "in 1 sequence;", "at least 97 tokens")
+    assert not (work / "cache" / "decoder_export").exists()
+
+
+def test_a_decoder_folder_without_architectures_is_told_what_it_lacks(root, tmp_path):
+    """It was an encoder to compose ("needs a metric") and a decoder to the command line
+    ("leave metric= unset"): one rule now, and the one line names what is missing."""
+    folder = tmp_path / "noarch"
+    shutil.copytree(root / "tiny", folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    del cfg["architectures"]
+    (folder / "config.json").write_text(json.dumps(cfg))
+    proc = run_cli(*_args(root, "quant=int8", model=str(folder)))
+    one_line(proc, 2, "config.json names no architectures (model_type llama)",
+             '"architectures": ["LlamaForCausalLM"]')
+
+
+def test_new_evaluation_text_does_not_export_the_decoder_again(tmp_path):
+    """The FP32 export reads the folder alone (the text only feeds its parity check): its key
+    is the same for any text, and every stage that scores the text keys on it."""
+    from pipeline.config import HardwareConfig
+    from pipeline.engine.runner import Runner
+    from pipeline.models.decoder import Decoder, _token_file
+    from pipeline.stages.decoder_export import DecoderExport
+    from pipeline.stages.score_text import ScoreText
+
+    runner = Runner(tmp_path / "work", HardwareConfig().target(), log=lambda m: None)
+    decoder = Decoder(str(tmp_path), "d" * 64, "LlamaForCausalLM", str(tmp_path))
+    one, two = (_token_file(ids, tmp_path / "tokens", "evaluation")
+                for ids in ([[1, 2, 3]], [[4, 5, 6, 7]]))
+    assert runner.key(DecoderExport(decoder, one), None, {}) == \
+        runner.key(DecoderExport(decoder, two), None, {})
+    assert runner.key(ScoreText(one), None, {}) != runner.key(ScoreText(two), None, {})

@@ -157,3 +157,47 @@ def test_a_bug_keeps_its_traceback_and_never_exits_1(capsys):
     err = capsys.readouterr().err
     assert "Traceback" in err and "KeyError: 'sequence_accuracy'" in err and "a bug" in err
     assert cli(gate_failed, [], "doc") == 1
+
+
+def _profile_in(model: Path, tempdir: str | None):
+    """``executed`` (evaluate's profiled run) with temporary files in ``tempdir``: (the kernels'
+    precisions, or None; the error's errno and line, or None). Run in a child process: creating
+    the session sets onnxruntime's process-wide thread pool, which later tests' plain sessions
+    in this worker must not inherit."""
+    import tempfile
+
+    import numpy as np
+
+    from pipeline.core.errors import describe_os_error
+    from pipeline.runtimes.onnxruntime import executed
+
+    tempfile.tempdir = tempdir
+    try:
+        got = executed(model, HardwareConfig().target(),
+                       {"image": np.zeros((1, 3, 8, 8), np.float32)})
+    except OSError as e:
+        return None, (e.errno, describe_os_error(e))
+    return bool(got), None
+
+
+def test_a_disk_that_fills_under_onnxruntimes_profile_is_named_not_read_half_written(tmp_path):
+    """evaluate profiles one run to record the precision each kernel ran in; onnxruntime's
+    profiler writes its JSON without reporting a failed write, so a full disk left a cut-off
+    file and a JSONDecodeError. Now: ENOSPC and the folder, nothing read from the file."""
+    import errno
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tests.test_messages import _classifier
+
+    model = _classifier(tmp_path / "m.onnx")
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as child:
+        assert child.submit(_profile_in, model, None).result() == (True, None)  # disk with room
+        with tmpfs(tmp_path / "full", size="256k", fill_to_bytes=512) as root:
+            got, error = child.submit(_profile_in, model, str(root)).result()
+            assert got is None and error is not None
+            code, line = error
+            assert code == errno.ENOSPC
+            assert line.startswith(f"{root}/ort-profile-") and line.endswith(
+                "No space left on device (ENOSPC)")
+            assert sorted(p.name for p in root.iterdir()) == ["filler"]  # nothing left behind

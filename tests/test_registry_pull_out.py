@@ -79,3 +79,29 @@ def test_an_earlier_pull_of_the_same_model_is_replaced(tmp_path, store):
     (out / "notes.txt").write_text("mine")
     with pytest.raises(ConfigError, match="files a pull did not write"):
         store.pull("ocr", first, out)
+
+
+def test_a_dangling_link_as_destination_is_one_line_and_nothing_is_pulled(tmp_path, store):
+    """Renaming the pulled folder onto the link failed with a bare ENOTDIR (exit 3)."""
+    out = tmp_path / "link"
+    out.symlink_to(tmp_path / "nowhere")
+    proc = registry_cli("pull", f"ocr:{versions(store)[0]}", "--out", out,
+                        f"registry.root={store.root}")
+    one_line_error(proc, 2, f"pull --out {out}: a symbolic link to {tmp_path / 'nowhere'}, "
+                   "which does not exist; nothing was pulled")
+    assert out.is_symlink() and not (tmp_path / "nowhere").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-pull")]
+
+
+def test_pulling_a_name_the_registry_never_held_says_so(tmp_path, store):
+    """It said "no version has been promoted to production", as if the model existed."""
+    from pipeline.core.errors import RegistryError
+
+    for ref in ("production", "int8-1", None):
+        with pytest.raises(RegistryError) as e:
+            store.pull("nosuch", ref, tmp_path / "o")
+        assert str(e.value) == f"nosuch: no model of that name in {store.root}; models: ocr"
+    assert not (tmp_path / "o").exists()
+    empty = LocalStore(tmp_path / "empty")
+    with pytest.raises(RegistryError, match="models: none \\(nothing published yet\\)"):
+        empty.pull("ocr", "production", tmp_path / "o")

@@ -161,3 +161,52 @@ def test_a_forged_benchmark_is_measured_again_and_never_published(tiny_run, tmp_
     assert [s["reused"] for s in report["stages"] if s["stage"] == "benchmark"] == [False]
     assert sum(not s["reused"] for s in report["stages"]) == 1
     assert not report.get("published") and not (registry.exists() and any(registry.iterdir()))
+
+
+@pytest.mark.parametrize("target", ["a key elsewhere", "nothing"])
+def test_a_key_that_is_a_symbolic_link_is_refused_naming_it(tmp_path, target):
+    """O_NOFOLLOW refused it with a bare ELOOP ("Too many levels of symbolic links")."""
+    other = tmp_path / "other"
+    if target != "nothing":
+        seal.store_key(other)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / seal.KEY_FILE).symlink_to(other / seal.KEY_FILE)
+    with pytest.raises(PipelineError) as e:
+        seal.store_key(tmp_path / "cache")
+    assert str(e.value).startswith(f"cache key {tmp_path / 'cache' / seal.KEY_FILE} is a "
+                                   f"symbolic link (to {other / seal.KEY_FILE})")
+    assert "rm " in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_deleted_key_is_said_once_and_its_entries_rebuilt_not_kept_aside_as_corrupt(tmp_path):
+    """Deleting the key (docs/stages.md: every entry is then rebuilt) called each entry corrupt
+    and kept each aside for a week."""
+    runner(tmp_path).run(Bench(0.9))
+    runner(tmp_path).run(Bench(0.8))
+    (tmp_path / "cache" / seal.KEY_FILE).unlink()
+    logs = []
+    r = runner(tmp_path, logs)
+    r.run(Bench(0.9))
+    r.run(Bench(0.8))
+    assert [s["reused"] for s in r.record] == [False, False]
+    said = [m for m in logs if "!" in m]
+    assert len(said) == 1 and "was made by this run (the old one was deleted or replaced)" in \
+        said[0], logs
+    assert not any("corrupt" in m for m in logs)
+    assert not list((tmp_path / "cache" / "measure").glob(".corrupt-*"))
+    again = runner(tmp_path)
+    again.run(Bench(0.9))
+    assert again.record[0]["reused"] is True  # sealed with the new key: trusted
+
+
+def test_the_cache_folders_are_not_writable_by_every_user_whatever_the_umask(tmp_path):
+    """Under umask 000 the cache, its stage folders and entries were 0777 (anyone could put a
+    key of their own there) while the key's own mode was checked."""
+    old = os.umask(0)
+    try:
+        built = runner(tmp_path / "w").run(Bench(0.9))
+    finally:
+        os.umask(old)
+    made = [tmp_path / "w", tmp_path / "w" / "cache", built.path.parent, built.path]
+    assert [oct(stat.S_IMODE(p.stat().st_mode) & 0o002) for p in made] == ["0o0"] * 4
+    assert stat.S_IMODE(built.path.stat().st_mode) == 0o775  # the group keeps what umask gave

@@ -137,3 +137,63 @@ def test_a_killed_childs_semaphores_are_cleaned_up_without_a_word(tmp_path):
                           text=True, timeout=60)
     assert proc.stderr.splitlines() == [
         "interrupted (SIGTERM); cached stages are kept, rerun to resume"], proc.stderr
+
+
+def test_a_signal_while_publishing_leaves_a_report_that_says_interrupted(tmp_path):
+    """The report is written (publish pending) before publishing; a SIGTERM while the registry
+    is written rewrites it as interrupted, and the run's one line names it."""
+    from pipeline.report import decoder
+    from pipeline.report import run as rep
+
+    body = {"status": "complete", "model": "m", "quant": "int8", "settings": {}, "rows": [],
+            "verdict": {"passed": True, "checks": [], "summary": "PASS"},
+            "publish": {"status": "pending", "backend": "local"}}
+    path = rep.write(str(tmp_path), body, render=decoder.markdown)
+    with pytest.raises(interrupt.Interrupted) as e, interrupt.handled():
+        with rep.publishing(path, body, render=decoder.markdown):
+            os.kill(os.getpid(), signal.SIGTERM)  # the real handler raises, as in a registry write
+            time.sleep(10)
+    report = json.loads((path.parent / "report.json").read_text())
+    assert report["status"] == "interrupted" and report["publish"]["status"] == "interrupted"
+    assert report["interrupted"] == {"signal": "SIGTERM", "where": "while publishing",
+                                     "exit_code": 143}
+    assert "Interrupted while publishing (SIGTERM): nothing was published" in \
+        (path.parent / "report.md").read_text()
+    assert e.value.exit_code == 143 and e.value.line().endswith(f"; report {path}")
+    assert "interrupted while publishing (SIGTERM)" in e.value.line()
+
+
+def test_sigterm_while_publishing_through_the_command_line(tiny_run, tmp_path):
+    """The gate passed and the report says publish pending; the registry (a port that takes the
+    connection and never answers) holds the run in publishing when SIGTERM comes: exit 143, the
+    one line names the report, and the report says interrupted, not complete."""
+    import socket
+
+    from tests.faults import copy_of_tiny_run
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # connections wait in the backlog: a request is sent, never answered
+        port = silent.getsockname()[1]
+        args = copy_of_tiny_run(tiny_run, tmp_path / "w", registry="oci",
+                                **{"registry.url": f"http://127.0.0.1:{port}"})
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        latest = tmp_path / "w" / "runs" / "latest" / "report.json"
+        deadline = time.time() + 300
+        while not (latest.exists() and '"pending"' in latest.read_text()):
+            assert proc.poll() is None, proc.communicate()
+            assert time.time() < deadline, "the report was not written"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    run = latest.parent.resolve()
+    one_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), 143,
+             "interrupted while publishing (SIGTERM)", f"report {run / 'report.md'}")
+    report = json.loads((run / "report.json").read_text())
+    assert report["status"] == "interrupted" and report["publish"]["status"] == "interrupted"
+    assert report["verdict"]["passed"] and "published" not in report
+    assert "Interrupted while publishing (SIGTERM): nothing was published" in \
+        (run / "report.md").read_text()

@@ -180,3 +180,33 @@ def test_a_json_list_row_is_one_line_naming_the_file_and_line(tmp_path, folder):
     with pytest.raises(StageError, match=f"^data.path={table}: line 7: not valid JSON"):
         load(DataConfig(format="jsonl", path=str(table), input_column="x",
                         calibration_samples=2, evaluation_samples=2))
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_a_text_file_with_invalid_utf8_is_named_by_its_line_whichever_rows_are_drawn(tmp_path,
+                                                                                    fmt):
+    """datasets reads the bad bytes unchecked and fails only on the row that holds them: the
+    file is refused before it is read, even where that row would not be drawn."""
+    rows = [f"sentence {i}".encode() for i in range(10)]
+    rows[7] = b"bad \xff\xfe bytes"
+    path = tmp_path / f"t.{fmt}"
+    if fmt == "jsonl":
+        path.write_bytes(b"".join(b'{"text": "' + r + b'"}\n' for r in rows))
+    else:
+        path.write_bytes(b"text\n" + b"".join(r + b"\n" for r in rows))
+    line, byte = (8, 15) if fmt == "jsonl" else (9, 5)
+    with pytest.raises(StageError, match=f"^data.path={path}: line {line}: not UTF-8 text "
+                                         rf"\(byte {byte} of the line\)"):
+        load(DataConfig(format=fmt, path=str(path), input_column="text",
+                        calibration_samples=1, evaluation_samples=2, seed=0))
+
+
+def test_an_empty_text_file_has_no_samples(tmp_path):
+    for name, text in (("e.jsonl", ""), ("b.jsonl", "\n \n"), ("e.csv", "")):
+        path = tmp_path / name
+        path.write_text(text)
+        fmt = name.rpartition(".")[2]
+        with pytest.raises(StageError, match=f"^data.path={path}: no samples found \\(an empty "
+                                             f"{fmt} file\\)$"):
+            load(DataConfig(format=fmt, path=str(path), input_column="text",
+                            calibration_samples=1, evaluation_samples=1))

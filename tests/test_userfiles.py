@@ -308,3 +308,35 @@ def test_the_library_never_calls_torch_load_or_pickle():
                     and (node.value.id, node.attr) in banned):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert found == []
+
+
+def test_a_damaged_safetensors_file_is_told_what_is_damaged_not_about_pickles(tmp_path):
+    """Truncated tensors, a garbled length, a header that is not JSON: each is named as damage
+    (converting a pickle would not help); the whole file passes."""
+    from safetensors.numpy import save_file
+
+    from pipeline.core.errors import ConfigError
+    from pipeline.models import weights
+
+    whole = tmp_path / "whole.safetensors"
+    save_file({"w": np.arange(64, dtype=np.float32)}, str(whole))
+    weights.checkpoint(whole, "model.checkpoint")
+    data = whole.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    cases = {"cut": (data[:-10], "places tensors up to byte 256 of the data, the file holds 246"),
+             "length": ((10 ** 9).to_bytes(8, "little") + data[8:], "a 1000000000-byte header"),
+             "json": (data[:8] + b"{" + b"x" * (n - 1) + data[8 + n:], "not a safetensors header"),
+             "empty": (b"", "0 bytes, shorter than a safetensors header")}
+    for name, (content, said) in cases.items():
+        bad = tmp_path / f"{name}.safetensors"
+        bad.write_bytes(content)
+        with pytest.raises(ConfigError) as e:
+            weights.checkpoint(bad, "model.checkpoint")
+        assert f"{bad}: a damaged safetensors file (" in str(e.value) and said in str(e.value)
+        assert "pickle" not in str(e.value)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(data[:-10])
+    with pytest.raises(ConfigError, match=r"model.safetensors is a damaged safetensors file "
+                                          r"\(its header places tensors"):
+        weights.folder_weights(folder, "model.path")

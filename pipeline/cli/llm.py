@@ -17,7 +17,7 @@ def preflight(cfg):
     """What composing cannot know, before anything is written; returns the ``Decoder``."""
     import onnxruntime
 
-    from pipeline.models.decoder import resolve
+    from pipeline.models.decoder import context, lengths, resolve
     from pipeline.recipes.decoder import check_mode
 
     check_mode(cfg)
@@ -28,7 +28,14 @@ def preflight(cfg):
     if cfg.metric is not None:
         raise ConfigError(f"metric={cfg.metric.name.value}: a decoder is scored on its text "
                           "(perplexity, next-token agreement with FP32); leave metric= unset")
-    return resolve(cfg.model.path, cfg.workdir)
+    # a limit for a metric the decoder does not report: refused now, not after every stage ran
+    from pipeline.metrics.limits import limits
+    from pipeline.recipes.decoder import METRICS
+
+    limits(cfg.gate.max_accuracy_drop, METRICS)
+    decoder = resolve(cfg.model.path, cfg.workdir)
+    lengths(cfg.quant.decoder, cfg.model.params, context(decoder))
+    return decoder
 
 
 def run(cfg) -> int:
@@ -48,14 +55,17 @@ def run(cfg) -> int:
     if publishing:
         from pipeline.registry import publish
 
-        try:
-            cand = out.models["candidate"]
-            body["published"] = str(publish(cfg.registry, cfg.model.name, cfg.quant.mode.value,
-                                            cand, rep.evidence(out, body), rep.files(cand)))
-            body["publish"].update(status="published", ref=body["published"])
-        except Exception as e:  # noqa: BLE001 - recorded in the report, then raised as it was
-            body["publish"].update(status="failed", error=str(e))
+        # a signal now: the report says interrupted
+        with run_report.publishing(path, body, render=rep.markdown):
+            try:
+                cand = out.models["candidate"]
+                body["published"] = str(publish(cfg.registry, cfg.model.name,
+                                                cfg.quant.mode.value, cand,
+                                                rep.evidence(out, body), rep.files(cand)))
+                body["publish"].update(status="published", ref=body["published"])
+            except Exception as e:  # noqa: BLE001 - recorded in the report, then raised as it was
+                body["publish"].update(status="failed", error=str(e))
+                run_report.update(path, body, render=rep.markdown)
+                raise
             run_report.update(path, body, render=rep.markdown)
-            raise
-        run_report.update(path, body, render=rep.markdown)
     return finish(runner, t0, out.verdict, body, path, out.models["candidate"].path)

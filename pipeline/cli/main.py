@@ -93,7 +93,7 @@ def _preflight(cfg):
 def _run(argv: list[str]) -> int:
     cfg = compose(argv)
     from pipeline.config import DecoderQuant
-    from pipeline.models.decoder import is_decoder
+    from pipeline.config.decoder_files import is_decoder
 
     if cfg.model.source == "hf" and is_decoder(cfg.model.path):  # a decoder LLM: pipeline.cli.llm
         from pipeline.cli import llm
@@ -118,7 +118,8 @@ def _run(argv: list[str]) -> int:
         body["publish"] = {"status": "pending", "backend": cfg.registry.backend.value}
     path = rep.write(cfg.workdir, body, ship.figures(cfg, out, body))
     if publishing:
-        ship.publish(cfg, out, body, path, evidence)
+        with rep.publishing(path, body):  # a signal now: the report says interrupted
+            ship.publish(cfg, out, body, path, evidence)
     return finish(runner, t0, out.verdict, body, path, out.models["candidate"].path)
 
 

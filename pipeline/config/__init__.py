@@ -157,6 +157,11 @@ class ModelConfig:
         if self.source == "hf" and not self.path:
             raise ConfigError("model.path is empty: model=hf needs a local Hugging Face model "
                               "folder (config.json, weights, tokenizer files)")
+        if self.source == "hf" and "max_length" in self.params:
+            n = self.params["max_length"]  # a bool is an int to Python, not a token count
+            if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+                raise ConfigError(f"model.params.max_length={n!r}: must be a whole number of "
+                                  "tokens, 2 or more (at most the model's context)")
         if self.source == "hf" and self.checkpoint is not None:
             raise ConfigError("model.checkpoint: model=hf takes its weights from the folder in "
                               "model.path")
@@ -245,22 +250,14 @@ class DecoderQuant:
 
 
 def decoder_path(path: Optional[str]) -> bool:
-    """model.path names a decoder LLM: a GGUF file, or a folder whose config.json names a causal
-    LM (pipeline.models.decoder checks it fully; here only what the schema's rules need)."""
-    import json
-    from pathlib import Path
+    """model.path names a decoder LLM, by the command line's own rule
+    (``pipeline.config.decoder_files.is_decoder``: a GGUF file, a folder whose config.json names a
+    causal LM or, without architectures, a decoder's model type). One rule: with two, a folder
+    without architectures was an encoder here ("needs a metric") and a decoder there ("leave
+    metric= unset")."""
+    from pipeline.config.decoder_files import is_decoder
 
-    if not path:
-        return False
-    if str(path).lower().endswith(".gguf"):
-        return True
-    try:
-        cfg = json.loads((Path(path) / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    archs = cfg.get("architectures") if isinstance(cfg, dict) else None
-    return any(isinstance(a, str) and a.endswith(("ForCausalLM", "LMHeadModel"))
-               for a in archs or [])
+    return is_decoder(path)
 # -- end of decoder LLMs --------------------------------------------------------------------------
 
 

@@ -29,6 +29,11 @@ from pipeline.core.errors import StageError
 MANIFEST = "artifact.json"
 
 
+class SealMismatch(StageError):
+    """An entry whose seal does not verify with the cache's key: edited, or sealed with a key
+    the cache no longer has (``Runner`` tells the two apart when it made the key itself)."""
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -137,7 +142,7 @@ class Artifact:
                 raise StageError(f"artifact {path} is not sealed (made before cache entries were "
                                  "sealed, or not by the pipeline): not trusted")
             if not seal.verifies(secret, data):
-                raise StageError(f"artifact {path} is corrupt: its seal does not verify with this "
+                raise SealMismatch(f"artifact {path} is corrupt: its seal does not verify with this "
                                  "cache's key (edited after it was built, or sealed with another "
                                  "key)")
         return art

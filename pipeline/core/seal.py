@@ -56,7 +56,15 @@ def store_key(cache: Path) -> bytes:
 
 def _read(path: Path) -> bytes | None:
     """The key, or None while it is still short (being written in place)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        if e.errno != errno.ELOOP:  # what O_NOFOLLOW says of a link, dangling or not
+            raise
+        raise PipelineError(f"cache key {path} is a symbolic link (to {os.readlink(path)}), "
+                            "not the cache's own file: a link lets whoever can change where it "
+                            f"points choose the key, and so forge entries; remove it (rm {path}) "
+                            "and a new key is made") from None
     try:
         st = os.fstat(fd)
         text = os.read(fd, 4 * KEY_BYTES)
@@ -77,9 +85,26 @@ def _read(path: Path) -> bytes | None:
     return key if len(key) == KEY_BYTES else None
 
 
+def folders(path: Path) -> None:
+    """``mkdir -p path``, each folder made here writable by its owner and group only, whatever
+    the umask: under ``umask 000`` the cache was 0777 while its key's mode was checked, and in a
+    folder every user can write, anyone can replace the key or an entry. A folder that was
+    already there is left as its owner set it."""
+    path = Path(path)
+    made = [p for p in (path, *path.parents) if not p.exists()]
+    path.mkdir(parents=True, exist_ok=True)
+    for p in made:
+        try:
+            mode = stat.S_IMODE(p.stat().st_mode)
+            if mode & 0o002:
+                p.chmod(mode & ~0o002)
+        except FileNotFoundError:  # made and removed by a concurrent run meanwhile
+            pass
+
+
 def _make(path: Path) -> None:
     """Offer a new key; if another run's is there first, theirs stays."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    folders(path.parent)
     text = (secrets.token_hex(KEY_BYTES) + "\n").encode()
     tmp = path.with_name(f".tmp-key-{os.getpid()}-{uuid.uuid4().hex[:6]}")
     _write_new(tmp, text)

@@ -10,11 +10,74 @@ rounded, a width cap. Pillow does the resizing; the rest is numpy. Not handled: 
 """
 from __future__ import annotations
 
+import io
 import math
+import warnings
+from pathlib import Path
 
 import numpy as np
 
 from pipeline.config.data import ImagePrep, Resize
+from pipeline.core.errors import StageError
+
+# The most pixels an image's header may claim: checked before it is decoded. 40 MP holds a 24 MP
+# camera photo and an 8K frame (33 MP); decoded RGB it is 120 MB. PIL's own limit comes too late
+# and too high: it warns from 89 MP, refuses only from 179 MP, and a 10000x10000 header it lets
+# through grows the process to 3.7 GB before anything can refuse it. Every caller that decodes an
+# image it was handed (the data loader here, a server) uses this one value.
+MAX_PIXELS = 40_000_000
+# past MAX_PIXELS the image is refused in one line anyway: PIL's warning for 89-179 MP would only
+# add a second line to it
+try:
+    from PIL import Image as _PIL
+    warnings.filterwarnings("ignore", category=_PIL.DecompressionBombWarning)
+except ImportError:  # pragma: no cover - Pillow is a dependency
+    pass
+
+
+class ImageTooLarge(StageError):
+    """An image whose header claims more than ``max_pixels`` pixels; nothing was decoded."""
+
+
+def open_checked(source: str | Path | bytes, max_pixels: int = MAX_PIXELS,
+                 name: str | None = None):
+    """The image in ``source`` (a path or the file's bytes), decoded and turned upright by its
+    EXIF orientation (as ``datasets`` decodes one), as a ``PIL.Image``. Its
+    header is read first (``Image.open`` decodes nothing) and an image claiming more than
+    ``max_pixels`` pixels is refused before a byte of it is decoded (``ImageTooLarge``); a file
+    that is not a whole image is one ``StageError`` line. ``name`` names it in the line
+    (default: the path, or "an image" for bytes)."""
+    from PIL import Image
+
+    what = name or (str(source) if isinstance(source, (str, Path)) else "an image")
+    try:
+        img = Image.open(io.BytesIO(source) if isinstance(source, (bytes, bytearray))
+                         else source)
+    except Image.DecompressionBombError as e:  # past PIL's own ceiling (179 MP): say the same
+        import re
+
+        n = re.search(r"\((\d+) pixels\)", str(e))
+        claims = f"{int(n.group(1)):,} pixels" if n else "more pixels than PIL opens"
+        raise ImageTooLarge(f"{what}: its header claims {claims}, more than {max_pixels:,} "
+                            "(pipeline.data.images.MAX_PIXELS); nothing was decoded") from None
+    except (OSError, SyntaxError, ValueError) as e:  # what Pillow raises for a bad file
+        raise StageError(f"{what}: cannot be read as an image ({e or type(e).__name__})") from None
+    w, h = img.size
+    if w * h > max_pixels:
+        img.close()
+        raise ImageTooLarge(f"{what}: its header claims {w}x{h} = {w * h:,} pixels, more than "
+                            f"{max_pixels:,} (pipeline.data.images.MAX_PIXELS); nothing was "
+                            "decoded")
+    try:
+        img.load()
+        # turned upright by its EXIF orientation, as datasets' own decoding does
+        if img.getexif().get(Image.ExifTags.Base.Orientation) is not None:
+            from PIL import ImageOps
+
+            img = ImageOps.exif_transpose(img)
+    except (OSError, SyntaxError, ValueError) as e:
+        raise StageError(f"{what}: cannot be read as an image ({e or type(e).__name__})") from None
+    return img
 
 
 def to_array(image, prep: ImagePrep) -> np.ndarray:

@@ -50,6 +50,9 @@ def load(cfg: DataConfig, cache_dir: str | None = None, input_column: bool = Tru
     digest = userfiles.digest(path, key, *extra)
     if cfg.format == DataFormat.saved and path.is_dir():
         saved_files(path, key)
+    if cfg.format in (DataFormat.csv, DataFormat.jsonl) and path.is_file() and \
+            not utf8(path, key):  # datasets says "StopIteration" or "no data" of an empty file
+        raise StageError(f"{key}: no samples found (an empty {cfg.format.value} file)")
     verbosity = datasets.logging.get_verbosity()
     # datasets logs a failed read before raising it: the one line below says it, with the file.
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)
@@ -149,7 +152,8 @@ def _labels_file(cfg: DataConfig, folder: Path):
     if not labels.is_file():
         raise ConfigError(f"data.labels={cfg.labels}: no such file")
     if labels.suffix.lower() == ".csv":
-        with open(labels, newline="") as f:
+        utf8(labels, f"data.labels={cfg.labels}")
+        with open(labels, newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
     else:
         rows = jsonl_rows(labels, f"data.labels={cfg.labels}")
@@ -193,6 +197,22 @@ def jsonl_rows(path: Path, what: str) -> list[dict]:
                                  'must be an object of columns ({"column": value, ...})')
             rows.append(row)
     return rows
+
+
+def utf8(path: Path, what: str) -> int:
+    """A text data file is UTF-8 on every line. ``datasets`` reads invalid bytes into a column
+    unchecked: the row fails with a traceback only when it is drawn, and passes silently when
+    it is not; so the whole file is checked before it is read, naming the first bad line.
+    Returns how many lines are not blank."""
+    filled = 0
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, 1):
+            try:
+                filled += bool(line.decode("utf-8").strip())
+            except UnicodeDecodeError as e:
+                raise StageError(f"{what}: line {n}: not UTF-8 text (byte {e.start + 1} of the "
+                                 "line); save the file as UTF-8") from None
+    return filled
 
 
 def splits(n: int, calibration: int, evaluation: int, seed: int) -> tuple[list[int], list[int]]:

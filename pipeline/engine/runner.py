@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from pipeline.core import interrupt, isolate, leftovers, locks, seal
-from pipeline.core.artifact import FORMAT, Artifact, canonical_meta, content_digest, digest_files, plain
+from pipeline.core.artifact import (FORMAT, Artifact, SealMismatch, canonical_meta,
+                                    content_digest, digest_files, plain)
 from pipeline.core.env import hardware_fingerprint, tool_versions
 from pipeline.core.errors import StageError, describe_os_error
 
@@ -85,7 +86,12 @@ class Runner:
     def secret(self) -> bytes:
         """The cache's key: entries are sealed with it and reused only if their seal verifies
         (``pipeline.core.seal``). Ray nodes share the workdir, so they read the same key."""
+        self.new_key = not (self.cache / seal.KEY_FILE).exists() and \
+            not (self.cache / seal.KEY_FILE).is_symlink()
         return seal.store_key(self.cache)
+
+    new_key = False  # the key was made by this run: entries already there were sealed without it
+    _said_new_key = False
 
     def sweep(self, workdir: Path) -> None:
         """Temporary folders of killed runs (their pid dead) and week-old corrupt entries."""
@@ -121,7 +127,7 @@ class Runner:
             final = self.cache / stage.name / key
             with contextlib.ExitStack() as held:
                 try:
-                    final.parent.mkdir(parents=True, exist_ok=True)
+                    seal.folders(final.parent)
                     # one builder per key: the others wait, then reuse
                     held.enter_context(locks.key_lock(final, self.log))
                 except OSError as e:
@@ -139,12 +145,21 @@ class Runner:
                 art = Artifact.read(final, self.secret)
                 self._note(label, stage.name, True, 0.0, art)
                 return art
+            except SealMismatch as e:
+                if not self.new_key:
+                    self._set_aside(label, key, final, e)
+                else:  # sealed with the key that was deleted: not forged, only unverifiable
+                    if not self._said_new_key:
+                        self._said_new_key = True
+                        self.log(f"  ! cache key {self.cache / seal.KEY_FILE} was made by this "
+                                 "run (the old one was deleted or replaced): entries sealed "
+                                 "with the old key cannot be verified and are rebuilt")
+                    shutil.rmtree(final)
             except StageError as e:
-                aside = leftovers.set_aside(final, key)
-                self.log(f"  ! {label}: {e}; rebuilding (kept a week at {aside.name})")
-        final.parent.mkdir(parents=True, exist_ok=True)
+                self._set_aside(label, key, final, e)
+        seal.folders(final.parent)
         tmp = final.with_name(leftovers.temp_name(key[:16]))
-        tmp.mkdir()
+        seal.folders(tmp)  # becomes the entry: not writable by every user either
         t0 = time.time()
         try:
             scratch = tmp / SCRATCH
@@ -175,6 +190,10 @@ class Runner:
             raise
         self._note(label, stage.name, False, art.seconds, art, slot)
         return art
+
+    def _set_aside(self, label, key, final, e) -> None:
+        aside = leftovers.set_aside(final, key)
+        self.log(f"  ! {label}: {e}; rebuilding (kept a week at {aside.name})")
 
     def _note(self, label, stage, reused, seconds, art, slot=None):
         self.record.append({"label": label, "stage": stage, "reused": reused,

@@ -7,8 +7,9 @@ run's ``data=`` config. Out: ``Decoder`` (the folder, its content digest, its ar
 ``TextSet`` (the evaluation or calibration text, tokenized once in the parent by the folder's
 own tokenizer into a file named by its sha256, which is part of every stage key that reads it).
 
-Which folders are decoders: ``is_decoder`` (an architecture ending in ``ForCausalLM`` or a
-model type onnxruntime-genai's model builder exports); which of those are compiled: the
+Which folders are decoders: ``pipeline.config.decoder_files.is_decoder`` (an architecture ending
+in ``ForCausalLM`` or a model type onnxruntime-genai's model builder exports); which of those
+are compiled: the
 builder's text decoders (``ARCHITECTURES``), anything else is refused in one line. The folder
 keeps the encoders' rules: safetensors only (a pickle is refused, never read) and no file it
 names outside it (``pipeline.models.files``, ``pipeline.core.userfiles``).
@@ -24,11 +25,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.config.decoder_files import MODEL_TYPES, folder_config as _config, is_gguf
 from pipeline.core.errors import ConfigError, StageError
 
 # The text decoders onnxruntime-genai 0.18's model builder exports (its create_model's list, less
@@ -38,38 +41,7 @@ ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "
                  "Phi3ForCausalLM", "GraniteForCausalLM", "OlmoForCausalLM",
                  "NemotronForCausalLM", "SmolLM3ForCausalLM", "InternLM2ForCausalLM",
                  "Ernie4_5ForCausalLM")
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi",
-               "phi3", "granite", "olmo", "nemotron", "smollm3", "internlm2", "ernie4_5")
-CAUSAL = ("ForCausalLM", "LMHeadModel")  # how transformers names a text generator's class
 DEFAULT_MAX_LENGTH = 256  # tokens per scored sequence: long enough for perplexity, cheap to run
-
-
-def is_gguf(path: str | Path) -> bool:
-    return str(path).lower().endswith(".gguf")
-
-
-def _config(folder: Path) -> dict:
-    try:
-        value = json.loads((folder / "config.json").read_bytes())
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def is_decoder(path: str | Path | None) -> bool:
-    """A GGUF file, or a folder whose config.json names a causal LM (``...ForCausalLM``, GPT-2's
-    ``...LMHeadModel``) or, without architectures, a decoder model type. Whether the builder
-    exports it is ``check_folder``'s question: a decoder it does not export is refused, not
-    compiled as an encoder."""
-    if not path:
-        return False
-    path = Path(path)
-    if is_gguf(path):
-        return True
-    cfg = _config(path) if path.is_dir() else {}
-    archs = cfg.get("architectures") or []
-    return (any(isinstance(a, str) and a.endswith(CAUSAL) for a in archs)
-            or (not archs and cfg.get("model_type") in MODEL_TYPES))
 
 
 @dataclass(frozen=True)
@@ -92,7 +64,13 @@ def check_folder(folder: Path, key: str) -> Decoder:
         raise ConfigError(f"{key}: no readable config.json (expected a Hugging Face model folder "
                           "written by save_pretrained)")
     archs = [a for a in cfg.get("architectures") or [] if isinstance(a, str)]
-    arch = archs[0] if archs else str(cfg.get("model_type"))
+    if not archs:  # the builder picks its exporter by architectures[0]: it has none to read
+        kind = cfg.get("model_type")
+        hint = dict(zip(MODEL_TYPES, ARCHITECTURES)).get(kind, "...ForCausalLM")
+        raise ConfigError(f"{key}: config.json names no architectures (model_type {kind}); "
+                          "onnxruntime-genai's model builder reads architectures[0]: add "
+                          f'"architectures": ["{hint}"] (save_pretrained writes it)')
+    arch = archs[0]
     if arch not in ARCHITECTURES:
         raise ConfigError(f"{key}: architecture {arch} is not a decoder onnxruntime-genai's "
                           f"model builder exports (supported: {', '.join(ARCHITECTURES)})")
@@ -119,6 +97,34 @@ def resolve(path: str, workdir: str | Path) -> Decoder:
         raise ConfigError(f"{key}: {'not a folder' if p.exists() else 'no such folder'} "
                           "(model=hf takes a local Hugging Face model folder or a .gguf file)")
     return check_folder(p, key)
+
+
+def context(decoder: Decoder) -> int:
+    """The decoder's context in tokens (``config.json``'s ``max_position_embeddings``)."""
+    return int(_config(Path(decoder.folder)).get("max_position_embeddings", 2048))
+
+
+def max_length(params: dict, context: int) -> int:
+    """Tokens per scored sequence: ``model.params.max_length`` (a whole number, checked at
+    compose), else ``DEFAULT_MAX_LENGTH``, within the context; one line otherwise."""
+    n = int(params.get("max_length", min(DEFAULT_MAX_LENGTH, context)))
+    if not 2 <= n <= context:
+        raise ConfigError(f"model.params.max_length={n}: must be in 2..{context} (the "
+                          "model's context)")
+    return n
+
+
+def lengths(q, params: dict, context: int) -> None:
+    """Before any stage: decode timing generates ``q.new_tokens`` after prompts of up to
+    ``q.prompt_tokens`` tokens cut from the scored sequences, and onnxruntime-genai refuses a
+    generation longer than the context, which would otherwise be found in the last stage."""
+    longest = min(q.prompt_tokens, max_length(params, context))
+    if longest + q.new_tokens > context:
+        raise ConfigError(f"quant.decoder.new_tokens={q.new_tokens}: after prompts of up to "
+                          f"{longest} tokens (quant.decoder.prompt_tokens, "
+                          f"model.params.max_length) that is {longest + q.new_tokens} positions; "
+                          f"the model's context is {context} (config.json "
+                          "max_position_embeddings)")
 
 
 def gguf_folder(path: Path, cache: Path) -> Path:
@@ -153,17 +159,26 @@ def _convert(path: str, out: str) -> None:
     offline()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder, name = str(Path(path).parent), Path(path).name
+    # transformers also reads tokenizer.json, tokenizer_config.json, config.json... from the
+    # GGUF's folder (following links anywhere), none of them in the cache key (the GGUF's
+    # sha256): it is shown a folder of its own holding only a link to the GGUF, so that what is
+    # converted is the GGUF and nothing beside it
+    alone = Path(out).parent / (Path(out).name + "-src")
+    alone.mkdir()
+    name = "model.gguf"
+    (alone / name).symlink_to(path)
     try:
         # the GGUF reader draws its own progress bar, which no logging setting silences
         with contextlib.redirect_stderr(io.StringIO()):
-            tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name,
+            tok = AutoTokenizer.from_pretrained(str(alone), gguf_file=name)
+            model = AutoModelForCausalLM.from_pretrained(str(alone), gguf_file=name,
                                                          torch_dtype=torch.float32)
     except Exception as e:  # noqa: BLE001 - a file transformers cannot read: one line
         raise StageError(f"model.path={path}: transformers cannot read this GGUF file "
                          f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
                          ) from None
+    finally:
+        shutil.rmtree(alone, ignore_errors=True)
     # the weights are now plain FP32: nothing is quantized any more, and save_pretrained refuses
     # to write a model whose quantizer says it is
     model.hf_quantizer = None
@@ -192,6 +207,37 @@ class TextSet:
             raise StageError(f"{self.path}: the tokenized {self.split} text changed since it "
                              "was written (rerun to rebuild it)")
         return json.loads(Path(self.path).read_text())
+
+
+# 95 % of a normal interval: the half-width of a share measured on n positions is at most
+# Z95 * 50 / sqrt(n) points (at a share of one half, the widest)
+Z95 = 1.96
+
+
+def scored_tokens(text: TextSet) -> int:
+    """Positions scored: a sequence of n tokens predicts n - 1 of them."""
+    return sum(len(s) - 1 for s in text.token_ids())
+
+
+def enough_text(evaluation: TextSet, agreement_limit: float | None, key: str) -> None:
+    """Before any stage: the evaluation text must be long enough for the gate to tell its
+    budget from noise. Top-1 agreement on n scored tokens is uncertain by up to
+    +-Z95 * 50 / sqrt(n) points; where that is wider than its limit, a candidate passes or fails
+    by which tokens happened to be drawn (one 38-token sequence: +-15.9 points against a limit
+    of 10), so it is refused in one line naming how many tokens it needs. A limit of 0 asks for
+    exact agreement, which any count can refute: not refused."""
+    if not agreement_limit or agreement_limit <= 0:
+        return
+    n = scored_tokens(evaluation)
+    need = math.ceil((Z95 * 50 / agreement_limit) ** 2)
+    if n < need:
+        raise ConfigError(
+            f"{key}: the evaluation text scores {n} tokens in {evaluation.sequences} "
+            f"sequence{'s' if evaluation.sequences != 1 else ''}; top-1 agreement on {n} tokens is "
+            f"uncertain by up to +-{Z95 * 50 / math.sqrt(max(n, 1)):.1f} points (95 %), wider "
+            f"than its limit of {agreement_limit:g} points (gate.max_accuracy_drop): score at "
+            f"least {need} tokens (more or longer rows: data.evaluation_samples, "
+            "model.params.max_length)")
 
 
 def _token_file(ids: list[list[int]], cache: Path, split: str) -> TextSet:
@@ -223,15 +269,12 @@ def text_sets(decoder: Decoder, data_cfg, params: dict, context: int,
     if data_cfg.input_column not in data.dataset.column_names:
         raise ConfigError(f"data.input_column={data_cfg.input_column}: not a column of "
                           f"{data_cfg.path} (columns: {', '.join(data.dataset.column_names)})")
-    max_length = int(params.get("max_length", min(DEFAULT_MAX_LENGTH, context)))
-    if not 2 <= max_length <= context:
-        raise ConfigError(f"model.params.max_length={max_length}: must be in 2..{context} (the "
-                          "model's context)")
+    longest = max_length(params, context)
     tok = folder_tokenizer(Path(decoder.folder))
     out = {}
     for split, rows in (("evaluation", data.evaluation), ("calibration", data.calibration)):
         texts = [str(t) for t in data.dataset.select(rows)[data_cfg.input_column]]
-        ids = tok(texts, truncation=True, max_length=max_length)["input_ids"] if texts else []
+        ids = tok(texts, truncation=True, max_length=longest)["input_ids"] if texts else []
         ids = [list(map(int, s)) for s in ids if len(s) >= 2]
         if split == "evaluation" and not ids:
             raise ConfigError(f"data.path={data_cfg.path}: no evaluation row of "

@@ -18,6 +18,7 @@ the absolute difference, whose limit is in the output's units and the user's to 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,26 @@ from pipeline.task.contract import Batch, DataSplit, MetricsSpec
 
 
 BUCKET_PROBE = 64  # samples whose sizes show which dynamic axis varies
+
+
+@dataclass(frozen=True)
+class OutsideCharset:
+    """metric=ctc: labels holding characters the character set cannot spell (never read
+    exactly, by any model): carried into the report next to the warning."""
+    labels: int        # labels with at least one such character
+    of: int            # labels checked (the whole data set)
+    characters: str    # those characters, sorted
+
+
+def _undecoded(ds):
+    """``ds`` with its image columns left as files (path, bytes): ``datasets`` would decode
+    each whole image before anything could look at the size its header claims."""
+    from datasets import Image
+
+    for name, feature in ds.features.items():
+        if isinstance(feature, Image) and feature.decode:
+            ds = ds.cast_column(name, Image(decode=False))
+    return ds
 
 
 class UserTask:
@@ -50,7 +71,8 @@ class UserTask:
         self.key = key
         self.data_cfg, self.metric_cfg = config_of(key)
         self._data = None
-        self.warnings: list[str] = []  # one line each, printed before any stage runs
+        self.warnings: list[str] = []  # one line each, printed before any stage runs and reported
+        self.outside_charset: OutsideCharset | None = None  # metric=ctc, when any label has one
         # ctc: outputs [time, batch, classes]; metric.time_major, or what running the graph showed
         self.time_major = self.metric_cfg.time_major
 
@@ -134,6 +156,8 @@ class UserTask:
                                   "class ([batch, 1]): its argmax never changes, so top-1 and "
                                   "agreement cannot see a damaged candidate; for one logit or "
                                   "score use metric=agreement (judged by the absolute difference)")
+            if isinstance(last, int):
+                self._check_classes(data, last)
             specs = [classification.SPECS["top1"]]
             if m.top_k > 1 and (not isinstance(last, int) or m.top_k <= last):
                 specs.append(MetricSpec(f"top{m.top_k}", True))
@@ -164,6 +188,23 @@ class UserTask:
                                                   "mean_abs_diff"]
         return MetricsSpec(tuple(agreement_metrics.SPECS[n] for n in dict.fromkeys(names)), primary)
 
+    def _check_classes(self, data, classes: int) -> None:
+        """Labels the output cannot name: a class past the output's last is never predicted, so
+        top-1 falls for the baseline and the candidate alike and the gate compares two equally
+        wrong scores and passes. Refused, as a one-class output is."""
+        col = self.data_cfg.label_column
+        labels = [v for v in data.dataset[col] if v is not None]
+        try:
+            y = classification.label_ids(labels, self.metric_cfg.class_names or None)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"metric=classification: data.path={self.data_cfg.path}: {e} "
+                              "(metric.class_names maps label names to output indices)") from None
+        if len(y) and (y.min() < 0 or y.max() >= classes):
+            raise ConfigError(f"metric=classification: data.path={self.data_cfg.path} has labels "
+                              f"{y.min()}..{y.max()} but {self.what}'s output "
+                              f"{self.outputs[0].name} has {classes} classes (0..{classes - 1}): "
+                              "a label it cannot output is never right, for any model")
+
     def _check_labels(self, data) -> None:
         """CTC labels the character set cannot spell: never read exactly, whatever the model."""
         col = self.data_cfg.label_column
@@ -173,6 +214,7 @@ class UserTask:
         bad = [str(t) for t in data.dataset[col] if t is not None and set(str(t)) - known]
         if bad:
             chars = sorted(set("".join(bad)) - known)
+            self.outside_charset = OutsideCharset(len(bad), len(data.dataset), "".join(chars))
             self.warnings.append(
                 f"metric=ctc: {len(bad)} of {len(data.dataset)} labels in {self.data_cfg.path} hold "
                 f"characters outside the character set ({len(self.charset)} characters): "
@@ -241,7 +283,7 @@ class UserTask:
         columns = (self.columns if len(self.inputs) > 1
                    else {self.inputs[0].name: self.data_cfg.input_column})
         out = []
-        chosen = ds.select(rows)
+        chosen = _undecoded(ds.select(rows))  # _row decodes each image once its size is checked
         for k in range(len(chosen)):
             r = self._row(chosen, k)
             sample = {}
@@ -257,12 +299,24 @@ class UserTask:
 
     def _row(self, ds, k: int) -> dict:
         """Row ``k``, its images decoded; a file that is not a whole image (truncated, not an
-        image at all) is one line naming that file."""
+        image at all) or whose header claims more than ``images.MAX_PIXELS`` pixels (refused
+        before it is decoded) is one line naming that file."""
+        from datasets import Image
+
+        from pipeline.data.images import open_checked
+
         try:
-            return ds[k]
+            row = ds[k]
         except (OSError, SyntaxError, ValueError) as e:  # what Pillow raises for a bad file
             raise StageError(f"{self._file_of(ds, k)}: cannot be read as an image "
                              f"({str(e) or type(e).__name__})") from None
+        for name, feature in ds.features.items():
+            raw = row.get(name)
+            if isinstance(feature, Image) and not feature.decode and isinstance(raw, dict):
+                row[name] = open_checked(raw.get("bytes") or raw["path"],
+                                         name=raw.get("path") or f"data.path="
+                                         f"{self.data_cfg.path}: row {k}")
+        return row
 
     def _file_of(self, ds, k: int) -> str:
         """The file an image of row ``k`` was read from, else the row of the data set."""

@@ -47,14 +47,59 @@ def _kind(path: Path) -> str:
     return "pickle" if path.suffix.lower() in PICKLED else "other"
 
 
-def checkpoint(path: str | Path, key: str) -> None:
-    """A checkpoint file: refused unless it is safetensors (one line saying how to convert)."""
-    path = Path(path)
+def damage(path: Path) -> str | None:
+    """What is wrong with a file that should be safetensors, from its header alone (None: a
+    whole file): its 8-byte length, the JSON header that length spans, and where the tensors
+    that header lists end, which must be the end of the file."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            head = f.read(min(n, max(size - 8, 0))) if size >= 8 else b""
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if size < 8:
+        return f"{size} bytes, shorter than a safetensors header"
+    if not 0 < n <= size - 8 or head[:1] != b"{":
+        return (f"its first 8 bytes give a {n}-byte header, the file holds {size - 8} bytes "
+                "after them")
+    try:
+        header = json.loads(head)
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return "its header is not a safetensors header (JSON naming each tensor's offsets)"
+    data = size - 8 - n
+    if max(ends, default=0) != data:
+        return (f"its header places tensors up to byte {max(ends, default=0)} of the data, the "
+                f"file holds {data}: truncated or overwritten")
+    return None
+
+
+def _refusal(path: Path, convert: str, by_name: bool) -> str | None:
+    """Why ``path`` is not read as weights, to follow "is" (None: it is whole safetensors). A
+    pickle is told how to convert; a damaged safetensors file (its header says safetensors, or
+    its name does) what is damaged: it is no pickle and converting would not help. ``by_name``:
+    the file must also be named ``*.safetensors`` (a folder's, as transformers reads them)."""
     kind = _kind(path)
-    if kind != "safetensors":
-        what = "a pickle" if kind == "pickle" else "not a safetensors file"
-        raise ConfigError(f"{key}={path}: {what}; {WHY}; "
-                          + CONVERT_FILE.replace("PATH", repr(str(path))))
+    if kind == "pickle":
+        return f"a pickle; {WHY}; {convert}"
+    named = path.name.endswith(".safetensors")
+    if kind == "safetensors" or named:
+        problem = damage(path)
+        if problem:
+            return f"a damaged safetensors file ({problem}); save or copy it again"
+        if named or not by_name:
+            return None
+    return f"not a safetensors file; {WHY}; {convert}"
+
+
+def checkpoint(path: str | Path, key: str) -> None:
+    """A checkpoint file: refused unless it is whole safetensors (one line: how to convert a
+    pickle, what is damaged in a safetensors file)."""
+    path = Path(path)
+    why = _refusal(path, CONVERT_FILE.replace("PATH", repr(str(path))), by_name=False)
+    if why:
+        raise ConfigError(f"{key}={path}: {why}")
 
 
 def folder_weights(folder: Path, key: str) -> list[Path]:
@@ -83,11 +128,9 @@ def folder_weights(folder: Path, key: str) -> list[Path]:
     else:
         shards = [chosen]
     for f in shards:
-        kind = _kind(f)
-        if not f.name.endswith(".safetensors") or kind != "safetensors":
-            what = "a pickle" if kind == "pickle" else "not a safetensors file"
-            raise ConfigError(f"{key}: {f.relative_to(folder)} is {what}; {WHY}; "
-                              + CONVERT_FOLDER.replace("PATH", repr(str(folder))))
+        why = _refusal(f, CONVERT_FOLDER.replace("PATH", repr(str(folder))), by_name=True)
+        if why:
+            raise ConfigError(f"{key}: {f.relative_to(folder)} is {why}")
     return shards
 
 

@@ -36,7 +36,7 @@ from pipeline.core.errors import ConfigError
 from pipeline.metrics import generation
 from pipeline.metrics import limits as metric_limits
 from pipeline.task.contract import MetricsSpec
-from pipeline.models.decoder import Decoder, text_sets
+from pipeline.models.decoder import Decoder, enough_text, text_sets
 from pipeline.recipes import decoder_memory
 from pipeline.stages.decode_speed import DecodeSpeed
 from pipeline.stages.decoder_export import DecoderExport
@@ -112,6 +112,9 @@ class _Run:
             "max_position_embeddings", 2048))
         self.sets = text_sets(decoder, cfg.data, cfg.model.params, context, cfg.workdir,
                               self.q.ranking_sequences)
+        enough_text(self.sets["evaluation"], metric_limits.limits(
+            cfg.gate.max_accuracy_drop, METRICS).get("top1_agreement"),
+            f"data.evaluation_samples={cfg.data.evaluation_samples}")
         self.level, self.level_reason = accuracy_level(self.q)
         if self.memory.streaming:  # self.fp32 is then the INT8 reference, self.source FP32
             self.source = runner.run(DecoderExportStream(decoder=decoder))

@@ -261,6 +261,11 @@ class LocalStore:
         check_name(name)
         versions = [d for d in index["manifests"] if d["annotations"].get(f"{P}kind") == "version"
                     and d["annotations"][f"{P}name"] == name]
+        if not versions:  # not "no version promoted" or "no such version": no such model at all
+            known = sorted({d["annotations"][f"{P}name"] for d in index["manifests"]
+                            if d["annotations"].get(f"{P}kind") == "version"})
+            raise RegistryError(f"{name}: no model of that name in {self.root}; models: "
+                                f"{', '.join(known) or 'none (nothing published yet)'}")
         if ref is None:
             raise RegistryError(f"{name}: give a version, an alias ({', '.join(ALIASES)}) or "
                                 f"@sha256:...; versions: {_names(versions)}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import time
 import uuid
@@ -36,6 +37,10 @@ def pull_into(dest: Path, where: str, manifest: dict, manifest_bytes: bytes,
               open_blob: Opener, force: bool = False, protect: Path | None = None) -> Path:
     """Pull into ``dest``; ``protect`` is a folder the destination may not touch (the store)."""
     dest = Path(dest)
+    if dest.is_symlink() and not dest.exists():  # renaming the pull onto it says ENOTDIR
+        raise ConfigError(f"pull --out {dest}: a symbolic link to {os.readlink(dest)}, which does "
+                          "not exist; nothing was pulled (give a folder, or make the one the "
+                          "link names)")
     if dest.exists() and not dest.is_dir():
         raise RegistryError(f"pull destination {dest} exists and is not a folder")
     check_destination(dest, manifest, force, protect)

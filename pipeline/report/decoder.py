@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pipeline.core.artifact import plain
 from pipeline.core.env import environment
+from pipeline.report.run import interruption
 
 
 def _bytes(art) -> int:
@@ -45,11 +46,18 @@ def rows(out) -> list[dict]:
     return table
 
 
+def evaluation(out) -> dict:
+    """How much text the gate's scores rest on: every model is scored on the same sequences."""
+    meta = out.scores["fp32"].meta
+    return {"sequences": meta.get("sequences"), "tokens_scored": meta.get("tokens_scored")}
+
+
 def body(cfg, out, record: list) -> dict:
     return {"status": "complete", "kind": "decoder", "model": cfg.model.name,
             "quant": cfg.quant.mode.value, "config": plain(cfg),
             "environment": environment(cfg.hardware), "decoder": plain(out.decoder),
             "settings": out.settings, "verdict": out.verdict, "rows": rows(out),
+            "evaluation": evaluation(out),
             "export": {"nodes": out.models["fp32"].meta.get("nodes"),
                        "parity_vs_transformers": out.models["fp32"].meta.get(
                            "parity_vs_transformers")},
@@ -65,7 +73,8 @@ def _f(v, fmt: str = ".2f") -> str:
 
 def markdown(report: dict) -> str:
     lines = [f"# {report['model']} — decoder, quant={report['quant']}", "",
-             f"**Gate: {'PASS' if report['verdict']['passed'] else 'FAIL'}**", ""]
+             f"**Gate: {'PASS' if report['verdict']['passed'] else 'FAIL'}**", "",
+             *interruption(report)]
     s = report.get("settings") or {}
     lines += [f"MatMulNBits accuracy level {s.get('accuracy_level')} "
               f"({s.get('accuracy_level_reason')}); block {s.get('block_size')}, "
@@ -74,6 +83,9 @@ def markdown(report: dict) -> str:
               "accuracy level 0.", ""]
     if s.get("reference", "FP32") != "FP32":  # past the memory budget (decoder_memory)
         lines += [f"Reference (the rows' fp32): {s['reference']}.", ""]
+    ev = report.get("evaluation") or {}
+    lines += [f"Scored on {_f(ev.get('sequences'), 'd')} evaluation sequences, "
+              f"{_f(ev.get('tokens_scored'), 'd')} predicted tokens.", ""]
     lines += ["| model | weights MB | MatMuls 4/8/float | perplexity | rise % | top-1 agree % "
               "| KL nats | tok/s | token ms p50/p99 | TTFT ms p50 | speedup (95% CI) |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -125,7 +137,8 @@ def evidence(out, report: dict) -> dict:
             "metrics": {k: cand.get(k) for k in ("perplexity", "perplexity_rise_pct",
                                                  "top1_agreement", "kl_mean")},
             "latency": cand.get("decode"), "environment": report["environment"],
-            "evaluation_set": {"data": out.scores["candidate"].config.get("data")},
+            "evaluation_set": {"data": out.scores["candidate"].config.get("data"),
+                               **report.get("evaluation", {})},
             "quantization": {"settings": report["settings"],
                              "matmul_bits": cand.get("matmul_bits")}}
 

@@ -28,6 +28,10 @@ def body(cfg, out, record: list) -> dict:
               "lineage": {role: {"digest": a.digest, "stage": a.stage, "parent": a.parent,
                                  "path": str(a.path)} for role, a in
                           {"source": out.source, **out.models}.items()}}
+    # what the terminal warned about before any stage ran belongs to the evidence too
+    report["warnings"] = list(getattr(t, "warnings", ()))
+    if getattr(t, "outside_charset", None) is not None:
+        report["labels_outside_charset"] = plain(t.outside_charset)
     if rep.fusion(out) is not None:  # a transformer's fuse stage
         report["fusion"] = rep.fusion(out)
     if out.quant is not None:

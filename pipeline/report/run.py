@@ -7,6 +7,7 @@ p50/p99 per batch size, speedup against the fastest float baseline), so the effe
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -85,7 +86,7 @@ def metric_specs(t) -> list[dict]:
 
 
 def markdown(report: dict) -> str:
-    if report.get("status") == "interrupted":
+    if report.get("status") == "interrupted" and "rows" not in report:  # stopped in a stage
         return _interrupted_markdown(report)
     bs = list(next(r for r in report["rows"] if r["role"] == "candidate")["latency"])
     metrics = report.get("metrics") or []
@@ -96,7 +97,9 @@ def markdown(report: dict) -> str:
             + "agree fp16 | "
             + " | ".join(f"p50 / p99 b{b} | speedup b{b}" for b in bs) + " |")
     lines = [f"# {report['model']} — quant={report['quant']}", "",
-             f"**Gate: {report['verdict']['summary']}**", "", head,
+             f"**Gate: {report['verdict']['summary']}**", "", *interruption(report),
+             *(line for w in report.get("warnings") or () for line in (f"**Warning:** {w}", "")),
+             head,
              "|" + "---|" * (4 + len(metrics) + 2 * len(bs))]
     for r in report["rows"]:
         cells = [r["step"], numbers.megabytes(r["size_mb"]), numbers.count(r["nodes"]),
@@ -311,6 +314,42 @@ def write(workdir: str, report: dict, figures: dict | None = None, render=None) 
     link.symlink_to(name)
     link.replace(latest)  # atomic switch of the 'latest' pointer
     return runs / name / "report.md"
+
+
+@contextlib.contextmanager
+def publishing(report_md: Path, report: dict, render=None):
+    """Around publishing, once the report is written with publish ``pending``: a signal there
+    (``pipeline.core.interrupt``) rewrites it as interrupted (status, signal, where; publish
+    ``interrupted``, nothing published) before the run ends with its one line naming it, so the
+    report never says ``complete`` of a run that was stopped."""
+    from pipeline.core.interrupt import Interrupted
+
+    try:
+        yield
+    except Interrupted as e:
+        e.at("while publishing")
+        report["status"] = "interrupted"
+        report["interrupted"] = {"signal": e.name, "where": e.where, "exit_code": e.exit_code}
+        publish = report.setdefault("publish", {})
+        if publish.get("status") != "published":  # stopped after it had published: it stands
+            publish["status"] = "interrupted"
+        try:
+            update(report_md, report, render)
+            e.report = str(report_md)
+        except OSError:  # a full disk: the run still ends with its one line, without the report
+            pass
+        raise
+
+
+def interruption(report: dict) -> list[str]:
+    """report.md's line for a judged run stopped while publishing (empty otherwise)."""
+    if report.get("status") != "interrupted":
+        return []
+    i = report.get("interrupted") or {}
+    done = (f"published as {report['published']} before it" if report.get("published") else
+            "nothing was published")
+    return [f"**Interrupted {i.get('where')} ({i.get('signal')}): {done}. The gate's verdict "
+            "below stands; the stages are cached, rerun the same command to publish.**", ""]
 
 
 def update(report_md: Path, report: dict, render=None) -> None:

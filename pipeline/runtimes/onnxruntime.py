@@ -20,6 +20,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from pipeline.core.errors import StageError
+
 NAME = "onnxruntime"
 _pool_set = False
 # Input element types in ONNX Runtime's profile -> the precision the kernel computed in.
@@ -117,6 +119,32 @@ class OrtModel:
         return out
 
 
+def _profile(path: Path) -> list:
+    """The events onnxruntime's profiler wrote to ``path``. It reports no failed write: a full
+    disk leaves a cut-off file (a JSONDecodeError, naming nothing). Such a file is never used;
+    a write of our own beside it says why, in one line naming the folder (ENOSPC), else the
+    file is named as not whole."""
+    import errno
+
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        pass
+    probe = path.with_name(".space-probe")
+    try:
+        with open(probe, "wb") as f:  # about what the profile needed: a full disk says so
+            f.write(b"\0" * max(65536, path.stat().st_size))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise OSError(e.errno or errno.ENOSPC, e.strerror or "No space left on device",
+                      str(path.parent)) from None
+    finally:
+        probe.unlink(missing_ok=True)
+    raise StageError(f"{path}: onnxruntime's profile is not whole JSON "
+                     f"({path.stat().st_size} bytes); nothing was read from it")
+
+
 def executed(model: Path, settings, example) -> dict:
     """Per compute op type, the precision its kernels ran in: one profiled run of a separate
     session with the same options (profiling slows every run, so never the timed session)."""
@@ -129,7 +157,7 @@ def executed(model: Path, settings, example) -> dict:
         so.profile_file_prefix = os.path.join(tmp, "profile")
         sess = session(model, settings, options=so)
         sess.run(None, feeds_for(sess, example))
-        events = json.loads(Path(sess.end_profiling()).read_text())
+        events = _profile(Path(sess.end_profiling()))
     ops: dict[str, dict[str, int]] = {}
     for e in events:
         if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
