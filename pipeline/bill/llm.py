@@ -70,6 +70,20 @@ def max_batch(llm, bill, hardware, weights_precision: Precision | None = None) -
     return max(0, math.floor(free / per_seq + 1e-9))
 
 
+def compile_peaks(llm, precision: Precision, checkpoint_bytes_per_param: float = 2.0) -> dict:
+    """This pipeline's compile of the model, on the host, at its peak (``bill.compile_memory``):
+    the FP32 path and the streaming one, from a bf16 checkpoint by default. Weight-only widths
+    only: FP16 and FP32 are not built by the streaming path (its candidate is then INT8)."""
+    from pipeline.bill.compile_memory import fp32_path_peak, streaming_peak
+
+    params = llm.params_b * 1e9
+    bits = 4 if precision == Precision.int4 else 8
+    return {"fp32_path_peak_gb": fp32_path_peak(params) / GB,
+            "streaming_peak_gb": streaming_peak(params, checkpoint_bytes_per_param * params,
+                                                bits, 32) / GB,
+            "checkpoint_bytes_per_param": checkpoint_bytes_per_param, "candidate_bits": bits}
+
+
 def llm_bill(llm, bill, hardware, precision: Precision | None = None) -> dict:
     from pipeline.bill.roofline import peak_flops
 
@@ -98,6 +112,7 @@ def llm_bill(llm, bill, hardware, precision: Precision | None = None) -> dict:
                     "target_tokens_per_s": bill.tokens_per_s,
                     "tflops_for_target": flops_per_token(llm.params_b) * bill.tokens_per_s / 1e12},
         "hardware": hardware.name,
+        "compile": compile_peaks(llm, p),
     }
     if hardware.memory_gb is not None:
         usable = usable_bytes(hardware, bill)

@@ -53,6 +53,10 @@ def llm_rows(b: dict) -> list[tuple[str, str]]:
                  ("devices to hold it (split)", str(fit["devices_needed"])),
                  (f"largest batch at {s['seq']} tokens", str(fit["max_batch"])),
                  (f"longest context at batch {s['batch']}", f"{fit['max_seq_at_batch']:,}")]
+    cp = b.get("compile")
+    if cp:  # the host's memory to compile it here (docs/llm.md, "Models larger than memory")
+        rows.append(("compile peak GB, FP32 path / streaming",
+                     f"{cp['fp32_path_peak_gb']:.1f} / {cp['streaming_peak_gb']:.1f}"))
     c = b["compute"]
     rows += [("GFLOPs per token", f"{c['flops_per_token'] / 1e9:.1f}"),
              (f"TFLOP/s for {c['target_tokens_per_s']:g} tokens/s",

@@ -222,6 +222,10 @@ class DecoderQuant:
     # mixed: the calibration sequences the sensitivity proxy reads (one FP32 pass each for the
     # MatMuls' input energy): a ranking, not a gate, so a few suffice.
     ranking_sequences: int = 4
+    # The share of the machine's memory a decoder run may use at its peak. A model whose FP32
+    # path would need more is exported and quantized on the streaming path (docs/llm.md,
+    # "Models larger than memory"); 0.6 leaves the rest to the OS and whatever else runs.
+    memory_budget: float = 0.6
 
     def __post_init__(self):
         _positive(self, "quant.decoder", "prompts", "prompt_tokens", "streams",
@@ -237,6 +241,9 @@ class DecoderQuant:
         if self.accuracy_level not in (None, 0, 1, 2, 3, 4):
             raise ConfigError(f"quant.decoder.accuracy_level={self.accuracy_level}: 0 to 4, or "
                               "null (from the CPU's flags)")
+        if not (isinstance(self.memory_budget, (int, float)) and 0 < self.memory_budget <= 1):
+            raise ConfigError(f"quant.decoder.memory_budget={self.memory_budget}: a share of "
+                              "the machine's memory, above 0 and at most 1")
         if self.new_tokens < 2:
             raise ConfigError(f"quant.decoder.new_tokens={self.new_tokens}: at least 2 (a first "
                               "token and one decode step)")

@@ -43,17 +43,36 @@ def model_file(folder: Path) -> Path:
 def _with_accuracy_level(path: Path, level: int, scratch: Path) -> str:
     """A copy of the model whose MatMulNBits nodes run at ``level`` (0 drops the attribute,
     as onnxruntime's default is full precision)."""
+    import os
+
     import onnx
 
-    model = onnx.load(str(path))
-    for node in model.graph.node:
-        if node.op_type == "MatMulNBits":
-            keep = [a for a in node.attribute if a.name != "accuracy_level"]
-            del node.attribute[:]
-            node.attribute.extend(keep)
-            if level:
-                node.attribute.append(onnx.helper.make_attribute("accuracy_level", level))
+    def relevel(model):
+        for node in model.graph.node:
+            if node.op_type == "MatMulNBits":
+                keep = [a for a in node.attribute if a.name != "accuracy_level"]
+                del node.attribute[:]
+                node.attribute.extend(keep)
+                if level:
+                    node.attribute.append(onnx.helper.make_attribute("accuracy_level", level))
+        return model
+
     out = scratch / "model.onnx"
+    # the graph alone, its data hard-linked beside it (onnxruntime refuses a symbolic link out
+    # of the model's folder): a copy of the weights in memory would be a whole model more at
+    # the peak, which a model past the memory budget does not have (docs/llm.md)
+    model = relevel(onnx.load(str(path), load_external_data=False))
+    files = {e.value for t in model.graph.initializer for e in t.external_data
+             if e.key == "location"}
+    try:
+        for name in files:
+            os.link(path.parent / name, scratch / name)
+        onnx.save(model, str(out))
+        return str(out)
+    except OSError:  # another filesystem: the weights loaded and written whole, as before
+        for name in files:
+            (scratch / name).unlink(missing_ok=True)
+    model = relevel(onnx.load(str(path)))
     onnx.save(model, str(out), save_as_external_data=True, location="model.onnx.data")
     return str(out)
 

@@ -37,8 +37,10 @@ from pipeline.metrics import generation
 from pipeline.metrics import limits as metric_limits
 from pipeline.task.contract import MetricsSpec
 from pipeline.models.decoder import Decoder, enough_text, text_sets
+from pipeline.recipes import decoder_memory
 from pipeline.stages.decode_speed import DecodeSpeed
 from pipeline.stages.decoder_export import DecoderExport
+from pipeline.stages.decoder_stream import DecoderExportStream, WeightOnlyStream
 from pipeline.stages.score_text import ScoreText
 from pipeline.stages.weight_only import WeightOnly, matmuls
 
@@ -103,6 +105,9 @@ class _Run:
         import json
         from pathlib import Path
 
+        # the path, before any stage: FP32 past the memory budget streams (decoder_memory)
+        self.memory = decoder_memory.plan(decoder, self.q)
+        decoder_memory.check_streaming(cfg, self.memory)
         context = int(json.loads((Path(decoder.folder) / "config.json").read_text()).get(
             "max_position_embeddings", 2048))
         self.sets = text_sets(decoder, cfg.data, cfg.model.params, context, cfg.workdir,
@@ -111,17 +116,33 @@ class _Run:
             cfg.gate.max_accuracy_drop, METRICS).get("top1_agreement"),
             f"data.evaluation_samples={cfg.data.evaluation_samples}")
         self.level, self.level_reason = accuracy_level(self.q)
-        self.fp32 = runner.run(DecoderExport(decoder=decoder, data=self.sets["evaluation"]))
+        if self.memory.streaming:  # self.fp32 is then the INT8 reference, self.source FP32
+            self.source = runner.run(DecoderExportStream(decoder=decoder))
+            ref = decoder_memory.reference_plan(matmuls(self.source.path))
+            self.fp32 = self.runner.run(WeightOnlyStream(
+                plan=tuple(sorted(ref.items())), block_size=decoder_memory.REFERENCE_BLOCK,
+                symmetric=True, accuracy_level=self.level), self.source,
+                label="weight_only_stream[reference]")
+        else:
+            self.fp32 = self.source = runner.run(DecoderExport(decoder=decoder,
+                                                               data=self.sets["evaluation"]))
         self.score_stage = ScoreText(data=self.sets["evaluation"],
                                      threads=self.hw.intra_op_threads)
         self.scores = {"fp32": runner.run(self.score_stage, self.fp32, label="score_text[fp32]")}
-        self.names = matmuls(self.fp32.path)
+        self.names = matmuls(self.source.path)
         self.groups = groups(self.names)
         self.trials: list[dict] = []
 
     def build(self, plan: dict[str, int], label: str, block_size: int | None = None):
         """The quantized folder for ``plan`` (node -> bits) and its scores against FP32, at
         ``block_size`` weights per scale (None: ``quant.decoder.block_size``)."""
+        if self.memory.streaming:  # one weight at a time, round to nearest (check_streaming)
+            stage = WeightOnlyStream(plan=tuple(sorted(plan.items())),
+                                     block_size=block_size or self.q.block_size,
+                                     symmetric=self.q.symmetric, accuracy_level=self.level)
+            art = self.runner.run(stage, self.source, label=f"weight_only_stream[{label}]")
+            return art, self.runner.run(self.score_stage, art, label=f"score_text[{label}]",
+                                        reference=self.fp32)
         stage = WeightOnly(plan=tuple(sorted(plan.items())),
                            block_size=block_size or self.q.block_size,
                            symmetric=self.q.symmetric, algorithm=self.q.algorithm,
@@ -276,7 +297,8 @@ def recipe(cfg: Config, runner, decoder: Decoder) -> DecoderOutcome:
     q, mode = run.q, cfg.quant.mode
     settings = {"accuracy_level": run.level, "accuracy_level_reason": run.level_reason,
                 "block_size": q.block_size, "symmetric": q.symmetric, "algorithm": q.algorithm,
-                "matmuls": len(run.names), "groups": list(run.groups)}
+                "matmuls": len(run.names), "groups": list(run.groups),
+                "memory": run.memory.as_dict(), "reference": run.memory.reference}
     models, scores = {"fp32": run.fp32}, dict(run.scores)
     if mode == QuantMode.auto:
         return _auto(cfg, run, settings)

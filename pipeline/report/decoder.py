@@ -81,6 +81,8 @@ def markdown(report: dict) -> str:
               f"{'symmetric' if s.get('symmetric') else 'asymmetric'}, 4-bit algorithm "
               f"{s.get('algorithm')}; {s.get('matmuls')} MatMuls. Scores against FP32 at "
               "accuracy level 0.", ""]
+    if s.get("reference", "FP32") != "FP32":  # past the memory budget (decoder_memory)
+        lines += [f"Reference (the rows' fp32): {s['reference']}.", ""]
     ev = report.get("evaluation") or {}
     lines += [f"Scored on {_f(ev.get('sequences'), 'd')} evaluation sequences, "
               f"{_f(ev.get('tokens_scored'), 'd')} predicted tokens.", ""]

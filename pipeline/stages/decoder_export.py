@@ -23,6 +23,23 @@ PARITY_SEQUENCES = 2
 PARITY_ATOL = 1e-2  # FP32 logits: fused attention and a different summation order, nothing more
 
 
+def build_fp32(decoder, out_dir: Path) -> None:
+    """onnxruntime-genai's model builder, FP32 on the CPU, into ``out_dir``; one line on failure."""
+    from onnxruntime_genai.models.builder import create_model, parse_extra_options
+
+    args = ("model", decoder.folder, str(out_dir), "fp32", "cpu",
+            str(out_dir / ".scratch" / "builder"))
+    log = io.StringIO()  # the builder narrates every tensor it writes
+    try:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            create_model(*args, **parse_extra_options(*args, []))
+    except Exception as e:  # noqa: BLE001 - the builder's errors: one line naming it
+        raise StageError(f"onnxruntime-genai's model builder failed on "
+                         f"{decoder.given} ({decoder.architecture}): "
+                         f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                         ) from None
+
+
 @dataclass(frozen=True)
 class DecoderExport:
     decoder: object        # pipeline.models.decoder.Decoder
@@ -35,21 +52,9 @@ class DecoderExport:
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
-        from onnxruntime_genai.models.builder import create_model, parse_extra_options
-
         from pipeline.stages.weight_only import node_counts
 
-        args = ("model", self.decoder.folder, str(out_dir), "fp32", "cpu",
-                str(out_dir / ".scratch" / "builder"))
-        log = io.StringIO()  # the builder narrates every tensor it writes
-        try:
-            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-                create_model(*args, **parse_extra_options(*args, []))
-        except Exception as e:  # noqa: BLE001 - the builder's errors: one line naming it
-            raise StageError(f"onnxruntime-genai's model builder failed on "
-                             f"{self.decoder.given} ({self.decoder.architecture}): "
-                             f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-                             ) from None
+        build_fp32(self.decoder, out_dir)
         return {"architecture": self.decoder.architecture, "nodes": node_counts(out_dir),
                 "parity_vs_transformers": self._parity(out_dir)}
 

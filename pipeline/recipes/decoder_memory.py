@@ -1,0 +1,135 @@
+"""The decoder's memory plan, decided before any stage: today's FP32 path, or the streaming path
+for a model whose FP32 copies would not fit ``quant.decoder.memory_budget`` (docs/llm.md,
+"Models larger than memory").
+
+The FP32 path's peak is estimated as the FP32 weights' bytes (parameters x 4, counted from the
+safetensors headers: nothing is loaded) times ``FP32_FACTOR``. Measured on a 160 M-parameter
+random Llama (bf16 checkpoint, 640 MB in FP32; Xeon with AMX, 2 cores), each step's resident
+high-water mark above its own imports: ``weight_only`` 1.37x (``onnx.load`` plus the
+quantizer's copies), the export's parity check about 1.2x (transformers' FP32 model and the
+graph's session, whose external data onnxruntime maps), the builder's own FP32 export 0.59x of
+the *checkpoint's* bytes (it keeps them in their dtype and casts each as it writes it); its
+``-p int4`` 1.27x of FP32's (``to_nbits`` serializes the whole FP32 graph before quantizing).
+So 1.4: the worst step, rounded up.
+
+Past the budget, the streaming path (``pipeline.stages.decoder_stream``): the builder's export
+(no parity check, no FP32 session), MatMulNBits one weight at a time, and as the reference every
+candidate is scored and timed against, INT8 (block ``REFERENCE_BLOCK``, round to nearest) of the
+checkpoint's own weights instead of FP32: for a bf16 checkpoint that is the checkpoint's values
+to 8 bits, a quarter of FP32's bytes, while FP32 itself, or even a bf16 graph, is larger than
+the budget once a candidate's session sits beside it. The report says so in one line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+# the arithmetic, shared with the bill
+from pipeline.bill.compile_memory import (FP32_FACTOR, REFERENCE_BITS, REFERENCE_BLOCK,
+                                          fp32_path_peak, streaming_peak)
+from pipeline.core.errors import ConfigError
+
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2,
+               "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+DTYPE_NAMES = {"F32": "fp32", "F16": "fp16", "BF16": "bf16"}
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    params: int                 # counted from the safetensors headers
+    checkpoint_dtype: str       # the dtype holding most of the checkpoint's bytes
+    checkpoint_bytes: int
+    fp32_bytes: int             # params x 4
+    fp32_peak_estimate: int     # fp32_bytes x FP32_FACTOR
+    stream_peak_estimate: int   # the streaming path's largest step (see ``plan``)
+    stream_fits: bool           # that estimate within the budget (else the run is tried anyway)
+    machine_bytes: int          # physical memory, or the cgroup's limit when lower
+    budget: float               # quant.decoder.memory_budget
+    budget_bytes: int
+    streaming: bool
+    reference: str              # what candidates are scored and timed against, in words
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def machine_bytes() -> int:
+    """Physical memory, or a container's cgroup limit when that is lower: what the OOM killer
+    counts against. Total, not available: the path a run takes must not depend on what else
+    happens to run beside it."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            value = Path(limit).read_text().strip()
+        except OSError:
+            continue
+        if value.isdigit() and 0 < int(value) < total:
+            total = int(value)
+    return total
+
+
+def checkpoint_size(folder: Path) -> tuple[int, dict[str, int]]:
+    """Parameters and bytes by safetensors dtype, from the files' headers only."""
+    params, by_dtype = 0, {}
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        for name, t in header.items():
+            if name == "__metadata__":
+                continue
+            count = 1
+            for d in t["shape"]:
+                count *= d
+            params += count
+            by_dtype[t["dtype"]] = by_dtype.get(t["dtype"], 0) + count * DTYPE_BYTES.get(
+                t["dtype"], 4)
+    return params, by_dtype
+
+
+def plan(decoder, q, total: int | None = None) -> MemoryPlan:
+    """The path for ``decoder`` under ``q.memory_budget`` (a share of ``total`` bytes, the
+    machine's by default)."""
+    params, by_dtype = checkpoint_size(Path(decoder.folder))
+    total = machine_bytes() if total is None else total
+    dtype = max(by_dtype, key=by_dtype.get) if by_dtype else "F32"
+    ck = sum(by_dtype.values())
+    fp32 = 4 * params
+    budget = int(q.memory_budget * total)
+    # the streaming path's largest step: the builder holding the checkpoint, or scoring with the
+    # INT8 reference's and the candidate's sessions side by side (the embedding, kept FP32, is a
+    # small share and left out)
+    stream = int(streaming_peak(params, ck, q.bits, q.block_size))
+    streaming = fp32_path_peak(params) > budget
+    name = DTYPE_NAMES.get(dtype, dtype.lower())
+    reference = (f"INT8 (block {REFERENCE_BLOCK}, round to nearest) of the {name} checkpoint: "
+                 f"FP32 (about {FP32_FACTOR * fp32 / GB:.3g} GB at its peak) is past "
+                 f"quant.decoder.memory_budget={q.memory_budget} ({budget / GB:.3g} GB)"
+                 if streaming else "FP32")
+    return MemoryPlan(params, name, ck, fp32, int(fp32_path_peak(params)), stream, stream <= budget,
+                      total, q.memory_budget, budget, streaming, reference)
+
+
+def check_streaming(cfg, memory: MemoryPlan) -> None:
+    """What the streaming path offers, refused in one line before any stage: one width
+    everywhere, round to nearest (the mixed search's proxy, GPTQ, HQQ and k-quants all read the
+    FP32 model whole, and quant=none would ship FP32 itself)."""
+    if not memory.streaming:
+        return
+    mode, q = cfg.quant.mode.value, cfg.quant.decoder
+    past = (f"the decoder ({memory.fp32_bytes / GB:.3g} GB in FP32) is past "
+            f"quant.decoder.memory_budget={q.memory_budget} ({memory.budget_bytes / GB:.3g} GB)")
+    if mode not in ("int8", "dynamic"):
+        raise ConfigError(f"quant={mode}: {past}; its streaming path builds one width "
+                          "everywhere: quant=int8 with quant.decoder.bits=4 or 8")
+    if q.algorithm != "rtn":
+        raise ConfigError(f"quant.decoder.algorithm={q.algorithm}: {past}; its streaming path "
+                          "quantizes one weight at a time, round to nearest (rtn)")
+
+
+def reference_plan(names: list[str]) -> dict[str, int]:
+    return {n: REFERENCE_BITS for n in names}

@@ -1,0 +1,81 @@
+"""The streaming path for a decoder larger than the memory budget (docs/llm.md, "Models larger
+than memory"; the plan: ``pipeline.recipes.decoder_memory``).
+
+``decoder_export_stream``: onnxruntime-genai's model builder writes the FP32 graph as
+``decoder_export`` does, but nothing loads it back: no transformers parity check (that would
+hold the model in FP32 twice, transformers' and onnxruntime's) and no session on it. The builder
+holds the checkpoint in its own dtype (transformers' ``dtype="auto"``) and casts each weight to
+FP32 only as it writes it (a lazy tensor per initializer), so its peak is about the checkpoint's
+bytes, not FP32's; the FP32 file lives on disk only, its offsets past 2 GB as any other.
+
+``weight_only_stream``: that folder's MatMuls to MatMulNBits one weight at a time
+(``pipeline.quant.stream_nbits``; byte for byte what ``weight_only`` writes at round to nearest).
+Both record the stage child's peak resident memory (``peak_rss_mb``: its own and its children's
+high-water marks, as the kernel counts them, in MiB).
+"""
+from __future__ import annotations
+
+import resource
+import shutil
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.core.errors import StageError
+
+
+def peak_rss_mb() -> float:
+    """The high-water resident set of this process and of its waited-for children (Linux
+    reports KiB), in MiB: what the stage's child cost the machine at its worst."""
+    return round(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                     resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024, 1)
+
+
+@dataclass(frozen=True)
+class DecoderExportStream:
+    decoder: object        # pipeline.models.decoder.Decoder
+    name = "decoder_export_stream"
+    version = 1
+    hardware_dependent = False
+
+    def run(self, parent, out_dir: Path) -> dict:
+        from pipeline.stages.decoder_export import build_fp32
+        from pipeline.stages.weight_only import node_counts
+
+        build_fp32(self.decoder, out_dir)
+        return {"architecture": self.decoder.architecture, "nodes": node_counts(out_dir),
+                "parity_vs_transformers": None,  # not checked: it needs FP32 whole, twice
+                "weights_bytes": (out_dir / "model.onnx.data").stat().st_size,
+                "peak_rss_mb": peak_rss_mb()}
+
+
+@dataclass(frozen=True)
+class WeightOnlyStream:
+    plan: tuple            # ((node name, bits), ...): 4 or 8; nodes not named stay float
+    block_size: int
+    symmetric: bool
+    accuracy_level: int    # MatMulNBits' compute type: 0 as built, 4 int8 activations
+    name = "weight_only_stream"
+    version = 1
+    hardware_dependent = False
+
+    def run(self, parent, out_dir: Path) -> dict:
+        from pipeline.quant.stream_nbits import quantize_folder
+        from pipeline.stages.weight_only import node_counts
+
+        try:
+            done = quantize_folder(parent.path, out_dir, dict(self.plan), self.block_size,
+                                   self.symmetric, self.accuracy_level)
+        except ValueError as e:
+            raise StageError(f"weight_only_stream: {e}") from None
+        for name in parent.files:  # genai_config.json, tokenizer files
+            if name not in ("model.onnx", "model.onnx.data"):
+                shutil.copy2(parent.path / name, out_dir / name)
+        widths, nodes = Counter(b for _, b in self.plan), node_counts(out_dir)
+        return {"nodes": nodes, "matmul_bits": {str(b): widths[b] for b in (4, 8)},
+                "matmul_float": nodes.get("MatMul", 0),
+                "weights_bytes": (out_dir / "model.onnx.data").stat().st_size,
+                "largest_weight_bytes": done["largest_weight_bytes"],
+                "settings": {"block_size": self.block_size, "symmetric": self.symmetric,
+                             "algorithm": "rtn", "accuracy_level": self.accuracy_level},
+                "peak_rss_mb": peak_rss_mb()}
