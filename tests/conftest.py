@@ -55,6 +55,13 @@ def tiny_args(workdir: Path, *extra: str) -> list[str]:
             "gate.min_speedup=0", "gate.check_slo_p99=false", *extra]
 
 
+def run_folder(proc: subprocess.CompletedProcess) -> Path:
+    """The run folder a finished command line reported (its ``report: .../report.md`` line): the
+    run itself, where ``runs/latest`` may meanwhile name a later run in the same workdir."""
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("report: "))
+    return Path(line.split("report: ", 1)[1].strip()).parent
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """The first full run of the tiny pipeline: (workdir, CompletedProcess)."""

@@ -15,7 +15,6 @@ import json
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,15 +22,15 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import ROOT, one_line
+from tests.conftest import ROOT, one_line, run_folder
 from tests.serve_helpers import line_png, metrics, png_claiming, start
 
 
 @pytest.fixture(scope="module")
 def published(tiny_run):
     """(ref, registry overrides) of the tiny run's published version."""
-    workdir, _ = tiny_run
-    report = json.loads((workdir / "runs" / "latest" / "report.json").read_text())
+    workdir, proc = tiny_run
+    report = json.loads((run_folder(proc) / "report.json").read_text())
     ref = report["published"].split("@")[0]  # ocr:int8-0123...
     return ref, [f"registry.root={workdir / 'registry'}"]
 
@@ -255,8 +254,8 @@ def test_an_artifact_evaluated_with_other_preprocessing_is_refused(published, tm
 def test_a_run_whose_cached_model_was_edited_is_refused(tiny_run, tmp_path):
     """Serving a run's folder re-hashes its cached candidate: a copy of the run whose model file
     was altered after the gate is one line and exit 3, nothing served."""
-    workdir, _ = tiny_run
-    report = json.loads((workdir / "runs" / "latest" / "report.json").read_text())
+    _, proc = tiny_run
+    report = json.loads((run_folder(proc) / "report.json").read_text())
     original = Path(report["lineage"]["candidate"]["path"])
     entry = tmp_path / "cache" / original.name  # a cache entry's folder is named by its key
     shutil.copytree(original, entry)
@@ -295,8 +294,8 @@ def test_a_dead_worker_fails_its_request_and_the_server_goes_on(server):
 
 
 def test_a_run_whose_gate_failed_is_not_served(tiny_run, tmp_path):
-    workdir, _ = tiny_run
-    report = json.loads((workdir / "runs" / "latest" / "report.json").read_text())
+    _, proc = tiny_run
+    report = json.loads((run_folder(proc) / "report.json").read_text())
     report["verdict"] = {**report["verdict"], "passed": False, "summary": "FAIL"}
     (tmp_path / "report.json").write_text(json.dumps(report))
     proc = subprocess.run([sys.executable, "-m", "pipeline.serve", str(tmp_path)], cwd=ROOT,

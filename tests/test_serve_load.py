@@ -12,14 +12,14 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, one_line
+from tests.conftest import ROOT, one_line, run_folder
 from tests.serve_helpers import line_png, metrics, start
 
 
 @pytest.fixture(scope="module")
 def server(tiny_run, tmp_path_factory):
-    workdir, _ = tiny_run
-    running = start(str(workdir / "runs" / "latest"), tmp_path_factory.mktemp("serve"),
+    _, proc = tiny_run
+    running = start(str(run_folder(proc)), tmp_path_factory.mktemp("serve"),
                     "--workers", "1", "--threads", "1")
     yield running
     assert running.stop() == 0, running.log.read_text()

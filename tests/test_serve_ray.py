@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
+from tests.conftest import run_folder
 from tests.serve_helpers import line_png
 
 
@@ -25,12 +26,18 @@ def ray_app(tiny_run, tmp_path_factory):
     from pipeline.serve.config import ServeConfig
     from pipeline.serve.ray_serve import application
 
-    workdir, _ = tiny_run
-    served = open_ref(str(workdir / "runs" / "latest"), tmp_path_factory.mktemp("pull"))
+    _, proc = tiny_run
+    served = open_ref(str(run_folder(proc)), tmp_path_factory.mktemp("pull"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray 2.60 turns token authentication on for a new local cluster and writes a token to
+    # ~/.ray/auth_token, which every later client on the machine then presents, and which a
+    # cluster started without it (tests/test_sweep.py's `ray start`) refuses: a test leaves
+    # nothing behind in the user's home
+    mode = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     # a cluster of its own, on the loopback address (traffic stays on 127.0.0.1) and in a temp
     # folder of its own (short: Ray's socket paths must fit 107 bytes), so that nothing of another
     # cluster on this machine (a sweep test's, Ray's default /tmp/ray) is found or reused
@@ -45,6 +52,10 @@ def ray_app(tiny_run, tmp_path_factory):
     finally:
         serve.shutdown()
         ray.shutdown()
+        if mode is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = mode
 
 
 def _direct(model, task_key, bodies: list[bytes]) -> list[str]:
