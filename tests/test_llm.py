@@ -227,9 +227,12 @@ def test_the_mixed_search_falls_back_to_float_and_reports_failure():
 
 class _FakeRun:
     """The parts of the decoder recipe's run that ``_auto`` calls: builds recorded by block
-    size, scores and decode speedups given by the test (the choice is the logic under test)."""
+    size, scores and decode speedups given by the test (the choice is the logic under test).
+    ``rise`` is a candidate's perplexity rise on the sequences a search scores, ``full_rise``
+    (default: the same) on the full text."""
 
-    def __init__(self, cfg, rise: dict, speedup: dict, block_size: int = 32):
+    def __init__(self, cfg, rise: dict, speedup: dict, block_size: int = 32,
+                 full_rise: dict | None = None, mixed_rise: float = 1.0):
         from types import SimpleNamespace as NS
 
         self.cfg, self.decoder, self.trials, self.builds = cfg, None, [], []
@@ -238,18 +241,30 @@ class _FakeRun:
         self.fp32 = NS(digest="fp32")
         self.scores = {"fp32": NS(meta={"perplexity_rise_pct": 0.0, "top1_agreement": 1.0,
                                         "kl_mean": 0.0})}
-        self.rise, self.speedup = rise, speedup
+        self.rise, self.speedup = {**rise, "mixed": mixed_rise}, speedup
+        self.full_rise = {**self.rise, **(full_rise or {})}
+        self.full_scored, self.mixed_calls = [], []
 
     def uniform(self, bits):
         return {n: bits for n in self.names}
 
-    def build(self, plan, label, block_size=None):
+    def _scores(self, role, rise):
+        from types import SimpleNamespace as NS
+
+        return NS(meta={"perplexity_rise_pct": rise[role], "top1_agreement": 0.95,
+                        "kl_mean": 0.01})
+
+    def build(self, plan, label, block_size=None, block_size_8=None, full=False):
         from types import SimpleNamespace as NS
 
         role = {"all8": "int8", "all4": "int4", "all8_b128": "int8_wide"}[label]
         self.builds.append((label, block_size or self.q.block_size))
-        return NS(digest=role), NS(meta={"perplexity_rise_pct": self.rise[role],
-                                         "top1_agreement": 0.95, "kl_mean": 0.01})
+        return NS(digest=role), self._scores(role, self.rise)
+
+    def score(self, art, label, full=False):
+        assert full  # _auto rescoring its pick: always on every sequence
+        self.full_scored.append(art.digest)
+        return self._scores(art.digest, self.full_rise)
 
     def speed(self, candidates):
         from types import SimpleNamespace as NS
@@ -262,8 +277,19 @@ class _FakeRun:
                                             for r in candidates},
                         "environment": environment(self.cfg.hardware.target())})
 
-    def mixed(self, int4_faster):
-        return self.build(self.uniform(8), "all8")  # the mixed search lands on INT8 here
+    def mixed(self, int4_faster, block_size_8=None, hopeless=None):
+        from types import SimpleNamespace as NS
+
+        self.mixed_calls.append(block_size_8)
+        if "mixed" not in self.speedup:  # the mixed search lands on INT8 here
+            return self.build(self.uniform(8), "all8")
+        return NS(digest="mixed"), self._scores("mixed", self.rise)
+
+    def matmul_weights(self):
+        return {self.names[0]: 100, self.names[1]: 300}
+
+    def tally(self):
+        return {}
 
 
 def test_decoder_auto_tries_int8_at_a_wider_block_and_ships_it_only_when_it_passes():
@@ -286,3 +312,82 @@ def test_decoder_auto_tries_int8_at_a_wider_block_and_ships_it_only_when_it_pass
     run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0}, speed, block_size=WIDE_BLOCK)
     _auto(cfg, run, {"block_size": WIDE_BLOCK})  # already that wide: no second INT8 build
     assert [b for b in run.builds if b[0] == "all8_b128"] == []
+
+
+def test_decoder_auto_scores_its_pick_in_full_and_takes_the_next_when_the_full_text_fails_it():
+    """The search's scores (sequential by default) pick the fastest passing candidate; it is
+    scored on every sequence before the gate, and when the full text puts it past the limit the
+    next fastest passing one is scored in full and ships."""
+    from pipeline.config import Config
+    from pipeline.recipes.decoder import _auto
+
+    cfg = Config()
+    speed = {"int8": 2.07, "int4": 2.6, "int8_wide": 2.25}
+    run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9}, speed,
+                   full_rise={"int8_wide": 2.3})
+    out = _auto(cfg, run, {"block_size": 32})
+    assert run.full_scored == ["int8_wide", "int8"] and out.auto["winner"] == "int8"
+    assert out.verdict["passed"] and not out.auto["candidates"]["int8_wide"]["passed"]
+    assert out.scores["candidate"].meta["perplexity_rise_pct"] == 0.7
+    run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9}, speed)
+    assert _auto(cfg, run, {"block_size": 32}).auto["winner"] == "int8_wide"
+    assert run.full_scored == ["int8_wide"]  # one full scoring when the pick holds
+
+
+def test_decoder_auto_mix_takes_the_int8_winners_block_and_starts_only_when_it_can_win():
+    """The mix's 8-bit part is at the block that won for all-INT8 (128 when INT8 at block 128
+    passes and is faster, else the configured 32); when a passing candidate is already at least
+    as fast as INT4 everywhere could be (the mix's best), the mix is not started."""
+    from pipeline.config import Config
+    from pipeline.recipes.decoder import WIDE_BLOCK, _auto
+
+    cfg = Config()
+    speed = {"int8": 2.07, "int4": 2.6, "int8_wide": 2.25}
+    run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9}, speed)
+    _auto(cfg, run, {"block_size": 32})
+    assert run.mixed_calls == [WIDE_BLOCK]
+    run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 2.5}, speed)  # wide fails
+    _auto(cfg, run, {"block_size": 32})
+    assert run.mixed_calls == [32]
+    # INT8 at block 128 passes at 2.57x, INT4 at most 2.42x: no mix can beat it
+    run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9},
+                   {"int8": 2.07, "int4": 2.4, "int8_wide": 2.57})
+    out = _auto(cfg, run, {"block_size": 32})
+    assert run.mixed_calls == [] and out.auto["mixed"].startswith("not started")
+    assert out.auto["winner"] == "int8_wide"
+
+
+def test_the_mixed_search_stops_when_the_fastest_plan_left_cannot_win():
+    """hopeless() is asked before each bisection step about the narrowest plan still possible:
+    here every plan with a float group is hopeless, so once 8 bits fail the float phase never
+    builds a plan."""
+    from pipeline.recipes.decoder import search
+
+    groups = {"layers.0": ["a"], "layers.1": ["b"], "lm_head": ["c"]}
+    tried = []
+
+    def trial(plan, what):
+        tried.append(what)
+        return False
+
+    assert search(groups, 4, trial, dict, lambda plan: len(plan) < 3) is None
+    assert tried == ["all at 4 bits", "first 2 of 3 groups at 8 bits",
+                     "first 3 of 3 groups at 8 bits"]
+
+
+def test_the_mix_speed_bound_blends_int4_and_int8_by_weight_shares():
+    """A plan's decode speedup is predicted from INT4's and all-INT8's upper bounds by its
+    MatMuls' weight shares (float parts at FP32's speed) and compared with the best passing
+    candidate's median."""
+    from types import SimpleNamespace as NS
+
+    from pipeline.recipes.decoder import _cannot_beat
+
+    run = NS(matmul_weights=lambda: {"a": 1, "b": 1})
+    sp = {"int4": {"median": 2.9, "ci95": [2.8, 3.0]}, "int8": {"median": 1.9, "ci95": [1.8, 2.0]},
+          "int8_wide": {"median": 2.2, "ci95": [2.1, 2.3]}}
+    hopeless = _cannot_beat(run, sp, "int8", "int8_wide")
+    assert not hopeless({"a": 4, "b": 8})   # 1 / (0.5 / 3 + 0.5 / 2) = 2.4x > 2.2x
+    assert "2.00x" in hopeless({"a": 8, "b": 8})
+    assert hopeless({"a": 4})                # half float: 1.5x
+    assert _cannot_beat(run, sp, "int8", None) is None  # nothing passes yet: never stops

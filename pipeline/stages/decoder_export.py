@@ -27,12 +27,13 @@ class DecoderExport:
     decoder: object        # pipeline.models.decoder.Decoder
     data: object           # TextSet: the sequences parity is checked on
     name = "decoder_export"
-    version = 1
+    version = 2  # 2: the stage's peak resident memory in its result
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
         from onnxruntime_genai.models.builder import create_model, parse_extra_options
 
+        from pipeline.stages.text_reference import peak_rss_mb
         from pipeline.stages.weight_only import node_counts
 
         args = ("model", self.decoder.folder, str(out_dir), "fp32", "cpu",
@@ -47,7 +48,7 @@ class DecoderExport:
                              f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
                              ) from None
         return {"architecture": self.decoder.architecture, "nodes": node_counts(out_dir),
-                "parity_vs_transformers": self._parity(out_dir)}
+                "parity_vs_transformers": self._parity(out_dir), "peak_rss_mb": peak_rss_mb()}
 
     def _parity(self, folder: Path) -> dict:
         import numpy as np
