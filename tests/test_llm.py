@@ -391,3 +391,27 @@ def test_the_mix_speed_bound_blends_int4_and_int8_by_weight_shares():
     assert "2.00x" in hopeless({"a": 8, "b": 8})
     assert hopeless({"a": 4})                # half float: 1.5x
     assert _cannot_beat(run, sp, "int8", None) is None  # nothing passes yet: never stops
+
+
+def test_auto_scores_fp32_once_and_its_pick_on_every_sequence(root):
+    """quant=auto end to end on the tiny Llama: FP32 is scored once (one text_reference stage,
+    whatever the number of candidates), every candidate against it, the shipped one on every
+    sequence; the report tallies the scoring and the stages' peak memory, and the log shows the
+    scoring's progress with the time left."""
+    proc = run_cli(*_args(root, "quant=auto", "quant.decoder.score_min_sequences=8"))
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    report = json.loads((root / "work" / "runs" / "latest" / "report.json").read_text())
+    stages = [s["stage"] for s in report["stages"]]
+    assert stages.count("text_reference") == 1 and stages.count("score_text") >= 3
+    scoring = report["scoring"]
+    assert scoring["candidate_scorings"] >= 3
+    assert scoring["reference"]["sequences"] == 12 and scoring["reference"]["top_k"] == 16
+    assert scoring["peak_rss"]["stage_mb"] > 0 and scoring["peak_rss"]["pipeline_mb"] > 0
+    winner = report["auto"]["winner"]
+    if winner != "fp32":
+        assert winner in report["auto"]["scored_in_full"]
+        cand = {r["role"]: r for r in report["rows"]}["candidate"]
+        assert cand["sequences"] == cand["sequences_total"] == 12
+    assert "sequences, elapsed" in proc.stdout and "left" in proc.stdout
+    md = (root / "work" / "runs" / "latest" / "report.md").read_text()
+    assert "Scoring: FP32 once on 12 sequences" in md
