@@ -415,3 +415,17 @@ def test_auto_scores_fp32_once_and_its_pick_on_every_sequence(root):
     assert "sequences, elapsed" in proc.stdout and "left" in proc.stdout
     md = (root / "work" / "runs" / "latest" / "report.md").read_text()
     assert "Scoring: FP32 once on 12 sequences" in md
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("quant.decoder.score=fast", "quant.decoder.score=fast: full or sequential"),
+    ("quant.decoder.score_min_sequences=4", "quant.decoder.score_min_sequences=4: at least 8")])
+def test_bad_scoring_settings_are_refused_at_compose(override, expected):
+    from pipeline.core.errors import ConfigError
+    from pipeline.engine.compose import compose
+
+    assert compose(["quant=auto"]).quant.decoder.score == "sequential"
+    assert compose(["quant=mixed", "quant.decoder.score=full"]).quant.decoder.score == "full"
+    with pytest.raises(ConfigError) as e:
+        compose(["quant=auto", override])
+    assert expected in str(e.value) and "\n" not in str(e.value)
