@@ -218,6 +218,14 @@ class Reference:
             return Reference(z["offsets"], z["nll"], z["top_ids"], z["top_logp"])
 
 
+def _lse(x: np.ndarray) -> np.ndarray:
+    """log-sum-exp over the last axis, float64, without a float64 copy of ``x`` (a row of a 49k
+    vocabulary's logits is 0.2 MB in float32; a full float64 log-softmax of a 256-token sequence
+    took longer than the summary itself)."""
+    m = x.max(axis=-1, keepdims=True)
+    return m[..., 0].astype(np.float64) + np.log(np.exp(x - m).sum(axis=-1, dtype=np.float64))
+
+
 def reference(logits: Sequence[np.ndarray], token_ids: Sequence[Sequence[int]],
               k: int = TOP_K) -> Reference:
     """The reference's summary of each sequence (sequences with fewer than two tokens add none)."""
@@ -225,13 +233,14 @@ def reference(logits: Sequence[np.ndarray], token_ids: Sequence[Sequence[int]],
     for lg, ids in zip(logits, token_ids):
         ids = np.asarray(ids)
         n = max(len(ids) - 1, 0)
-        logp = _log_softmax(np.asarray(lg)[:n])
-        kk = min(k, logp.shape[-1])
-        top = np.argpartition(-logp, kk - 1, axis=-1)[:, :kk]  # the k largest, then in order
-        top = np.take_along_axis(top, np.argsort(-np.take_along_axis(logp, top, -1), -1), -1)
-        nll.append(-logp[np.arange(n), ids[1:]])
+        x = np.asarray(lg, np.float32)[:n]
+        lse = _lse(x)[:, None]
+        kk = min(k, x.shape[-1])
+        top = np.argpartition(x, x.shape[-1] - kk, axis=-1)[:, -kk:]  # the k largest, unordered
+        top = np.take_along_axis(top, np.argsort(-np.take_along_axis(x, top, -1), -1), -1)
+        nll.append(lse[:, 0] - x[np.arange(n), ids[1:]])
         ids_out.append(top.astype(np.int32))
-        logp_out.append(np.take_along_axis(logp, top, -1).astype(np.float32))
+        logp_out.append((np.take_along_axis(x, top, -1) - lse).astype(np.float32))
         offsets.append(offsets[-1] + n)
     return Reference(np.asarray(offsets, np.int64), np.concatenate(nll),
                      np.concatenate(ids_out), np.concatenate(logp_out))
@@ -258,17 +267,18 @@ def row_sums(logits: Sequence[np.ndarray], token_ids: Sequence[Sequence[int]],
             continue
         if n != len(ids) - 1:
             raise ValueError(f"sequence {i}: {len(ids) - 1} positions, the reference has {n}")
-        logp = _log_softmax(np.asarray(lg)[:n])
+        x = np.asarray(lg, np.float32)[:n]
+        lse = _lse(x)[:, None]
         tops = ref.top_ids[a:b].astype(np.int64)
         lr = ref.top_logp[a:b].astype(np.float64)
-        lc = np.take_along_axis(logp, tops, -1)
+        lc = np.take_along_axis(x, tops, -1) - lse
         pr = np.exp(lr)
         tail_r = np.clip(1.0 - pr.sum(-1), 0.0, 1.0)
         tail_c = np.clip(1.0 - np.exp(lc).sum(-1), 1e-300, 1.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             tail = np.where(tail_r > 0, tail_r * (np.log(tail_r) - np.log(tail_c)), 0.0)
         nxt = np.asarray(ref.nll[a:b])
-        out[i] = (n, -float(logp[np.arange(n), np.asarray(ids)[1:]].sum()), float(nxt.sum()),
-                  int((logp.argmax(-1) == tops[:, 0]).sum()),
+        out[i] = (n, float((lse[:, 0] - x[np.arange(n), np.asarray(ids)[1:]]).sum()),
+                  float(nxt.sum()), int((x.argmax(-1) == tops[:, 0]).sum()),
                   float((pr * (lr - lc)).sum() + tail.sum()))
     return out
