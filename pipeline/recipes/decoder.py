@@ -1,11 +1,13 @@
 """The decoder recipe: a causal LM exported with a KV cache, weight-only quantized, gated on text.
 
-decoder_export (FP32, the reference) -> score FP32 on the evaluation text -> the candidate(s):
-quant=none: FP32; int8 / dynamic: every MatMul at ``quant.decoder.bits``; mixed: per-layer
-widths searched under the gate's accuracy limits; auto: FP32, INT8 (at the configured block and
-at ``WIDE_BLOCK``), INT4 and the mixed one,
-every candidate scored and all timed side by side, the fastest that passes every gate ships ->
-score the candidate against FP32 at accuracy level 0 -> time decode against FP32 -> gate.
+decoder_export (FP32, the reference) -> text_reference (FP32 scored once on the evaluation
+text; every candidate is scored against its summary) -> the candidate(s): quant=none: FP32;
+int8 / dynamic: every MatMul at ``quant.decoder.bits``; mixed: per-layer widths searched under
+the gate's accuracy limits; auto: FP32, INT8 (at the configured block and at ``WIDE_BLOCK``),
+INT4 and the mixed one (where it can win), every candidate scored and all timed side by side,
+the fastest that passes every gate ships -> time decode against FP32 -> gate. Search candidates
+are scored sequentially (``quant.decoder.score``: each stops once its verdict is clear); the
+candidate the gate judges is scored on every sequence.
 
 The mixed search, in groups (each transformer block's MatMuls, and the output layer alone):
 1. everything at 4 bits; if it passes the accuracy gate, it is the answer;
@@ -16,7 +18,8 @@ The mixed search, in groups (each transformer block's MatMuls, and the output la
    most sensitive first;
 3. the shortest prefix of that order moved to 8 bits that passes (bisection over the prefix
    length: the loss falls as more groups widen); if all-8-bit still fails, the shortest prefix
-   kept float on top of 8 bits.
+   kept float on top of 8 bits. In auto, the 8-bit nodes take the block that won for all-INT8,
+   and the search is not started, or stops, once it cannot beat a candidate that passes.
 Latency-aware: when INT4 everywhere is not faster than INT8 everywhere on this machine (the
 lower bound of their speed ratio at or under 1), the search starts from 8 bits and 4 bits are
 not used at all: a narrower layer that is not faster only costs accuracy.
@@ -115,8 +118,8 @@ class _Run:
                              "decoder_export")
         # FP32 scored once on the text: its perplexity, and what every candidate is scored against
         self.reference = self.run(TextReference(data=self.sets["evaluation"],
-                                                  threads=self.hw.intra_op_threads),
-                              self.fp32, "text_reference[fp32]")
+                                                threads=self.hw.intra_op_threads),
+                                  self.fp32, "text_reference[fp32]")
         self.scores = {"fp32": self.reference}
         self.limits = tuple(metric_limits.limits(cfg.gate.max_accuracy_drop, METRICS).items())
         self.names = matmuls(self.fp32.path)
