@@ -139,8 +139,9 @@ class _Run:
                            accuracy_level=self.level,
                            calibration=self.sets["calibration"] if self.q.algorithm == "gptq"
                            and 4 in plan.values() else None,
-                           block_size_8=block_size_8 if block_size_8 not in (None, block) else
-                           None)
+                           # a plan without 8-bit nodes is the same model at any 8-bit block
+                           block_size_8=block_size_8 if block_size_8 not in (None, block)
+                           and 8 in plan.values() else None)
         art = self.run(stage, self.fp32, f"weight_only[{label}]")
         return art, (self.score(art, label, full) if scored else None)
 
