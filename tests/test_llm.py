@@ -429,3 +429,21 @@ def test_bad_scoring_settings_are_refused_at_compose(override, expected):
     with pytest.raises(ConfigError) as e:
         compose(["quant=auto", override])
     assert expected in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_8_bit_block_is_part_of_a_plan_only_when_the_plan_has_8_bit_nodes():
+    """The mix's all-4-bit trial is the INT4 candidate itself (same stage key, so reused); a
+    plan with 8-bit nodes carries the 8-bit block when it differs from the 4-bit one."""
+    from types import SimpleNamespace as NS
+
+    from pipeline.recipes.decoder import _Run
+
+    stages = []
+    run = NS(q=NS(block_size=32, symmetric=True, algorithm="rtn"), level=4, sets={}, fp32=None,
+             run=lambda stage, parent, label: stages.append(stage))
+    _Run.build(run, {"a": 4, "b": 4}, "all4", scored=False)
+    _Run.build(run, {"a": 4, "b": 4}, "all_at_4_bits", block_size_8=128, scored=False)
+    _Run.build(run, {"a": 4, "b": 8}, "mix", block_size_8=128, scored=False)
+    _Run.build(run, {"a": 8, "b": 8}, "all8", block_size_8=32, scored=False)
+    assert stages[0] == stages[1] and stages[1].block_size_8 is None
+    assert stages[2].block_size_8 == 128 and stages[3].block_size_8 is None
