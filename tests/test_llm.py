@@ -432,8 +432,9 @@ def test_bad_scoring_settings_are_refused_at_compose(override, expected):
 
 
 def test_the_8_bit_block_is_part_of_a_plan_only_when_the_plan_has_8_bit_nodes():
-    """The mix's all-4-bit trial is the INT4 candidate itself (same stage key, so reused); a
-    plan with 8-bit nodes carries the 8-bit block when it differs from the 4-bit one."""
+    """The mix's all-4-bit trial is the INT4 candidate itself (same stage key, so reused), and
+    its all-8-bit one all-INT8 at the mix's 8-bit block; a plan with both widths carries the
+    8-bit block when it differs from the 4-bit one."""
     from types import SimpleNamespace as NS
 
     from pipeline.recipes.decoder import _Run
@@ -445,5 +446,9 @@ def test_the_8_bit_block_is_part_of_a_plan_only_when_the_plan_has_8_bit_nodes():
     _Run.build(run, {"a": 4, "b": 4}, "all_at_4_bits", block_size_8=128, scored=False)
     _Run.build(run, {"a": 4, "b": 8}, "mix", block_size_8=128, scored=False)
     _Run.build(run, {"a": 8, "b": 8}, "all8", block_size_8=32, scored=False)
+    _Run.build(run, {"a": 8, "b": 8}, "all8_b128", 128, scored=False)
+    _Run.build(run, {"a": 8, "b": 8}, "first_2_of_2_groups_at_8_bits", block_size_8=128,
+               scored=False)
     assert stages[0] == stages[1] and stages[1].block_size_8 is None
     assert stages[2].block_size_8 == 128 and stages[3].block_size_8 is None
+    assert stages[4] == stages[5]  # the mix with every group at 8 bits is INT8 at its block

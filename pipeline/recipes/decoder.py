@@ -134,6 +134,8 @@ class _Run:
         ``block_size_8`` when given); scored in full or as ``quant.decoder.score`` says (not
         at all when not ``scored``: built only to be timed)."""
         block = block_size or self.q.block_size
+        if block_size_8 and set(plan.values()) == {8}:  # all 8 bits: all-INT8 at that block
+            block, block_size_8 = block_size_8, None
         stage = WeightOnly(plan=tuple(sorted(plan.items())), block_size=block,
                            symmetric=self.q.symmetric, algorithm=self.q.algorithm,
                            accuracy_level=self.level,
