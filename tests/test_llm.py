@@ -452,3 +452,32 @@ def test_the_8_bit_block_is_part_of_a_plan_only_when_the_plan_has_8_bit_nodes():
     assert stages[0] == stages[1] and stages[1].block_size_8 is None
     assert stages[2].block_size_8 == 128 and stages[3].block_size_8 is None
     assert stages[4] == stages[5]  # the mix with every group at 8 bits is INT8 at its block
+
+
+def test_a_search_stopped_as_hopeless_returns_nothing_and_the_report_says_which_trial_stopped():
+    """_Run.mixed with a hopeless() that refuses any plan with 8-bit nodes: the all-4-bit trial
+    is scored (sequentially, stopping early: that is its scoring's stop, not the search's), the
+    search stops before the first bisection step and the mix is None; the report's trials say
+    the scored one failed and the search stopped."""
+    from types import SimpleNamespace as NS
+
+    from pipeline.recipes.decoder import _Run
+    from pipeline.report.decoder import markdown
+
+    built = []
+    fake = NS(groups={"layers.0": ["a"], "lm_head": ["c"]}, names=["a", "c"], trials=[],
+              sensitivity=lambda: {"layers.0": 1.0}, passes=lambda s: False)
+    fake.build = lambda plan, label, block_size_8=None: (built.append(label) or NS(digest=label),
+                                                         NS(meta={"perplexity_rise_pct": 30.0,
+                                                                  "sequences": 32,
+                                                                  "sequences_total": 64,
+                                                                  "stopped": "clear fail"}))
+    fake._note = lambda what, plan, scored: _Run._note(fake, what, plan, scored)
+    out = _Run.mixed(fake, True, 128, lambda plan: "cannot win" if 8 in plan.values() else None)
+    assert out is None and built == ["all_at_4_bits"]
+    assert [t.get("search_stopped", False) for t in fake.trials] == [False, True]
+    report = {"model": "m", "quant": "auto", "verdict": {"passed": True, "checks": []},
+              "settings": {}, "rows": [], "search": fake.trials}
+    md = markdown(report)
+    assert "| all at 4 bits | 2/0/0 | 30.00 |" in md and "32/64 (clear fail) | False |" in md
+    assert "| stopped: cannot win |" in md and md.rstrip().endswith("| stopped |")

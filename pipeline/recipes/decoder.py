@@ -229,7 +229,7 @@ class _Run:
             if why:
                 stopped.append(why)
                 self.trials.append({"trial": f"stopped: {why}", "widths": None, "ranking": True,
-                                    "stopped": True, "passed": None})
+                                    "search_stopped": True, "passed": None})
             return bool(why)
 
         found = search(self.groups, 4 if int4_faster else 8, trial, self.sensitivity, stop)
@@ -434,7 +434,7 @@ def _auto(cfg: Config, run: _Run, settings: dict) -> DecoderOutcome:
         hopeless = _cannot_beat(run, sp, eight, best)
         mixed = run.mixed(int4_faster, block_8, hopeless)
         if mixed is None:  # stopped before any plan passed
-            mixed_note = next(t["trial"] for t in reversed(run.trials) if t.get("stopped"))
+            mixed_note = next(t["trial"] for t in reversed(run.trials) if t.get("search_stopped"))
         elif all(mixed[0].digest != a.digest for a, _ in built.values()):
             built["mixed"] = mixed
             speed = run.speed({r: a for r, (a, _) in built.items()})

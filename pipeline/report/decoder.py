@@ -76,7 +76,7 @@ def _rows(r: dict) -> str:
 
 
 def _trial_verdict(t: dict) -> str:
-    return "stopped" if t.get("stopped") else "ranking only" if t.get("ranking") else \
+    return "stopped" if t.get("search_stopped") else "ranking only" if t.get("ranking") else \
         str(t["passed"])
 
 
