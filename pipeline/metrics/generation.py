@@ -188,8 +188,8 @@ def gated(scores: dict) -> dict:
 # What a candidate's agreement and KL need of FP32, kept per predicted position: the next token's
 # NLL (for the paired perplexity rise), and the TOP_K most likely tokens with their
 # log-probabilities (normalized over the whole vocabulary: the log-sum-exp is taken before the cut).
-# 16 of them at 4 + 4 bytes is 128 bytes a position: 512 rows of 256 tokens are 17 MB, where full
-# logits of a 49k vocabulary would be 26 GB.
+# 16 of them at 4 + 4 bytes and the NLL are 136 bytes a position: 512 rows of 256 tokens are
+# 18 MB, where full logits of a 49k vocabulary would be 26 GB.
 TOP_K = 16
 
 
