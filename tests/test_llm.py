@@ -238,9 +238,12 @@ def test_the_mixed_search_falls_back_to_float_and_reports_failure():
 
 class _FakeRun:
     """The parts of the decoder recipe's run that ``_auto`` calls: builds recorded by block
-    size, scores and decode speedups given by the test (the choice is the logic under test)."""
+    size, scores and decode speedups given by the test (the choice is the logic under test).
+    ``rise`` is a candidate's perplexity rise on the sequences a search scores, ``full_rise``
+    (default: the same) on the full text."""
 
-    def __init__(self, cfg, rise: dict, speedup: dict, block_size: int = 32):
+    def __init__(self, cfg, rise: dict, speedup: dict, block_size: int = 32,
+                 full_rise: dict | None = None, mixed_rise: float = 1.0):
         from types import SimpleNamespace as NS
 
         self.cfg, self.decoder, self.trials, self.builds = cfg, None, [], []
@@ -249,18 +252,30 @@ class _FakeRun:
         self.fp32 = NS(digest="fp32")
         self.scores = {"fp32": NS(meta={"perplexity_rise_pct": 0.0, "top1_agreement": 1.0,
                                         "kl_mean": 0.0})}
-        self.rise, self.speedup = rise, speedup
+        self.rise, self.speedup = {**rise, "mixed": mixed_rise}, speedup
+        self.full_rise = {**self.rise, **(full_rise or {})}
+        self.full_scored, self.mixed_calls = [], []
 
     def uniform(self, bits):
         return {n: bits for n in self.names}
 
-    def build(self, plan, label, block_size=None):
+    def _scores(self, role, rise):
+        from types import SimpleNamespace as NS
+
+        return NS(meta={"perplexity_rise_pct": rise[role], "top1_agreement": 0.95,
+                        "kl_mean": 0.01})
+
+    def build(self, plan, label, block_size=None, block_size_8=None, full=False):
         from types import SimpleNamespace as NS
 
         role = {"all8": "int8", "all4": "int4", "all8_b128": "int8_wide"}[label]
         self.builds.append((label, block_size or self.q.block_size))
-        return NS(digest=role), NS(meta={"perplexity_rise_pct": self.rise[role],
-                                         "top1_agreement": 0.95, "kl_mean": 0.01})
+        return NS(digest=role), self._scores(role, self.rise)
+
+    def score(self, art, label, full=False):
+        assert full  # _auto rescoring its pick: always on every sequence
+        self.full_scored.append(art.digest)
+        return self._scores(art.digest, self.full_rise)
 
     def speed(self, candidates):
         from types import SimpleNamespace as NS
@@ -273,8 +288,19 @@ class _FakeRun:
                                             for r in candidates},
                         "environment": environment(self.cfg.hardware.target())})
 
-    def mixed(self, int4_faster):
-        return self.build(self.uniform(8), "all8")  # the mixed search lands on INT8 here
+    def mixed(self, int4_faster, block_size_8=None, hopeless=None):
+        from types import SimpleNamespace as NS
+
+        self.mixed_calls.append(block_size_8)
+        if "mixed" not in self.speedup:  # the mixed search lands on INT8 here
+            return self.build(self.uniform(8), "all8")
+        return NS(digest="mixed"), self._scores("mixed", self.rise)
+
+    def matmul_weights(self):
+        return {self.names[0]: 100, self.names[1]: 300}
+
+    def tally(self):
+        return {}
 
 
 def test_decoder_auto_tries_int8_at_a_wider_block_and_ships_it_only_when_it_passes():
@@ -370,3 +396,172 @@ def test_new_evaluation_text_does_not_export_the_decoder_again(tmp_path):
     assert runner.key(DecoderExport(decoder, one), None, {}) == \
         runner.key(DecoderExport(decoder, two), None, {})
     assert runner.key(ScoreText(one), None, {}) != runner.key(ScoreText(two), None, {})
+
+
+def test_decoder_auto_scores_its_pick_in_full_and_takes_the_next_when_the_full_text_fails_it():
+    """The search's scores (sequential by default) pick the fastest passing candidate; it is
+    scored on every sequence before the gate, and when the full text puts it past the limit the
+    next fastest passing one is scored in full and ships."""
+    from pipeline.config import Config
+    from pipeline.recipes.decoder import _auto
+
+    cfg = Config()
+    speed = {"int8": 2.07, "int4": 2.6, "int8_wide": 2.25}
+    run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9}, speed,
+                   full_rise={"int8_wide": 2.3})
+    out = _auto(cfg, run, {"block_size": 32})
+    assert run.full_scored == ["int8_wide", "int8"] and out.auto["winner"] == "int8"
+    assert out.verdict["passed"] and not out.auto["candidates"]["int8_wide"]["passed"]
+    assert out.scores["candidate"].meta["perplexity_rise_pct"] == 0.7
+    run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9}, speed)
+    assert _auto(cfg, run, {"block_size": 32}).auto["winner"] == "int8_wide"
+    assert run.full_scored == ["int8_wide"]  # one full scoring when the pick holds
+
+
+def test_decoder_auto_mix_takes_the_int8_winners_block_and_starts_only_when_it_can_win():
+    """The mix's 8-bit part is at the block that won for all-INT8 (128 when INT8 at block 128
+    passes and is faster, else the configured 32); when a passing candidate is already at least
+    as fast as INT4 everywhere could be (the mix's best), the mix is not started."""
+    from pipeline.config import Config
+    from pipeline.recipes.decoder import WIDE_BLOCK, _auto
+
+    cfg = Config()
+    speed = {"int8": 2.07, "int4": 2.6, "int8_wide": 2.25}
+    run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9}, speed)
+    _auto(cfg, run, {"block_size": 32})
+    assert run.mixed_calls == [WIDE_BLOCK]
+    run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 2.5}, speed)  # wide fails
+    _auto(cfg, run, {"block_size": 32})
+    assert run.mixed_calls == [32]
+    # INT8 at block 128 passes at 2.57x, INT4 at most 2.42x: no mix can beat it
+    run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9},
+                   {"int8": 2.07, "int4": 2.4, "int8_wide": 2.57})
+    out = _auto(cfg, run, {"block_size": 32})
+    assert run.mixed_calls == [] and out.auto["mixed"].startswith("not started")
+    assert out.auto["winner"] == "int8_wide"
+
+
+def test_the_mixed_search_stops_when_the_fastest_plan_left_cannot_win():
+    """hopeless() is asked before each bisection step about the narrowest plan still possible:
+    here every plan with a float group is hopeless, so once 8 bits fail the float phase never
+    builds a plan."""
+    from pipeline.recipes.decoder import search
+
+    groups = {"layers.0": ["a"], "layers.1": ["b"], "lm_head": ["c"]}
+    tried = []
+
+    def trial(plan, what):
+        tried.append(what)
+        return False
+
+    assert search(groups, 4, trial, dict, lambda plan: len(plan) < 3) is None
+    assert tried == ["all at 4 bits", "first 2 of 3 groups at 8 bits",
+                     "first 3 of 3 groups at 8 bits"]
+
+
+def test_the_mix_speed_bound_blends_int4_and_int8_by_weight_shares():
+    """A plan's decode speedup is predicted from INT4's and all-INT8's upper bounds by its
+    MatMuls' weight shares (float parts at FP32's speed) and compared with the best passing
+    candidate's median."""
+    from types import SimpleNamespace as NS
+
+    from pipeline.recipes.decoder import _cannot_beat
+
+    run = NS(matmul_weights=lambda: {"a": 1, "b": 1})
+    sp = {"int4": {"median": 2.9, "ci95": [2.8, 3.0]}, "int8": {"median": 1.9, "ci95": [1.8, 2.0]},
+          "int8_wide": {"median": 2.2, "ci95": [2.1, 2.3]}}
+    hopeless = _cannot_beat(run, sp, "int8", "int8_wide")
+    assert not hopeless({"a": 4, "b": 8})   # 1 / (0.5 / 3 + 0.5 / 2) = 2.4x > 2.2x
+    assert "2.00x" in hopeless({"a": 8, "b": 8})
+    assert hopeless({"a": 4})                # half float: 1.5x
+    assert _cannot_beat(run, sp, "int8", None) is None  # nothing passes yet: never stops
+
+
+def test_auto_scores_fp32_once_and_its_pick_on_every_sequence(root):
+    """quant=auto end to end on the tiny Llama: FP32 is scored once (one text_reference stage,
+    whatever the number of candidates), every candidate against it, the shipped one on every
+    sequence; the report tallies the scoring and the stages' peak memory, and the log shows the
+    scoring's progress with the time left."""
+    proc = run_cli(*_args(root, "quant=auto", "quant.decoder.score_min_sequences=8"))
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    report = json.loads((root / "work" / "runs" / "latest" / "report.json").read_text())
+    stages = [s["stage"] for s in report["stages"]]
+    assert stages.count("text_reference") == 1 and stages.count("score_text") >= 3
+    scoring = report["scoring"]
+    assert scoring["candidate_scorings"] >= 3
+    assert scoring["reference"]["sequences"] == 12 and scoring["reference"]["top_k"] == 16
+    assert scoring["peak_rss"]["stage_mb"] > 0 and scoring["peak_rss"]["pipeline_mb"] > 0
+    winner = report["auto"]["winner"]
+    if winner != "fp32":
+        assert winner in report["auto"]["scored_in_full"]
+        cand = {r["role"]: r for r in report["rows"]}["candidate"]
+        assert cand["sequences"] == cand["sequences_total"] == 12
+    assert "sequences, elapsed" in proc.stdout and "left" in proc.stdout
+    md = (root / "work" / "runs" / "latest" / "report.md").read_text()
+    assert "Scoring: FP32 once on 12 sequences" in md
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("quant.decoder.score=fast", "quant.decoder.score=fast: full or sequential"),
+    ("quant.decoder.score_min_sequences=4", "quant.decoder.score_min_sequences=4: at least 8")])
+def test_bad_scoring_settings_are_refused_at_compose(override, expected):
+    from pipeline.core.errors import ConfigError
+    from pipeline.engine.compose import compose
+
+    assert compose(["quant=auto"]).quant.decoder.score == "sequential"
+    assert compose(["quant=mixed", "quant.decoder.score=full"]).quant.decoder.score == "full"
+    with pytest.raises(ConfigError) as e:
+        compose(["quant=auto", override])
+    assert expected in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_8_bit_block_is_part_of_a_plan_only_when_the_plan_has_8_bit_nodes():
+    """The mix's all-4-bit trial is the INT4 candidate itself (same stage key, so reused), and
+    its all-8-bit one all-INT8 at the mix's 8-bit block; a plan with both widths carries the
+    8-bit block when it differs from the 4-bit one."""
+    from types import SimpleNamespace as NS
+
+    from pipeline.recipes.decoder import _Run
+
+    stages = []
+    run = NS(q=NS(block_size=32, symmetric=True, algorithm="rtn"), level=4, sets={}, fp32=None,
+             run=lambda stage, parent, label: stages.append(stage))
+    _Run.build(run, {"a": 4, "b": 4}, "all4", scored=False)
+    _Run.build(run, {"a": 4, "b": 4}, "all_at_4_bits", block_size_8=128, scored=False)
+    _Run.build(run, {"a": 4, "b": 8}, "mix", block_size_8=128, scored=False)
+    _Run.build(run, {"a": 8, "b": 8}, "all8", block_size_8=32, scored=False)
+    _Run.build(run, {"a": 8, "b": 8}, "all8_b128", 128, scored=False)
+    _Run.build(run, {"a": 8, "b": 8}, "first_2_of_2_groups_at_8_bits", block_size_8=128,
+               scored=False)
+    assert stages[0] == stages[1] and stages[1].block_size_8 is None
+    assert stages[2].block_size_8 == 128 and stages[3].block_size_8 is None
+    assert stages[4] == stages[5]  # the mix with every group at 8 bits is INT8 at its block
+
+
+def test_a_search_stopped_as_hopeless_returns_nothing_and_the_report_says_which_trial_stopped():
+    """_Run.mixed with a hopeless() that refuses any plan with 8-bit nodes: the all-4-bit trial
+    is scored (sequentially, stopping early: that is its scoring's stop, not the search's), the
+    search stops before the first bisection step and the mix is None; the report's trials say
+    the scored one failed and the search stopped."""
+    from types import SimpleNamespace as NS
+
+    from pipeline.recipes.decoder import _Run
+    from pipeline.report.decoder import markdown
+
+    built = []
+    fake = NS(groups={"layers.0": ["a"], "lm_head": ["c"]}, names=["a", "c"], trials=[],
+              sensitivity=lambda: {"layers.0": 1.0}, passes=lambda s: False)
+    fake.build = lambda plan, label, block_size_8=None: (built.append(label) or NS(digest=label),
+                                                         NS(meta={"perplexity_rise_pct": 30.0,
+                                                                  "sequences": 32,
+                                                                  "sequences_total": 64,
+                                                                  "stopped": "clear fail"}))
+    fake._note = lambda what, plan, scored: _Run._note(fake, what, plan, scored)
+    out = _Run.mixed(fake, True, 128, lambda plan: "cannot win" if 8 in plan.values() else None)
+    assert out is None and built == ["all_at_4_bits"]
+    assert [t.get("search_stopped", False) for t in fake.trials] == [False, True]
+    report = {"model": "m", "quant": "auto", "verdict": {"passed": True, "checks": []},
+              "settings": {}, "rows": [], "search": fake.trials}
+    md = markdown(report)
+    assert "| all at 4 bits | 2/0/0 | 30.00 |" in md and "32/64 (clear fail) | False |" in md
+    assert "| stopped: cannot win |" in md and md.rstrip().endswith("| stopped |")

@@ -226,10 +226,21 @@ class DecoderQuant:
     # path would need more is exported and quantized on the streaming path (docs/llm.md,
     # "Models larger than memory"); 0.6 leaves the rest to the OS and whatever else runs.
     memory_budget: float = 0.6
+    # How search candidates are scored: sequential stops each once its interval (99 %) lies
+    # wholly inside or outside the gate's limits, full scores every sequence. The candidate the
+    # gate judges is scored in full either way.
+    score: str = "sequential"
+    # sequential: sequences scored before a candidate may stop (fewer give no interval to trust).
+    score_min_sequences: int = 32
 
     def __post_init__(self):
         _positive(self, "quant.decoder", "prompts", "prompt_tokens", "streams",
                   "ranking_sequences")
+        if self.score not in ("full", "sequential"):
+            raise ConfigError(f"quant.decoder.score={self.score}: full or sequential")
+        if self.score_min_sequences < 8:
+            raise ConfigError(f"quant.decoder.score_min_sequences={self.score_min_sequences}: "
+                              "at least 8 (an interval from fewer sequences is not trusted)")
         if self.bits not in (4, 8):
             raise ConfigError(f"quant.decoder.bits={self.bits}: 4 or 8 (MatMulNBits' widths)")
         if self.block_size not in (16, 32, 64, 128, 256):

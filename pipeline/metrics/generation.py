@@ -201,3 +201,104 @@ def gated(scores: dict) -> dict:
     return {"perplexity_rise": scores.get("perplexity_rise_pct"),
             "top1_agreement": pct(scores.get("top1_agreement")),
             "kl_mean": scores.get("kl_mean")}
+
+
+# -- the reference, computed once --------------------------------------------------------------
+# What a candidate's agreement and KL need of FP32, kept per predicted position: the next token's
+# NLL (for the paired perplexity rise), and the TOP_K most likely tokens with their
+# log-probabilities (normalized over the whole vocabulary: the log-sum-exp is taken before the cut).
+# 16 of them at 4 + 4 bytes and the NLL are 136 bytes a position: 512 rows of 256 tokens are
+# 18 MB, where full logits of a 49k vocabulary would be 26 GB.
+TOP_K = 16
+
+
+@dataclass(frozen=True)
+class Reference:
+    """FP32's summary of a text, concatenated over its sequences: sequence i's positions are
+    ``offsets[i]:offsets[i + 1]``."""
+    offsets: np.ndarray   # int64 [sequences + 1]
+    nll: np.ndarray       # float64 [positions]: -log p(next token)
+    top_ids: np.ndarray   # int32 [positions, k], most likely first
+    top_logp: np.ndarray  # float32 [positions, k]: log-probabilities over the full vocabulary
+
+    def part(self, i: int, j: int) -> "Reference":
+        """Sequences i..j-1."""
+        a, b = int(self.offsets[i]), int(self.offsets[j])
+        return Reference(self.offsets[i:j + 1] - a, self.nll[a:b], self.top_ids[a:b],
+                         self.top_logp[a:b])
+
+    def save(self, path: Path) -> None:
+        np.savez(path, offsets=self.offsets, nll=self.nll, top_ids=self.top_ids,
+                 top_logp=self.top_logp)
+
+    @staticmethod
+    def load(path: Path) -> "Reference":
+        with np.load(path) as z:
+            return Reference(z["offsets"], z["nll"], z["top_ids"], z["top_logp"])
+
+
+def _lse(x: np.ndarray) -> np.ndarray:
+    """log-sum-exp over the last axis, as float64, of float32 logits: after the max is taken
+    out every term is at most 1, so summing them in float32 (numpy's pairwise sum) is within
+    about 1e-7 nats of a float64 sum, at a quarter of its time (a float64 log-softmax of a
+    256-token row of a 49k vocabulary took longer than the model's pass here)."""
+    m = x.max(axis=-1, keepdims=True)
+    return m[..., 0].astype(np.float64) + np.log(np.exp(x - m).sum(axis=-1).astype(np.float64))
+
+
+def reference(logits: Sequence[np.ndarray], token_ids: Sequence[Sequence[int]],
+              k: int = TOP_K) -> Reference:
+    """The reference's summary of each sequence (sequences with fewer than two tokens add none)."""
+    nll, ids_out, logp_out, offsets = [], [], [], [0]
+    for lg, ids in zip(logits, token_ids):
+        ids = np.asarray(ids)
+        n = max(len(ids) - 1, 0)
+        x = np.asarray(lg, np.float32)[:n]
+        lse = _lse(x)[:, None]
+        kk = min(k, x.shape[-1])
+        top = np.argpartition(x, x.shape[-1] - kk, axis=-1)[:, -kk:]  # the k largest, unordered
+        top = np.take_along_axis(top, np.argsort(-np.take_along_axis(x, top, -1), -1), -1)
+        nll.append(lse[:, 0] - x[np.arange(n), ids[1:]])
+        ids_out.append(top.astype(np.int32))
+        logp_out.append((np.take_along_axis(x, top, -1) - lse).astype(np.float32))
+        offsets.append(offsets[-1] + n)
+    return Reference(np.asarray(offsets, np.int64), np.concatenate(nll),
+                     np.concatenate(ids_out), np.concatenate(logp_out))
+
+
+# Per sequence, what the candidate's scores against the reference are sums of:
+ROW_FIELDS = ("positions", "nll", "reference_nll", "agree", "kl")
+
+
+def row_sums(logits: Sequence[np.ndarray], token_ids: Sequence[Sequence[int]],
+             ref: Reference) -> np.ndarray:
+    """[sequences, ROW_FIELDS] of the candidate's logits for ``token_ids`` against ``ref``
+    (the reference's summary of the same sequences).
+
+    KL is over the reference's top-k support plus one outcome for the rest of the vocabulary:
+    KL(p || q) of the distributions coarsened to k + 1 outcomes (the k tokens, and "any other"
+    with the mass 1 - sum). Coarsening never increases a KL divergence, so this is a lower bound
+    of the full KL, equal to it as the reference's mass outside its top k goes to zero."""
+    out = np.zeros((len(logits), len(ROW_FIELDS)))
+    for i, (lg, ids) in enumerate(zip(logits, token_ids)):
+        a, b = int(ref.offsets[i]), int(ref.offsets[i + 1])
+        n = b - a
+        if n < 1:
+            continue
+        if n != len(ids) - 1:
+            raise ValueError(f"sequence {i}: {len(ids) - 1} positions, the reference has {n}")
+        x = np.asarray(lg, np.float32)[:n]
+        lse = _lse(x)[:, None]
+        tops = ref.top_ids[a:b].astype(np.int64)
+        lr = ref.top_logp[a:b].astype(np.float64)
+        lc = np.take_along_axis(x, tops, -1) - lse
+        pr = np.exp(lr)
+        tail_r = np.clip(1.0 - pr.sum(-1), 0.0, 1.0)
+        tail_c = np.clip(1.0 - np.exp(lc).sum(-1), 1e-300, 1.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tail = np.where(tail_r > 0, tail_r * (np.log(tail_r) - np.log(tail_c)), 0.0)
+        nxt = np.asarray(ref.nll[a:b])
+        out[i] = (n, float((lse[:, 0] - x[np.arange(n), np.asarray(ids)[1:]]).sum()),
+                  float(nxt.sum()), int((x.argmax(-1) == tops[:, 0]).sum()),
+                  float((pr * (lr - lc)).sum() + tail.sum()))
+    return out

@@ -1,11 +1,13 @@
 """The decoder recipe: a causal LM exported with a KV cache, weight-only quantized, gated on text.
 
-decoder_export (FP32, the reference) -> score FP32 on the evaluation text -> the candidate(s):
-quant=none: FP32; int8 / dynamic: every MatMul at ``quant.decoder.bits``; mixed: per-layer
-widths searched under the gate's accuracy limits; auto: FP32, INT8 (at the configured block and
-at ``WIDE_BLOCK``), INT4 and the mixed one,
-every candidate scored and all timed side by side, the fastest that passes every gate ships ->
-score the candidate against FP32 at accuracy level 0 -> time decode against FP32 -> gate.
+decoder_export (FP32, the reference) -> text_reference (FP32 scored once on the evaluation
+text; every candidate is scored against its summary) -> the candidate(s): quant=none: FP32;
+int8 / dynamic: every MatMul at ``quant.decoder.bits``; mixed: per-layer widths searched under
+the gate's accuracy limits; auto: FP32, INT8 (at the configured block and at ``WIDE_BLOCK``),
+INT4 and the mixed one (where it can win), every candidate scored and all timed side by side,
+the fastest that passes every gate ships -> time decode against FP32 -> gate. Search candidates
+are scored sequentially (``quant.decoder.score``: each stops once its verdict is clear); the
+candidate the gate judges is scored on every sequence.
 
 The mixed search, in groups (each transformer block's MatMuls, and the output layer alone):
 1. everything at 4 bits; if it passes the accuracy gate, it is the answer;
@@ -16,7 +18,8 @@ The mixed search, in groups (each transformer block's MatMuls, and the output la
    most sensitive first;
 3. the shortest prefix of that order moved to 8 bits that passes (bisection over the prefix
    length: the loss falls as more groups widen); if all-8-bit still fails, the shortest prefix
-   kept float on top of 8 bits.
+   kept float on top of 8 bits. In auto, the 8-bit nodes take the block that won for all-INT8,
+   and the search is not started, or stops, once it cannot beat a candidate that passes.
 Latency-aware: when INT4 everywhere is not faster than INT8 everywhere on this machine (the
 lower bound of their speed ratio at or under 1), the search starts from 8 bits and 4 bits are
 not used at all: a narrower layer that is not faster only costs accuracy.
@@ -42,7 +45,8 @@ from pipeline.stages.decode_speed import DecodeSpeed
 from pipeline.stages.decoder_export import DecoderExport
 from pipeline.stages.decoder_stream import DecoderExportStream, WeightOnlyStream
 from pipeline.stages.score_text import ScoreText
-from pipeline.stages.weight_only import WeightOnly, matmuls
+from pipeline.stages.text_reference import TextReference
+from pipeline.stages.weight_only import WeightOnly, matmul_weights, matmuls
 
 METRICS = MetricsSpec(tuple(generation.SPECS.values()), "perplexity_rise")
 # MatMulNBits' int8-activation kernels (accuracy level 4): x86 from AVX2 up (VNNI and AMX make
@@ -62,6 +66,7 @@ class DecoderOutcome:
     settings: dict                # resolved quantization settings, with the reasons
     search: list = field(default_factory=list)   # mixed: every trial (plan summary, scores)
     auto: dict | None = None      # quant=auto: every candidate's verdict and the choice
+    scoring: dict | None = None   # what scoring cost: sequences and tokens, full passes
 
 
 def check_mode(cfg: Config) -> None:
@@ -116,43 +121,101 @@ class _Run:
             cfg.gate.max_accuracy_drop, METRICS).get("top1_agreement"),
             f"data.evaluation_samples={cfg.data.evaluation_samples}")
         self.level, self.level_reason = accuracy_level(self.q)
+        self.used: list[tuple[str, object]] = []  # (label, artifact) of every stage called
         if self.memory.streaming:  # self.fp32 is then the INT8 reference, self.source FP32
-            self.source = runner.run(DecoderExportStream(decoder=decoder))
+            self.source = self.run(DecoderExportStream(decoder=decoder), None,
+                                   "decoder_export_stream")
             ref = decoder_memory.reference_plan(matmuls(self.source.path))
-            self.fp32 = self.runner.run(WeightOnlyStream(
+            self.fp32 = self.run(WeightOnlyStream(
                 plan=tuple(sorted(ref.items())), block_size=decoder_memory.REFERENCE_BLOCK,
                 symmetric=True, accuracy_level=self.level), self.source,
-                label="weight_only_stream[reference]")
+                "weight_only_stream[reference]")
         else:
-            self.fp32 = self.source = runner.run(DecoderExport(decoder=decoder,
-                                                               data=self.sets["evaluation"]))
-        self.score_stage = ScoreText(data=self.sets["evaluation"],
-                                     threads=self.hw.intra_op_threads)
-        self.scores = {"fp32": runner.run(self.score_stage, self.fp32, label="score_text[fp32]")}
+            self.fp32 = self.source = self.run(DecoderExport(decoder=decoder,
+                                                             data=self.sets["evaluation"]),
+                                               None, "decoder_export")
+        # the reference scored once on the text: its perplexity, and what every candidate is
+        # scored against
+        self.reference = self.run(TextReference(data=self.sets["evaluation"],
+                                                threads=self.hw.intra_op_threads),
+                                  self.fp32, "text_reference[fp32]")
+        self.scores = {"fp32": self.reference}
+        self.limits = tuple(metric_limits.limits(cfg.gate.max_accuracy_drop, METRICS).items())
         self.names = matmuls(self.source.path)
         self.groups = groups(self.names)
         self.trials: list[dict] = []
+        self.scored: dict[str, object] = {}  # digest -> every score_text of this run
 
-    def build(self, plan: dict[str, int], label: str, block_size: int | None = None):
+    def build(self, plan: dict[str, int], label: str, block_size: int | None = None,
+              block_size_8: int | None = None, full: bool = False, scored: bool = True):
         """The quantized folder for ``plan`` (node -> bits) and its scores against FP32, at
-        ``block_size`` weights per scale (None: ``quant.decoder.block_size``)."""
+        ``block_size`` weights per scale (None: ``quant.decoder.block_size``; the 8-bit nodes at
+        ``block_size_8`` when given); scored in full or as ``quant.decoder.score`` says (not
+        at all when not ``scored``: built only to be timed)."""
+        block = block_size or self.q.block_size
+        if block_size_8 and set(plan.values()) == {8}:  # all 8 bits: all-INT8 at that block
+            block, block_size_8 = block_size_8, None
         if self.memory.streaming:  # one weight at a time, round to nearest (check_streaming)
-            stage = WeightOnlyStream(plan=tuple(sorted(plan.items())),
-                                     block_size=block_size or self.q.block_size,
+            stage = WeightOnlyStream(plan=tuple(sorted(plan.items())), block_size=block,
                                      symmetric=self.q.symmetric, accuracy_level=self.level)
-            art = self.runner.run(stage, self.source, label=f"weight_only_stream[{label}]")
-            return art, self.runner.run(self.score_stage, art, label=f"score_text[{label}]",
-                                        reference=self.fp32)
-        stage = WeightOnly(plan=tuple(sorted(plan.items())),
-                           block_size=block_size or self.q.block_size,
+            art = self.run(stage, self.source, f"weight_only_stream[{label}]")
+            return art, (self.score(art, label, full) if scored else None)
+        stage = WeightOnly(plan=tuple(sorted(plan.items())), block_size=block,
                            symmetric=self.q.symmetric, algorithm=self.q.algorithm,
                            accuracy_level=self.level,
                            calibration=self.sets["calibration"] if self.q.algorithm == "gptq"
-                           and 4 in plan.values() else None)
-        art = self.runner.run(stage, self.fp32, label=f"weight_only[{label}]")
-        scored = self.runner.run(self.score_stage, art, label=f"score_text[{label}]",
-                                 reference=self.fp32)
-        return art, scored
+                           and 4 in plan.values() else None,
+                           # a plan without 8-bit nodes is the same model at any 8-bit block
+                           block_size_8=block_size_8 if block_size_8 not in (None, block)
+                           and 8 in plan.values() else None)
+        art = self.run(stage, self.fp32, f"weight_only[{label}]")
+        return art, (self.score(art, label, full) if scored else None)
+
+    def score(self, art, label: str, full: bool = False):
+        """``art`` scored against the reference: every sequence when ``full`` (what the gate
+        judges) or ``quant.decoder.score=full``, else sequentially under the gate's limits."""
+        seq = not full and self.q.score == "sequential"
+        stage = ScoreText(data=self.sets["evaluation"], threads=self.hw.intra_op_threads,
+                          mode="sequential" if seq else "full",
+                          limits=self.limits if seq else (),
+                          min_sequences=self.q.score_min_sequences if seq else 0)
+        scored = self.run(stage, art, f"score_text[{label}{'' if seq else ', full'}]",
+                          reference=self.reference)
+        self.scored[scored.digest] = scored
+        return scored
+
+    def run(self, stage, parent, label: str, **refs):
+        art = self.runner.run(stage, parent, label=label, **refs)
+        self.used.append((label, art))
+        return art
+
+    def peak_rss(self) -> dict:
+        """The largest peak resident memory of a stage this run used (each stage runs in a child
+        of its own and records its peak; a reused one, that of the run that built it), and the
+        pipeline's own process."""
+        from pipeline.stages.text_reference import peak_rss_mb
+
+        label, mb = max(((lb, a.meta.get("peak_rss_mb") or 0.0) for lb, a in self.used),
+                        key=lambda x: x[1], default=("-", 0.0))
+        return {"stage_mb": round(mb, 1), "stage": label, "pipeline_mb": round(peak_rss_mb(), 1)}
+
+    def tally(self) -> dict:
+        """What scoring cost this run, against one full pass of the text (the reference's)."""
+        metas = [a.meta for a in self.scored.values()]
+        tokens = sum(m.get("tokens_scored", 0) for m in metas)
+        full = self.reference.meta.get("tokens_scored") or 1
+        return {"reference": {"sequences": self.reference.meta.get("sequences"),
+                              "tokens": self.reference.meta.get("tokens_scored"),
+                              "top_k": self.reference.meta.get("top_k"),
+                              "tail_mass_mean": self.reference.meta.get("tail_mass_mean")},
+                "candidate_scorings": len(metas),
+                "stopped_early": sum(m.get("sequences") != m.get("sequences_total")
+                                     for m in metas),
+                "sequences": sum(m.get("sequences", 0) for m in metas), "tokens": tokens,
+                "full_passes": round(tokens / full, 2), "peak_rss": self.peak_rss()}
+
+    def matmul_weights(self) -> dict[str, int]:
+        return matmul_weights(self.fp32.path)
 
     def passes(self, scored) -> bool:
         return metric_limits.within(generation.REFERENCE, generation.gated(scored.meta),
@@ -163,28 +226,43 @@ class _Run:
 
     def speed(self, candidates: dict):
         b = self.cfg.bench
-        return self.runner.run(DecodeSpeed(
+        return self.run(DecodeSpeed(
             data=self.sets["evaluation"], prompts=self.q.prompts,
             prompt_tokens=self.q.prompt_tokens, new_tokens=self.q.new_tokens,
             streams=self.q.streams, threads=self.hw.intra_op_threads,
             max_seconds=b.max_seconds, rel_ci=b.rel_ci, min_rounds=min(b.min_rounds, 30),
-            hardware=self.hw, nonce=b.nonce), self.fp32, **candidates)
+            hardware=self.hw, nonce=b.nonce), self.fp32, "decode_speed", **candidates)
 
     # -- the mixed search ------------------------------------------------------------------------
-    def mixed(self, int4_faster: bool = True):
-        """The narrowest per-group plan that passes (``search``), built and scored."""
-        built = {}
+    def mixed(self, int4_faster: bool = True, block_size_8: int | None = None, hopeless=None):
+        """The narrowest per-group plan that passes (``search``), built, its trials scored as
+        ``quant.decoder.score`` says, the answer scored in full for the gate. The 8-bit nodes at
+        ``block_size_8`` (None: ``quant.decoder.block_size``). ``hopeless(plan)``: a reason to
+        stop before building ``plan`` (auto: it cannot beat a candidate that already passes);
+        then the answer is None when no trial passed before the stop."""
+        built, stopped = {}, []
 
         def trial(plan: dict, what: str) -> bool:
-            art, scored = self.build(plan, what.replace(" ", "_"))
+            art, scored = self.build(plan, what.replace(" ", "_"), block_size_8=block_size_8)
             self._note(what, plan, scored)
             built[what] = art, scored
             return self.passes(scored)
 
-        found = search(self.groups, 4 if int4_faster else 8, trial, self.sensitivity)
+        def stop(plan: dict):
+            why = hopeless(plan) if hopeless else None
+            if why:
+                stopped.append(why)
+                self.trials.append({"trial": f"stopped: {why}", "widths": None, "ranking": True,
+                                    "search_stopped": True, "passed": None})
+            return bool(why)
+
+        found = search(self.groups, 4 if int4_faster else 8, trial, self.sensitivity, stop)
+        if found is None and stopped:
+            return None
         # nothing passes, not even everything float at this accuracy level: the widest trial
         # goes to the gate, which says so
-        return built[found or list(built)[-1]]
+        art, _ = built[found or list(built)[-1]]
+        return art, self.score(art, (found or list(built)[-1]).replace(" ", "_"), full=True)
 
     def sensitivity(self) -> dict[str, float]:
         """Each group's proxy sensitivity to 4 bits, from the first ``ranking_sequences``
@@ -212,15 +290,18 @@ class _Run:
         self.trials.append({"trial": what, "widths": widths, "ranking": ranking,
                             **{k: scored.meta.get(k) for k in
                                ("perplexity", "perplexity_rise_pct", "top1_agreement", "kl_mean",
-                                "sequences")},
+                                "sequences", "sequences_total", "tokens_scored", "stopped")},
                             "passed": None if ranking else self.passes(scored)})
 
 
-def search(groups: dict[str, list[str]], base: int, trial, sensitivity) -> str | None:
+def search(groups: dict[str, list[str]], base: int, trial, sensitivity,
+           hopeless=None) -> str | None:
     """The mixed search over ``groups`` (name -> MatMul nodes) from ``base`` bits. ``trial(plan,
     what)`` builds and scores a plan (node -> bits; absent: float) and says whether it passes;
     ``sensitivity()`` (group -> proxy, higher widens first; called only when the first plan
-    fails) orders the blocks: only whole plans are built, about log2(groups) of them per phase. The answer is the
+    fails) orders the blocks: only whole plans are built, about log2(groups) of them per phase.
+    ``hopeless(plan)`` (optional) is asked before each bisection step about the narrowest plan
+    still possible (the fastest answer left): true stops the search there. The answer is the
     ``what`` of the narrowest passing trial, None when none passes."""
     plan = {n: base for nodes in groups.values() for n in nodes}
     what = f"all at {base} bits"
@@ -242,6 +323,8 @@ def search(groups: dict[str, list[str]], base: int, trial, sensitivity) -> str |
         width = "float" if wider is None else f"{wider} bits"
         lo, hi, best = 1, len(order), None
         while lo <= hi:  # the smallest prefix that passes: the loss falls as groups widen
+            if hopeless is not None and hopeless(step(lo)):
+                return best
             k = (lo + hi) // 2
             what = f"first {k} of {len(order)} groups at {width}"
             if trial(step(k), what):
@@ -308,17 +391,18 @@ def recipe(cfg: Config, runner, decoder: Decoder) -> DecoderOutcome:
         cand, cand_scores = run.mixed(_int4_faster(run))
     else:
         settings["bits"] = q.bits
-        cand, cand_scores = run.build(run.uniform(q.bits), f"all{q.bits}")
+        cand, cand_scores = run.build(run.uniform(q.bits), f"all{q.bits}", full=True)
     models["candidate"], scores["candidate"] = cand, cand_scores
     speed = run.speed({"candidate": cand} if cand is not run.fp32 else {})
     verdict = judge(cfg, cand_scores, speed, "candidate" if cand is not run.fp32 else "fp32")
-    return DecoderOutcome(models, scores, speed, verdict, decoder, settings, run.trials)
+    return DecoderOutcome(models, scores, speed, verdict, decoder, settings, run.trials,
+                          scoring=run.tally())
 
 
 def _int4_faster(run: _Run) -> bool:
     """INT4 everywhere against INT8 everywhere, timed side by side with FP32."""
-    a4, _ = run.build(run.uniform(4), "all4")
-    a8, _ = run.build(run.uniform(8), "all8")
+    a4, _ = run.build(run.uniform(4), "all4", scored=False)
+    a8, _ = run.build(run.uniform(8), "all8", scored=False)
     return int4_wins(run.speed({"int4": a4, "int8": a8}).meta["speedup_vs_fp32"])
 
 
@@ -339,33 +423,96 @@ WIDE_BLOCK = 128
 
 
 def _auto(cfg: Config, run: _Run, settings: dict) -> DecoderOutcome:
-    """Every candidate scored, all timed in one interleaved run against FP32; the fastest that
-    passes every gate ships (FP32 when none does and FP32 itself passes, as for encoders)."""
+    """Every candidate scored (sequentially by default), all timed in one interleaved run
+    against FP32; the fastest that passes every gate, scored again in full, ships (the next
+    fastest when the full text fails it; FP32 when none passes and FP32 itself does, as for
+    encoders). The mixed candidate's 8-bit part takes all-INT8's winning block, and the search
+    is not started, or stops, once it cannot beat a candidate that already passes."""
     built = {"int8": run.build(run.uniform(8), "all8"), "int4": run.build(run.uniform(4), "all4")}
     if run.q.block_size < WIDE_BLOCK:
         built["int8_wide"] = run.build(run.uniform(8), f"all8_b{WIDE_BLOCK}", WIDE_BLOCK)
     speed = run.speed({r: a for r, (a, _) in built.items()})
     sp = speed.meta["speedup_vs_fp32"]
     int4_faster = int4_wins(sp)
-    mixed = run.mixed(int4_faster)
-    if all(mixed[0].digest != a.digest for a, _ in built.values()):
-        built["mixed"] = mixed
-        speed = run.speed({r: a for r, (a, _) in built.items()})
+
+    def passing(verdicts):
+        return sorted((r for r in verdicts if verdicts[r]["passed"] and r != "fp32"),
+                      key=lambda r: -sp[r]["median"])
+
     verdicts = {r: judge(cfg, s, speed, r) for r, (_, s) in built.items()}
-    verdicts["fp32"] = judge(cfg, run.scores["fp32"], speed, "fp32")
-    speedup = {r: (speed.meta["speedup_vs_fp32"].get(r) or {"median": 1.0})["median"]
-               for r in verdicts}
-    passing = [r for r in verdicts if verdicts[r]["passed"]]
-    winner = max(passing, key=lambda r: speedup[r]) if passing else "fp32"
-    models = {"fp32": run.fp32, **{r: a for r, (a, _) in built.items()}}
+    eight = next((r for r in passing(verdicts) if r.startswith("int8")), "int8")
+    block_8 = WIDE_BLOCK if eight == "int8_wide" else run.q.block_size
+    best = next(iter(passing(verdicts)), None)
+    mixed_note = None
+    if best is not None:  # a blend of INT4 and all-INT8 at its block, at best the faster one
+        int4_hi = sp["int4"]["ci95"][1]
+        if best == "int4":
+            mixed_note = "not started: INT4 everywhere passes, no mix is narrower"
+        elif not int4_faster:
+            mixed_note = (f"not started: INT4 is not faster than INT8 here, so the mix would "
+                          f"start from {eight} everywhere, which passes already")
+        elif sp[best]["median"] >= int4_hi:
+            mixed_note = (f"not started: at best as fast as INT4 everywhere ({int4_hi:.2f}x, "
+                          f"its upper bound), {best} already passes at "
+                          f"{sp[best]['median']:.2f}x")
+    if mixed_note is None:
+        hopeless = _cannot_beat(run, sp, eight, best)
+        mixed = run.mixed(int4_faster, block_8, hopeless)
+        if mixed is None:  # stopped before any plan passed
+            mixed_note = next(t["trial"] for t in reversed(run.trials) if t.get("search_stopped"))
+        elif all(mixed[0].digest != a.digest for a, _ in built.values()):
+            built["mixed"] = mixed
+            speed = run.speed({r: a for r, (a, _) in built.items()})
+            sp = speed.meta["speedup_vs_fp32"]
+            verdicts = {r: judge(cfg, s, speed, r) for r, (_, s) in built.items()}
     scores = {**run.scores, **{r: s for r, (_, s) in built.items()}}
+    verdicts["fp32"] = judge(cfg, run.scores["fp32"], speed, "fp32")
+    winner, rescored = "fp32", []
+    for r in passing(verdicts):  # the fastest first: its verdict on the full text decides
+        scores[r] = run.score(built[r][0], r, full=True)
+        verdicts[r] = judge(cfg, scores[r], speed, r)
+        rescored.append(r)
+        if verdicts[r]["passed"]:
+            winner = r
+            break
+    speedup = {r: (sp.get(r) or {"median": 1.0})["median"] for r in verdicts}
+    models = {"fp32": run.fp32, **{r: a for r, (a, _) in built.items()}}
     models["candidate"], scores["candidate"] = models[winner], scores[winner]
-    settings = {**settings, "int4_faster_than_int8": int4_faster,
+    settings = {**settings, "int4_faster_than_int8": int4_faster, "block_size_8_mixed": block_8,
                 "block_size": WIDE_BLOCK if winner == "int8_wide" else settings["block_size"]}
+    ok = [r for r in verdicts if verdicts[r]["passed"]]
     auto = {"winner": winner, "candidates": {r: {"passed": v["passed"], "speedup": speedup[r],
-                                                 "summary": v["summary"]}
+                                                 "summary": v["summary"],
+                                                 "sequences": scores[r].meta.get("sequences"),
+                                                 "stopped": scores[r].meta.get("stopped")}
                                              for r, v in verdicts.items()},
-            "why": (f"{winner}: the fastest of {', '.join(passing)} (all pass every gate)"
-                    if passing else "no candidate passes, FP32 included: its verdict ships")}
+            "mixed": mixed_note, "scored_in_full": rescored,
+            "why": (f"{winner}: the fastest of {', '.join(ok)} (all pass every gate; "
+                    f"{winner} scored on every sequence)"
+                    if winner != "fp32" else
+                    "no candidate passes on the full text: FP32's verdict ships")}
     return DecoderOutcome(models, scores, speed, verdicts[winner], run.decoder, settings,
-                          run.trials, auto)
+                          run.trials, auto, run.tally())
+
+
+def _cannot_beat(run: _Run, sp: dict, eight: str, best: str | None):
+    """``hopeless(plan)`` for the mixed search: the plan's decode speedup predicted from INT4's
+    and all-INT8's (``eight``) upper bounds by its MatMuls' weight shares (decode reads every
+    weight once a token, so its time is the FP32 remainder plus each width's share of the
+    weights' time), against the best passing candidate's median; None when none passes yet."""
+    if best is None:
+        return None
+    weights = run.matmul_weights()
+    total = sum(weights.values()) or 1
+
+    def hopeless(plan: dict) -> str | None:
+        share = {b: sum(w for n, w in weights.items() if plan.get(n) == b) / total
+                 for b in (4, 8)}
+        time = (share[4] / sp["int4"]["ci95"][1] + share[8] / sp[eight]["ci95"][1]
+                + (1 - share[4] - share[8]))  # in FP32's decode times; float parts at 1x
+        if 1 / time <= sp[best]["median"]:
+            return (f"the narrowest plan left ({round(100 * share[4])} % of weights at 4 bits) "
+                    f"decodes at most about {1 / time:.2f}x, {best} passes at "
+                    f"{sp[best]['median']:.2f}x")
+        return None
+    return hopeless

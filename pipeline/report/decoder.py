@@ -42,6 +42,9 @@ def rows(out) -> list[dict]:
                       "perplexity_rise_pct": s.meta.get("perplexity_rise_pct") if s else None,
                       "top1_agreement": s.meta.get("top1_agreement") if s else None,
                       "kl_mean": s.meta.get("kl_mean") if s else None,
+                      "sequences": s.meta.get("sequences") if s else None,
+                      "sequences_total": s.meta.get("sequences_total") if s else None,
+                      "stopped": s.meta.get("stopped") if s else None,
                       "decode": t, "speedup_vs_fp32": speedups.get(role) or speedups.get(key)})
     return table
 
@@ -62,13 +65,27 @@ def body(cfg, out, record: list) -> dict:
                        "parity_vs_transformers": out.models["fp32"].meta.get(
                            "parity_vs_transformers")},
             "timing": {k: out.speed.meta.get(k) for k in ("rounds", "seconds", "noisy")},
-            "search": out.search, "auto": out.auto, "stages": record,
+            "search": out.search, "auto": out.auto, "scoring": out.scoring, "stages": record,
             "lineage": {role: {"digest": a.digest, "stage": a.stage, "parent": a.parent,
                                "path": str(a.path)} for role, a in out.models.items()}}
 
 
 def _f(v, fmt: str = ".2f") -> str:
     return "-" if v is None else format(v, fmt)
+
+
+def _rows(r: dict) -> str:
+    """Sequences scored of the text, and why a sequential scoring stopped where it did."""
+    if r.get("sequences") is None:
+        return "-"
+    if r.get("sequences_total") in (None, r["sequences"]):
+        return str(r["sequences"])
+    return f"{r['sequences']}/{r['sequences_total']} ({r.get('stopped')})"
+
+
+def _trial_verdict(t: dict) -> str:
+    return "stopped" if t.get("search_stopped") else "ranking only" if t.get("ranking") else \
+        str(t["passed"])
 
 
 def markdown(report: dict) -> str:
@@ -80,15 +97,26 @@ def markdown(report: dict) -> str:
               f"({s.get('accuracy_level_reason')}); block {s.get('block_size')}, "
               f"{'symmetric' if s.get('symmetric') else 'asymmetric'}, 4-bit algorithm "
               f"{s.get('algorithm')}; {s.get('matmuls')} MatMuls. Scores against FP32 at "
-              "accuracy level 0.", ""]
+              "accuracy level 0 (KL over FP32's top-k tokens and the rest as one outcome: a "
+              "lower bound of the full KL).", ""]
     if s.get("reference", "FP32") != "FP32":  # past the memory budget (decoder_memory)
         lines += [f"Reference (the rows' fp32): {s['reference']}.", ""]
     ev = report.get("evaluation") or {}
     lines += [f"Scored on {_f(ev.get('sequences'), 'd')} evaluation sequences, "
               f"{_f(ev.get('tokens_scored'), 'd')} predicted tokens.", ""]
+    c = report.get("scoring")
+    if c:
+        r, peak = c.get("reference") or {}, c.get("peak_rss") or {}
+        lines += [f"Scoring: FP32 once on {r.get('sequences')} sequences ({r.get('tokens')} "
+                  f"tokens, top {r.get('top_k')}, mean mass outside them "
+                  f"{_f(r.get('tail_mass_mean'), '.4f')}); {c['candidate_scorings']} candidate "
+                  f"scorings, {c['stopped_early']} stopped early, {c['sequences']} sequences and "
+                  f"{c['tokens']} tokens in all ({c['full_passes']} full passes). Peak resident "
+                  f"memory: {peak.get('stage_mb')} MB ({peak.get('stage')}), the pipeline's own "
+                  f"process {peak.get('pipeline_mb')} MB.", ""]
     lines += ["| model | weights MB | MatMuls 4/8/float | perplexity | rise % | top-1 agree % "
-              "| KL nats | tok/s | token ms p50/p99 | TTFT ms p50 | speedup (95% CI) |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| KL nats | sequences scored | tok/s | token ms p50/p99 | TTFT ms p50 "
+              "| speedup (95% CI) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report.get("rows", []):
         bits = r.get("matmul_bits") or {}
         widths = (f"{bits.get('4', 0)}/{bits.get('8', 0)}/{r.get('matmul_float')}"
@@ -98,7 +126,7 @@ def markdown(report: dict) -> str:
         lines.append(
             f"| {r['role']} | {r['weights_mb']:.2f} | {widths} | {_f(r.get('perplexity'), '.3f')} "
             f"| {_f(r.get('perplexity_rise_pct'))} | {_f(None if agree is None else 100 * agree)} "
-            f"| {_f(r.get('kl_mean'), '.4f')} | {_f(d.get('tokens_per_s'), '.1f')} "
+            f"| {_f(r.get('kl_mean'), '.4f')} | {_rows(r)} | {_f(d.get('tokens_per_s'), '.1f')} "
             f"| {_f(d.get('token_ms_p50'))} / {_f(d.get('token_ms_p99'))} "
             f"| {_f(d.get('ttft_ms_p50'))} | "
             + (f"{sp['median']:.2f}x ({sp['ci95'][0]:.2f}-{sp['ci95'][1]:.2f})" if sp else "1.00x")
@@ -110,13 +138,17 @@ def markdown(report: dict) -> str:
                      f"{'pass' if c['passed'] else 'FAIL'} | {c['detail']} |")
     if report.get("auto"):
         a = report["auto"]
-        lines += ["", "## quant=auto", "", a["why"], "", "| candidate | passed | speedup |",
-                  "|---|---|---|"]
+        lines += ["", "## quant=auto", "", a["why"]]
+        if a.get("mixed"):
+            lines += ["", f"Mixed search {a['mixed']}."]
+        lines += ["", "| candidate | passed | speedup | sequences scored |", "|---|---|---|---|"]
         for role, c in a["candidates"].items():
-            lines.append(f"| {role} | {c['passed']} | {c['speedup']:.2f}x |")
+            lines.append(f"| {role} | {c['passed']} | {c['speedup']:.2f}x | "
+                         f"{c.get('sequences') or '-'} ({c.get('stopped') or 'reference'}) |")
     if report.get("search"):
         lines += ["", "## Mixed search", "", "| trial | 4/8/float | perplexity rise % | "
-                  "top-1 agree % | KL nats | passes |", "|---|---|---|---|---|---|"]
+                  "top-1 agree % | KL nats | sequences scored | passes |",
+                  "|---|---|---|---|---|---|---|"]
         for t in report["search"]:
             w = t.get("widths")
             agree = t.get("top1_agreement")
@@ -124,8 +156,8 @@ def markdown(report: dict) -> str:
             lines.append(f"| {t['trial']} | {widths} "
                          f"| {_f(t.get('perplexity_rise_pct'))} "
                          f"| {_f(None if agree is None else 100 * agree)} "
-                         f"| {_f(t.get('kl_mean'), '.4f')} | "
-                         f"{'ranking only' if t.get('ranking') else t['passed']} |")
+                         f"| {_f(t.get('kl_mean'), '.4f')} | {_rows(t)} | "
+                         f"{_trial_verdict(t)} |")
     if report.get("published"):
         lines += ["", f"Published: {report['published']}"]
     return "\n".join(lines) + "\n"

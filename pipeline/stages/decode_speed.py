@@ -28,13 +28,16 @@ class DecodeSpeed:
     hardware: object       # HardwareRuntime: where it runs (its fingerprint keys the result)
     nonce: str = ""        # bench.nonce: a new measurement without a new model
     name = "decode_speed"
-    version = 2  # 2: the order of models turns once per pass over the inputs (timing.interleaved)
+    # 2: the order of models turns once per pass over the inputs (timing.interleaved)
+    # 3: the stage's peak resident memory in its result
+    version = 3
     hardware_dependent = True
     timed = True
 
     def run(self, parent, out_dir: Path, **candidates) -> dict:
         from pipeline.core.env import environment
         from pipeline.measure.decode import compare_generation
+        from pipeline.stages.text_reference import peak_rss_mb
 
         prompts = [ids[:self.prompt_tokens] for ids in self.data.token_ids()[:self.prompts]]
         folders = {"fp32": parent.path, **{r: a.path for r, a in sorted(candidates.items())}}
@@ -45,4 +48,5 @@ class DecodeSpeed:
         return {"timings": {r: t.summary() for r, t in timings.items()},
                 "speedup_vs_fp32": info.get("speedup_vs_fp32", {}),
                 "rounds": info.get("rounds"), "seconds": info.get("seconds"),
-                "noisy": info.get("noisy"), "environment": environment(self.hardware)}
+                "noisy": info.get("noisy"), "environment": environment(self.hardware),
+                "peak_rss_mb": peak_rss_mb()}

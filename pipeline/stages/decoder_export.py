@@ -48,15 +48,16 @@ class DecoderExport:
     # key; a reused export keeps the parity it was checked with when it was built.
     data: object = field(metadata=CHECKS_ONLY)
     name = "decoder_export"
-    version = 1
+    version = 2  # 2: the stage's peak resident memory in its result
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
+        from pipeline.stages.text_reference import peak_rss_mb
         from pipeline.stages.weight_only import node_counts
 
         build_fp32(self.decoder, out_dir)
         return {"architecture": self.decoder.architecture, "nodes": node_counts(out_dir),
-                "parity_vs_transformers": self._parity(out_dir)}
+                "parity_vs_transformers": self._parity(out_dir), "peak_rss_mb": peak_rss_mb()}
 
     def _parity(self, folder: Path) -> dict:
         import numpy as np

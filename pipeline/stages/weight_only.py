@@ -44,6 +44,19 @@ def matmuls(folder: Path) -> list[str]:
             and len(n.input) > 1 and n.input[1] in weights]
 
 
+def matmul_weights(folder: Path) -> dict[str, int]:
+    """Each constant-weight MatMul's weight elements (what its share of decode's reads scales
+    with), read from the graph without its external data."""
+    import math
+
+    import onnx
+
+    model = onnx.load(str(Path(folder) / "model.onnx"), load_external_data=False)
+    dims = {i.name: math.prod(i.dims) for i in model.graph.initializer}
+    return {n.name: dims[n.input[1]] for n in model.graph.node if n.op_type == "MatMul"
+            and len(n.input) > 1 and n.input[1] in dims}
+
+
 @dataclass(frozen=True)
 class WeightOnly:
     plan: tuple            # ((node name, bits), ...): 4 or 8; nodes not named stay float
@@ -52,12 +65,17 @@ class WeightOnly:
     algorithm: str         # for the 4-bit nodes: rtn | hqq | k_quant | gptq
     accuracy_level: int    # MatMulNBits' compute type: 0 as built, 4 int8 activations
     calibration: object = None  # TextSet: GPTQ's calibration text
+    # The 8-bit nodes' block when it differs from block_size (None: block_size): quant=auto's
+    # mix takes the block that won for all-INT8 while its 4-bit nodes keep block_size.
+    block_size_8: int | None = None
     name = "weight_only"
-    version = 1
+    version = 2  # 2: block_size_8; the stage's peak resident memory in its result
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
         import onnx
+
+        from pipeline.stages.text_reference import peak_rss_mb
 
         model = onnx.load(str(parent.model))
         present = {n.name for n in model.graph.node if n.op_type == "MatMul"}
@@ -77,8 +95,13 @@ class WeightOnly:
         return {"nodes": node_counts(out_dir), "matmul_bits": {str(b): widths[b] for b in (4, 8)},
                 "matmul_float": len(present) - len(self.plan),
                 "weights_bytes": (out_dir / "model.onnx.data").stat().st_size,
-                "settings": {"block_size": self.block_size, "symmetric": self.symmetric,
-                             "algorithm": self.algorithm, "accuracy_level": self.accuracy_level}}
+                "settings": {"block_size": self.block_size, "block_size_8": self._block(8),
+                             "symmetric": self.symmetric, "algorithm": self.algorithm,
+                             "accuracy_level": self.accuracy_level},
+                "peak_rss_mb": peak_rss_mb()}
+
+    def _block(self, bits: int) -> int:
+        return (self.block_size_8 or self.block_size) if bits == 8 else self.block_size
 
     def _quantize(self, model, bits: int, chosen: set, others: set, folder: Path):
         import logging
@@ -87,7 +110,7 @@ class WeightOnly:
 
         logging.getLogger("onnxruntime.quantization").setLevel(logging.ERROR)
         algorithm = self.algorithm if bits == 4 else "rtn"
-        common = dict(block_size=self.block_size, is_symmetric=self.symmetric,
+        common = dict(block_size=self._block(bits), is_symmetric=self.symmetric,
                       accuracy_level=self.accuracy_level or None,
                       nodes_to_exclude=sorted(others))
         config = None
