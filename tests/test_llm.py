@@ -525,7 +525,7 @@ def test_the_8_bit_block_is_part_of_a_plan_only_when_the_plan_has_8_bit_nodes():
 
     stages = []
     run = NS(q=NS(block_size=32, symmetric=True, algorithm="rtn"), level=4, sets={}, fp32=None,
-             run=lambda stage, parent, label: stages.append(stage))
+             memory=NS(streaming=False), run=lambda stage, parent, label: stages.append(stage))
     _Run.build(run, {"a": 4, "b": 4}, "all4", scored=False)
     _Run.build(run, {"a": 4, "b": 4}, "all_at_4_bits", block_size_8=128, scored=False)
     _Run.build(run, {"a": 4, "b": 8}, "mix", block_size_8=128, scored=False)
