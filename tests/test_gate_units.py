@@ -222,6 +222,7 @@ def test_a_one_value_output_needs_a_limit_in_its_own_units_before_any_stage(tmp_
 
 # -- the user's name for their model ------------------------------------------------------------
 
+@pytest.mark.slow  # seconds: out of make test-fast's edit loop
 def test_model_name_defaults_to_the_file_and_the_loader_is_model_source(tmp_path):
     from pipeline.engine.compose import compose
     from pipeline.models.sources import Source, task_key

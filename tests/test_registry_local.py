@@ -78,6 +78,7 @@ def test_versions_are_immutable(tmp_path):
     assert LocalStore(root).resolve("ocr", first.version).passed
 
 
+@pytest.mark.slow  # seconds: out of make test-fast's edit loop
 def test_flipped_byte_is_refused_naming_the_blob_and_repaired_by_a_push(tmp_path):
     model, root = make_model(tmp_path / "m.onnx", seed=3, floats=1000), tmp_path / "store"
     published = pub(root, model)

@@ -41,6 +41,7 @@ def stored_blob(storage, digest: str):
     return storage / "docker/registry/v2/blobs/sha256" / hexd[:2] / hexd / "data"
 
 
+@pytest.mark.slow  # seconds: out of make test-fast's edit loop
 def test_same_manifest_and_bytes_as_the_local_store(oci, tmp_path):
     url, _ = oci
     model = make_model(tmp_path / "m.onnx", seed=21, floats=5000)
@@ -66,6 +67,7 @@ def test_same_manifest_and_bytes_as_the_local_store(oci, tmp_path):
     assert entry["digest"] == pkg.digest and entry["passed"] is True
 
 
+@pytest.mark.slow  # seconds: out of make test-fast's edit loop
 def test_promote_needs_a_passed_gate_and_records_force(oci, tmp_path):
     url, _ = oci
     o = overrides(url, "promote")
@@ -91,6 +93,7 @@ def test_promote_needs_a_passed_gate_and_records_force(oci, tmp_path):
     assert {e.version for e in backend.versions("ocr")} == {good.version, bad.version}
 
 
+@pytest.mark.slow  # seconds: out of make test-fast's edit loop
 def test_flipped_byte_in_registry_storage_is_refused_naming_the_blob(oci, tmp_path):
     url, storage = oci
     model = make_model(tmp_path / "m.onnx", seed=24, floats=2000)

@@ -198,6 +198,7 @@ def _slow(work: Path, seconds: float, tag: str) -> subprocess.Popen:
                             start_new_session=True)
 
 
+@pytest.mark.slow  # seconds: out of make test-fast's edit loop
 def test_two_processes_needing_one_stage_build_it_once(tmp_path):
     first, second = _slow(tmp_path, 3, "x"), _slow(tmp_path, 3, "x")
     outs = [p.communicate(timeout=120)[0] for p in (first, second)]
@@ -207,6 +208,7 @@ def test_two_processes_needing_one_stage_build_it_once(tmp_path):
     assert any("waiting: another job is building benchmark" in o for o in outs), outs
 
 
+@pytest.mark.slow  # seconds: out of make test-fast's edit loop
 def test_a_killed_job_leaves_no_lock_behind(tmp_path):
     job = _slow(tmp_path, 600, "y")  # holds the key lock and the machine-wide lock while it sleeps
     stage_dir = tmp_path / "cache" / "benchmark"

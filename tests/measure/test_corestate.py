@@ -99,6 +99,7 @@ def test_a_dead_helper_turns_the_probe_off_instead_of_hanging():
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+@pytest.mark.slow  # seconds: out of make test-fast's edit loop
 def test_a_stuck_helper_is_given_up_on_after_a_bound():
     import signal
     import time

@@ -28,6 +28,7 @@ def test_batches_cut_to_the_shortest_keeping_the_ends():
         decode.batches([[1], []], 1)
 
 
+@pytest.mark.slow  # seconds: out of make test-fast's edit loop
 def test_time_generation_counts_every_generation_and_step(int4):
     t = decode.time_generation(int4, PROMPTS, new_tokens=6, repeats=2, threads=1)
     assert len(t.ttft_ms) == 2 * len(PROMPTS) and t.prompt_tokens == (8, 5, 10) * 2

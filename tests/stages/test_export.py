@@ -30,6 +30,7 @@ def exported(tmp_path_factory):
     return tmp / "export", meta, rows
 
 
+@pytest.mark.slow  # seconds: out of make test-fast's edit loop
 def test_the_declared_batch_axis_is_named_and_dynamic(exported):
     import onnx
     import torch

@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from tests.stages.support import artifact, linear_graph, run, split
 
 
+@pytest.mark.slow  # seconds: out of make test-fast's edit loop
 def test_a_soak_serves_the_fixed_rate_and_samples_memory_each_second(tmp_path):
     from pipeline.config import HardwareConfig, LoadConfig
     from pipeline.stages.loadtest import LoadTest
