@@ -181,3 +181,15 @@ def differences(a: dict, b: dict) -> list[str]:
         elif va != vb:
             out.append(f"{key}: {va!r} vs {vb!r}")
     return out
+
+
+def peak_rss_mb(children: bool = False) -> float:
+    """This process's peak resident memory in MiB (Linux reports KiB); with ``children``, the
+    larger of it and its waited-for children's. A stage runs in a child of its own, so this is
+    the stage's peak."""
+    import resource
+
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if children:
+        kib = max(kib, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    return kib / 1024

@@ -193,7 +193,7 @@ class _Run:
         """The largest peak resident memory of a stage this run used (each stage runs in a child
         of its own and records its peak; a reused one, that of the run that built it), and the
         pipeline's own process."""
-        from pipeline.stages.text_reference import peak_rss_mb
+        from pipeline.core.env import peak_rss_mb
 
         label, mb = max(((lb, a.meta.get("peak_rss_mb") or 0.0) for lb, a in self.used),
                         key=lambda x: x[1], default=("-", 0.0))

@@ -17,18 +17,16 @@ onnxruntime's own, so the ranges equal what ``quantize_static`` would have compu
 """
 from __future__ import annotations
 
-import resource
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.artifact import OBSERVED
+from pipeline.core.env import peak_rss_mb
 from pipeline.core.errors import StageError
 from pipeline.quant.calibration import Feeds, ort_method
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def write_ranges(ranges, path: Path) -> None:

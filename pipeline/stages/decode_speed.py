@@ -37,7 +37,7 @@ class DecodeSpeed:
     def run(self, parent, out_dir: Path, **candidates) -> dict:
         from pipeline.core.env import environment
         from pipeline.measure.decode import compare_generation
-        from pipeline.stages.text_reference import peak_rss_mb
+        from pipeline.core.env import peak_rss_mb
 
         prompts = [ids[:self.prompt_tokens] for ids in self.data.token_ids()[:self.prompts]]
         folders = {"fp32": parent.path, **{r: a.path for r, a in sorted(candidates.items())}}

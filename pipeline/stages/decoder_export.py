@@ -52,7 +52,7 @@ class DecoderExport:
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
-        from pipeline.stages.text_reference import peak_rss_mb
+        from pipeline.core.env import peak_rss_mb
         from pipeline.stages.weight_only import node_counts
 
         build_fp32(self.decoder, out_dir)

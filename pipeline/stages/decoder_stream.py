@@ -15,20 +15,15 @@ high-water marks, as the kernel counts them, in MiB).
 """
 from __future__ import annotations
 
-import resource
 import shutil
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.core.env import peak_rss_mb
 from pipeline.core.errors import StageError
 
 
-def peak_rss_mb() -> float:
-    """The high-water resident set of this process and of its waited-for children (Linux
-    reports KiB), in MiB: what the stage's child cost the machine at its worst."""
-    return round(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                     resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024, 1)
 
 
 @dataclass(frozen=True)
@@ -46,7 +41,7 @@ class DecoderExportStream:
         return {"architecture": self.decoder.architecture, "nodes": node_counts(out_dir),
                 "parity_vs_transformers": None,  # not checked: it needs FP32 whole, twice
                 "weights_bytes": (out_dir / "model.onnx.data").stat().st_size,
-                "peak_rss_mb": peak_rss_mb()}
+                "peak_rss_mb": round(peak_rss_mb(children=True), 1)}
 
 
 @dataclass(frozen=True)
@@ -78,4 +73,4 @@ class WeightOnlyStream:
                 "largest_weight_bytes": done["largest_weight_bytes"],
                 "settings": {"block_size": self.block_size, "symmetric": self.symmetric,
                              "algorithm": "rtn", "accuracy_level": self.accuracy_level},
-                "peak_rss_mb": peak_rss_mb()}
+                "peak_rss_mb": round(peak_rss_mb(children=True), 1)}

@@ -48,7 +48,8 @@ class ScoreText:
         from pipeline.core.progress import Progress
         from pipeline.metrics.generation import Reference, next_token_logits, row_sums, session
         from pipeline.metrics.sequential import CONFIDENCE, decide, intervals
-        from pipeline.stages.text_reference import FILE, peak_rss_mb
+        from pipeline.core.env import peak_rss_mb
+        from pipeline.stages.text_reference import FILE
 
         if reference is None:
             raise StageError("score_text: a candidate is scored against text_reference's FP32")

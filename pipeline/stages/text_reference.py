@@ -10,17 +10,15 @@ FP32 has no MatMulNBits, so it is the reference at accuracy level 0 as built.
 """
 from __future__ import annotations
 
-import resource
 from dataclasses import dataclass
 from pathlib import Path
+
+from pipeline.core.env import peak_rss_mb
 
 FILE = "reference.npz"
 CHUNK = 4  # sequences run together: their logits (sequence x vocabulary floats) stay small
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory (a stage runs in its own child: the stage's peak)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kB
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ class WeightOnly:
     def run(self, parent, out_dir: Path) -> dict:
         import onnx
 
-        from pipeline.stages.text_reference import peak_rss_mb
+        from pipeline.core.env import peak_rss_mb
 
         model = onnx.load(str(parent.model))
         present = {n.name for n in model.graph.node if n.op_type == "MatMul"}
