@@ -1,24 +1,33 @@
 """MatMulNBits tensor by tensor: a decoder folder's MatMul weights quantized to 4 or 8 bits
 without loading the model's weights whole.
 
-In: an ONNX folder whose weights are external data (``model.onnx`` + ``model.onnx.data``, as
-onnxruntime-genai's model builder writes them, any size: offsets past 2 GB are plain int64), a
-plan (MatMul node name -> 4 or 8 bits), block size, symmetric or not, accuracy level. Out: the
-same graph in ``out`` with each planned MatMul replaced by a MatMulNBits node named as
-onnxruntime's ``MatMulNBitsQuantizer`` names it (``<node>_Q<bits>``), every initializer written
-to one external data file as it goes.
+In: an ONNX folder whose weights are external data: ``model.onnx`` + ``model.onnx.data`` (any
+size: offsets past 2 GB are plain int64), where a MatMul weight may instead be a placeholder of
+the streaming export (``pipeline.stages._lazy_builder``) naming the checkpoint tensors it is
+made of (``CHECKPOINT_MAP``); a plan (MatMul node name -> 4 or 8 bits), block size, symmetric or
+not, accuracy level. Out: the same graph in ``out`` with each planned MatMul replaced by a
+MatMulNBits node named as onnxruntime's ``MatMulNBitsQuantizer`` names it (``<node>_Q<bits>``),
+every initializer written to one external data file as it goes.
 
 Why not ``MatMulNBitsQuantizer`` itself: it takes a loaded ``ModelProto``, i.e. every weight in
 memory (28 GB for a 7 B model in FP32), and keeps the quantized copies beside them until saved.
-Here the graph is read without its data; each weight is read from the data file with a seek
-(not a memory map: mapped pages count in the process's resident set until unmapped), quantized
-by the same C++ kernels (``DefaultWeightOnlyQuantizer.qbits_block_quant``, round to nearest)
-and appended to the new data file: the peak is one weight in FP32 and its codes.
+Here the graph is read without its data; each weight is read on its own (from the data file with
+a seek, or from the checkpoint's safetensors: ``pipeline.models.checkpoint_tensors``; not a
+memory map: mapped pages count in the process's resident set until unmapped), widened to FP32,
+quantized by the same C++ kernels (``DefaultWeightOnlyQuantizer.qbits_block_quant``, round to
+nearest) and appended to the new data file: the peak is one weight in FP32 (twice: the
+checkpoint's ``[out, in]`` and its transpose) and its codes.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from pipeline.models.checkpoint_tensors import CheckpointTensors
+
+# the streaming export's placeholder for a MatMul weight left in the checkpoint
+# (``pipeline.stages._lazy_builder``: stages import quant, not the other way round)
+CHECKPOINT_MAP = "checkpoint_weights.json"
 ALIGN = 4096  # where each tensor starts in the data file: page-aligned, as onnx's writer does
 COPY_CHUNK = 64 << 20  # bytes copied at a time for a tensor kept as it is
 
@@ -53,10 +62,13 @@ def quantize_folder(src: Path, out: Path, plan: dict[str, int], block_size: int,
     written = {"bytes_in": 0, "bytes_out": 0, "largest_weight_bytes": 0}
 
     def read(t) -> "np.ndarray":
-        """One initializer's values, from its external file or inline."""
+        """One initializer's values: from the checkpoint for a placeholder of the streaming
+        export (FP32, ``[in, out]``), else from its external file or inline."""
         if not uses_external_data(t):
             return numpy_helper.to_array(t)
         e = _external(t)
+        if e["location"] == CHECKPOINT_MAP:
+            return checkpoint_weight(t.name)
         f = files.get(e["location"])
         if f is None:
             f = files[e["location"]] = open(src / e["location"], "rb")  # noqa: SIM115
@@ -64,6 +76,20 @@ def quantize_folder(src: Path, out: Path, plan: dict[str, int], block_size: int,
         dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
         count = int(np.prod(t.dims)) if t.dims else 1
         return np.fromfile(f, dtype=dtype, count=count).reshape(tuple(t.dims))
+
+    checkpoint = None
+
+    def checkpoint_weight(name: str) -> "np.ndarray":
+        """A MatMul weight as the builder writes it, from the checkpoint tensors it names."""
+        nonlocal checkpoint
+        if checkpoint is None:
+            checkpoint = (json.loads((src / CHECKPOINT_MAP).read_text()), None)
+            checkpoint = (checkpoint[0], CheckpointTensors(checkpoint[0]["checkpoint"]))
+        mapping, tensors = checkpoint
+        rows = [tensors.read(k) for k in mapping["weights"][name]]
+        w = rows[0] if len(rows) == 1 else np.concatenate(rows, axis=0)
+        del rows
+        return np.ascontiguousarray(w.T, dtype=np.float32)
 
     sink = open(out / data_name, "wb")  # noqa: SIM115 - closed below, on every path
 
@@ -75,6 +101,8 @@ def quantize_folder(src: Path, out: Path, plan: dict[str, int], block_size: int,
         offset = sink.tell()
         if array is not None:
             sink.write(np.ascontiguousarray(array).tobytes())
+        elif uses_external_data(t) and _external(t)["location"] == CHECKPOINT_MAP:
+            sink.write(read(t).tobytes())  # a MatMul weight kept float, or shared
         elif uses_external_data(t):
             e = _external(t)
             f = files.get(e["location"])
