@@ -91,6 +91,13 @@ def quantize_folder(src: Path, out: Path, plan: dict[str, int], block_size: int,
         del rows
         return np.ascontiguousarray(w.T, dtype=np.float32)
 
+    def described(array, name: str):
+        """A tensor's name, type and shape, without its values (``numpy_helper.from_array``
+        would copy them into the proto: cleared when written, the memory stayed taken, 1.2x the
+        quantized model at the end on a 64-layer test model)."""
+        return TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(array.dtype),
+                           dims=array.shape)
+
     sink = open(out / data_name, "wb")  # noqa: SIM115 - closed below, on every path
 
     def write(t, array=None) -> None:
@@ -145,14 +152,14 @@ def quantize_folder(src: Path, out: Path, plan: dict[str, int], block_size: int,
             packed, scales, zeros = quantizers[bits].qbits_block_quant(w)
             rows, cols = w.shape
             del w
-            q = numpy_helper.from_array(packed, weight.name + f"_Q{bits}")
-            s = numpy_helper.from_array(scales, weight.name + "_scales")
+            q = described(packed, weight.name + f"_Q{bits}")
+            s = described(scales, weight.name + "_scales")
             write(q, packed)
             write(s, scales)
             extra = [q, s]
             inputs = [node.input[0], q.name, s.name]
             if not symmetric:
-                z = numpy_helper.from_array(zeros, weight.name + "_zero_points")
+                z = described(zeros, weight.name + "_zero_points")
                 write(z, zeros)
                 extra.append(z)
                 inputs.append(z.name)
