@@ -104,3 +104,44 @@ def gguf_file(source: Path, path: Path) -> Path:
     out.write_tensors_to_file()
     out.close()
     return Path(path)
+
+
+def qwen2(folder: Path, seed: int = 0, layers: int = 2, hidden: int = 64,
+          intermediate: int = 128) -> Path:
+    """Save a random tiny ``Qwen2ForCausalLM`` (Q/K/V biases, non-zero; the output layer tied to
+    the embedding, as the small Qwen2 models ship) and its tokenizer to folder."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = tokenizer(folder, seed)
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=intermediate,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=128, bos_token_id=0, eos_token_id=1,
+                      tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.1)
+    model.save_pretrained(str(folder))
+    return folder
+
+
+def to_bf16(folder: Path) -> Path:
+    """The folder's weights re-saved in bf16, its config saying so: a checkpoint whose own dtype
+    is not FP32, as a real one's is."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    w = load_file(str(folder / "model.safetensors"))
+    save_file({k: v.to(torch.bfloat16) for k, v in w.items()}, str(folder / "model.safetensors"),
+              metadata={"format": "pt"})
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "dtype": "bfloat16",
+                                                    "torch_dtype": "bfloat16"}))
+    return folder

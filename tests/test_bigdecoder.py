@@ -126,6 +126,106 @@ def test_streamed_matmulnbits_equal_onnxruntimes_quantizer(root, tmp_path):
     assert nodes(got) == nodes(ref)
 
 
+def _streamed(folder: Path, out: Path, bits: int = 4, symmetric: bool = False) -> Path:
+    """The streaming path's two steps, in this process: the builder's graph with the MatMul
+    weights left in the checkpoint, then each quantized as it is read."""
+    from pipeline.models.decoder import check_folder
+    from pipeline.quant.stream_nbits import quantize_folder
+    from pipeline.stages._lazy_builder import export_graph
+    from pipeline.stages.weight_only import matmuls
+
+    graph, q = out / "graph", out / "q"
+    graph.mkdir(parents=True)
+    q.mkdir()
+    export_graph(check_folder(folder, "model.path=x"), graph)
+    quantize_folder(graph, q, {n: bits for n in matmuls(graph)}, 32, symmetric, 4)
+    return graph
+
+
+@pytest.mark.slow  # about 10 s of CPU each
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_the_streaming_export_reads_the_checkpoint_and_matches_the_in_memory_path(
+        arch, tmp_path):
+    """Llama, and Qwen2 (Q/K/V biases, the output layer tied to the embedding), in bf16: no
+    MatMul weight is written by the export (each names the checkpoint tensors it is made of,
+    Q/K/V packed as the builder packs them), and the quantized model is, tensor for tensor and
+    node for node, what onnxruntime's MatMulNBitsQuantizer makes of the builder's FP32 export
+    of the same weights held in memory."""
+    import numpy as np
+    import onnx
+    from llm_tiny import built, llama, qwen2, to_bf16
+    from onnxruntime.quantization import matmul_nbits_quantizer as mnq
+
+    from pipeline.quant.stream_nbits import CHECKPOINT_MAP
+    from pipeline.stages.weight_only import matmuls
+
+    folder = to_bf16((llama if arch == "llama" else qwen2)(tmp_path / arch))
+    graph = _streamed(folder, tmp_path / "stream")
+    g = onnx.load(str(graph / "model.onnx"), load_external_data=False)
+    inits = {t.name: t for t in g.graph.initializer}
+    weights = [n.input[1] for n in g.graph.node if n.op_type == "MatMul"]
+    assert weights and all(inits[w].external_data[0].value == CHECKPOINT_MAP for w in weights)
+    mapping = json.loads((graph / CHECKPOINT_MAP).read_text())["weights"]
+    assert mapping["model.layers.0.attn.qkv_proj.MatMul.weight"] == [
+        f"model.layers.0.self_attn.{x}_proj.weight" for x in "qkv"]
+    assert mapping["lm_head.MatMul.weight"] == (["model.embed_tokens.weight"] if arch == "qwen2"
+                                                else ["lm_head.weight"])
+    stored = sum(int(e.value) for t in inits.values() for e in t.external_data
+                 if e.key == "length")
+    assert stored < (folder / "model.safetensors").stat().st_size  # small tensors only
+
+    fp32 = built(folder, tmp_path / "fp32")
+    q = mnq.MatMulNBitsQuantizer(onnx.load(str(fp32 / "model.onnx")), bits=4, block_size=32,
+                                 is_symmetric=False, accuracy_level=4,
+                                 nodes_to_include=matmuls(fp32))
+    q.process()
+    ref, got = q.model.model, onnx.load(str(tmp_path / "stream" / "q" / "model.onnx"))
+    a = {t.name: onnx.numpy_helper.to_array(t) for t in got.graph.initializer}
+    b = {t.name: onnx.numpy_helper.to_array(t) for t in ref.graph.initializer}
+    assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+    def nodes(m):
+        return sorted((n.name, n.op_type, tuple(n.input), tuple(n.output),
+                       tuple(sorted((x.name, onnx.helper.get_attribute_value(x))
+                                    for x in n.attribute))) for n in m.graph.node)
+    assert nodes(got) == nodes(ref)
+
+
+def _compile_peaks(twin: str, model: str, out: str) -> tuple[float, float]:
+    """In a child: the process's peak RSS (MiB) after streaming ``twin`` (which loads every
+    import and holds one layer of the same width), then after streaming ``model``."""
+    from pipeline.core.env import peak_rss_mb
+
+    _streamed(Path(twin), Path(out) / "twin")
+    before = peak_rss_mb()
+    _streamed(Path(model), Path(out) / "model")
+    return before, peak_rss_mb()
+
+
+@pytest.mark.slow  # about 10 s of CPU
+def test_the_streaming_compile_peaks_at_a_layer_not_at_the_model(tmp_path):
+    """A 24-layer random bf16 Llama in one safetensors shard per block (302 MB in FP32): the
+    streaming compile's peak resident memory over that of its 2-layer twin of the same width
+    (the imports, and one layer in flight) stays within two of its largest layer in FP32
+    (12.8 MB); holding the model, even in bf16, would be 6x that or more."""
+    from benchmarks.big_decoder import write_checkpoint
+
+    from pipeline.core import isolate
+
+    shape = {"hidden_size": 512, "intermediate_size": 1408, "num_attention_heads": 8,
+             "num_key_value_heads": 8, "vocab_size": 2048}
+    write_checkpoint(tmp_path / "twin", {**shape, "num_hidden_layers": 2})
+    params = write_checkpoint(tmp_path / "model", {**shape, "num_hidden_layers": 24})
+    h, i = shape["hidden_size"], shape["intermediate_size"]
+    layer_mb = 4 * (4 * h * h + 3 * h * i) / 2 ** 20
+    before, after = isolate.call("streaming compile", _compile_peaks, str(tmp_path / "twin"),
+                                 str(tmp_path / "model"), str(tmp_path / "out"))
+    bound = 2 * layer_mb
+    assert 2 * params / 2 ** 20 > 6 * bound  # the bound tells a layer from the model
+    print(f"peak {before:.1f} -> {after:.1f} MiB, bound +{bound:.1f}")
+    assert after - before <= bound, (before, after, layer_mb)
+
+
 def test_a_decoder_past_the_budget_takes_the_streaming_path_and_generates(root):
     # a random 2-layer model at 4 bits flips near-tied greedy tokens: the accuracy limits are
     # opened so that the run goes on to publish, which is part of what is asserted
