@@ -72,15 +72,15 @@ def max_batch(llm, bill, hardware, weights_precision: Precision | None = None) -
 
 def compile_peaks(llm, precision: Precision, checkpoint_bytes_per_param: float = 2.0) -> dict:
     """This pipeline's compile of the model, on the host, at its peak (``bill.compile_memory``):
-    the FP32 path and the streaming one, from a bf16 checkpoint by default. Weight-only widths
+    the FP32 path and the streaming one (whose peak does not depend on the checkpoint's dtype:
+    it reads one layer at a time), from a bf16 checkpoint by default. Weight-only widths
     only: FP16 and FP32 are not built by the streaming path (its candidate is then INT8)."""
     from pipeline.bill.compile_memory import fp32_path_peak, streaming_peak
 
     params = llm.params_b * 1e9
     bits = 4 if precision == Precision.int4 else 8
     return {"fp32_path_peak_gb": fp32_path_peak(params) / GB,
-            "streaming_peak_gb": streaming_peak(params, checkpoint_bytes_per_param * params,
-                                                bits, 32) / GB,
+            "streaming_peak_gb": streaming_peak(params, bits, 32) / GB,
             "checkpoint_bytes_per_param": checkpoint_bytes_per_param, "candidate_bits": bits}
 
 

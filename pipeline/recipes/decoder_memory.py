@@ -12,18 +12,20 @@ the *checkpoint's* bytes (it keeps them in their dtype and casts each as it writ
 ``-p int4`` 1.27x of FP32's (``to_nbits`` serializes the whole FP32 graph before quantizing).
 So 1.4: the worst step, rounded up.
 
-Past the budget, the streaming path (``pipeline.stages.decoder_stream``): the builder's export
-(no parity check, no FP32 session), MatMulNBits one weight at a time, and as the reference every
-candidate is scored and timed against, INT8 (block ``REFERENCE_BLOCK``, round to nearest) of the
-checkpoint's own weights instead of FP32: for a bf16 checkpoint that is the checkpoint's values
-to 8 bits, a quarter of FP32's bytes, while FP32 itself, or even a bf16 graph, is larger than
-the budget once a candidate's session sits beside it. The report says so in one line.
+Past the budget, the streaming path (``pipeline.stages.decoder_stream``): the builder's graph
+with every MatMul weight left in the checkpoint (the model built on the meta device, no parity
+check, no FP32 session, no FP32 file), each MatMul weight read from the safetensors and quantized
+to MatMulNBits as it is read, and as the reference every candidate is scored and timed against,
+INT8 (block ``REFERENCE_BLOCK``, round to nearest) of the checkpoint's own weights instead of
+FP32: for a bf16 checkpoint that is the checkpoint's values to 8 bits, a quarter of FP32's
+bytes, while FP32 itself, or even a bf16 graph, is larger than the budget once a candidate's
+session sits beside it. The report says so in one line. Its architectures: ``STREAMED``, the
+builder classes that load their weights through the builder's common code (which the streaming
+export wraps) and were checked against the in-memory path.
 """
 from __future__ import annotations
 
-import json
 import os
-import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -31,11 +33,13 @@ from pathlib import Path
 from pipeline.bill.compile_memory import (FP32_FACTOR, REFERENCE_BITS, REFERENCE_BLOCK,
                                           fp32_path_peak, streaming_peak)
 from pipeline.core.errors import ConfigError
+from pipeline.models.checkpoint_tensors import header
 
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2,
                "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 DTYPE_NAMES = {"F32": "fp32", "F16": "fp16", "BF16": "bf16"}
 GB = 1e9
+STREAMED = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class MemoryPlan:
     budget_bytes: int
     streaming: bool
     reference: str              # what candidates are scored and timed against, in words
+    architecture: str = ""      # config.json's architectures[0]: the streaming path's are STREAMED
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -76,10 +81,7 @@ def checkpoint_size(folder: Path) -> tuple[int, dict[str, int]]:
     """Parameters and bytes by safetensors dtype, from the files' headers only."""
     params, by_dtype = 0, {}
     for f in sorted(Path(folder).glob("*.safetensors")):
-        with open(f, "rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(n))
-        for name, t in header.items():
+        for name, t in header(f)[0].items():
             if name == "__metadata__":
                 continue
             count = 1
@@ -100,10 +102,10 @@ def plan(decoder, q, total: int | None = None) -> MemoryPlan:
     ck = sum(by_dtype.values())
     fp32 = 4 * params
     budget = int(q.memory_budget * total)
-    # the streaming path's largest step: the builder holding the checkpoint, or scoring with the
-    # INT8 reference's and the candidate's sessions side by side (the embedding, kept FP32, is a
-    # small share and left out)
-    stream = int(streaming_peak(params, ck, q.bits, q.block_size))
+    # the streaming path's largest step: scoring with the INT8 reference's and the candidate's
+    # sessions side by side (the export and the quantization hold one layer at a time; the
+    # embedding, kept FP32, is a small share and left out)
+    stream = int(streaming_peak(params, q.bits, q.block_size))
     streaming = fp32_path_peak(params) > budget
     name = DTYPE_NAMES.get(dtype, dtype.lower())
     reference = (f"INT8 (block {REFERENCE_BLOCK}, round to nearest) of the {name} checkpoint: "
@@ -111,7 +113,8 @@ def plan(decoder, q, total: int | None = None) -> MemoryPlan:
                  f"quant.decoder.memory_budget={q.memory_budget} ({budget / GB:.3g} GB)"
                  if streaming else "FP32")
     return MemoryPlan(params, name, ck, fp32, int(fp32_path_peak(params)), stream, stream <= budget,
-                      total, q.memory_budget, budget, streaming, reference)
+                      total, q.memory_budget, budget, streaming, reference,
+                      decoder.architecture)
 
 
 def check_streaming(cfg, memory: MemoryPlan) -> None:
@@ -123,6 +126,9 @@ def check_streaming(cfg, memory: MemoryPlan) -> None:
     mode, q = cfg.quant.mode.value, cfg.quant.decoder
     past = (f"the decoder ({memory.fp32_bytes / GB:.3g} GB in FP32) is past "
             f"quant.decoder.memory_budget={q.memory_budget} ({memory.budget_bytes / GB:.3g} GB)")
+    if memory.architecture not in STREAMED:
+        raise ConfigError(f"{memory.architecture}: {past}; its streaming path builds "
+                          f"{', '.join(STREAMED)}")
     if mode not in ("int8", "dynamic"):
         raise ConfigError(f"quant={mode}: {past}; its streaming path builds one width "
                           "everywhere: quant=int8 with quant.decoder.bits=4 or 8")
