@@ -104,8 +104,8 @@ def test_int8_at_a_block_wider_than_the_rows_builds_scores_and_records_its_block
 
 @pytest.mark.slow  # the conversion's child loads torch, transformers and accelerate
 def test_a_gguf_file_converts_once_into_the_folder_it_was_written_from(root, tmp_path):
-    """transformers reads the GGUF file (undoing llama.cpp's Q/K layout); the cached folder has
-    the same tensors as the original and no quantization_config, and a second resolve reuses it."""
+    """The GGUF file read tensor by tensor with transformers' tables (undoing llama.cpp's Q/K
+    layout); the cached folder has the same tensors as the original and no quantization_config, and a second resolve reuses it."""
     import numpy as np
     from safetensors.numpy import load_file
 
@@ -123,14 +123,17 @@ def test_a_gguf_file_converts_once_into_the_folder_it_was_written_from(root, tmp
     vocab = json.loads((root / "tiny" / "tokenizer.json").read_text())["model"]["vocab"]
     assert json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"] == vocab
     assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no scratch left
-    want, got = load_file(str(root / "tiny" / "model.safetensors")), \
-        load_file(str(folder / "model.safetensors"))
-    assert set(want) == set(got)
+    # converted tensor by tensor into shards their index names (pipeline.models.gguf_stream)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
+    want, got = load_file(str(root / "tiny" / "model.safetensors")), {}
+    for shard in sorted(set(index.values())):
+        got.update(load_file(str(folder / shard)))
+    assert set(want) == set(got) == set(index)
     assert all(np.array_equal(want[k], got[k]) for k in want)
-    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    stamp = (folder / "model.safetensors.index.json").stat().st_mtime_ns
     again = resolve(str(path), tmp_path / "work")
     assert again.digest == first.digest
-    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp  # not converted again
+    assert (folder / "model.safetensors.index.json").stat().st_mtime_ns == stamp  # not again
 
 
 def _config(folder: Path, **cfg) -> Path:

@@ -14,11 +14,11 @@ builder's text decoders (``ARCHITECTURES``), anything else is refused in one lin
 keeps the encoders' rules: safetensors only (a pickle is refused, never read) and no file it
 names outside it (``pipeline.models.files``, ``pipeline.core.userfiles``).
 
-A GGUF file is read by ``transformers`` (with the ``gguf`` package), dequantized to FP32 and
-saved once with ``save_pretrained`` under ``<workdir>/cache/gguf/<sha256 of the file>``: its
-quantizer and ``quantization_config`` are removed first, as ``save_pretrained`` would otherwise
-refuse to save a model it believes quantized. The conversion runs in a child process (it loads
-torch and the whole model) and is written to a temporary folder renamed into place.
+A GGUF file is converted once, tensor by tensor (``pipeline.models.gguf_stream``: dequantized
+by the ``gguf`` package, renamed and re-laid out by transformers' GGUF tables, never the whole
+model in memory), into a folder of FP32 safetensors shards under
+``<workdir>/cache/gguf/<sha256 of the file>``, without ``quantization_config``. The conversion
+runs in a child process and is written to a temporary folder renamed into place.
 """
 from __future__ import annotations
 
@@ -151,14 +151,12 @@ def gguf_folder(path: Path, cache: Path) -> Path:
 
 
 def _convert(path: str, out: str) -> None:
-    """In a child: transformers reads the GGUF file (dequantizing its tensors) and saves it."""
-    import torch
-
+    """In a child: the GGUF file, tensor by tensor (``pipeline.models.gguf_stream``), into
+    ``out``."""
+    from pipeline.models.gguf_stream import convert
     from pipeline.models.hf_folder import offline
 
     offline()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     # transformers also reads tokenizer.json, tokenizer_config.json, config.json... from the
     # GGUF's folder (following links anywhere), none of them in the cache key (the GGUF's
     # sha256): it is shown a folder of its own holding only a link to the GGUF, so that what is
@@ -170,23 +168,13 @@ def _convert(path: str, out: str) -> None:
     try:
         # the GGUF reader draws its own progress bar, which no logging setting silences
         with contextlib.redirect_stderr(io.StringIO()):
-            tok = AutoTokenizer.from_pretrained(str(alone), gguf_file=name)
-            model = AutoModelForCausalLM.from_pretrained(str(alone), gguf_file=name,
-                                                         torch_dtype=torch.float32)
+            convert(path, str(alone), name, out)
     except Exception as e:  # noqa: BLE001 - a file transformers cannot read: one line
         raise StageError(f"model.path={path}: transformers cannot read this GGUF file "
                          f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
                          ) from None
     finally:
         shutil.rmtree(alone, ignore_errors=True)
-    # the weights are now plain FP32: nothing is quantized any more, and save_pretrained refuses
-    # to write a model whose quantizer says it is
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
 
 
 @dataclass(frozen=True)
