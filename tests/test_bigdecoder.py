@@ -23,19 +23,11 @@ from tests.test_llm import FAST
 def root(tmp_path_factory):
     """The tiny Llama with its weights re-saved in bf16: a checkpoint whose own dtype is not
     FP32, as a real one's is."""
-    import torch
     from hf_tiny import text_data
-    from llm_tiny import llama
-    from safetensors.torch import load_file, save_file
+    from llm_tiny import llama, to_bf16
 
     root = tmp_path_factory.mktemp("bigdecoder")
-    folder = llama(root / "tiny")
-    w = load_file(str(folder / "model.safetensors"))
-    save_file({k: v.to(torch.bfloat16) for k, v in w.items()}, str(folder / "model.safetensors"),
-              metadata={"format": "pt"})
-    cfg = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**cfg, "dtype": "bfloat16",
-                                                    "torch_dtype": "bfloat16"}))
+    to_bf16(llama(root / "tiny"))
     text_data(root / "text.jsonl", 20)
     return root
 
@@ -118,12 +110,16 @@ def test_streamed_matmulnbits_equal_onnxruntimes_quantizer(root, tmp_path):
     a = {t.name: onnx.numpy_helper.to_array(t) for t in got.graph.initializer}
     b = {t.name: onnx.numpy_helper.to_array(t) for t in ref.graph.initializer}
     assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
+    assert _nodes(got) == _nodes(ref)
 
-    def nodes(m):
-        return sorted((n.name, n.op_type, tuple(n.input), tuple(n.output),
-                       tuple(sorted((x.name, onnx.helper.get_attribute_value(x))
-                                    for x in n.attribute))) for n in m.graph.node)
-    assert nodes(got) == nodes(ref)
+
+def _nodes(m) -> list:
+    """A graph's nodes, comparable: name, op, inputs, outputs, attributes."""
+    import onnx
+
+    return sorted((n.name, n.op_type, tuple(n.input), tuple(n.output),
+                   tuple(sorted((x.name, onnx.helper.get_attribute_value(x))
+                                for x in n.attribute))) for n in m.graph.node)
 
 
 def _streamed(folder: Path, out: Path, bits: int = 4, symmetric: bool = False) -> Path:
@@ -189,12 +185,7 @@ def test_the_streaming_export_reads_the_checkpoint_and_matches_the_in_memory_pat
     a = {t.name: onnx.numpy_helper.to_array(t) for t in got.graph.initializer}
     b = {t.name: onnx.numpy_helper.to_array(t) for t in ref.graph.initializer}
     assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
-
-    def nodes(m):
-        return sorted((n.name, n.op_type, tuple(n.input), tuple(n.output),
-                       tuple(sorted((x.name, onnx.helper.get_attribute_value(x))
-                                    for x in n.attribute))) for n in m.graph.node)
-    assert nodes(got) == nodes(ref)
+    assert _nodes(got) == _nodes(ref)
 
 
 def _compile_peaks(twin: str, model: str, out: str) -> tuple[float, float]:
