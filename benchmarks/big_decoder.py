@@ -192,7 +192,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--keep", action="store_true",
                     help="keep the checkpoint and the run's artifacts (default: delete them, "
                          "they are many GB at 7 B)")
-    args = ap.parse_args(argv)
+    # anything else is a pipeline override (a 7 B model decodes about a token a second here:
+    # bench.min_rounds=3 quant.decoder.new_tokens=8 keep its timing to minutes)
+    args, overrides = ap.parse_known_args(argv)
     root = Path(args.out) / args.shape
     folder = root / "checkpoint"
     t0 = time.time()
@@ -208,13 +210,15 @@ def main(argv: list[str] | None = None) -> dict:
            f"registry.root={root / 'registry'}", "gate.min_speedup=0",
            "data.evaluation_samples=8", "data.calibration_samples=4",
            *([f"quant.decoder.memory_budget={args.budget}"] if args.budget else []),
-           *([f"bench.max_seconds={args.max_seconds}"] if args.max_seconds else [])]
+           *([f"bench.max_seconds={args.max_seconds}"] if args.max_seconds else []),
+           *overrides]
     shutil.rmtree(root / "work", ignore_errors=True)  # a fresh compile: reused stages cost nothing
     t1 = time.time()
     with TreeRss() as tree:
         proc = subprocess.run(cmd, capture_output=True, text=True)
     peak = tree.peak
-    out = {"shape": args.shape, "params": params, "checkpoint_seconds": round(written, 1),
+    out = {"shape": args.shape, "params": params, "overrides": overrides,
+           "checkpoint_seconds": round(written, 1),
            "compile_seconds": round(time.time() - t1, 1), "returncode": proc.returncode,
            "peak_rss_bytes": peak, "machine_bytes": _machine_bytes(),
            "peak_share_of_machine": round(peak / _machine_bytes(), 4),
