@@ -223,6 +223,45 @@ def test_the_streaming_compile_peaks_at_a_layer_not_at_the_model(tmp_path):
     assert after - before <= bound, (before, after, layer_mb)
 
 
+def _gguf_peaks(twin: str, model: str, out: str, shard_bytes: int) -> tuple[float, float]:
+    """In a child: the peak RSS (MiB) after converting ``twin`` (every import, one layer of the
+    same width in flight), then after converting ``model``, shards of ``shard_bytes``."""
+    from pipeline.core.env import peak_rss_mb
+    from pipeline.models import decoder, gguf_stream
+
+    gguf_stream.SHARD_BYTES = shard_bytes
+    for name in ("twin", "model"):
+        (Path(out) / name).mkdir(parents=True)
+    decoder._convert(twin, str(Path(out) / "twin"))  # in this process: resolve isolates it
+    before = peak_rss_mb()
+    decoder._convert(model, str(Path(out) / "model"))
+    return before, peak_rss_mb()
+
+
+@pytest.mark.slow  # about 15 s of CPU
+def test_a_gguf_file_converts_at_a_shard_and_a_tensor_not_at_the_model(tmp_path):
+    """A 24-layer Llama as an FP32 GGUF file (302 MB): converting it peaks, over its 2-layer
+    twin of the same width, within a shard (8 MB here) and four of its largest tensor (the
+    read bytes, the dequantized values, the processor's re-laid-out copy, the contiguous one);
+    from_pretrained would hold the whole model, 302 MB."""
+    from llm_tiny import gguf_file, llama
+
+    from pipeline.core import isolate
+
+    h, i = 512, 1408
+    twin = gguf_file(llama(tmp_path / "t", layers=2, hidden=h, intermediate=i),
+                     tmp_path / "twin.gguf")
+    model = gguf_file(llama(tmp_path / "m", layers=24, hidden=h, intermediate=i),
+                      tmp_path / "model.gguf")
+    shard = 8 << 20
+    bound = (shard + 4 * 4 * h * i) / 2 ** 20
+    before, after = isolate.call("GGUF conversion", _gguf_peaks, str(twin), str(model),
+                                 str(tmp_path / "work"), shard)
+    assert model.stat().st_size / 2 ** 20 > 6 * bound  # the bound tells a tensor from the model
+    print(f"peak {before:.1f} -> {after:.1f} MiB, bound +{bound:.1f}")
+    assert after - before <= bound, (before, after, bound)
+
+
 def test_a_decoder_past_the_budget_takes_the_streaming_path_and_generates(root):
     # a random 2-layer model at 4 bits flips near-tied greedy tokens: the accuracy limits are
     # opened so that the run goes on to publish, which is part of what is asserted
