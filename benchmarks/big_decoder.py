@@ -243,12 +243,31 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         out["error"] = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
     out["target_met"] = "rows" in out and out["peak_share_of_machine"] <= TARGET_SHARE
+    compile_peak(out)
     print(json.dumps(out, indent=1))
     if args.bench_json:
         record(args.bench_json, out)
     if not args.keep:  # numbers kept, gigabytes not
         shutil.rmtree(root, ignore_errors=True)
     return out
+
+
+def compile_peak(out: dict) -> None:
+    """The compile's own peak beside the run's: the largest of the stages that build the model
+    (the export and the quantizations, each in a child of its own), apart from scoring and decode
+    timing, which hold sessions of the reference and the candidate; and a note where the decode
+    speed beats the bound (then the bandwidth probe, read beside other work, under-measured)."""
+    built = [st["peak_rss_mb"] for st in out.get("stages", []) if st["peak_rss_mb"] and
+             str(st["stage"]).startswith(("decoder_export", "weight_only"))]
+    if built:
+        out["compile_peak_rss_bytes"] = int(max(built) * 2 ** 20)
+        out["compile_peak_share_of_machine"] = round(max(built) * 2 ** 20 / out["machine_bytes"],
+                                                     4)
+        out["compile_target_met"] = out["compile_peak_share_of_machine"] <= TARGET_SHARE
+    share = (out.get("bound") or {}).get("share_of_bound")
+    if share and share > 1:
+        out["bound_note"] = ("decode ran faster than the bound: the read bandwidth, probed "
+                             "beside other work, was under-measured; not a valid bound")
 
 
 def _stage_peak(path: str | None) -> float | None:
@@ -271,10 +290,15 @@ def record(bench_json: Path, out: dict) -> None:
     llm = results.setdefault("llm", {})
     llm[f"big_decoder_{out['shape']}"] = {**out, "measured_at": _time.strftime(
         "%Y-%m-%d %H:%M %Z"), "cpu": cpu_info()}
-    llm.setdefault("targets", {})[
-        f"{out['shape']}-shaped decoder to INT4 on the streaming path: peak RSS of the run "
-        f"<= {TARGET_SHARE:.0%} of the machine's memory"] = [out["peak_share_of_machine"],
-                                                             out["target_met"]]
+    targets = llm.setdefault("targets", {})
+    what = f"{out['shape']}-shaped decoder to INT4 on the streaming path"
+    targets[f"{what}: peak RSS of the whole run (scoring and decode timing included) <= "
+            f"{TARGET_SHARE:.0%} of the machine's memory"] = [out["peak_share_of_machine"],
+                                                              out["target_met"]]
+    if "compile_peak_share_of_machine" in out:
+        targets[f"{what}: peak RSS of the compile (export, quantizations) <= "
+                f"{TARGET_SHARE:.0%} of the machine's memory"] = [
+            out["compile_peak_share_of_machine"], out["compile_target_met"]]
     bench_json.write_text(json.dumps(results, indent=2, default=str))
     bench_results.write(bench_json, Path("docs") / "results.md")
 
