@@ -113,6 +113,32 @@ def test_streamed_matmulnbits_equal_onnxruntimes_quantizer(root, tmp_path):
     assert _nodes(got) == _nodes(ref)
 
 
+def test_checkpoint_tensors_read_what_safetensors_reads(tmp_path):
+    """Each dtype the streaming path reads, one tensor at a time by a seek, across shards: the
+    values safetensors itself gives (bf16 and fp16 widened to FP32, exactly)."""
+    import numpy as np
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from pipeline.models.checkpoint_tensors import CheckpointTensors
+
+    g = torch.Generator().manual_seed(0)
+    save_file({"a": torch.randn(3, 5, generator=g).to(torch.bfloat16),
+               "b": torch.randn(7, generator=g).to(torch.float16)}, str(tmp_path / "1.safetensors"))
+    save_file({"c": torch.randn(2, 2, 2, generator=g), "d": torch.arange(6, dtype=torch.int64)},
+              str(tmp_path / "2.safetensors"))
+    ck = CheckpointTensors(tmp_path)
+    assert set(ck.entries) == {"a", "b", "c", "d"} and "a" in ck and "e" not in ck
+    for f in tmp_path.glob("*.safetensors"):
+        with safe_open(str(f), "pt") as st:
+            for k in st.keys():
+                want = st.get_tensor(k)
+                want = (want.float() if want.is_floating_point() else want).numpy()
+                got = ck.read(k)
+                assert got.dtype == want.dtype and np.array_equal(got, want), k
+
+
 def _nodes(m) -> list:
     """A graph's nodes, comparable: name, op, inputs, outputs, attributes."""
     import onnx

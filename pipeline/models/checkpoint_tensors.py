@@ -8,7 +8,7 @@ byte ranges) are parsed once, and each tensor is read with a seek and one read.
 Why not ``safetensors.safe_open``: it memory-maps the file, and every page a read touches stays
 in the process's resident set while the mapping is open (a 13.5 GB checkpoint read through one
 open handle ends with all of it counted); a plain read leaves only the copy the caller keeps.
-The bytes are the ones ``safe_open`` would return (a test compares them).
+The values are the ones ``safe_open`` returns (a test compares them, dtype by dtype).
 """
 from __future__ import annotations
 
