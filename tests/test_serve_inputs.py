@@ -11,7 +11,8 @@ from PIL import Image
 
 from pipeline.models.ocr import crnn
 from pipeline.models.ocr import data as ocr_data
-from pipeline.serve.inputs import BadInput, Limits, open_image, prepare
+from pipeline.serve.inputs import BadInput, Limits, open_image
+from pipeline.serve.readers import prepare
 from tests.serve_helpers import png, png_claiming
 
 LIMITS = Limits(max_body_bytes=1 << 20, max_pixels=1 << 22, max_side=1 << 13)
