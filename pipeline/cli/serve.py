@@ -12,7 +12,8 @@ over HTTP (``pipeline.serve``).
     --max-body-bytes N --max-pixels N --max-side N     input limits (10 MiB, 16 Mpx, 16384)
     --ready-file PATH         written (the port) once warm: how a script learns the port
 
-    python -m pipeline.serve load URL [--files DIR | --ocr-lines N [--scale S] [--format F]]
+    python -m pipeline.serve load URL [--files DIR | --texts FILE |
+        --ocr-lines N [--scale S] [--format F]]
         [--rates Q,Q,.. | --start-qps Q [--growth G] [--max-steps N]] [--seconds S]
         [--window S] [--slo-ms MS] [--concurrency C,C,..] [--out FILE] [--allow-remote]
                               the load generator (pipeline.serve.load): open-loop Poisson steps
@@ -95,6 +96,7 @@ def _load(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m pipeline.serve load", add_help=False)
     p.add_argument("url")
     p.add_argument("--files", default=None)
+    p.add_argument("--texts", default=None)
     p.add_argument("--ocr-lines", type=int, default=64)
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--format", default="PNG", choices=("PNG", "JPEG"))
@@ -131,10 +133,13 @@ def _load(argv: list[str]) -> int:
         from pipeline.engine.compose import compose
 
         slo = compose([]).slo.p99_ms
-    bodies = load.files(Path(ns.files)) if ns.files else \
-        load.ocr_lines(ns.ocr_lines, ns.scale, fmt=ns.format)
+    for given, what in ((ns.files, "folder"), (ns.texts, "file")):
+        if given and not (Path(given).is_dir() if what == "folder" else Path(given).is_file()):
+            raise ConfigError(f"{given}: no such {what}")
+    bodies = load.files(Path(ns.files)) if ns.files else load.texts(Path(ns.texts)) \
+        if ns.texts else load.ocr_lines(ns.ocr_lines, ns.scale, fmt=ns.format)
     if not bodies:
-        raise ConfigError(f"--files {ns.files}: no files")
+        raise ConfigError(f"{ns.files or ns.texts}: nothing to send (no files, or no lines)")
     cfg = load.LoadConfig(slo_p99_ms=slo, step_seconds=ns.seconds, window_s=ns.window,
                           max_in_flight=ns.max_in_flight)
     report = load.run(ns.url.rstrip("/"), bodies, cfg, rates, ns.start_qps, ns.growth,
