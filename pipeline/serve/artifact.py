@@ -33,6 +33,7 @@ class Served:
     output_sha256: str | None  # the evaluation's output-hash ledger
     evaluation_set: str | None # the digest of the split it was computed on
     runtime: dict              # the deployed runtime and precision the gate judged
+    kind: str = "predict"      # predict: one answer per request; generate: a decoder's stream
 
 
 def open_ref(ref: str, pulled_into: Path, overrides: list[str] | None = None) -> Served:
@@ -108,6 +109,9 @@ def _served(ref, model, config: dict, spec: dict | None, ledger, eval_set, runti
     from pipeline.models import TASKS, task
 
     source = config["model"]["source"]
+    if (Path(model).parent / "genai_config.json").is_file():  # an onnxruntime-genai decoder
+        return Served(ref, Path(model), config["model"]["name"], None, {}, ledger, eval_set,
+                      runtime, kind="generate")
     if spec is not None and spec.get("reader") == "text":
         return Served(ref, Path(model), config["model"]["name"], _text_key(ref, spec, files),
                       spec, ledger, eval_set, runtime)
