@@ -226,9 +226,17 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
 
         return Response(m.text(), media_type=CONTENT_TYPE_LATEST)
 
+    routes = [Route("/predict", predict, methods=["POST"]), Route("/healthz", healthz),
+              Route("/readyz", readyz), Route("/metrics", metrics)]
+    return Starlette(routes=routes, lifespan=lifespan(server)), server
+
+
+def lifespan(server):
+    """Start ``server`` (its ``start``, ``stop``, ``failed``) with the app, stop it with the app.
+    Warm-up runs as a task: the server answers /healthz and /readyz (503) meanwhile; a start that
+    fails is one line, then SIGTERM, and the command line exits non-zero."""
     @contextlib.asynccontextmanager
-    async def lifespan(app):
-        # Warm-up runs as a task: the server answers /healthz and /readyz (503) meanwhile.
+    async def span(app):
         import os
         import signal
 
@@ -253,6 +261,4 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
                 await starting
             await server.stop()
 
-    routes = [Route("/predict", predict, methods=["POST"]), Route("/healthz", healthz),
-              Route("/readyz", readyz), Route("/metrics", metrics)]
-    return Starlette(routes=routes, lifespan=lifespan), server
+    return span

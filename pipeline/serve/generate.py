@@ -25,8 +25,6 @@ own; the model's weights are read once per step per sequence), prefix caching.
 """
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -38,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from pipeline.serve.app import lifespan
 from pipeline.serve.config import ServeConfig
 from pipeline.serve.inputs import BadInput, Limits, read_text
 from pipeline.serve.metrics import SECONDS, ServerMetrics
@@ -276,29 +275,6 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Generating]:
 
         return Response(m.text(), media_type=CONTENT_TYPE_LATEST)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        import os
-        import signal
-
-        async def start():
-            try:
-                await server.start()
-            except Exception as e:  # noqa: BLE001 - one line, then the process ends non-zero
-                server.failed = f"{type(e).__name__}: {e}"
-                print(f"serve: start-up failed: {server.failed}", flush=True)
-                os.kill(os.getpid(), signal.SIGTERM)
-
-        starting = asyncio.create_task(start())
-        try:
-            yield
-        finally:
-            if not starting.done():
-                starting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await starting
-            await server.stop()
-
     routes = [Route("/generate", generate, methods=["POST"]), Route("/healthz", healthz),
               Route("/readyz", readyz), Route("/metrics", metrics)]
-    return Starlette(routes=routes, lifespan=lifespan), server
+    return Starlette(routes=routes, lifespan=lifespan(server)), server
