@@ -11,7 +11,8 @@ from PIL import Image
 
 from pipeline.models.ocr import crnn
 from pipeline.models.ocr import data as ocr_data
-from pipeline.serve.inputs import BadInput, Limits, open_image, prepare
+from pipeline.serve.inputs import BadInput, Limits, open_image
+from pipeline.serve.readers import prepare
 from tests.serve_helpers import png, png_claiming
 
 LIMITS = Limits(max_body_bytes=1 << 20, max_pixels=1 << 22, max_side=1 << 13)
@@ -66,3 +67,43 @@ def test_a_gif_is_not_served():
     with pytest.raises(BadInput) as e:
         open_image(buf.getvalue(), "image/gif", LIMITS)
     assert e.value.status == 415 and "GIF" in e.value.line
+
+
+def test_a_text_classifier_reads_text_as_its_tokenizer_does_and_answers_class_and_score(tmp_path):
+    """The text reader in process: a tiny BERT classifier's folder (no model run: the outputs are
+    given), its tokenizer reading plain text and JSON alike, padding a batch with the pad id, and
+    logits decoded into the top class, its label and its softmax score."""
+    import json
+
+    from tests import hf_tiny
+    from pipeline.models.hf_folder import folder_tokenizer
+    from pipeline.serve.readers import TextKey, reader
+
+    folder = hf_tiny.bert(tmp_path / "cls", task="sequence-classification", num_labels=3)
+    tok = folder_tokenizer(folder)
+    spec = {"reader": "text", "task": "sequence-classification",
+            "input_names": ["input_ids", "attention_mask", "token_type_ids"], "max_length": 8,
+            "pad_token_id": tok.pad_token_id, "metric": "classification", "top_k": 2,
+            "labels": ["neg", "mid", "pos"], "files": {}}
+    r_key = TextKey(str(folder), json.dumps(spec, sort_keys=True))
+    r = reader(r_key)
+    text = "the quick brown fox jumps over a lazy dog while seven small birds sing"
+    plain = prepare(text.encode(), "text/plain", LIMITS, r_key)
+    as_json = prepare(json.dumps({"text": text}).encode(), "application/json", LIMITS, r_key)
+    expected = tok(text, truncation=True, max_length=8)["input_ids"]
+    assert plain.feeds["input_ids"].tolist() == [expected] == as_json.feeds["input_ids"].tolist()
+    assert plain.size == 8  # truncated to max_length, as the evaluation truncates
+    short = prepare(b"the fox", "text/plain", LIMITS, r_key)
+    batch = r.stack([plain.feeds, short.feeds])
+    assert batch["input_ids"].shape == (2, 8)
+    assert (batch["input_ids"][1, short.size:] == tok.pad_token_id).all()
+    assert (batch["attention_mask"][1, short.size:] == 0).all()
+    logits = np.log(np.array([[0.2, 0.7, 0.1], [0.6, 0.1, 0.3]]))
+    answers = r.answers(logits)
+    assert answers[0] == {"class": 1, "label": "mid", "score": 0.7, "top_k": [1, 0]}
+    assert answers[1]["label"] == "neg" and answers[1]["top_k"] == [0, 2]
+    with pytest.raises(BadInput, match="UTF-8"):
+        prepare(b"\xff\xfe", "text/plain", LIMITS, r_key)
+    with pytest.raises(BadInput, match="reads text") as e:
+        prepare(png(_lines(1)[0]), "image/png", LIMITS, r_key)
+    assert e.value.status == 415

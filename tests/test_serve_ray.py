@@ -65,7 +65,8 @@ def _direct(model, task_key, bodies: list[bytes]) -> list[str]:
     from pipeline import runtimes
     from pipeline.config import HardwareRuntime
     from pipeline.models import task
-    from pipeline.serve.inputs import Limits, prepare
+    from pipeline.serve.inputs import Limits
+    from pipeline.serve.readers import prepare
 
     t = task(task_key)
     loaded = runtimes.load(model, HardwareRuntime("cpu", "CPUExecutionProvider", 1, 1))

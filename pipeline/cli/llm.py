@@ -21,6 +21,8 @@ def preflight(cfg):
     from pipeline.recipes.decoder import check_mode
 
     check_mode(cfg)
+    if cfg.slo.mode.value == "serve":  # the server does not generate yet
+        raise ConfigError("slo.mode=serve: decoders are not served yet; use slo.mode=model")
     if cfg.hardware.provider != "CPUExecutionProvider" or \
             cfg.hardware.provider not in onnxruntime.get_available_providers():
         raise ConfigError(f"hardware={cfg.hardware.name}: a decoder is compiled and timed on this "

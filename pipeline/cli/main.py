@@ -104,6 +104,11 @@ def _run(argv: list[str]) -> int:
                           f"{cfg.model.source} {cfg.model.path or cfg.model.name} is not one (a "
                           "causal-LM folder or a .gguf file)")
     cfg, run = _preflight(cfg)
+    serve_slo = cfg.slo.mode.value == "serve"
+    if serve_slo:  # hook: slo.mode=serve (pipeline/serve/slo.py), a task the server reads
+        from pipeline.serve import slo as served_slo
+
+        served_slo.preflight(run.task)
     from pipeline.recipes.main import recipe
     from pipeline.report import manifest as ship
     from pipeline.report import run as rep
@@ -111,6 +116,8 @@ def _run(argv: list[str]) -> int:
     print(f"pipeline: model={cfg.model.name} ({cfg.model.source}) quant={cfg.quant.mode.value} "
           f"hardware={cfg.hardware.name}")
     runner, out, t0 = run_recipe(cfg, recipe, run)
+    if serve_slo:  # hook: the candidate behind the real server; its p99 joins the verdict
+        served_slo.judge(cfg, out)
     body = ship.body(cfg, out, runner.record)
     publishing = out.verdict["passed"] and cfg.registry is not None
     evidence = ship.manifest(out, body) if publishing else None

@@ -11,8 +11,13 @@ over HTTP (``pipeline.serve``).
     --queue-limit N           requests admitted at once; past it 503 + Retry-After (64)
     --max-body-bytes N --max-pixels N --max-side N     input limits (10 MiB, 16 Mpx, 16384)
     --ready-file PATH         written (the port) once warm: how a script learns the port
+    --max-sequences N --max-seq-len N --max-new-tokens N --kv-budget-mb MB
+                              a decoder: sequences at once (4), prompt + new tokens per sequence
+                              (the model's context), new tokens when a request names none (64),
+                              KV cache all sequences may reserve (half the memory available)
 
-    python -m pipeline.serve load URL [--files DIR | --ocr-lines N [--scale S] [--format F]]
+    python -m pipeline.serve load URL [--files DIR | --texts FILE |
+        --ocr-lines N [--scale S] [--format F]]
         [--rates Q,Q,.. | --start-qps Q [--growth G] [--max-steps N]] [--seconds S]
         [--window S] [--slo-ms MS] [--concurrency C,C,..] [--out FILE] [--allow-remote]
                               the load generator (pipeline.serve.load): open-loop Poisson steps
@@ -49,6 +54,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-pixels", type=int, default=16 * 1024 * 1024)
     p.add_argument("--max-side", type=int, default=16384)
     p.add_argument("--ready-file", default=None)
+    p.add_argument("--max-sequences", type=int, default=4)
+    p.add_argument("--max-seq-len", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--kv-budget-mb", type=float, default=0.0)
     return p
 
 
@@ -73,7 +82,9 @@ def parse(argv: list[str]):
                       intra_op_threads=ns.threads, max_batch=ns.max_batch,
                       max_wait_ms=ns.max_wait_ms, shape_bucket=ns.shape_bucket,
                       queue_limit=ns.queue_limit, max_body_bytes=ns.max_body_bytes,
-                      max_pixels=ns.max_pixels, max_side=ns.max_side).resolved()
+                      max_pixels=ns.max_pixels, max_side=ns.max_side,
+                      max_sequences=ns.max_sequences, max_seq_len=ns.max_seq_len,
+                      max_new_tokens=ns.max_new_tokens, kv_budget_mb=ns.kv_budget_mb).resolved()
     return ns, cfg, overrides
 
 
@@ -95,6 +106,7 @@ def _load(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m pipeline.serve load", add_help=False)
     p.add_argument("url")
     p.add_argument("--files", default=None)
+    p.add_argument("--texts", default=None)
     p.add_argument("--ocr-lines", type=int, default=64)
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--format", default="PNG", choices=("PNG", "JPEG"))
@@ -131,10 +143,13 @@ def _load(argv: list[str]) -> int:
         from pipeline.engine.compose import compose
 
         slo = compose([]).slo.p99_ms
-    bodies = load.files(Path(ns.files)) if ns.files else \
-        load.ocr_lines(ns.ocr_lines, ns.scale, fmt=ns.format)
+    for given, what in ((ns.files, "folder"), (ns.texts, "file")):
+        if given and not (Path(given).is_dir() if what == "folder" else Path(given).is_file()):
+            raise ConfigError(f"{given}: no such {what}")
+    bodies = load.files(Path(ns.files)) if ns.files else load.texts(Path(ns.texts)) \
+        if ns.texts else load.ocr_lines(ns.ocr_lines, ns.scale, fmt=ns.format)
     if not bodies:
-        raise ConfigError(f"--files {ns.files}: no files")
+        raise ConfigError(f"{ns.files or ns.texts}: nothing to send (no files, or no lines)")
     cfg = load.LoadConfig(slo_p99_ms=slo, step_seconds=ns.seconds, window_s=ns.window,
                           max_in_flight=ns.max_in_flight)
     report = load.run(ns.url.rstrip("/"), bodies, cfg, rates, ns.start_qps, ns.growth,
@@ -157,7 +172,12 @@ def _serve(argv: list[str]) -> int:
     ns, cfg, overrides = parse(argv)
     with tempfile.TemporaryDirectory(prefix="pipeline-serve-") as tmp:
         served = open_ref(ns.ref, Path(tmp) / "pulled", overrides)
-        app, server = build(served, cfg)
+        if served.kind == "generate":  # a decoder: streamed generation, KV-cache admission
+            from pipeline.serve.generate import build as build_generate
+
+            app, server = build_generate(served, cfg)
+        else:
+            app, server = build(served, cfg)
         config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
                                 access_log=False, lifespan="on", timeout_graceful_shutdown=60)
         userver = uvicorn.Server(config)

@@ -436,6 +436,11 @@ class HardwareConfig:
                                self.performance_hint.value)
 
 
+class SloMode(str, Enum):
+    model = "model"  # the gate judges the model's own p99 (the benchmark, arrays in memory)
+    serve = "serve"  # also the candidate behind the real server, from raw bytes (pipeline.serve)
+
+
 @dataclass
 class SloConfig:
     """The service targets that decide the hardware."""
@@ -449,9 +454,14 @@ class SloConfig:
     # The batch a request is answered in, where the gate judges p99 against p99_ms: 1 = each
     # request alone (an online service: a request is one input, not the speed gate's batch of 8).
     batch_size: int = 1
+    # serve: at the end of the run the candidate is served (python -m pipeline.serve) and loaded
+    # open-loop from the evaluation samples' raw bytes; that p99 is judged against p99_ms too.
+    mode: SloMode = SloMode.model
+    serve_qps: float = 10.0                 # serve: the rate offered to one server (requests/s)
+    serve_seconds: float = 10.0             # serve: how long that rate is offered
 
     def __post_init__(self):
-        for key in ("p99_ms", "peak_qps"):
+        for key in ("p99_ms", "peak_qps", "serve_qps", "serve_seconds"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"slo.{key}={getattr(self, key)}: must be > 0")
         _positive(self, "slo", "max_input", "requests_per_day", "batch_size")

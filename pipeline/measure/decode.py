@@ -22,6 +22,7 @@ What is timed, and why so (onnxruntime-genai 0.18):
   the steps inside each are kept for their percentiles.
 The thread count is the one ONNX Runtime gets everywhere else in the pipeline
 (``hardware.intra_op_threads``), set through the config overlay, so the folder is never edited.
+``greedy`` is one sequence's generation yielded token by token: what the model server streams.
 Deliberately not handled: sampling (greedy only: sampling's cost is not the model's), speculative
 decoding, continuous batching of streams that start at different times (``load`` runs those).
 """
@@ -119,6 +120,20 @@ def generate(model, batch: np.ndarray, new_tokens: int) -> tuple[float, list[flo
         gen.generate_next_token()
         steps.append((time.perf_counter_ns() - t) / 1e6)
     return ttft, steps
+
+
+def greedy(model, prompt: Sequence[int], new_tokens: int):
+    """One sequence's greedy generation, token by token as each is chosen (a server streams
+    them): up to ``new_tokens`` after ``prompt``, ending early at the model's end token."""
+    import onnxruntime_genai as og
+
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + new_tokens, do_sample=False)
+    gen = og.Generator(model, params)
+    gen.append_tokens(np.asarray([list(prompt)], dtype=np.int32))
+    while not gen.is_done():
+        gen.generate_next_token()
+        yield int(gen.get_next_tokens()[0])
 
 
 def _timing(ttft: list[float], steps: list[float], lengths: list[int], streams: int,

@@ -43,6 +43,10 @@ POOLINGS = ("mean", "cls", "max")
 # vocabulary, a SentencePiece model): without them transformers builds an empty tokenizer.
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model",
                    "sentencepiece.bpe.model", "tokenizer.model")
+# What a server needs to tokenize as the evaluation did: the tokenizer's files, its settings and
+# config.json (AutoTokenizer reads the tokenizer's class from it when tokenizer_config lacks it).
+SERVING_FILES = (*TOKENIZER_FILES, "tokenizer_config.json", "special_tokens_map.json",
+                 "added_tokens.json", "merges.txt", "config.json")
 # Encoders ONNX Runtime's optimizer fuses with its BERT rules (attention, skip LayerNorm, GELU,
 # embedding LayerNorm); other model types are exported and run unfused.
 BERT_LIKE = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra", "albert",
@@ -344,17 +348,33 @@ class HfTask(UserTask):
 
     def _arrays(self, ds, rows: list[int]) -> list[dict]:
         col = PAIR_TEXT if self.pairs else self.data_cfg.input_column
-        texts = [str(t) for t in ds.select(rows)[col]]
-        enc = self.tokenizer(texts, truncation=True, max_length=self.max_length)
-        return [{n: np.asarray(enc[n][k], dtype=np.int64) for n in self.input_names}
-                for k in range(len(texts))]
+        return encode(self.tokenizer, [str(t) for t in ds.select(rows)[col]], self.max_length,
+                      self.input_names)
 
     def _collate(self, samples: list[dict]) -> dict:
-        """Pad to the batch's longest sequence: input ids with the pad token, the rest with 0."""
-        length = max(len(s["input_ids"]) for s in samples)
-        pad = {"input_ids": self.tokenizer.pad_token_id or 0}
-        return {n: np.stack([np.pad(s[n], (0, length - len(s[n])), constant_values=pad.get(n, 0))
-                             for s in samples]) for n in self.input_names}
+        return collate(samples, self.input_names, self.tokenizer.pad_token_id)
+
+    # -- serving: what a server needs to read a request as the evaluation read its samples -------
+    def serving_spec(self) -> dict:
+        """The tokenization the evaluation used and how the outputs are decoded, with the digest
+        of every tokenizer file the published artifact carries (``serving_files``)."""
+        from pipeline.core.artifact import sha256_file
+
+        labels = getattr(self.config, "id2label", None) or {}
+        return {"reader": "text", "task": self.kind, "input_names": list(self.input_names),
+                "max_length": self.max_length, "pad_token_id": self.tokenizer.pad_token_id,
+                "metric": self.metric_cfg.name.value, "top_k": self.metric_cfg.top_k,
+                "labels": ([str(labels.get(k, labels.get(str(k), k)))
+                            for k in range(self.config.num_labels)]
+                           if self.kind == "sequence-classification" else None),
+                "files": {name: sha256_file(path)
+                          for name, path in sorted(self.serving_files().items())}}
+
+    def serving_files(self) -> dict[str, Path]:
+        """The folder's tokenizer files (and ``config.json``, which names the tokenizer's class
+        when its own config does not): they travel with the published model, not the weights."""
+        return {name: self.folder / name for name in SERVING_FILES
+                if (self.folder / name).is_file()}
 
     def example(self, batch: int = 1) -> dict:
         """Real samples, at least 8 tokens long so no size is specialised away in export."""
@@ -388,8 +408,7 @@ class HfTask(UserTask):
 
     def predictions(self, outputs) -> list:
         if self.kind == "feature-extraction":  # no class axis: the vector is the output
-            return [{"decision": None, "output": np.round(row.astype(np.float64), 6).tolist()}
-                    for row in np.asarray(outputs)]
+            return embedding_predictions(outputs)
         return super().predictions(outputs)
 
     def same_outputs(self, a, b) -> list[bool]:
@@ -420,6 +439,28 @@ def _preload(model_type: str) -> None:
     isolate.preload(["transformers.models.auto.modeling_auto",
                      "transformers.models.auto.tokenization_auto",
                      f"transformers.models.{mod}.modeling_{mod.rpartition('.')[2]}"])
+
+
+def encode(tokenizer, texts: list[str], max_length: int, input_names) -> list[dict]:
+    """Each text tokenized alone (truncated to ``max_length``): int64 arrays per input. The
+    evaluation's samples and a server's requests both come through here."""
+    enc = tokenizer(texts, truncation=True, max_length=max_length)
+    return [{n: np.asarray(enc[n][k], dtype=np.int64) for n in input_names}
+            for k in range(len(texts))]
+
+
+def collate(samples: list[dict], input_names, pad_token_id: int | None) -> dict:
+    """Pad to the batch's longest sequence: input ids with the pad token, the rest with 0."""
+    length = max(len(s["input_ids"]) for s in samples)
+    pad = {"input_ids": pad_token_id or 0}
+    return {n: np.stack([np.pad(s[n], (0, length - len(s[n])), constant_values=pad.get(n, 0))
+                         for s in samples]) for n in input_names}
+
+
+def embedding_predictions(outputs) -> list:
+    """An embedding's predictions: the vector, rounded (what the output-hash ledger hashes)."""
+    return [{"decision": None, "output": np.round(row.astype(np.float64), 6).tolist()}
+            for row in np.asarray(outputs)]
 
 
 def _keys(entries) -> list[str]:

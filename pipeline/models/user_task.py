@@ -378,14 +378,10 @@ class UserTask:
         out = np.asarray(outputs)
         name = self.metric_cfg.name
         if name == MetricName.classification:
-            k = max(1, min(self.metric_cfg.top_k, out.shape[1]))
-            return [[int(c) for c in row] for row in np.argsort(-out, axis=1, kind="stable")[:, :k]]
+            return top_classes(out, self.metric_cfg.top_k)
         if name == MetricName.ctc:
             return ctc.greedy_decode(out, self.charset, self.time_major)
-        # agreement: the sample's decision (argmax, per frame if any) and its output, rounded
-        decide = out.ndim >= 2 and out.shape[-1] > 1
-        return [{"decision": json.dumps(np.argmax(row, axis=-1).tolist()) if decide else None,
-                 "output": np.round(row.astype(np.float64), 6).tolist()} for row in out]
+        return agreement_predictions(out)
 
     def margins(self, outputs) -> list[float]:
         x = np.asarray(outputs, dtype=np.float64)
@@ -421,3 +417,18 @@ class UserTask:
         refs = [np.asarray(t, dtype=np.float64)[None] for t in labels]
         return agreement_metrics.agreement(refs, outs)
 
+
+def top_classes(outputs, top_k: int) -> list[list[int]]:
+    """A classifier's predictions: its ``top_k`` classes (fewer if it has fewer), best first."""
+    out = np.asarray(outputs)
+    k = max(1, min(top_k, out.shape[1]))
+    return [[int(c) for c in row] for row in np.argsort(-out, axis=1, kind="stable")[:, :k]]
+
+
+def agreement_predictions(outputs) -> list[dict]:
+    """Label-free predictions: each sample's decision (argmax, per frame if any) and its output,
+    rounded."""
+    out = np.asarray(outputs)
+    decide = out.ndim >= 2 and out.shape[-1] > 1
+    return [{"decision": json.dumps(np.argmax(row, axis=-1).tolist()) if decide else None,
+             "output": np.round(row.astype(np.float64), 6).tolist()} for row in out]

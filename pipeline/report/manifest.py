@@ -123,9 +123,13 @@ def publish(cfg, out, report: dict, path, evidence: dict) -> None:
     from pipeline.report import run as rep
 
     try:
+        # what a server reads requests with (a tokenizer's files) travels with the model
+        t = out.run.task
+        extra = t.serving_files() if hasattr(t, "serving_files") else None
         report["published"] = str(push(cfg.registry, model_name=cfg.model.name,
                                        mode=version_mode(cfg, out),
-                                       candidate=out.models["candidate"], manifest=evidence))
+                                       candidate=out.models["candidate"], manifest=evidence,
+                                       extra=extra))
         report["publish"].update(status="published", ref=report["published"])
     except (PipelineError, OSError) as e:
         report["publish"].update(status="failed", error=describe_os_error(e)

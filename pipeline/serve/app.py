@@ -32,7 +32,8 @@ from starlette.routing import Route
 
 from pipeline.serve.batcher import Batcher, Job
 from pipeline.serve.config import ServeConfig
-from pipeline.serve.inputs import BadInput, Limits, Prepared, prepare, warm
+from pipeline.serve.inputs import BadInput, Limits, Prepared
+from pipeline.serve.readers import prepare, warm
 from pipeline.serve.metrics import ServerMetrics
 
 
@@ -44,10 +45,10 @@ class Server:
     """One served model: its runtime, workers, batcher and metrics."""
 
     def __init__(self, served, cfg: ServeConfig):
-        from pipeline.models import task
+        from pipeline.serve.readers import reader
 
         self.served, self.cfg = served, cfg
-        self.task = task(served.task_key)
+        self.reader = reader(served.task_key)
         self.limits = Limits(cfg.max_body_bytes, cfg.max_pixels, cfg.max_side)
         self.metrics = ServerMetrics(cfg.max_batch)
         self.ready = False
@@ -101,14 +102,9 @@ class Server:
 
     async def _warm_up(self) -> None:
         """The whole path, a few times: workers, batcher, runtime (its first runs allocate)."""
-        import io
-
-        from PIL import Image
-
-        buf = io.BytesIO()
-        Image.new("L", (64, 32), color=255).save(buf, format="PNG")
+        body, content_type = self.reader.warm_request()
         for _ in range(max(1, self.cfg.warmup_runs)):
-            await self.answer(buf.getvalue(), "image/png")
+            await self.answer(body, content_type)
 
     # -- the data path -----------------------------------------------------------------------
     async def answer(self, body: bytes, content_type: str) -> tuple[object, dict]:
@@ -137,9 +133,9 @@ class Server:
 
     def _run_batch(self, jobs: list[Job]) -> list:
         start = time.perf_counter()
-        outputs = self.model.run(self.task.stack([j.feeds for j in jobs]))
+        outputs = self.model.run(self.reader.stack([j.feeds for j in jobs]))
         ran = time.perf_counter()
-        predictions = self.task.predictions(outputs)
+        predictions = self.reader.answers(outputs)
         done = time.perf_counter()
         timings = {"inference": (ran - start) * 1000.0, "postprocess": (done - ran) * 1000.0,
                    "batch": len(jobs)}
@@ -230,9 +226,17 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
 
         return Response(m.text(), media_type=CONTENT_TYPE_LATEST)
 
+    routes = [Route("/predict", predict, methods=["POST"]), Route("/healthz", healthz),
+              Route("/readyz", readyz), Route("/metrics", metrics)]
+    return Starlette(routes=routes, lifespan=lifespan(server)), server
+
+
+def lifespan(server):
+    """Start ``server`` (its ``start``, ``stop``, ``failed``) with the app, stop it with the app.
+    Warm-up runs as a task: the server answers /healthz and /readyz (503) meanwhile; a start that
+    fails is one line, then SIGTERM, and the command line exits non-zero."""
     @contextlib.asynccontextmanager
-    async def lifespan(app):
-        # Warm-up runs as a task: the server answers /healthz and /readyz (503) meanwhile.
+    async def span(app):
         import os
         import signal
 
@@ -257,6 +261,4 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
                 await starting
             await server.stop()
 
-    routes = [Route("/predict", predict, methods=["POST"]), Route("/healthz", healthz),
-              Route("/readyz", readyz), Route("/metrics", metrics)]
-    return Starlette(routes=routes, lifespan=lifespan), server
+    return span

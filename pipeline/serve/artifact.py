@@ -10,8 +10,9 @@ output-hash ledger of that evaluation.
 
 The recorded preprocessing is compared with what this code's task does now: an artifact whose
 evaluation fed the model differently is refused, never served with other inputs than it was
-gated on. Only tasks that can read a request (``from_image``: the built-in OCR tasks) are served;
-any other is one line saying so.
+gated on. Served: the built-in OCR tasks (``from_image``), and Hugging Face encoders whose run
+recorded a text spec (``serving``: the tokenizer files, shipped beside the model and re-hashed
+here, its ``max_length``, the outputs' decoding); any other is one line saying so.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class Served:
     output_sha256: str | None  # the evaluation's output-hash ledger
     evaluation_set: str | None # the digest of the split it was computed on
     runtime: dict              # the deployed runtime and precision the gate judged
+    kind: str = "predict"      # predict: one answer per request; generate: a decoder's stream
 
 
 def open_ref(ref: str, pulled_into: Path, overrides: list[str] | None = None) -> Served:
@@ -72,7 +74,7 @@ def _from_manifest(ref: str, model: Path, manifest: dict) -> Served:
     metrics = manifest.get("metrics") or {}
     return _served(ref, model, manifest["config"], manifest.get("serving"),
                    metrics.get("output_sha256"), manifest.get("evaluation_set"),
-                   ((manifest.get("runtime") or {}).get("deployed")) or {})
+                   ((manifest.get("runtime") or {}).get("deployed")) or {}, model.parent)
 
 
 def _from_report(ref: str, report: dict) -> Served:
@@ -95,18 +97,28 @@ def _from_report(ref: str, report: dict) -> Served:
         raise StageError(f"{ref}: the candidate in the cache is not the one the run gated "
                          f"(digest {lineage['digest'][:12]}); run the pipeline again")
     cand = next(r for r in report["rows"] if r["role"] == "candidate")
+    model_path = report["config"]["model"].get("path")
     return _served(ref, model, report["config"], report.get("serving"),
                    cand.get("output_sha256"), None, (report.get("runtimes") or {}).get("deployed")
-                   or {})
+                   or {}, Path(model_path) if model_path else None)
 
 
-def _served(ref, model, config: dict, spec: dict | None, ledger, eval_set, runtime) -> Served:
+def _served(ref, model, config: dict, spec: dict | None, ledger, eval_set, runtime,
+            files: Path | None) -> Served:
+    """``files``: where the files the spec names are (a pull's folder, or the run's model.path)."""
     from pipeline.models import TASKS, task
 
     source = config["model"]["source"]
+    if (Path(model).parent / "genai_config.json").is_file():  # an onnxruntime-genai decoder
+        return Served(ref, Path(model), config["model"]["name"], None, {}, ledger, eval_set,
+                      runtime, kind="generate")
+    if spec is not None and spec.get("reader") == "text":
+        return Served(ref, Path(model), config["model"]["name"], _text_key(ref, spec, files),
+                      spec, ledger, eval_set, runtime)
     if source not in TASKS:
         raise ConfigError(f"{ref}: model.source={source}: serving reads requests for the built-in "
-                          f"tasks ({', '.join(TASKS)}) so far")
+                          f"tasks ({', '.join(TASKS)}) and Hugging Face encoders whose run "
+                          "recorded their tokenizer; this artifact is neither")
     current = task(source).serving_spec()
     if spec is None:  # published before runs recorded it: this code's preprocessing is assumed
         print(f"serve: {ref} records no preprocessing; serving with the task's own ({source})")
@@ -116,3 +128,23 @@ def _served(ref, model, config: dict, spec: dict | None, ledger, eval_set, runti
                           f"{', '.join(changed)}; serve it with the version that built it")
     return Served(ref, Path(model), config["model"]["name"], source, current, ledger, eval_set,
                   runtime)
+
+
+def _text_key(ref: str, spec: dict, folder: Path | None):
+    """A text model's reader key, once every tokenizer file its evaluation used is found beside
+    the model (or in the run's model folder) with the bytes it had then."""
+    from pipeline.core.artifact import sha256_file
+    from pipeline.serve.readers import TextKey
+
+    if folder is None:
+        raise StageError(f"{ref}: no folder holds its tokenizer files")
+    for name, digest in sorted(spec.get("files", {}).items()):
+        path = folder / name
+        if not path.is_file():
+            raise StageError(f"{ref}: {path} is missing: the tokenizer its evaluation used "
+                             "travels with the model; serve a registry ref or pull it again")
+        if sha256_file(path) != digest:
+            raise StageError(f"{ref}: {path} changed since the evaluation (sha256 "
+                             f"{digest[:12]} then); serve the published version, whose files "
+                             "are the evaluated ones")
+    return TextKey(str(folder), json.dumps(spec, sort_keys=True))

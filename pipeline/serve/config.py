@@ -43,14 +43,22 @@ class ServeConfig:
     max_pixels: int = 16 * 1024 * 1024       # an image header claiming more is 413, not decoded
     max_side: int = 16384                    # nor a side longer than this
     warmup_runs: int = 3            # runs per path before /readyz says ready
+    # decoders (pipeline.serve.generate): each sequence's KV cache is reserved at admission
+    max_sequences: int = 4          # sequences generating at once; past it: 503
+    max_seq_len: int = 0            # prompt + new tokens per sequence; 0 = the model's context
+    max_new_tokens: int = 64        # new tokens when a request names none
+    kv_budget_mb: float = 0.0       # KV cache all sequences may reserve; 0 = half the memory
+                                    # available when the server starts
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ConfigError(f"--mode={self.mode!r}: valid choices: {', '.join(MODES)}")
-        for key in ("max_batch", "queue_limit", "max_body_bytes", "max_pixels", "max_side"):
+        for key in ("max_batch", "queue_limit", "max_body_bytes", "max_pixels", "max_side",
+                    "max_sequences", "max_new_tokens"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"--{key.replace('_', '-')}={getattr(self, key)}: must be > 0")
-        for key in ("workers", "intra_op_threads", "shape_bucket", "warmup_runs", "port"):
+        for key in ("workers", "intra_op_threads", "shape_bucket", "warmup_runs", "port",
+                    "max_seq_len", "kv_budget_mb"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"--{key.replace('_', '-')}={getattr(self, key)}: must be >= 0")
         if self.max_wait_ms < 0:

@@ -1,6 +1,8 @@
 """A request's raw bytes checked, decoded and preprocessed, or refused in one line.
 
-In: the body, its Content-Type, the server's limits and the task. Out: a ``Prepared`` (the feeds
+In: the body, its Content-Type and the server's limits. Out: for an image model the decoded
+image, for a text model the text (``read_text``: UTF-8, or JSON ``{"text": ...}``); the readers
+(``readers``) turn them into a ``Prepared`` (the feeds
 of a batch of one, the size class the batcher groups by, and the time decoding and preprocessing
 took), or a ``BadInput`` carrying the HTTP status and one line naming the problem: an empty body,
 a body over the size limit (413), text or any bytes that are not a PNG or JPEG (415; text that is
@@ -14,10 +16,8 @@ Runs in the preprocessing worker processes (``pipeline.serve.app``), or in the r
 from __future__ import annotations
 
 import io
-import time
 from dataclasses import dataclass
 
-import numpy as np
 
 IMAGE_FORMATS = ("PNG", "JPEG")
 
@@ -96,24 +96,32 @@ def open_image(body: bytes, content_type: str, limits: Limits):
     return image
 
 
-def prepare(body: bytes, content_type: str, limits: Limits, task_key) -> Prepared:
-    """Decode and preprocess one request for ``task_key``'s model."""
-    from pipeline.models import task
-    from pipeline.task.contract import size_of
+def read_text(body: bytes, content_type: str, limits: Limits) -> str:
+    """A text model's request: the body as UTF-8 text, or a JSON object whose ``text`` is a
+    string (Content-Type application/json); an image, bytes that are not UTF-8, JSON without a
+    string ``text`` or text of only whitespace is one line."""
+    check_body(body, limits)
+    kind = content_type.split(";")[0].strip().lower()
+    if kind.startswith("image/"):
+        raise BadInput(415, f"Content-Type {kind}: this model reads text (UTF-8, or JSON "
+                            '{"text": ...})')
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadInput(400, f"body is not valid UTF-8 (byte 0x{body[e.start]:02x} at offset "
+                            f"{e.start})") from None
+    if kind == "application/json":
+        import json
 
-    t = task(task_key)
-    start = time.perf_counter()
-    image = open_image(body, content_type, limits)
-    decoded = time.perf_counter()
-    feeds = t.from_image(image)
-    done = time.perf_counter()
-    return Prepared({k: np.ascontiguousarray(v) for k, v in feeds.items()}, size_of(t, feeds),
-                    (decoded - start) * 1000.0, (done - decoded) * 1000.0)
-
-
-def warm(task_key) -> bool:
-    """A worker's first call: import and build the task before the first request needs it."""
-    from pipeline.models import task
-
-    task(task_key)
-    return True
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise BadInput(400, f"body is not valid JSON ({e.msg} at line {e.lineno} column "
+                                f"{e.colno})") from None
+        if not isinstance(value, dict) or not isinstance(value.get("text"), str):
+            raise BadInput(400, 'JSON body must be an object with a string "text", e.g. '
+                                '{"text": "a sentence"}')
+        text = value["text"]
+    if not text.strip():
+        raise BadInput(400, "empty text: send the sentence to read")
+    return text

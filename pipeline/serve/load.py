@@ -2,8 +2,8 @@
 against a running server (``python -m pipeline.serve.load URL ...``).
 
 In: the server's URL (this machine's own, 127.0.0.1, is what the tests and ``make`` use), request
-bodies (the PNG/JPEG files of a folder, or OCR lines rendered by the task's own generator and
-scaled up to a scanner's size), the rates to offer or a start rate to sweep up from, the seconds
+bodies (the PNG/JPEG files of a folder, OCR lines rendered by the task's own generator and
+scaled up to a scanner's size, or the lines of a text file for a text model), the rates to offer or a start rate to sweep up from, the seconds
 per step and the p99 target (``slo.p99_ms``). Out: a ``LoadReport``: per step the offered and
 achieved rate, p50/p99/p999 from the client's clock (counted from when each request was due, not
 when it went out, so a client that falls behind does not hide queueing), errors by status,
@@ -116,8 +116,15 @@ async def _post(session, url: str, body: bytes, content_type: str):
 
 
 def _content_type(body: bytes) -> str:
-    return "image/png" if body[:8] == b"\x89PNG\r\n\x1a\n" else \
-        "image/jpeg" if body[:2] == b"\xff\xd8" else "application/octet-stream"
+    if body[:8] == b"\x89PNG\r\n\x1a\n":
+        return "image/png"
+    if body[:2] == b"\xff\xd8":
+        return "image/jpeg"
+    try:  # a text model's request: a sentence
+        body.decode("utf-8")
+        return "text/plain; charset=utf-8"
+    except UnicodeDecodeError:
+        return "application/octet-stream"
 
 
 async def open_loop(url: str, bodies: list[bytes], qps: float, cfg: LoadConfig,
@@ -285,6 +292,12 @@ def ocr_lines(count: int, scale: float = 1.0, seed: int = 7, fmt: str = "PNG") -
         img.save(buf, format=fmt)
         out.append(buf.getvalue())
     return out
+
+
+def texts(path: Path) -> list[bytes]:
+    """Each non-empty line of a UTF-8 file, as a text model's request body."""
+    return [ln.encode() for ln in Path(path).read_text(encoding="utf-8").splitlines()
+            if ln.strip()]
 
 
 def files(folder: Path) -> list[bytes]:

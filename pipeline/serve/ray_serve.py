@@ -2,8 +2,9 @@
 
 In: a ``Served`` (``artifact.open_ref``) and a ``ServeConfig``. Out: a Ray Serve application
 (``application(...)``, for ``serve.run``) whose replicas each load the model on the runtime its
-gate judged and answer ``POST`` with the raw bytes of one image, exactly as ``pipeline.serve.app``
-does: the same checks and one-line 4xx (``inputs``), the same preprocessing, the same JSON.
+gate judged and answer ``POST`` with the raw bytes of one request (an image, or a text model's
+text), exactly as ``pipeline.serve.app`` does: the same reader (``readers``: checks and one-line
+4xx, preprocessing, decoding), the same JSON. Decoders are not deployed here.
 
 What differs: Ray Serve's proxy routes requests to ``replicas`` processes and bounds their queue
 (``max_ongoing_requests`` per replica, ``max_queued_requests`` in front: past it the proxy answers
@@ -26,7 +27,8 @@ def application(served, cfg: ServeConfig, replicas: int = 1, num_cpus: float = 1
     from starlette.requests import Request
     from starlette.responses import JSONResponse
 
-    from pipeline.serve.inputs import BadInput, Limits, prepare
+    from pipeline.serve.inputs import BadInput, Limits
+    from pipeline.serve.readers import prepare
 
     root = str(Path(__file__).resolve().parents[2])  # the replicas import this checkout
 
@@ -38,20 +40,20 @@ def application(served, cfg: ServeConfig, replicas: int = 1, num_cpus: float = 1
         def __init__(self, served, cfg: ServeConfig):
             from pipeline import runtimes
             from pipeline.config import HardwareRuntime
-            from pipeline.models import task
+            from pipeline.serve.readers import reader
 
-            self.served, self.cfg, self.task = served, cfg, task(served.task_key)
+            self.served, self.cfg, self.reader = served, cfg, reader(served.task_key)
             self.limits = Limits(cfg.max_body_bytes, cfg.max_pixels, cfg.max_side)
             deployed = served.runtime
             self.model = runtimes.load(served.model, HardwareRuntime(
                 "cpu", "CPUExecutionProvider", cfg.intra_op_threads, 1, None,
                 deployed.get("runtime", "onnxruntime"), deployed.get("precision", "fp32"),
                 deployed.get("performance_hint", "latency")))
-            self.model.run(self.task.example(1))  # warm: the first run allocates
+            self.model.run(self.reader.example())  # warm: the first run allocates
 
         def _run(self, group: list) -> list:
-            outputs = self.model.run(self.task.stack([p.feeds for p in group]))
-            return self.task.predictions(outputs)
+            outputs = self.model.run(self.reader.stack([p.feeds for p in group]))
+            return self.reader.answers(outputs)
 
         @serve.batch(max_batch_size=cfg.max_batch, batch_wait_timeout_s=cfg.max_wait_ms / 1000.0)
         async def infer(self, prepared: list) -> list:

@@ -1,0 +1,126 @@
+"""A decoder served (``pipeline.serve.generate``): tokens streamed as server-sent events equal the
+pipeline's own greedy generation, and a sequence is admitted only within its limits.
+
+The tiny Llama of ``tests/llm_tiny.py`` is exported by onnxruntime-genai's model builder
+(``tests/decoder_tiny.py``'s ``build``) and
+laid out as ``pipeline.registry pull`` lays out a published decoder (the builder's folder plus
+``manifest.json``). The reference generation runs onnxruntime-genai's Generator directly in a child
+process (greedy, the same prompt and length), not through the server's code. Refusals checked:
+a sequence longer than ``--max-seq-len`` (413), a KV cache over ``--kv-budget-mb`` (503 with
+Retry-After, while a sequence that fits is served), a malformed body (400); the cap on sequences
+at once is checked on the admission itself (a second sequence while one holds the only slot is
+refused), where no timing decides which request comes first.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+
+from tests.serve_helpers import start
+
+pytestmark = pytest.mark.slow
+
+PROMPT = "the quick brown fox jumps over"
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory):
+    from llm_tiny import llama
+
+    from tests import decoder_tiny
+
+    root = tmp_path_factory.mktemp("decoder")
+    llama(root / "hf")  # a byte-level BPE tokenizer, which onnxruntime-genai's tokenizer reads
+    folder = decoder_tiny.build(root / "hf", root / "served", "fp32")
+    (folder / "manifest.json").write_text(json.dumps(
+        {"config": {"model": {"name": "tiny-llama", "source": "hf"}}, "metrics": {}}))
+    return folder
+
+
+def _reference(folder: str, prompt: str, new: int) -> list[int]:
+    import numpy as np
+    import onnxruntime_genai as og
+
+    model = og.Model(folder)
+    ids = og.Tokenizer(model).encode(prompt)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(ids) + new, do_sample=False)
+    gen = og.Generator(model, params)
+    gen.append_tokens(np.asarray([ids], dtype=np.int32))
+    while not gen.is_done():
+        gen.generate_next_token()
+    return [int(t) for t in gen.get_sequence(0)[len(ids):]]
+
+
+def _events(response) -> list[tuple[str, dict]]:
+    out, kind = [], None
+    for line in response.iter_lines(decode_unicode=True):
+        if line.startswith("event: "):
+            kind = line[len("event: "):]
+        elif line.startswith("data: "):
+            out.append((kind, json.loads(line[len("data: "):])))
+    return out
+
+
+def test_tokens_stream_as_the_pipelines_greedy_generation_and_limits_refuse(decoder, tmp_path):
+    from pipeline.core import isolate
+
+    running = start(str(decoder), tmp_path, "--threads", "1", "--kv-budget-mb", "0.02",
+                    "--max-seq-len", "64", "--max-new-tokens", "8")
+    try:
+        ready = requests.get(f"{running.url}/readyz", timeout=30).json()
+        per_token = ready["kv_bytes_per_token"]
+        assert per_token == 2 * 2 * 2 * 16 * 4  # K and V, 2 layers, 2 KV heads of 16, float32
+        fits = int(0.02 * 1024 * 1024 // per_token)  # positions the budget holds
+        with requests.post(f"{running.url}/generate", json={"prompt": PROMPT,
+                                                            "max_new_tokens": 12},
+                           stream=True, timeout=60) as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith(
+                "text/event-stream"), r.text
+            events = _events(r)
+        tokens = [e["id"] for kind, e in events if kind == "token"]
+        done = [e for kind, e in events if kind == "done"]
+        assert len(done) == 1 and events[-1][0] == "done"
+        assert tokens == done[0]["tokens"] and 1 <= len(tokens) <= 12
+        # a longer sequence than the budget's KV cache holds: 503, and the server goes on
+        prompt_len = done[0]["prompt_tokens"]
+        over = requests.post(f"{running.url}/generate",
+                             json={"prompt": PROMPT, "max_new_tokens": fits - prompt_len + 1},
+                             timeout=60)
+        too_long = requests.post(f"{running.url}/generate",
+                                 json={"prompt": PROMPT, "max_new_tokens": 65}, timeout=60)
+        malformed = requests.post(f"{running.url}/generate", json={"text": PROMPT}, timeout=60)
+        again = requests.post(f"{running.url}/generate", data=PROMPT.encode(),
+                              headers={"Content-Type": "text/plain"}, stream=True, timeout=60)
+        assert again.status_code == 200 and _events(again)[-1][0] == "done"
+        metrics = requests.get(f"{running.url}/metrics", timeout=30).text
+    finally:
+        assert running.stop() == 0, running.log.read_text()
+    assert tokens == isolate.call("reference generation", _reference, str(decoder), PROMPT, 12)
+    assert over.status_code == 503 and over.headers.get("Retry-After"), over.text
+    assert "KV cache" in over.json()["error"] and "--kv-budget-mb" in over.json()["error"]
+    assert too_long.status_code == 413 and "--max-seq-len" in too_long.json()["error"]
+    assert malformed.status_code == 400 and '"prompt"' in malformed.json()["error"]
+    assert "serve_time_to_first_token_seconds_count 2.0" in metrics
+    assert "serve_sequences_active 0.0" in metrics and "serve_kv_reserved_bytes 0.0" in metrics
+
+
+def test_admission_caps_sequences_and_kv_bytes():
+    from pipeline.serve.generate import Admission, Refused
+
+    a = Admission(max_sequences=1, budget_bytes=1000, available=lambda: 10 ** 12)
+    a.admit(600)
+    with pytest.raises(Refused, match="--max-sequences") as e:
+        a.admit(1)
+    assert e.value.status == 503
+    a.release(600)
+    with pytest.raises(Refused, match="--kv-budget-mb"):
+        a.admit(1001)
+    a.admit(1000)  # exactly the budget fits
+    a.release(1000)
+    short = Admission(max_sequences=4, budget_bytes=10 ** 12, available=lambda: 300 * 2 ** 20)
+    with pytest.raises(Refused, match="available"):  # the machine's memory, less the margin
+        short.admit(100 * 2 ** 20)
+    assert (short.active, short.reserved) == (0, 0)
