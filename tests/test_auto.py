@@ -16,7 +16,7 @@ import pytest
 from pipeline.recipes import regions
 from tests.conftest import run_cli
 
-FAST = ["bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=1",
+FAST = ["bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=0.3",
         "bench.warmup_max_runs=20", "bench.size_buckets=2", "bench.batches_per_bucket=1",
         "bench.cold_start_repeats=0", "bench.batch_sizes=[8]", "bench.aa_tolerance=0.5",
         # random weights decode noise: agreement with FP16 says nothing about quantization here

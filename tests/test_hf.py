@@ -22,7 +22,7 @@ from tests.conftest import one_line, run_cli
 
 pytest.importorskip("transformers")
 
-FAST = ["registry=null", "bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=1",
+FAST = ["registry=null", "bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=0.3",
         "bench.warmup_max_runs=20", "bench.size_buckets=2", "bench.cold_start_repeats=0",
         "bench.aa_tolerance=0.5", "gate.min_speedup=0", "gate.check_slo_p99=false",
         "quant.profile_runs=3", "quant.ranking_samples=20",

@@ -22,7 +22,7 @@ from tests.conftest import one_line, run_cli
 from tests.opens import watch
 
 FAST = ["registry=null", "gate.min_speedup=0", "bench.min_rounds=20", "bench.min_seconds=0",
-        "bench.max_seconds=1"]
+        "bench.max_seconds=0.3"]
 
 
 class Hostile:
