@@ -4,7 +4,14 @@ no two folders (or modules) import each other.
 The test reads every module of ``pipeline/`` and ``benchmarks/`` with ``ast`` (nothing is
 imported), collects each ``import``/``from ... import`` wherever it stands (module level or inside
 a function: a lazy import is still a dependency), resolves it to a module of the tree, and checks
-the resulting graph at the level of folders. A module belongs to the folder it sits in; there is
+the resulting graph at the level of folders. An import by name (``importlib.import_module``,
+``__import__``) is a dependency too: a literal name (or an f-string's literal prefix) is resolved
+as written; a computed one (``import_module(t.pruning)``, ``import_module(TASKS[name])``) depends
+on every module of the tree that the names in its argument can hold: the module's own string
+constants naming a module of the tree (a registry dict such as ``TASKS``), and, for an attribute,
+every string naming one that the tree assigns to an attribute of that name (``pruning =
+"pipeline.models..."`` in a task class). A computed name the test cannot resolve fails, unless it
+imports the user's own code (``NAMED_BY_THE_USER``). A module belongs to the folder it sits in; there is
 no per-module table. One rule is by name: a ``__main__`` module is how ``python -m`` finds a
 command line, so it counts as ``cli`` wherever it sits (it only calls ``pipeline.cli``).
 """
@@ -52,6 +59,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 
+# Modules whose import by a computed name loads the user's code, never a module of this tree.
+NAMED_BY_THE_USER = {
+    "pipeline.models.torch_factory": "model.factory=package.module:function, the user's network",
+}
+
+
 def _modules(root: Path = ROOT) -> dict[str, Path]:
     mods = {}
     for top in ("pipeline", "benchmarks"):
@@ -63,17 +76,82 @@ def _modules(root: Path = ROOT) -> dict[str, Path]:
     return mods
 
 
-def _graph(mods: dict[str, Path]) -> dict[str, set[str]]:
+def _resolver(mods: dict[str, Path]):
     def resolve(name: str) -> str | None:  # the module itself, or the package that holds it
         while name and name not in mods:
             name = name.rpartition(".")[0]
         return name or None
+    return resolve
 
+
+def _module_names(node: ast.AST, mods: dict[str, Path]) -> set[str]:
+    """Every string constant under ``node`` that names a module of the tree (``mod:attr`` too)."""
+    out = set()
+    for c in ast.walk(node):
+        if isinstance(c, ast.Constant) and isinstance(c.value, str):
+            name = c.value.partition(":")[0]
+            if name in mods:
+                out.add(name)
+    return out
+
+
+def _held_by_attribute(trees: dict[str, ast.AST], mods: dict[str, Path]) -> dict[str, set[str]]:
+    """attribute name -> the tree's modules some module assigns to an attribute of that name
+    (``pruning = "pipeline.models.torch_prune"`` in a class, ``self.pruning = "..."``)."""
+    held: dict[str, set[str]] = {}
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                names = _module_names(node.value, mods)
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets if names else ():
+                    attr = (t.id if isinstance(t, ast.Name)
+                            else t.attr if isinstance(t, ast.Attribute) else None)
+                    if attr:
+                        held.setdefault(attr, set()).update(names)
+    return held
+
+
+def _is_named_import(call: ast.Call) -> bool:
+    f = call.func
+    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+    return name in ("import_module", "__import__") and bool(call.args)
+
+
+def _named_imports(name: str, tree: ast.AST, mods: dict[str, Path],
+                   held: dict[str, set[str]]) -> tuple[set[str], list[str]]:
+    """The tree's modules ``name`` imports by name, and the computed names it cannot resolve."""
+    resolve = _resolver(mods)
+    deps, unresolved = set(), []
+    own = _module_names(tree, mods)
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_named_import(n)):
+        arg = call.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            deps.add(resolve(arg.value))
+            continue
+        if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+            deps.add(resolve(arg.values[0].value.rstrip(".")))  # f"benchmarks.zoo.{name}"
+            continue
+        found = set(own)  # the candidates the module lists itself (a registry dict)
+        for n in ast.walk(arg):
+            if isinstance(n, ast.Attribute):
+                found |= held.get(n.attr, set())
+        if found:
+            deps |= found
+        elif name not in NAMED_BY_THE_USER:
+            unresolved.append(f"{name}:{call.lineno} import_module({ast.unparse(arg)})")
+    return deps, unresolved
+
+
+def _graph(mods: dict[str, Path], unresolved: list[str] | None = None) -> dict[str, set[str]]:
+    resolve = _resolver(mods)
+    trees = {name: ast.parse(path.read_text(), str(path)) for name, path in mods.items()}
+    held = _held_by_attribute(trees, mods)
     graph = {}
     for name, path in mods.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         deps = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(trees[name]):
             if isinstance(node, ast.Import):
                 deps |= {resolve(a.name) for a in node.names}
             elif isinstance(node, ast.ImportFrom):
@@ -84,6 +162,10 @@ def _graph(mods: dict[str, Path]) -> dict[str, set[str]]:
                 for a in node.names:  # `from pipeline import gate` names the module pipeline.gate
                     full = f"{base}.{a.name}"
                     deps.add(full if full in mods else resolve(base))
+        by_name, unseen = _named_imports(name, trees[name], mods, held)
+        deps |= by_name
+        if unresolved is not None:
+            unresolved += unseen
         deps.discard(None)
         deps.discard(name)
         graph[name] = deps
@@ -181,3 +263,11 @@ def test_no_folder_cycle():
 def test_no_import_cycle():
     cycles = _cycles(_graph(_modules()))
     assert not cycles, f"import cycles: {cycles}"
+
+
+def test_imports_by_name_resolve():
+    unresolved: list[str] = []
+    _graph(_modules(), unresolved)
+    assert not unresolved, ("imports by a computed name the layering cannot follow (name the "
+                            "candidates in the module, or go through a contract):\n"
+                            + "\n".join(unresolved))
