@@ -304,3 +304,17 @@ def test_no_function_over_100_lines():
                      "phases):\n" + "\n".join(new))
     stale = sorted(TOO_LONG_FOR_NOW - set(long))
     assert not stale, f"no longer too long (remove them from TOO_LONG_FOR_NOW): {stale}"
+
+
+def test_every_stage_module_has_its_test_file():
+    """Tests mirror the code: ``pipeline/stages/x.py`` (a stage module; private helpers are
+    ``_x.py``) is tested through its stage interface in ``tests/stages/test_x.py``."""
+    modules = sorted(p.stem for p in (ROOT / "pipeline" / "stages").glob("*.py")
+                     if not p.name.startswith("_"))
+    no_stage = [m for m in modules if not any(
+        isinstance(n, ast.ClassDef) and any(isinstance(f, ast.FunctionDef) and f.name == "run"
+                                            for f in n.body)
+        for n in ast.parse((ROOT / "pipeline" / "stages" / f"{m}.py").read_text()).body)]
+    assert not no_stage, f"stage modules without a stage (a helper is named _x.py): {no_stage}"
+    untested = [m for m in modules if not (ROOT / "tests" / "stages" / f"test_{m}.py").is_file()]
+    assert not untested, f"stages without tests/stages/test_<stage>.py: {untested}"

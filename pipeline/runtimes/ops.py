@@ -9,7 +9,7 @@ precision a runtime reports) holds only the compute-heavy ops under both runtime
 """
 from __future__ import annotations
 
-# Nodes renamed after their torch module and given a precision in the report (stages/names.py,
+# Nodes renamed after their torch module and given a precision in the report (stages/_names.py,
 # stages/quantize.py): the compute ops, plus the pools and activations a reader looks for.
 NAMED_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention",
              "MaxPool", "AveragePool", "GlobalAveragePool", "Relu", "Add", "Mul", "Sigmoid",

@@ -292,7 +292,7 @@ class FloatNodes:
     def run(self, parent, out_dir: Path, prepared) -> dict:
         import onnx
 
-        from pipeline.stages.parity import node_counts
+        from pipeline.stages._parity import node_counts
         from pipeline.stages.quantize import _keep_float_regions, precisions
 
         excluded = set(parent.meta.get("excluded", ()))
