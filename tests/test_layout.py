@@ -1,19 +1,20 @@
 """The source layout keeps its layers: every folder is a layer, no folder imports one above it, and
-no two folders (or modules) import each other.
+no two folders (or modules) import each other. Also the layout's other rules: no function over
+100 lines, and a test file per stage.
 
 The test reads every module of ``pipeline/`` and ``benchmarks/`` with ``ast`` (nothing is
 imported), collects each ``import``/``from ... import`` wherever it stands (module level or inside
 a function: a lazy import is still a dependency), resolves it to a module of the tree, and checks
 the resulting graph at the level of folders. An import by name (``importlib.import_module``,
 ``__import__``) is a dependency too: a literal name (or an f-string's literal prefix) is resolved
-as written; a computed one (``import_module(t.pruning)``, ``import_module(TASKS[name])``) depends
-on every module of the tree that the names in its argument can hold: the module's own string
-constants naming a module of the tree (a registry dict such as ``TASKS``), and, for an attribute,
-every string naming one that the tree assigns to an attribute of that name (``pruning =
-"pipeline.models..."`` in a task class). A computed name the test cannot resolve fails, unless it
-imports the user's own code (``NAMED_BY_THE_USER``). A module belongs to the folder it sits in; there is
-no per-module table. One rule is by name: a ``__main__`` module is how ``python -m`` finds a
-command line, so it counts as ``cli`` wherever it sits (it only calls ``pipeline.cli``).
+as written; a computed one (``import_module(TASKS[name])``, ``import_module(t.pruning)``)
+depends on every module of the tree its argument can name: the module names the module assigns
+to its own variables (a registry dict such as ``TASKS``) and, for an attribute, every module name
+the tree assigns to an attribute of that name (``pruning = "pipeline.models..."`` in a task
+class). A computed name it cannot resolve fails, unless it loads the user's own code
+(``NAMED_BY_THE_USER``). A module belongs to the folder it sits in; there is no per-module
+table. One rule is by name: a ``__main__`` module is how ``python -m`` finds a command line, so
+it counts as ``cli`` wherever it sits (it only calls ``pipeline.cli``).
 """
 from __future__ import annotations
 
@@ -123,7 +124,10 @@ def _named_imports(name: str, tree: ast.AST, mods: dict[str, Path],
     """The tree's modules ``name`` imports by name, and the computed names it cannot resolve."""
     resolve = _resolver(mods)
     deps, unresolved = set(), []
-    own = _module_names(tree, mods)
+    own = set()  # the module names it holds in variables (a registry dict such as TASKS)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            own |= _module_names(node.value, mods)
     for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_named_import(n)):
         arg = call.args[0]
         if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
@@ -318,3 +322,39 @@ def test_every_stage_module_has_its_test_file():
     assert not no_stage, f"stage modules without a stage (a helper is named _x.py): {no_stage}"
     untested = [m for m in modules if not (ROOT / "tests" / "stages" / f"test_{m}.py").is_file()]
     assert not untested, f"stages without tests/stages/test_<stage>.py: {untested}"
+
+
+def test_an_import_by_name_is_a_dependency(tmp_path):
+    """What the layering test follows on a tree of its own: a literal name, an f-string's
+    prefix, a registry dict of the module itself, an attribute that another module assigns a
+    module name to (the way prune/helper.py once imported models by a task's ``pruning``
+    string), and a computed name it cannot resolve."""
+    files = {
+        "pipeline/__init__.py": "",
+        "pipeline/models/__init__.py": "",
+        "pipeline/models/task.py": 'class T:\n    pruning = "pipeline.models.rule"\n',
+        "pipeline/models/rule.py": "",
+        "pipeline/prune/__init__.py": "",
+        "pipeline/prune/helper.py": ("import importlib\n"
+                                     "def helper(t):\n"
+                                     "    return importlib.import_module(t.pruning)\n"),
+        "pipeline/runtimes/__init__.py": ('BACKENDS = {"a": "pipeline.runtimes.a"}\n'
+                                          "def backend(n):\n"
+                                          "    return __import__(BACKENDS[n])\n"),
+        "pipeline/runtimes/a.py": "",
+        "pipeline/data/__init__.py": ("from importlib import import_module\n"
+                                      'import_module("pipeline.models.rule")\n'
+                                      'import_module(f"pipeline.runtimes.{1}")\n'
+                                      "def load(name):\n"
+                                      "    return import_module(name)\n"),
+        "benchmarks/__init__.py": "",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    unresolved: list[str] = []
+    graph = _graph(_modules(tmp_path), unresolved)
+    assert graph["pipeline.prune.helper"] == {"pipeline.models.rule"}
+    assert graph["pipeline.runtimes"] == {"pipeline.runtimes.a"}
+    assert graph["pipeline.data"] == {"pipeline.models.rule", "pipeline.runtimes"}
+    assert unresolved == ["pipeline.data:5 import_module(name)"]
