@@ -250,3 +250,27 @@ def test_fit_runs_in_the_chosen_precision():
         fit(net, batches(5, 2), 1, 1e-3, bf16)
         hook.remove()
     assert seen == [torch.float32, torch.bfloat16]
+
+
+def test_the_pruning_helper_comes_through_the_task_contract():
+    """``prune`` reads a model's helper from the task (``Prunable.pruning_helper``), never by a
+    module name; a task that cannot be pruned is refused with its own reason, in one line."""
+    from types import SimpleNamespace
+
+    from pipeline.models import task
+    from pipeline.prune.helper import helper
+    from pipeline.task.contract import Prunable
+
+    crnn = task("ocr")
+    assert isinstance(crnn, Prunable)
+    h = helper(crnn, tiny())
+    params = h.params_of(tiny())  # the CRNN's own helper: widths (the collapse conv's last)
+    assert tuple(h.example().shape) == (2, 1, 32, 128) and not h.rebuild_by_history
+    assert params["widths"][:len(WIDTHS)] == list(WIDTHS) and params["hidden"] == 16
+    with pytest.raises(ConfigError, match=r"^prune=channels: model 'ocr_mobile' has no pruning"):
+        helper(task("ocr_mobile"), tiny())
+    onnx_like = SimpleNamespace(key="graph.onnx", no_pruning="only an ONNX graph")
+    with pytest.raises(ConfigError, match=r"^prune=channels: only an ONNX graph$"):
+        helper(onnx_like, None)
+    with pytest.raises(ConfigError, match=r"model 'bare' has no pruning support$"):
+        helper(SimpleNamespace(key="bare"), None)  # neither a helper nor a reason

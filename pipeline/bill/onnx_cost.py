@@ -112,9 +112,43 @@ def input_shapes(model, batch: int, sample_shape=None) -> dict[str, list[int]]:
 def analyse(path: str | Path, batch: int, sample_shape=None) -> dict:
     """The cost of one inference at ``batch``; ``sample_shape`` is one sample's input shape
     without the batch (first input only; null = the model's static sizes)."""
+    from pipeline.bill import shapes as shape_inference
+
+    model = _read(path)
+    shape_inference.toposort(model.graph)
+    shapes = input_shapes(model, batch, sample_shape)
+    tensors = _Tensors(model.graph, shape_inference.infer(model, shapes))
+    constants, fixed = _constants_and_fixed(model.graph)
+    params = _parameters(model, tensors.info, tensors.consumers)
+    ops, by_op, uncounted = _operations(model.graph, tensors, constants, fixed)
+    g = model.graph
+    activations = _activations(g, tensors.info, tensors.producer, tensors.consumers, fixed,
+                               tensors.nbytes)
+    constant_bytes = sum(tensors.nbytes(c) or 0 for c in constants)
+    unknown = sorted(o for n in g.node for o in n.output
+                     if o and o not in fixed and tensors.shape(o) is None)
+    return {
+        "model": str(path), "file_bytes": Path(path).stat().st_size, "inputs": shapes,
+        "outputs": {o.name: tensors.shape(o.name) for o in g.output},
+        "parameters": params["count"], "parameter_bytes": params["bytes"],
+        "parameters_by_dtype": params["by_dtype"],
+        "parameter_bytes_by_dtype": params["bytes_by_dtype"],
+        "other_constant_bytes": constant_bytes - params["bytes"],
+        "excluded_constants": params["excluded"],
+        "flops": sum(o["flops"] for o in ops), "macs": sum(o["macs"] for o in ops),
+        "by_op": {k: v for k, v in sorted(by_op.items(), key=lambda kv: -kv[1]["flops"])},
+        "activations": activations,
+        "compulsory_bytes": constant_bytes + activations["io_bytes"],
+        "uncounted": dict(uncounted), "unknown_shapes": unknown[:20],
+        "unknown_shape_count": len(unknown), "ops": ops,
+    }
+
+
+def _read(path):
+    """The model's graph and declared weight shapes (never the weights); one line when the file
+    is not an ONNX model with an input."""
     import onnx
 
-    from pipeline.bill import shapes as shape_inference
     from pipeline.core.errors import StageError
 
     try:
@@ -125,27 +159,50 @@ def analyse(path: str | Path, batch: int, sample_shape=None) -> dict:
     if not [i for i in model.graph.input if i.name not in inits]:  # protobuf reads b"" as empty
         raise StageError(f"{path}: not an ONNX model with an input "
                          f"({Path(path).stat().st_size} bytes, {len(model.graph.node)} nodes)")
-    shape_inference.toposort(model.graph)
-    shapes = input_shapes(model, batch, sample_shape)
-    g = model.graph
-    info = shape_inference.infer(model, shapes)
+    return model
 
-    def shape(name):
-        s = info.get(name, (None, 0))[0]
+
+class _Tensors:
+    """The graph's tensors after shape inference: who produces and reads each, its shape and
+    its bytes (as stored, and as an operation really reads or writes it)."""
+
+    def __init__(self, g, info: dict):
+        self.info = info  # name -> (shape or None, elem type)
+        self.producer = {o: n for n in g.node for o in n.output if o}
+        self.consumers = defaultdict(list)  # name -> [(node index, node, input slot)]
+        for k, n in enumerate(g.node):
+            for j, i in enumerate(n.input):
+                if i:
+                    self.consumers[i].append((k, n, j))
+
+    def shape(self, name):
+        s = self.info.get(name, (None, 0))[0]
         return None if s is None or None in s else s
 
-    def nbytes(name) -> float | None:
-        s, t = info.get(name, (None, 0))
+    def nbytes(self, name) -> float | None:
+        s, t = self.info.get(name, (None, 0))
         return None if s is None or None in s else math.prod(s) * itemsize(t)
 
-    producer = {o: n for n in g.node for o in n.output if o}
-    consumers = defaultdict(list)
-    for k, n in enumerate(g.node):
-        for j, i in enumerate(n.input):
-            if i:
-                consumers[i].append((k, n, j))
+    def stored(self, name) -> float:
+        """Bytes an operation really reads for this input: a dequantized tensor is read in its
+        quantized form (the runtime's fused kernel takes the integers)."""
+        p = self.producer.get(name)
+        if p is not None and p.op_type == "DequantizeLinear":
+            return self.nbytes(p.input[0]) or 0.0
+        return self.nbytes(name) or 0.0
 
-    # Constants, what is computed from constants alone, and shape arithmetic.
+    def written(self, name) -> float:
+        """Bytes an operation really writes: an output that is only re-quantized is written as
+        integers by the fused kernel."""
+        uses = self.consumers.get(name, [])
+        if uses and all(u.op_type == "QuantizeLinear" for _, u, _ in uses):
+            return self.nbytes(uses[0][1].output[0]) or 0.0
+        return self.nbytes(name) or 0.0
+
+
+def _constants_and_fixed(g) -> tuple[set[str], set[str]]:
+    """The constants (initializers, Constant outputs), and every tensor known before the first
+    inference: the constants, what is computed from constants alone, and shape arithmetic."""
     constants = {i.name for i in g.initializer}
     constants |= {n.output[0] for n in g.node if n.op_type == "Constant"}
     derived, meta = set(), set()
@@ -159,26 +216,12 @@ def analyse(path: str | Path, batch: int, sample_shape=None) -> dict:
             derived.update(n.output)
         elif ins and all(i in constants or i in derived or i in meta for i in ins):
             meta.update(n.output)
-    fixed = constants | derived | meta
+    return constants, constants | derived | meta
 
-    params = _parameters(model, info, consumers)
 
-    def stored(name) -> float:
-        """Bytes an operation really reads for this input: a dequantized tensor is read in its
-        quantized form (the runtime's fused kernel takes the integers)."""
-        p = producer.get(name)
-        if p is not None and p.op_type == "DequantizeLinear":
-            return nbytes(p.input[0]) or 0.0
-        return nbytes(name) or 0.0
-
-    def written(name) -> float:
-        """Bytes an operation really writes: an output that is only re-quantized is written as
-        integers by the fused kernel."""
-        uses = consumers.get(name, [])
-        if uses and all(u.op_type == "QuantizeLinear" for _, u, _ in uses):
-            return nbytes(uses[0][1].output[0]) or 0.0
-        return nbytes(name) or 0.0
-
+def _operations(g, tensors: _Tensors, constants: set[str], fixed: set[str]):
+    """Each operation charged per inference (FLOPs, MACs, bytes moved, precision), the totals by
+    op type (every node counted, charged or not), and the op types without a formula."""
     ops, by_op, uncounted = [], defaultdict(lambda: {"count": 0, "flops": 0.0, "macs": 0.0,
                                                      "bytes": 0.0}), defaultdict(int)
     for n in g.node:
@@ -187,35 +230,17 @@ def analyse(path: str | Path, batch: int, sample_shape=None) -> dict:
             continue
         if all(o in fixed for o in n.output if o):
             continue
-        macs, flops = _work(n, shape, uncounted)
-        moved = sum(stored(i) for i in n.input if i) + sum(written(o) for o in n.output if o)
+        macs, flops = _work(n, tensors.shape, uncounted)
+        moved = (sum(tensors.stored(i) for i in n.input if i)
+                 + sum(tensors.written(o) for o in n.output if o))
         op = {"op": n.op_type, "name": n.name, "flops": flops, "macs": macs, "bytes": moved,
-              "precision": _precision(n, producer, info, constants)}
+              "precision": _precision(n, tensors.producer, tensors.info, constants)}
         ops.append(op)
         agg = by_op[n.op_type]
         agg["flops"] += flops
         agg["macs"] += macs
         agg["bytes"] += moved
-
-    activations = _activations(g, info, producer, consumers, fixed, nbytes)
-    constant_bytes = sum(nbytes(c) or 0 for c in constants)
-    unknown = sorted(o for n in g.node for o in n.output
-                     if o and o not in fixed and shape(o) is None)
-    return {
-        "model": str(path), "file_bytes": Path(path).stat().st_size, "inputs": shapes,
-        "outputs": {o.name: shape(o.name) for o in g.output},
-        "parameters": params["count"], "parameter_bytes": params["bytes"],
-        "parameters_by_dtype": params["by_dtype"],
-        "parameter_bytes_by_dtype": params["bytes_by_dtype"],
-        "other_constant_bytes": constant_bytes - params["bytes"],
-        "excluded_constants": params["excluded"],
-        "flops": sum(o["flops"] for o in ops), "macs": sum(o["macs"] for o in ops),
-        "by_op": {k: v for k, v in sorted(by_op.items(), key=lambda kv: -kv[1]["flops"])},
-        "activations": activations,
-        "compulsory_bytes": constant_bytes + activations["io_bytes"],
-        "uncounted": dict(uncounted), "unknown_shapes": unknown[:20],
-        "unknown_shape_count": len(unknown), "ops": ops,
-    }
+    return ops, by_op, uncounted
 
 
 def _parameters(model, info, consumers) -> dict:

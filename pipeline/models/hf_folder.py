@@ -182,7 +182,6 @@ class HfTask(UserTask):
     # SmoothQuant-style strengths the INT8 recipe tries (pipeline.stages.smooth): pretrained
     # encoders' LayerNorm and GELU outputs carry outlier channels
     smooth_alphas = (0.5, 0.65, 0.8)
-    pruning = None
     module_prefix = "model."  # node paths: ``network`` holds the transformers model as ``model``
     no_pruning = ("model=hf: pruning a transformer needs a recovery loop the folder does not "
                   "provide; run with prune=none")

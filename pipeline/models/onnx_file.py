@@ -230,7 +230,6 @@ class OnnxTask(UserTask):
         return seen
 
     # Nothing to prune: the network exists only as a graph.
-    pruning = None
     no_pruning = ("model=onnx has no network to prune (only an ONNX graph); prune a model=torch "
                   "source, or run with prune=none")
 

@@ -36,7 +36,8 @@ def resolve(spec: str):
 
 
 class TorchTask(UserTask):
-    pruning = "pipeline.models.torch_prune"  # trace input, held-out scores, recovery: generic
+
+    no_pruning = None  # the network is the factory's: pruned with the generic helper
 
     def __init__(self, key):
         super().__init__(key)
@@ -62,6 +63,12 @@ class TorchTask(UserTask):
 
     def __repr__(self) -> str:
         return f"TorchTask({self.key.path!r})"
+
+    def pruning_helper(self, net):
+        """The generic helper: trace input, held-out scores and recovery from the user's data."""
+        from pipeline.models.torch_prune import helper
+
+        return helper(self, net)
 
     @functools.cached_property
     def prune_ignored(self) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
 """What a model offers pruning: the task's pruning helper, and the layers it keeps whole.
 
-In: a task (its ``pruning`` helper module, or why it has none) and the ``prune`` config. Out: the
+In: a task (a ``pipeline.task.contract.Prunable``, or one saying in ``no_pruning`` why it is
+not) and the ``prune`` config. Out: the
 task's pruning helper for a network (trace input, held-out data and scores, recovery loop), or one
 line saying why this model cannot be pruned; the config with the model's own ignored layers filled
 in; and ``preflight``: the pruning planned on the configured architecture before any stage runs,
@@ -8,22 +9,22 @@ so a bad ``prune.*`` value or an ONNX-only model costs one line and seconds, not
 """
 from __future__ import annotations
 
-import importlib
 from pipeline.core.errors import ConfigError
+from pipeline.task.contract import Prunable, PruningHelper
 
 
 def refuse_unprunable(t) -> None:
     """One line, before anything is built, for a model without a network to prune."""
-    if not getattr(t, "pruning", None):
-        why = getattr(t, "no_pruning", None) or f"model {t.key!r} has no pruning support"
-        raise ConfigError(f"prune=channels: {why}")
+    why = getattr(t, "no_pruning", None)
+    if why or not isinstance(t, Prunable):
+        raise ConfigError(f"prune=channels: {why or f'model {t.key!r} has no pruning support'}")
 
 
-def helper(t, net):
+def helper(t, net) -> PruningHelper:
     """The task's pruning helper for ``net`` (its trace input, held-out data, scores and
     recovery loop), or one line saying why this model cannot be pruned."""
     refuse_unprunable(t)
-    return importlib.import_module(t.pruning).helper(t, net)
+    return t.pruning_helper(net)
 
 
 def with_ignored(cfg, t):

@@ -23,17 +23,16 @@ from typing import Protocol
 
 import numpy as np
 
-from pipeline.core.errors import ConfigError, StageError
+from pipeline.core.errors import ConfigError
+# The backends import these from their own module, so this package, which imports a backend by
+# name, is never imported back by one; callers still name them pipeline.runtimes.RuntimeFailure.
+from pipeline.runtimes.failure import RuntimeFailure, first_line
 
 BACKENDS = {"onnxruntime": "pipeline.runtimes.onnxruntime",
             "openvino": "pipeline.runtimes.openvino"}
 PRECISIONS = ("fp32", "bf16", "fp16")
 # The CPU flags that give a float precision native kernels (x86, as /proc/cpuinfo names them).
 PRECISION_FLAGS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
-
-
-class RuntimeFailure(StageError):
-    """A runtime cannot run this model (missing, unsupported operator, compile failure)."""
 
 
 class Loaded(Protocol):
@@ -110,29 +109,6 @@ def probe(model: Path, settings, batch: np.ndarray) -> dict:
     loaded = load(model, settings)
     first = {n: a[:1] for n, a in batch.items()} if isinstance(batch, dict) else batch[:1]
     return {"output": loaded.run(batch), "describe": loaded.describe(first)}
-
-
-def first_line(e: BaseException) -> str:
-    """The informative line of an engine's multi-line error (OpenVINO's end in a summary)."""
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if ln.startswith("-- ") or "not support" in ln.lower() or "No conversion" in ln:
-            return ln.lstrip("- ")
-    return lines[-1] if lines else type(e).__name__
-
-
-def executed_summary(ops: dict[str, dict[str, int]]) -> dict:
-    """{op type: {precision: count}}, and the share of convolutions and matmuls (recurrent
-    layers aside) that executed in INT8 kernels: 1.0 proves a QDQ model runs as INT8."""
-    from pipeline.runtimes.ops import GEMM_LIKE
-
-    kinds = {p for counts in ops.values() for p in counts}
-    gemm = {op: c for op, c in ops.items()
-            if any(op.endswith(g) or op.startswith(g) or g in op for g in GEMM_LIKE)}
-    total = sum(sum(c.values()) for c in gemm.values())
-    int8 = sum(c.get("int8", 0) for c in gemm.values())
-    return {"ops": ops, "precisions": sorted(kinds),
-            "conv_matmul_int8_share": int8 / total if total else None}
 
 
 @lru_cache(maxsize=1)

@@ -148,8 +148,7 @@ def _profile(path: Path) -> list:
 def executed(model: Path, settings, example) -> dict:
     """Per compute op type, the precision its kernels ran in: one profiled run of a separate
     session with the same options (profiling slows every run, so never the timed session)."""
-    from pipeline.runtimes import executed_summary
-    from pipeline.runtimes.ops import COMPUTE_OPS
+    from pipeline.runtimes.ops import COMPUTE_OPS, executed_summary
 
     so = _options(settings)
     so.enable_profiling = True
@@ -177,7 +176,7 @@ def executed(model: Path, settings, example) -> dict:
 
 
 def load(model: Path, settings) -> OrtModel:
-    from pipeline.runtimes import RuntimeFailure
+    from pipeline.runtimes.failure import RuntimeFailure
 
     if settings.precision != "fp32":
         raise RuntimeFailure(f"{NAME} {settings.precision}: its CPU provider computes float ops "

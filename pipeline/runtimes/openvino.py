@@ -56,7 +56,7 @@ def compile_config(settings) -> dict:
 
 class OvModel:
     def __init__(self, model: Path, settings):
-        from pipeline.runtimes import RuntimeFailure, first_line
+        from pipeline.runtimes.failure import RuntimeFailure, first_line
 
         self.settings = settings
         c = core()
@@ -97,8 +97,7 @@ class OvModel:
 
 def executed(compiled) -> dict:
     """Per layer type, the precision OpenVINO's runtime model executes it in."""
-    from pipeline.runtimes import executed_summary
-    from pipeline.runtimes.ops import COMPUTE_OPS
+    from pipeline.runtimes.ops import COMPUTE_OPS, executed_summary
 
     ops: dict[str, dict[str, int]] = {}
     for node in compiled.get_runtime_model().get_ordered_ops():

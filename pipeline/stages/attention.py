@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.engine.runner import CHECKS_ONLY
-from pipeline.stages.parity import compare, node_counts
+from pipeline.stages._parity import compare, node_counts
 
 HEADS_IN = (0, 2, 1, 3)   # [b, s, heads, d] -> [b, heads, s, d] (and back, after P.V)
 KEYS_IN = (0, 2, 3, 1)    # [b, s, heads, d] -> [b, heads, d, s]: K already transposed for Q.K^T

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pipeline.engine.runner import CHECKS_ONLY
 from pipeline.stages.load import network_from
-from pipeline.stages.parity import compare, node_counts, require
+from pipeline.stages._parity import compare, node_counts, require
 
 DYNAMIC_MIN = 8  # smallest size torch.export may assume for a dynamic axis other than the batch
 

@@ -130,71 +130,105 @@ def handback_candidates(graph, precision: dict, excluded=()) -> tuple[list[str],
 def edit(model, prepared, floated: set, excluded: set, static_op_types=None):
     """``model`` (the INT8 ``onnx.ModelProto``, quantized with ``excluded`` float) edited so that
     ``floated`` is float too; ``prepared``: the float model it was quantized from."""
-    import onnx
-
-    g, pg = model.graph, prepared.graph
-    before = quantized_tensors(pg, excluded, static_op_types)
+    pg = prepared.graph
     after = quantized_tensors(pg, excluded | floated, static_op_types)
-    unquantize = before - after
-    p_nodes = {n.name: n for n in pg.node}
-    p_inits = {i.name: i for i in pg.initializer}
-    inits = {i.name: i for i in g.initializer}
-    producer = {o: n for n in g.node for o in n.output}
-    names = {n.name for n in g.node}
-    missing = sorted(n for n in floated if n not in names and n not in p_nodes)
+    unquantize = quantized_tensors(pg, excluded, static_op_types) - after
+    e = _Edit(model.graph, pg)
+    missing = sorted(n for n in floated if n not in e.names and n not in e.p_nodes)
     if missing:
         raise StageError(f"float_nodes: {missing[0]!r} is not a node of the INT8 model")
-    drop: set[int] = set()  # ids of nodes to remove
-    rewire: dict[str, str] = {}  # tensor read -> tensor to read instead
+    # Each phase replays one of the quantizer's rules listed in the module docstring.
+    _read_float_weights(e, floated)
+    _drop_pairs(e, unquantize)
+    restore = _folded_activations(e, after)
+    kept = _rewired([n for n in e.g.node if id(n) not in e.drop], e)
+    order = _without_dead_pairs(_with_activations(kept, restore, e), e.outputs)
+    del e.g.node[:]
+    e.g.node.extend(order)
+    # 4. Initializers nothing reads any more (int8 weights, scales of removed pairs).
+    read = {t for n in e.g.node for t in n.input} | e.outputs
+    keep = [i for i in e.g.initializer if i.name in read]
+    del e.g.initializer[:]
+    e.g.initializer.extend(keep)
+    return model
 
-    # 1. Handed-back nodes read their float weights.
-    for n in g.node:
+
+class _Edit:
+    """The INT8 graph being edited, the float graph it came from, and what the edit has decided
+    so far: the nodes to drop (by id) and the tensors their readers read instead."""
+
+    def __init__(self, g, pg):
+        self.g, self.pg = g, pg
+        self.p_nodes = {n.name: n for n in pg.node}
+        self.p_inits = {i.name: i for i in pg.initializer}
+        self.inits = {i.name: i for i in g.initializer}
+        self.producer = {o: n for n in g.node for o in n.output}
+        self.names = {n.name for n in g.node}
+        self.outputs = {o.name for o in g.output}
+        self.drop: set[int] = set()  # ids of nodes to remove
+        self.rewire: dict[str, str] = {}  # tensor read -> tensor to read instead
+
+    def add_float_initializer(self, name: str) -> None:
+        if name not in self.inits:
+            self.g.initializer.append(self.p_inits[name])
+            self.inits[name] = self.p_inits[name]
+
+
+def _read_float_weights(e: _Edit, floated: set) -> None:
+    """1. Handed-back nodes read their float weights."""
+    for n in e.g.node:
         if n.name not in floated:
             continue
-        src = p_nodes.get(n.name)
+        src = e.p_nodes.get(n.name)
         for k, t in enumerate(n.input):
-            dq = producer.get(t)
-            if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in inits:
+            dq = e.producer.get(t)
+            if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in e.inits:
                 continue
-            if src is None or k >= len(src.input) or src.input[k] not in p_inits:
+            if src is None or k >= len(src.input) or src.input[k] not in e.p_inits:
                 raise StageError(f"float_nodes: no float weight for input {k} of {n.name!r}")
             name = src.input[k]
             if dq.output[0] == name:  # the quantizer kept the name (a bias): its DQ must go
-                drop.add(id(dq))
-            if name not in inits:
-                g.initializer.append(p_inits[name])
-                inits[name] = p_inits[name]
+                e.drop.add(id(dq))
+            e.add_float_initializer(name)
             n.input[k] = name
-    # 2. Tensors no remaining node quantizes lose their Q/DQ pair.
+
+
+def _drop_pairs(e: _Edit, unquantize: set) -> None:
+    """2. Tensors no remaining node quantizes lose their Q/DQ pair."""
     consumers: dict[str, list] = {}
-    for n in g.node:
+    for n in e.g.node:
         for t in n.input:
             consumers.setdefault(t, []).append(n)
-    for q in g.node:
+    for q in e.g.node:
         # (a graph output's producer writes <t>_QuantizeLinear_Input: the tensor is still <t>)
         if (q.op_type != "QuantizeLinear"
                 or q.input[0].removesuffix("_QuantizeLinear_Input") not in unquantize):
             continue
-        drop.add(id(q))
+        e.drop.add(id(q))
         for dq in consumers.get(q.output[0], []):
             if dq.op_type == "DequantizeLinear":
-                drop.add(id(dq))
-                rewire[dq.output[0]] = q.input[0]
-    # 3. A Relu/Clip folded into its producer comes back where its input is float again.
-    restore = []
-    for pn in pg.node:
-        if (pn.op_type in REMOVABLE and pn.name not in names and pn.input[0] not in after
-                and pn.output[0] in producer):
-            restore.append(pn)
-    kept = [n for n in g.node if id(n) not in drop]
+                e.drop.add(id(dq))
+                e.rewire[dq.output[0]] = q.input[0]
+
+
+def _folded_activations(e: _Edit, after: set) -> list:
+    """3. The Relu/Clip nodes the quantizer folded into their producer whose input is float
+    again: they come back."""
+    return [pn for pn in e.pg.node
+            if pn.op_type in REMOVABLE and pn.name not in e.names and pn.input[0] not in after
+            and pn.output[0] in e.producer]
+
+
+def _rewired(kept: list, e: _Edit) -> list:
+    """The kept nodes reading the float tensors of removed pairs; a graph output read through a
+    removed pair keeps its name."""
     for n in kept:
         for k, t in enumerate(n.input):
-            if t in rewire:
-                n.input[k] = rewire[t]
-    outputs = {o.name for o in g.output}
-    for o in g.output:
-        if o.name in rewire:  # a graph output read through a removed pair: keep its name
-            src = rewire[o.name]
+            if t in e.rewire:
+                n.input[k] = e.rewire[t]
+    for o in e.g.output:
+        if o.name in e.rewire:
+            src = e.rewire[o.name]
             for n in kept:
                 for k, t in enumerate(n.output):
                     if t == src:
@@ -202,7 +236,15 @@ def edit(model, prepared, floated: set, excluded: set, static_op_types=None):
                 for k, t in enumerate(n.input):
                     if t == src:
                         n.input[k] = o.name
-    order = []
+    return kept
+
+
+def _with_activations(kept: list, restore: list, e: _Edit) -> list:
+    """``kept`` in order, each restored activation right after its producer, which writes the
+    activation's input again."""
+    import onnx
+
+    order, restore = [], list(restore)
     for n in kept:
         order.append(n)
         for pn in list(restore):
@@ -213,26 +255,22 @@ def edit(model, prepared, floated: set, excluded: set, static_op_types=None):
                                                    name=pn.name, domain=pn.domain or None)
                              if not pn.attribute else _copy(pn))
                 for t in pn.input[1:]:  # Clip's bounds
-                    if t and t in p_inits and t not in inits:
-                        g.initializer.append(p_inits[t])
-                        inits[t] = p_inits[t]
+                    if t and t in e.p_inits:
+                        e.add_float_initializer(t)
                 restore.remove(pn)
-    # Dequantized weights nothing reads any more (the handed-back nodes' int8 weights).
+    return order
+
+
+def _without_dead_pairs(order: list, outputs: set) -> list:
+    """Without the dequantized weights nothing reads any more (the handed-back nodes' int8
+    weights), and the quantizers that fed only them."""
     while True:
         read = {t for n in order for t in n.input} | outputs
         dead = [n for n in order if n.op_type in ("QuantizeLinear", "DequantizeLinear")
                 and not any(o in read for o in n.output)]
         if not dead:
-            break
+            return order
         order = [n for n in order if all(n is not d for d in dead)]
-    del g.node[:]
-    g.node.extend(order)
-    # 4. Initializers nothing reads any more (int8 weights, scales of removed pairs).
-    read = {t for n in g.node for t in n.input} | outputs
-    keep = [i for i in g.initializer if i.name in read]
-    del g.initializer[:]
-    g.initializer.extend(keep)
-    return model
 
 
 def _copy(node):
@@ -254,7 +292,7 @@ class FloatNodes:
     def run(self, parent, out_dir: Path, prepared) -> dict:
         import onnx
 
-        from pipeline.stages.parity import node_counts
+        from pipeline.stages._parity import node_counts
         from pipeline.stages.quantize import _keep_float_regions, precisions
 
         excluded = set(parent.meta.get("excluded", ()))

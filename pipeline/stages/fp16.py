@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pipeline.core import isolate
 from pipeline.core.errors import StageError
-from pipeline.stages.parity import compare, node_counts
+from pipeline.stages._parity import compare, node_counts
 
 
 def _convert(src: Path, dst: Path, block: list[str]) -> None:

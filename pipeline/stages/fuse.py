@@ -21,7 +21,7 @@ from pipeline.core.errors import StageError
 from pipeline.engine.runner import CHECKS_ONLY
 from pipeline.stages.attention import checked
 from pipeline.stages.norms import flattened_if_faster
-from pipeline.stages.parity import compare, node_counts, require
+from pipeline.stages._parity import compare, node_counts, require
 
 
 UNFUSED_BY_CHOICE = ("left unfused: MultiHeadAttention was timed no faster than the unfused "

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pipeline.core.errors import StageError
 from pipeline.engine.runner import CHECKS_ONLY
-from pipeline.stages.parity import compare, node_counts, require
+from pipeline.stages._parity import compare, node_counts, require
 
 MIN_OPSET = 13
 

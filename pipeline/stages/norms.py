@@ -32,7 +32,7 @@ import numpy as np
 
 from pipeline.engine.runner import CHECKS_ONLY
 from pipeline.stages.attention import TOLERANCE  # the fuse stage's own parity tolerance
-from pipeline.stages.parity import compare, node_counts
+from pipeline.stages._parity import compare, node_counts
 
 MIN_GAIN = 1.1      # the flat form's speedup must be clearly there: a few Reshapes are not free
 PROBE_SHAPE = (8, 64)  # batch, sequence of the timed synthetic rows

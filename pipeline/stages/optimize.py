@@ -9,7 +9,7 @@ Why two passes, in this order: onnxscript's optimizer folds the exporter's decom
 what only its shape inference sees. Only the basic level is saved: the extended level writes
 ONNX Runtime-only ops (FusedConv), which other runtimes cannot load and the quantizer cannot read.
 ONNX Runtime still fuses Conv+ReLU when it loads the saved model on the target.
-Compute nodes are renamed after the PyTorch modules they came from (``names.py``).
+Compute nodes are renamed after the PyTorch modules they came from (``_names.py``).
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.engine.runner import CHECKS_ONLY
-from pipeline.stages.names import rename_like_export
-from pipeline.stages.parity import compare, node_counts, require
+from pipeline.stages._names import rename_like_export
+from pipeline.stages._parity import compare, node_counts, require
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ smaller network without pickles and without knowing it was pruned. Meta: paramet
 and after, each pruned layer's width, held-out accuracy of the unpruned, the pruned and the
 recovered network, and the recovery's seconds, steps per second and precision (float32 or bfloat16
 autocast, from the CPU's flags: ``env.training_precision``). Torch-Pruning does the pruning
-(``pipeline.prune.channels``); the task's pruning helper (the module the task names as ``pruning``:
-``pipeline.models.ocr.prune`` for the CRNN, with its own generated data and training loop;
-``pipeline.models.torch_prune`` for a torch factory, on the user's data and metric) gives the trace
+(``pipeline.prune.channels``); the task's pruning helper (what its ``pruning_helper`` gives, the
+task contract's ``Prunable``: ``pipeline.models.ocr.prune`` for the CRNN, with its own generated
+data and training loop; ``pipeline.models.torch_prune`` for a torch factory, on the user's data and metric) gives the trace
 input, the held-out scores and the recovery. The plan (ignored names, whole-layer removal, the
 trace) is checked before any minute is spent on recovery, and the written files are rebuilt and
 must give the recovered network's outputs bit for bit. Deliberately not handled: tasks without a

@@ -20,7 +20,7 @@ from pathlib import Path
 from pipeline.core.errors import StageError
 from pipeline.quant.defaults import Int8Settings
 from pipeline.runtimes.ops import DYNAMIC_INT8_OPS, NAMED_OPS, NO_INT8_KERNEL
-from pipeline.stages.parity import node_counts
+from pipeline.stages._parity import node_counts
 
 RECURRENT = ("LSTM", "GRU")  # dynamic op types whose weights stay per tensor
 

@@ -6,8 +6,10 @@ names a data split by task, split, sample count, folder and content digest, so a
 in place changes every stage key that reads it), ``Batch`` (row indices, the feeds by input name,
 the labels), ``MetricsSpec`` (the metrics, the primary one and each one's direction and unit) and
 ``Task``, the protocol a task implements: read a split, batch it, stack single requests as a
-serving batcher would, turn outputs into predictions and scores. ``check`` lists what a task
-object gets wrong. The built-in OCR tasks (``pipeline.models.ocr.crnn``), an ONNX file
+serving batcher would, turn outputs into predictions and scores. ``Prunable`` and
+``PruningHelper`` are the optional part channel pruning reads (a task that can be pruned hands out
+its helper; one that cannot says why in ``no_pruning``). ``check`` lists what a task object gets
+wrong. The built-in OCR tasks (``pipeline.models.ocr.crnn``), an ONNX file
 (``pipeline.models.onnx_file``) and a torch factory (``pipeline.models.torch_factory``) are the
 implementations; no stage below them names a model, an axis or a metric.
 """
@@ -112,6 +114,37 @@ class Task(Protocol):
 
     # label-free tasks also take ``truth``: the data's own labels (None entries without)
     def score(self, predictions: list, labels: list) -> dict[str, float]: ...
+
+
+class PruningHelper(Protocol):
+    """What the ``prune`` stage asks of a model's pruning helper: the trace input, a held-out
+    sample and its scores, the params that rebuild the pruned network, and a recovery loop."""
+    MAC_INPUT: str                # what the MAC counts are per, in words
+    HELD_OUT_SEED: int | None     # the seed the held-out sample comes from (None: the data's own)
+    rebuild_by_history: bool      # the params cannot describe pruned widths: save the history
+
+    def example(self): ...        # the trace input: a tensor, or a tuple of them
+
+    def params_of(self, net) -> dict: ...
+
+    def held_out_what(self, count: int) -> str: ...
+
+    def held_out(self, count: int) -> list: ...
+
+    def score(self, net, held: list) -> dict[str, float]: ...
+
+    def recover(self, net, steps: int, lr: float, batch_size: int, seed: int, on_step=None,
+                bf16: bool | None = None) -> float | None: ...
+
+
+@runtime_checkable
+class Prunable(Protocol):
+    """A task whose network channel pruning can shrink (``pipeline.prune`` reads it only through
+    this, so the models a task comes from are never named there). A task that is not one, or
+    whose ``no_pruning`` holds a reason, is refused with that reason before anything is built.
+    (The layers it keeps whole are the ``Task``'s ``prune_ignored``.)"""
+
+    def pruning_helper(self, net) -> PruningHelper: ...
 
 
 def size_of(task: Task, feeds: dict) -> int:

@@ -50,9 +50,11 @@ class OcrTask:
         self.label_free = False  # generated lines come with their text
         self.dynamic_op_types = ("LSTM",)
         self.prune_ignored = ("cnn.0", "head")
-        # The module pruning takes its trace input, held-out data and recovery loop from: the
-        # CRNN's (the mobile network's blocks have no recovery helper yet).
-        self.pruning = "pipeline.models.ocr.prune" if key == "ocr" else None
+        # Pruning takes its trace input, held-out data and recovery loop from the CRNN's helper
+        # (pruning_helper); the mobile network's blocks have none yet.
+        self.no_pruning = (None if key == "ocr" else
+                           f"model {key!r} has no pruning support (its blocks have no recovery "
+                           "helper); prune the CRNN (model=ocr), or run with prune=none")
         # One sample for the bill when nothing was measured: a line of height 32 and width 164,
         # the median width of the evaluation lines (first 400 of seed 2); widths are multiples
         # of 4 (the CRNN's pooling). Only the CRNN's bill used it so far: kept so.
@@ -61,6 +63,13 @@ class OcrTask:
 
     def __repr__(self) -> str:
         return f"OcrTask({self.key!r})"
+
+    def pruning_helper(self, net):
+        """The CRNN's pruning helper (``pipeline.models.ocr.prune``: generated lines, its own
+        training loop); imported on use, as it pulls in the training code."""
+        from pipeline.models.ocr import prune
+
+        return prune.helper(self, net)
 
     # -- data --------------------------------------------------------------------------------
     def split(self, which: str, count: int, data_dir: str) -> DataSplit:
