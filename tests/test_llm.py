@@ -250,6 +250,7 @@ class _FakeRun:
         self.q = NS(block_size=block_size)
         self.names = ["/model/layers.0/mlp/MatMul", "/lm_head/MatMul"]
         self.fp32 = NS(digest="fp32")
+        self.memory = NS(reference_name="FP32")  # not streaming: FP32 is the reference
         self.scores = {"fp32": NS(meta={"perplexity_rise_pct": 0.0, "top1_agreement": 1.0,
                                         "kl_mean": 0.0})}
         self.rise, self.speedup = {**rise, "mixed": mixed_rise}, speedup
@@ -411,7 +412,7 @@ def test_decoder_auto_scores_its_pick_in_full_and_takes_the_next_when_the_full_t
                    full_rise={"int8_wide": 2.3})
     out = _auto(cfg, run, {"block_size": 32})
     assert run.full_scored == ["int8_wide", "int8"] and out.auto["winner"] == "int8"
-    assert out.verdict["passed"] and not out.auto["candidates"]["int8_wide"]["passed"]
+    assert out.verdict.passed and not out.auto["candidates"]["int8_wide"]["passed"]
     assert out.scores["candidate"].meta["perplexity_rise_pct"] == 0.7
     run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9}, speed)
     assert _auto(cfg, run, {"block_size": 32}).auto["winner"] == "int8_wide"

@@ -48,7 +48,7 @@ def run(cfg) -> int:
           f"quant={cfg.quant.mode.value} hardware={cfg.hardware.name}")
     runner, out, t0 = run_recipe(cfg, recipe, decoder)
     body = rep.body(cfg, out, runner.record)
-    publishing = out.verdict["passed"] and cfg.registry is not None
+    publishing = out.verdict.passed and cfg.registry is not None
     if publishing:
         body["publish"] = {"status": "pending", "backend": cfg.registry.backend.value}
     path = run_report.write(cfg.workdir, body, render=rep.markdown)

@@ -112,7 +112,7 @@ def _run(argv: list[str]) -> int:
           f"hardware={cfg.hardware.name}")
     runner, out, t0 = run_recipe(cfg, recipe, run)
     body = ship.body(cfg, out, runner.record)
-    publishing = out.verdict["passed"] and cfg.registry is not None
+    publishing = out.verdict.passed and cfg.registry is not None
     evidence = ship.manifest(out, body) if publishing else None
     if publishing:  # the report exists before publishing, whatever publishing then does
         body["publish"] = {"status": "pending", "backend": cfg.registry.backend.value}

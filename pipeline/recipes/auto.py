@@ -86,9 +86,8 @@ def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_bat
     at = bench_view.meta["batches"].get(str(gate_batch), {})
     row = {"candidate": name, "role": role, "target": str(target), "label": lab,
            "runtime": target.runtime, "precision": target.precision,
-           "passed": verdict["passed"],
-           "failed": [c["check"] for c in verdict["checks"] if not c["passed"]],
-           "failed_detail": [c["detail"] for c in verdict["checks"] if not c["passed"]],
+           "passed": verdict.passed, "failed": verdict.failed,
+           "failed_detail": [c.detail for c in verdict.checks if not c.passed],
            "latency_ms": {b: {k: a["latency_ms"]["candidate"][k] for k in ("p50", "p99")}
                           for b, a in bench_view.meta["batches"].items()
                           if a.get("candidate_label") == lab},
@@ -249,8 +248,8 @@ def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None,
             if lab not in bench.meta["targets"]:
                 continue  # failed to load on that runtime: recorded in failures
             view = as_candidate(bench, lab)
-            verdict = gate.judge({"fp16": ref, "candidate": ev}, view, g, t.metrics, cfg.slo,
-                                 models[role], env)
+            verdict = gate.judge(gate.measures({"fp16": ref, "candidate": ev}, view, g, cfg.slo,
+                                               models[role]), g, t.metrics, cfg.slo, env)
             table.append(_row(NAMES[role], role, target, lab, ev, ref, view, verdict, metric,
                               g.speedup_batch_size, g.output_rtol))
     winner = choose(table, metric)
@@ -283,7 +282,8 @@ def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None,
     plan.allowed = [target]
     final_evals, view, summary, _ = plan.decide(final_evals, view, g, t.metrics,
                                                 g.speedup_batch_size)
-    verdict = gate.judge(final_evals, view, g, t.metrics, cfg.slo, models[role], env)
+    verdict = gate.judge(gate.measures(final_evals, view, g, cfg.slo, models[role]), g,
+                         t.metrics, cfg.slo, env)
     auto = {"winner": winner, "table": table, "why": why(winner, table, metric),
             "notes": notes, "targets": [str(x) for x in plan.options],
             "unavailable": plan.unavailable, "failures": plan.failures,
@@ -382,12 +382,11 @@ def why(winner: dict, table: list[dict], metric) -> list[str]:
 TIMING_CHECKS = {"aa_check", "benchmark_sane", "same_environment"}
 
 
-def float_hint(verdict: dict, evals: dict, bench, plan, gate_cfg, metric, model: str) -> None:
+def float_hint(verdict, evals: dict, bench, plan, gate_cfg, metric, model: str) -> None:
     """``quant=int8`` (or dynamic, mixed) failed its speed check: say, in the verdict, which float
     artifact and runtime would pass and that ``quant=auto`` publishes it. Never changes the
     outcome: a model slower than its float baseline is not shipped."""
-    failed = {c["check"] for c in verdict["checks"] if not c["passed"]}
-    if "speedup_ci_low" not in failed:
+    if "speedup_ci_low" not in verdict.failed:
         return
     at = bench.meta["batches"].get(str(gate_cfg.speedup_batch_size)) or {}
     lab = at.get("fastest_float")
@@ -414,24 +413,17 @@ def float_hint(verdict: dict, evals: dict, bench, plan, gate_cfg, metric, model:
     else:
         hint = (f"the fastest float baseline, {title} on {target}, misses the accuracy gate too "
                 f"(drop {drop:.2f}, agreement {agree:.2%}); `quant=auto` compares every candidate")
-    add_hint(verdict, hint)
+    verdict.add_hint(hint)
 
 
-def add_hint(verdict: dict, hint: str) -> None:
-    """A hint joins the verdict's others and its summary line."""
-    verdict["hint"] = f"{verdict['hint']}; {hint}" if verdict.get("hint") else hint
-    verdict["summary"] += f"; hint: {hint}"
-
-
-def accuracy_hint(verdict: dict, mode: QuantMode, op_types: tuple, model: str) -> None:
+def accuracy_hint(verdict, mode: QuantMode, op_types: tuple, model: str) -> None:
     """``quant=int8`` (static) failed an accuracy check: say, in the verdict, what can hold the
     accuracy. ``op_types``: the op types dynamic INT8 quantizes for this model. Where they
     include the matrix products (a transformer encoder), dynamic INT8, whose activation scales
     are taken on each call: a pretrained encoder's outlier activations (all-mpnet-base-v2: a
     GELU output in [-0.17, 100]) break one calibrated scale per tensor. Elsewhere the mixed
     search, which keeps the most harmful nodes float. Never changes the outcome."""
-    failed = {c["check"] for c in verdict["checks"] if not c["passed"]}
-    if mode != QuantMode.int8 or not any(c.endswith("_drop") for c in failed):
+    if mode != QuantMode.int8 or not any(c.endswith("_drop") for c in verdict.failed):
         return
     if {"MatMul", "Gemm"} & set(op_types):
         hint = ("static INT8 misses the accuracy limit: dynamic INT8 (`quant=dynamic`) takes "
@@ -442,4 +434,4 @@ def accuracy_hint(verdict: dict, mode: QuantMode, op_types: tuple, model: str) -
         hint = ("static INT8 misses the accuracy limit: `quant=mixed` keeps the most harmful "
                 f"nodes float under the budget; `python -m pipeline model={model} quant=auto` "
                 "builds it beside the float models and publishes the fastest that passes")
-    add_hint(verdict, hint)
+    verdict.add_hint(hint)

@@ -29,14 +29,15 @@ role, scores, timing, the verdict, the search's trials).
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
+from pipeline import gate
 from pipeline.config import Config, QuantMode
 from pipeline.core.env import effective_flags, environment
 from pipeline.core.errors import ConfigError
 from pipeline.metrics import generation
+from pipeline.measure.results import DecodeResult, Role
 from pipeline.metrics import limits as metric_limits
 from pipeline.task.contract import MetricsSpec
 from pipeline.models.decoder import Decoder, enough_text, text_sets
@@ -61,7 +62,7 @@ class DecoderOutcome:
     models: dict                  # role -> Artifact (fp32, candidate, and auto's others)
     scores: dict                  # role -> score_text Artifact
     speed: object                 # decode_speed Artifact
-    verdict: dict
+    verdict: object               # pipeline.gate.verdict.Verdict
     decoder: Decoder
     settings: dict                # resolved quantization settings, with the reasons
     search: list = field(default_factory=list)   # mixed: every trial (plan summary, scores)
@@ -337,41 +338,14 @@ def search(groups: dict[str, list[str]], base: int, trial, sensitivity,
     return None
 
 
-def judge(cfg: Config, scored, speed, role: str = "candidate") -> dict:
-    """The verdict in the encoders' shape: each judged metric against FP32 at level 0, the
-    lower bound of the decode speedup's interval against FP32, the timing environment."""
-    checks = []
-    # FP32 is the reference: it scores as the reference does (no rise, full agreement)
-    got = generation.REFERENCE if role == "fp32" else generation.gated(scored.meta)
-    for r in metric_limits.judged(generation.REFERENCE, got,
-                                  cfg.gate.max_accuracy_drop, METRICS):
-        value = r["drop"]
-        ok = isinstance(value, float) and math.isfinite(value) and value <= r["limit"] + 1e-9
-        checks.append({"check": f"{r['metric']}_drop", "value": value if math.isfinite(value)
-                       else None, "limit": r["limit"], "passed": ok,
-                       "detail": f"{r['metric']} {r['candidate']:.3f} vs FP32 {r['reference']:.3f}"
-                       f" ({r['scale']})" if ok or math.isfinite(value) else
-                       f"{r['metric']}: no valid measurement (fails closed)"})
-    sp = (speed.meta.get("speedup_vs_fp32") or {}).get(role) if role != "fp32" else \
-        {"median": 1.0, "ci95": [1.0, 1.0]}
-    lo = sp["ci95"][0] if sp else float("nan")
-    checks.append({"check": "speedup_ci_low", "value": lo if math.isfinite(lo) else None,
-                   "limit": cfg.gate.min_speedup,
-                   "passed": bool(math.isfinite(lo) and lo >= cfg.gate.min_speedup),
-                   "detail": (f"decode {sp['median']:.2f}x (95% CI {sp['ci95'][0]:.2f}-"
-                              f"{sp['ci95'][1]:.2f}) vs FP32"
-                              + (" [noisy]" if speed.meta.get("noisy") else "")) if sp else
-                   "speedup_ci_low: no valid measurement (fails closed)"})
-    from pipeline.core.env import differences
-
-    diffs = differences(speed.meta.get("environment") or {}, environment(cfg.hardware.target()))
-    checks.append({"check": "same_environment", "value": float(len(diffs)), "limit": 0,
-                   "passed": not diffs, "detail": "timings taken in this environment" if not diffs
-                   else "timings taken elsewhere: " + "; ".join(diffs[:3])})
-    passed = all(c["passed"] for c in checks)
-    return {"passed": passed, "checks": checks,
-            "summary": "PASS" if passed else
-            "FAIL: " + "; ".join(c["detail"] for c in checks if not c["passed"])}
+def judge(cfg: Config, scored, speed, role: str = Role.candidate, reference: str = "FP32"):
+    """The one gate (``pipeline.gate.judge``) on a decoder's measures: each judged metric
+    against the reference at level 0, the lower bound of the decode speedup's interval against
+    it, the timing environment. ``reference``: what the text was scored and the decode timed
+    against (FP32, or the INT8 reference on the streaming path), named in every detail."""
+    got = {} if role == Role.fp32 else generation.gated(scored.meta)  # the reference: itself
+    m = gate.decode_measures(got, DecodeResult.of(speed), role, cfg.gate, reference)
+    return gate.judge(m, cfg.gate, METRICS, environment=environment(cfg.hardware.target()))
 
 
 def recipe(cfg: Config, runner, decoder: Decoder) -> DecoderOutcome:
@@ -394,7 +368,8 @@ def recipe(cfg: Config, runner, decoder: Decoder) -> DecoderOutcome:
         cand, cand_scores = run.build(run.uniform(q.bits), f"all{q.bits}", full=True)
     models["candidate"], scores["candidate"] = cand, cand_scores
     speed = run.speed({"candidate": cand} if cand is not run.fp32 else {})
-    verdict = judge(cfg, cand_scores, speed, "candidate" if cand is not run.fp32 else "fp32")
+    verdict = judge(cfg, cand_scores, speed, Role.candidate if cand is not run.fp32 else Role.fp32,
+                    run.memory.reference_name)
     return DecoderOutcome(models, scores, speed, verdict, decoder, settings, run.trials,
                           scoring=run.tally())
 
@@ -436,10 +411,11 @@ def _auto(cfg: Config, run: _Run, settings: dict) -> DecoderOutcome:
     int4_faster = int4_wins(sp)
 
     def passing(verdicts):
-        return sorted((r for r in verdicts if verdicts[r]["passed"] and r != "fp32"),
+        return sorted((r for r in verdicts if verdicts[r].passed and r != "fp32"),
                       key=lambda r: -sp[r]["median"])
 
-    verdicts = {r: judge(cfg, s, speed, r) for r, (_, s) in built.items()}
+    verdicts = {r: judge(cfg, s, speed, r, run.memory.reference_name)
+                for r, (_, s) in built.items()}
     eight = next((r for r in passing(verdicts) if r.startswith("int8")), "int8")
     block_8 = WIDE_BLOCK if eight == "int8_wide" else run.q.block_size
     best = next(iter(passing(verdicts)), None)
@@ -464,15 +440,16 @@ def _auto(cfg: Config, run: _Run, settings: dict) -> DecoderOutcome:
             built["mixed"] = mixed
             speed = run.speed({r: a for r, (a, _) in built.items()})
             sp = speed.meta["speedup_vs_fp32"]
-            verdicts = {r: judge(cfg, s, speed, r) for r, (_, s) in built.items()}
+            verdicts = {r: judge(cfg, s, speed, r, run.memory.reference_name)
+                for r, (_, s) in built.items()}
     scores = {**run.scores, **{r: s for r, (_, s) in built.items()}}
-    verdicts["fp32"] = judge(cfg, run.scores["fp32"], speed, "fp32")
+    verdicts["fp32"] = judge(cfg, run.scores["fp32"], speed, Role.fp32, run.memory.reference_name)
     winner, rescored = "fp32", []
     for r in passing(verdicts):  # the fastest first: its verdict on the full text decides
         scores[r] = run.score(built[r][0], r, full=True)
-        verdicts[r] = judge(cfg, scores[r], speed, r)
+        verdicts[r] = judge(cfg, scores[r], speed, r, run.memory.reference_name)
         rescored.append(r)
-        if verdicts[r]["passed"]:
+        if verdicts[r].passed:
             winner = r
             break
     speedup = {r: (sp.get(r) or {"median": 1.0})["median"] for r in verdicts}
@@ -480,9 +457,9 @@ def _auto(cfg: Config, run: _Run, settings: dict) -> DecoderOutcome:
     models["candidate"], scores["candidate"] = models[winner], scores[winner]
     settings = {**settings, "int4_faster_than_int8": int4_faster, "block_size_8_mixed": block_8,
                 "block_size": WIDE_BLOCK if winner == "int8_wide" else settings["block_size"]}
-    ok = [r for r in verdicts if verdicts[r]["passed"]]
-    auto = {"winner": winner, "candidates": {r: {"passed": v["passed"], "speedup": speedup[r],
-                                                 "summary": v["summary"],
+    ok = [r for r in verdicts if verdicts[r].passed]
+    auto = {"winner": winner, "candidates": {r: {"passed": v.passed, "speedup": speedup[r],
+                                                 "summary": v.summary,
                                                  "sequences": scores[r].meta.get("sequences"),
                                                  "stopped": scores[r].meta.get("stopped")}
                                              for r, v in verdicts.items()},

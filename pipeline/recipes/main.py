@@ -144,9 +144,10 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
                                    load=cfg.bench.load, slo_p99_ms=cfg.slo.p99_ms,
                                    hardware=deployed, nonce=cfg.bench.nonce),
                           candidate, fp32=fp32)
-    verdict = gate.judge(evals, bench, cfg.gate, t.metrics, cfg.slo, candidate, environment(hw),
-                         against_given=cfg.quant.mode == QuantMode.none)
-    if not verdict["passed"] and quant_info is not None:  # which float artifact would pass
+    verdict = gate.judge(gate.measures(evals, bench, cfg.gate, cfg.slo, candidate,
+                                       against_given=cfg.quant.mode == QuantMode.none),
+                         cfg.gate, t.metrics, cfg.slo, environment(hw))
+    if not verdict.passed and quant_info is not None:  # which float artifact would pass
         from pipeline.recipes.auto import accuracy_hint, dynamic_op_types, float_hint
 
         float_hint(verdict, evals, bench, plan, cfg.gate, t.metrics, m.source)

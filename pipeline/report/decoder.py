@@ -59,7 +59,7 @@ def body(cfg, out, record: list) -> dict:
     return {"status": "complete", "kind": "decoder", "model": cfg.model.name,
             "quant": cfg.quant.mode.value, "config": plain(cfg),
             "environment": environment(cfg.hardware), "decoder": plain(out.decoder),
-            "settings": out.settings, "verdict": out.verdict, "rows": rows(out),
+            "settings": out.settings, "verdict": out.verdict.as_dict(), "rows": rows(out),
             "evaluation": evaluation(out),
             "export": {"nodes": out.models["fp32"].meta.get("nodes"),
                        "parity_vs_transformers": out.models["fp32"].meta.get(
@@ -165,7 +165,7 @@ def markdown(report: dict) -> str:
 
 def evidence(out, report: dict) -> dict:
     cand = next(r for r in report["rows"] if r["role"] == "candidate")
-    return {"config": report["config"], "lineage": report["lineage"], "verdict": out.verdict,
+    return {"config": report["config"], "lineage": report["lineage"], "verdict": out.verdict.as_dict(),
             "metrics": {k: cand.get(k) for k in ("perplexity", "perplexity_rise_pct",
                                                  "top1_agreement", "kl_mean")},
             "latency": cand.get("decode"), "environment": report["environment"],

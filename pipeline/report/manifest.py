@@ -22,7 +22,7 @@ def body(cfg, out, record: list) -> dict:
     mode, t = cfg.quant.mode.value, out.run.task
     report = {"status": "complete", "model": cfg.model.name, "quant": mode, "config": plain(cfg),
               "environment": environment(cfg.hardware), "metrics": rep.metric_specs(t),
-              "verdict": out.verdict,
+              "verdict": out.verdict.as_dict(),
               "rows": rep.rows(out, mode, cfg.gate.output_rtol), "aa_check": rep.aa_checks(out),
               "timing": rep.timing(out), "bill": _bill(out, cfg), "stages": record,
               "lineage": {role: {"digest": a.digest, "stage": a.stage, "parent": a.parent,
@@ -97,7 +97,7 @@ def manifest(out, report: dict) -> dict:
     """The evidence that ships with the candidate."""
     cand = next(r for r in report["rows"] if r["role"] == "candidate")
     deployed = out.runtimes["deployed"]
-    return {"config": report["config"], "lineage": report["lineage"], "verdict": out.verdict,
+    return {"config": report["config"], "lineage": report["lineage"], "verdict": out.verdict.as_dict(),
             "metrics": {k: cand.get(k) for k in (*(m["name"] for m in report["metrics"]),
                                                  "agreement_with_fp16", "output_sha256")},
             "latency": cand["latency"], "environment": report["environment"],
