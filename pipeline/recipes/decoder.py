@@ -24,18 +24,19 @@ Latency-aware: when INT4 everywhere is not faster than INT8 everywhere on this m
 lower bound of their speed ratio at or under 1), the search starts from 8 bits and 4 bits are
 not used at all: a narrower layer that is not faster only costs accuracy.
 
-In: the ``Config``, the ``Runner`` and the ``Decoder``. Out: ``DecoderOutcome`` (artifacts by
-role, scores, timing, the verdict, the search's trials).
+In: the ``Config``, the ``Runner`` and the ``Decoder``. Out: the one ``Outcome`` every recipe
+returns (artifacts by role, their text scores as evaluations, the decode timing as the
+benchmark, the verdict of the one gate, and ``WeightOnly``: the settings and the search's trials).
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from pipeline import gate
 from pipeline.config import Config, QuantMode
 from pipeline.core.env import effective_flags, environment
 from pipeline.core.errors import ConfigError
+from pipeline.gate.outcome import Outcome, WeightOnly
 from pipeline.metrics import generation
 from pipeline.measure.results import DecodeResult, Role
 from pipeline.metrics import limits as metric_limits
@@ -55,19 +56,6 @@ METRICS = MetricsSpec(tuple(generation.SPECS.values()), "perplexity_rise")
 LEVEL4_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "asimddp")
 OUTPUT_LAYER = "lm_head"
 MODES = (QuantMode.none, QuantMode.int8, QuantMode.dynamic, QuantMode.mixed, QuantMode.auto)
-
-
-@dataclass
-class DecoderOutcome:
-    models: dict                  # role -> Artifact (fp32, candidate, and auto's others)
-    scores: dict                  # role -> score_text Artifact
-    speed: object                 # decode_speed Artifact
-    verdict: object               # pipeline.gate.verdict.Verdict
-    decoder: Decoder
-    settings: dict                # resolved quantization settings, with the reasons
-    search: list = field(default_factory=list)   # mixed: every trial (plan summary, scores)
-    auto: dict | None = None      # quant=auto: every candidate's verdict and the choice
-    scoring: dict | None = None   # what scoring cost: sequences and tokens, full passes
 
 
 def check_mode(cfg: Config) -> None:
@@ -348,7 +336,7 @@ def judge(cfg: Config, scored, speed, role: str = Role.candidate, reference: str
     return gate.judge(m, cfg.gate, METRICS, environment=environment(cfg.hardware.target()))
 
 
-def recipe(cfg: Config, runner, decoder: Decoder) -> DecoderOutcome:
+def recipe(cfg: Config, runner, decoder: Decoder) -> Outcome:
     check_mode(cfg)
     run = _Run(cfg, runner, decoder)
     q, mode = run.q, cfg.quant.mode
@@ -370,8 +358,8 @@ def recipe(cfg: Config, runner, decoder: Decoder) -> DecoderOutcome:
     speed = run.speed({"candidate": cand} if cand is not run.fp32 else {})
     verdict = judge(cfg, cand_scores, speed, Role.candidate if cand is not run.fp32 else Role.fp32,
                     run.memory.reference_name)
-    return DecoderOutcome(models, scores, speed, verdict, decoder, settings, run.trials,
-                          scoring=run.tally())
+    return Outcome(decoder, models, scores, speed, verdict, run.source,
+                   quant=WeightOnly(settings, run.trials, run.tally()))
 
 
 def _int4_faster(run: _Run) -> bool:
@@ -397,7 +385,7 @@ def int4_wins(speedups: dict) -> bool:
 WIDE_BLOCK = 128
 
 
-def _auto(cfg: Config, run: _Run, settings: dict) -> DecoderOutcome:
+def _auto(cfg: Config, run: _Run, settings: dict) -> Outcome:
     """Every candidate scored (sequentially by default), all timed in one interleaved run
     against FP32; the fastest that passes every gate, scored again in full, ships (the next
     fastest when the full text fails it; FP32 when none passes and FP32 itself does, as for
@@ -468,8 +456,8 @@ def _auto(cfg: Config, run: _Run, settings: dict) -> DecoderOutcome:
                     f"{winner} scored on every sequence)"
                     if winner != "fp32" else
                     "no candidate passes on the full text: FP32's verdict ships")}
-    return DecoderOutcome(models, scores, speed, verdicts[winner], run.decoder, settings,
-                          run.trials, auto, run.tally())
+    return Outcome(run.decoder, models, scores, speed, verdicts[winner], run.source,
+                   quant=WeightOnly(settings, run.trials, run.tally()), auto=auto)
 
 
 def _cannot_beat(run: _Run, sp: dict, eight: str, best: str | None):

@@ -5,12 +5,12 @@ In: the run's ``Config``, the recipe's ``Outcome`` and the runner's record. Out:
 ``report.json`` (rows, checks, timing, the bill, lineage, and each optional section), its figures,
 the version name (the quant mode, ``fp32`` when INT8 could not pay and the FP32 model is the
 candidate, plus the ``quant=auto`` winner and a non-default deployed runtime), the manifest (config, lineage, verdict, metrics, latency, environment, data sets, the
-quantization and runtime that were gated), and ``publish``: the report exists before publishing,
-and records what publishing then did, success or failure.
+quantization and runtime that were gated), handed to the one publish flow
+(``pipeline.report.publish``) as a ``Shipment``.
 """
 from __future__ import annotations
 
-from pipeline.core.errors import PipelineError, describe_os_error
+from pipeline.core.errors import PipelineError
 
 
 def body(cfg, out, record: list) -> dict:
@@ -116,31 +116,10 @@ def manifest(out, report: dict) -> dict:
                                    for b, c in out.runtimes["choice"].items()}}}
 
 
-def publish(cfg, out, report: dict, path, evidence: dict) -> None:
-    """Publish the candidate with its evidence and record the outcome in the report at ``path``
-    (written before, with status ``pending``). A failure is recorded, then raised."""
-    from pipeline.registry import publish as push
-    from pipeline.report import run as rep
+def shipment(cfg, out, report: dict):
+    """What an encoder's run publishes (``pipeline.report.publish``): its report, figures,
+    version and manifest."""
+    from pipeline.report.publish import Shipment
 
-    try:
-        report["published"] = str(push(cfg.registry, model_name=cfg.model.name,
-                                       mode=version_mode(cfg, out),
-                                       candidate=out.models["candidate"], manifest=evidence))
-        report["publish"].update(status="published", ref=report["published"])
-    except (PipelineError, OSError) as e:
-        report["publish"].update(status="failed", error=describe_os_error(e)
-                                 if isinstance(e, OSError) else str(e))
-        _update_report(path, report)
-        print(f"report: {path} (the gate passed; publishing failed)")
-        raise
-    rep.update(path, report)
-
-
-def _update_report(path, report) -> None:
-    """Record a failed publish in the report; the publish error, not this one, is what is raised."""
-    from pipeline.report import run as rep
-
-    try:
-        rep.update(path, report)
-    except OSError as e:  # a full disk: the report written before publishing stays as it was
-        print(f"report: not updated ({describe_os_error(e)})")
+    return Shipment(report, version_mode(cfg, out), lambda: manifest(out, report),
+                    figures=figures(cfg, out, report))
