@@ -148,145 +148,22 @@ def _untimed_row(name, role, target, lab, ev, ref, g, metrics, metric) -> dict:
 
 def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None,
            unfused=None):
-    """The ``quant=auto`` branch of ``pipeline.recipes.main.recipe``, from the float artifacts on."""
-    from pipeline.core.env import environment
-    from pipeline.recipes.int8 import int8 as int8_recipe
+    """The ``quant=auto`` branch of ``pipeline.recipes.main.recipe``, from the float artifacts
+    on: build every candidate, time them side by side, judge each (candidate, target) with the
+    gate, and judge the winner as the shipped candidate."""
     from pipeline.gate.outcome import Outcome
-    from pipeline.stages.benchmark import Benchmark
-    from pipeline.stages.evaluate import Evaluate, against, baselines
 
-    from pipeline.metrics.limits import limits, within
-
-    t = run.task
-    m, metric, g = cfg.model, t.metrics.primary_spec, cfg.gate
-    budget = limits(g.max_accuracy_drop, t.metrics)[metric.name]  # the primary's, in its scale
-    hw = dataclasses.replace(cfg.hardware.target(), runtime="auto")  # every runtime here
-    plan = Plan(hw, "auto")
-    evaluate = Evaluate(data=splits.evaluation, batch_size=m.eval_batch_size, hardware=hw)
-    evals = baselines(runner, plan, evaluate, t, exported, fp32, fp16)
-    ref = evals["fp16"]
-
-    def build(mode, **changes):
-        # (every candidate is ranked against the float baselines below: no float fallback inside)
-        return int8_recipe(_quant_cfg(cfg, mode, **changes), runner, fp32, evals["fp32"], ref,
-                           t, splits.evaluation, splits.calibration, guard=False,
-                           export=unfused or exported)
-
-    def accurate(ev) -> tuple[bool, float, float]:
-        drop, agree = _drop_and_agreement(ev, ref, metric, g.output_rtol)
-        return (within(ref.meta["metrics"], ev.meta["metrics"], g.max_accuracy_drop, t.metrics)
-                and agree >= g.min_output_agreement), drop, agree
-
-    # INT8 first as quant=int8 builds it (its cached stages), and its accuracy: the float-region
-    # search times whole blocks float for speed, which pays only for a model that can ship. So it
-    # runs only when that model is within the accuracy budget; otherwise the mixed candidate is
-    # the INT8 model that can pass, and it is built as quant=mixed builds it.
-    regions = cfg.quant.region_trials
-    int8, int8_info = build(QuantMode.int8, region_trials=0)
-    first = runner.run(plan.evaluation(evaluate, "candidate"), int8, label="evaluate[int8]",
-                       **against(t, ref))
-    notes = {}
-    if regions and cfg.quant.latency_aware:
-        if accurate(first)[0]:
-            int8, int8_info = build(QuantMode.int8)
-        else:
-            notes["regions"] = (f"not tried (quant.region_trials={regions}): static INT8 misses "
-                                "the accuracy budget, so no faster INT8 model could ship; the mixed "
-                                "candidate floats what accuracy needs")
-    models = {"export": exported, "fp32": fp32, "fp16": fp16, "candidate": int8}
-    infos = {"candidate": int8_info}
-    ops = dynamic_ops(cfg, t, fp32, unfused or exported)
-    if ops:
-        # Dynamic INT8 quantizes the LSTM only: floating what profiles slower would give back FP32.
-        models["dynamic"], infos["dynamic"] = build(QuantMode.dynamic, region_trials=0,
-                                                    latency_aware=False)
-    else:  # it would quantize nothing: the FP32 model under another name, evaluated and timed again
-        notes["dynamic"] = ("not built: the graph has no op dynamic INT8 quantizes (quant."
-                            f"dynamic_op_types: {', '.join(dynamic_op_types(cfg, t))}), so it "
-                            "would be the FP32 model itself")
-    for role in ("candidate", "dynamic"):
-        if role not in models:
-            continue
-        evals[role] = runner.run(plan.evaluation(evaluate, role), models[role],
-                                 label=f"evaluate[{NAMES[role]}]", **against(t, ref))
-    passed, drop, agree = accurate(evals["candidate"])
-    if not passed:
-        models["mixed"], infos["mixed"] = build(QuantMode.mixed, max_accuracy_drop=budget,
-                                                region_trials=0)
-        evals["mixed"] = runner.run(plan.evaluation(evaluate, "mixed"), models["mixed"],
-                                    label="evaluate[mixed]", **against(t, ref))
-    else:
-        notes["mixed"] = (f"not built: static INT8 is already within the accuracy budget (drop "
-                          f"{drop:.2f} <= {budget:g}), so the mixed search would "
-                          "return that same model")
-    plan.evaluate_others(runner, evaluate, models, against(t, ref))
-    contenders = tuple(r for r in ("fp32", "dynamic", "mixed") if r in models)
-    # Timed: the contenders and the float baselines the gate compares with. The export is an
-    # unoptimized copy of FP32 and FP16 ONNX runs emulated on a CPU without FP16 kernels, so
-    # neither can win or be the fastest float there; both are still evaluated.
-    skip = {"candidate", "export"} | (set() if cpu_supports("fp16") else {"fp16"})
-    refs = {r: a for r, a in models.items() if r not in skip}
-    untimed = not_timed(hw, plan, evals, list(refs), contenders, lambda ev: accurate(ev)[0])
-    bench = runner.run(Benchmark(data=splits.evaluation, bench=cfg.bench.timing(),
-                                 hardware=plan.hw, options=plan.bench_options(),
-                                 contenders=contenders, untimed=tuple(sorted(untimed))),
-                       int8, label="benchmark[auto]", **refs)
-    plan.failures.update(bench.meta.get("failures", {}))
-
-    env = environment(hw)
-    table = []
-    for role in ("fp32", "candidate", "dynamic", "mixed"):
-        if role not in models:
-            continue
-        for target in plan.options:
-            lab = label(hw, role, target)
-            ev = plan.evaluation_of(evals, role, target)
-            if lab in untimed:  # evaluated, missed the accuracy budget there: listed, not timed
-                table.append(_untimed_row(NAMES[role], role, target, lab, ev, ref, g, t.metrics,
-                                          metric))
-                continue
-            if lab not in bench.meta["targets"]:
-                continue  # failed to load on that runtime: recorded in failures
-            view = as_candidate(bench, lab)
-            verdict = gate.judge(gate.measures({"fp16": ref, "candidate": ev}, view, g, cfg.slo,
-                                               models[role]), g, t.metrics, cfg.slo, env)
-            table.append(_row(NAMES[role], role, target, lab, ev, ref, view, verdict, metric,
-                              g.speedup_batch_size, g.output_rtol))
-    winner = choose(table, metric)
-    role, target = winner["role"], Target(winner["runtime"], winner["precision"])
-
-    # The winner becomes "the candidate" everywhere the gate, report and registry look.
-    final = {**{r: models[r] for r in ("export", "fp32", "fp16")}, "candidate": models[role]}
-    final_evals = {r: evals[r] for r in ("export", "fp32", "fp16")}
-    final_evals["candidate"] = plan.evaluation_of(evals, role, PRIMARY) or evals.get(role)
-    for tg in plan.options:
-        if tg != PRIMARY and role != "candidate":
-            if (role, tg) in plan.extra:
-                plan.extra[("candidate", tg)] = plan.extra[(role, tg)]
-            else:
-                plan.extra.pop(("candidate", tg), None)
-    meta = copy.deepcopy(bench.meta)
-    for b, at in meta["batches"].items():
-        for tg in plan.options:
-            src, dst = label(hw, role, tg), label(hw, "candidate", tg)
-            for key in ("latency_ms", "per_size", "speedup_vs_fastest_float_by_label",
-                        "core_state_by_label"):
-                if src in at.get(key, {}):
-                    at[key][dst] = at[key][src]
-                elif src != dst:  # the winner did not run there: no INT8 numbers under its name
-                    at.get(key, {}).pop(dst, None)
-        if role != "candidate":
-            at["candidate_label"] = label(hw, role, PRIMARY)
-    view = as_candidate(dataclasses.replace(bench, meta=meta), label(hw, "candidate", target),
-                        label(hw, role, target))
-    plan.allowed = [target]
-    final_evals, view, summary, _ = plan.decide(final_evals, view, g, t.metrics,
-                                                g.speedup_batch_size)
-    verdict = gate.judge(gate.measures(final_evals, view, g, cfg.slo, models[role]), g,
-                         t.metrics, cfg.slo, env)
-    auto = {"winner": winner, "table": table, "why": why(winner, table, metric),
-            "notes": notes, "targets": [str(x) for x in plan.options],
-            "unavailable": plan.unavailable, "failures": plan.failures,
+    a = _Auto(cfg, runner, run.task, splits, exported, fp32, fp16, unfused or exported)
+    a.candidates()
+    bench, untimed = a.time()
+    table = a.judge_all(bench, untimed)
+    winner = choose(table, a.metric)
+    final, final_evals, view, verdict, summary = a.as_winner(bench, winner)
+    role, g, infos = winner["role"], cfg.gate, a.infos
+    int8_info = infos["candidate"]
+    auto = {"winner": winner, "table": table, "why": why(winner, table, a.metric),
+            "notes": a.notes, "targets": [str(x) for x in a.plan.options],
+            "unavailable": a.plan.unavailable, "failures": a.plan.failures,
             "gate_batch": g.speedup_batch_size,
             "int8": {"latency_trial": int8_info.latency_trial, "regions": int8_info.regions,
                      "latency_exclusions": int8_info.latency_exclusions,
@@ -295,6 +172,183 @@ def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None,
             "dynamic_source": infos["dynamic"].dynamic_source if "dynamic" in infos else None}
     return Outcome(run, final, final_evals, view, verdict, source, None, infos.get(role), summary,
                    pruning, auto=auto)
+
+
+class _Auto:
+    """One ``quant=auto`` run's state: the plan over every runtime here, the evaluations by
+    role, the candidates built and why others were not."""
+
+    def __init__(self, cfg, runner, t, splits, exported, fp32, fp16, source_for_dynamic):
+        from pipeline.metrics.limits import limits
+        from pipeline.stages.evaluate import Evaluate, baselines
+
+        self.cfg, self.runner, self.t, self.splits = cfg, runner, t, splits
+        self.metric, self.g = t.metrics.primary_spec, cfg.gate
+        # the primary's budget, in its scale
+        self.budget = limits(self.g.max_accuracy_drop, t.metrics)[self.metric.name]
+        self.hw = dataclasses.replace(cfg.hardware.target(), runtime="auto")  # every runtime here
+        self.plan = Plan(self.hw, "auto")
+        self.evaluate = Evaluate(data=splits.evaluation, batch_size=cfg.model.eval_batch_size,
+                                 hardware=self.hw)
+        self.evals = baselines(runner, self.plan, self.evaluate, t, exported, fp32, fp16)
+        self.ref = self.evals["fp16"]
+        self.fp32, self.export = fp32, source_for_dynamic
+        self.models = {"export": exported, "fp32": fp32, "fp16": fp16}
+        self.infos, self.notes = {}, {}
+
+    def build(self, mode, **changes):
+        """A candidate as ``quant=<mode>`` builds it (its cached stages); every candidate is
+        ranked against the float baselines here, so no float fallback inside."""
+        from pipeline.recipes.int8 import int8 as int8_recipe
+
+        return int8_recipe(_quant_cfg(self.cfg, mode, **changes), self.runner, self.fp32,
+                           self.evals["fp32"], self.ref, self.t, self.splits.evaluation,
+                           self.splits.calibration, guard=False, export=self.export)
+
+    def accurate(self, ev) -> tuple[bool, float, float]:
+        from pipeline.metrics.limits import within
+
+        g, ref = self.g, self.ref
+        drop, agree = _drop_and_agreement(ev, ref, self.metric, g.output_rtol)
+        return (within(ref.meta["metrics"], ev.meta["metrics"], g.max_accuracy_drop,
+                       self.t.metrics) and agree >= g.min_output_agreement), drop, agree
+
+    def _evaluated(self, role: str, label_: str):
+        from pipeline.stages.evaluate import against
+
+        return self.runner.run(self.plan.evaluation(self.evaluate, role), self.models[role],
+                               label=label_, **against(self.t, self.ref))
+
+    def candidates(self) -> None:
+        """Static INT8 (with the float-region search only when it can ship), dynamic INT8 where
+        the graph has an op it quantizes, the mixed search only where static INT8 misses the
+        budget; each evaluated on every target."""
+        from pipeline.stages.evaluate import against
+
+        cfg, t, notes = self.cfg, self.t, self.notes
+        # INT8 first as quant=int8 builds it (its cached stages), and its accuracy: the
+        # float-region search times whole blocks float for speed, which pays only for a model
+        # that can ship. So it runs only when that model is within the accuracy budget;
+        # otherwise the mixed candidate is the INT8 model that can pass, built as quant=mixed.
+        regions = cfg.quant.region_trials
+        self.models["candidate"], self.infos["candidate"] = self.build(QuantMode.int8,
+                                                                       region_trials=0)
+        first = self._evaluated("candidate", "evaluate[int8]")
+        if regions and cfg.quant.latency_aware:
+            if self.accurate(first)[0]:
+                self.models["candidate"], self.infos["candidate"] = self.build(QuantMode.int8)
+            else:
+                notes["regions"] = (f"not tried (quant.region_trials={regions}): static INT8 "
+                                    "misses the accuracy budget, so no faster INT8 model could "
+                                    "ship; the mixed candidate floats what accuracy needs")
+        if dynamic_ops(cfg, t, self.fp32, self.export):
+            # Dynamic INT8 quantizes the LSTM only: floating what profiles slower gives back FP32.
+            self.models["dynamic"], self.infos["dynamic"] = self.build(
+                QuantMode.dynamic, region_trials=0, latency_aware=False)
+        else:  # it would quantize nothing: the FP32 model again, evaluated and timed again
+            notes["dynamic"] = ("not built: the graph has no op dynamic INT8 quantizes (quant."
+                                f"dynamic_op_types: {', '.join(dynamic_op_types(cfg, t))}), so "
+                                "it would be the FP32 model itself")
+        for role in ("candidate", "dynamic"):
+            if role in self.models:
+                self.evals[role] = self._evaluated(role, f"evaluate[{NAMES[role]}]")
+        passed, drop, _ = self.accurate(self.evals["candidate"])
+        if not passed:
+            self.models["mixed"], self.infos["mixed"] = self.build(
+                QuantMode.mixed, max_accuracy_drop=self.budget, region_trials=0)
+            self.evals["mixed"] = self._evaluated("mixed", "evaluate[mixed]")
+        else:
+            notes["mixed"] = (f"not built: static INT8 is already within the accuracy budget "
+                              f"(drop {drop:.2f} <= {self.budget:g}), so the mixed search would "
+                              "return that same model")
+        self.plan.evaluate_others(self.runner, self.evaluate, self.models,
+                                  against(t, self.ref))
+
+    def time(self):
+        """One benchmark of every contender and the float baselines, side by side; what was
+        left untimed (it misses the accuracy budget where it would run)."""
+        from pipeline.stages.benchmark import Benchmark
+
+        models, plan = self.models, self.plan
+        contenders = tuple(r for r in ("fp32", "dynamic", "mixed") if r in models)
+        # Timed: the contenders and the float baselines the gate compares with. The export is
+        # an unoptimized copy of FP32 and FP16 ONNX runs emulated on a CPU without FP16
+        # kernels, so neither can win or be the fastest float there; both are still evaluated.
+        skip = {"candidate", "export"} | (set() if cpu_supports("fp16") else {"fp16"})
+        refs = {r: a for r, a in models.items() if r not in skip}
+        untimed = not_timed(self.hw, plan, self.evals, list(refs), contenders,
+                            lambda ev: self.accurate(ev)[0])
+        bench = self.runner.run(Benchmark(data=self.splits.evaluation,
+                                          bench=self.cfg.bench.timing(), hardware=plan.hw,
+                                          options=plan.bench_options(), contenders=contenders,
+                                          untimed=tuple(sorted(untimed))),
+                                models["candidate"], label="benchmark[auto]", **refs)
+        plan.failures.update(bench.meta.get("failures", {}))
+        return bench, untimed
+
+    def judge_all(self, bench, untimed) -> list[dict]:
+        """Each (candidate, target) judged by the gate as if it shipped: the table."""
+        from pipeline.core.env import environment
+
+        g, t, metric, hw, plan = self.g, self.t, self.metric, self.hw, self.plan
+        env = environment(hw)
+        table = []
+        for role in ("fp32", "candidate", "dynamic", "mixed"):
+            if role not in self.models:
+                continue
+            for target in plan.options:
+                lab = label(hw, role, target)
+                ev = plan.evaluation_of(self.evals, role, target)
+                if lab in untimed:  # evaluated, missed the accuracy budget there: not timed
+                    table.append(_untimed_row(NAMES[role], role, target, lab, ev, self.ref, g,
+                                              t.metrics, metric))
+                    continue
+                if lab not in bench.meta["targets"]:
+                    continue  # failed to load on that runtime: recorded in failures
+                view = as_candidate(bench, lab)
+                verdict = gate.judge(gate.measures({"fp16": self.ref, "candidate": ev}, view, g,
+                                                   self.cfg.slo, self.models[role]),
+                                     g, t.metrics, self.cfg.slo, env)
+                table.append(_row(NAMES[role], role, target, lab, ev, self.ref, view, verdict,
+                                  metric, g.speedup_batch_size, g.output_rtol))
+        return table
+
+    def as_winner(self, bench, winner: dict):
+        """The winner as "the candidate" everywhere the gate, report and registry look, judged
+        once more as the shipped candidate on its target."""
+        from pipeline.core.env import environment
+
+        g, t, hw, plan, models, evals = self.g, self.t, self.hw, self.plan, self.models, self.evals
+        role, target = winner["role"], Target(winner["runtime"], winner["precision"])
+        final = {**{r: models[r] for r in ("export", "fp32", "fp16")}, "candidate": models[role]}
+        final_evals = {r: evals[r] for r in ("export", "fp32", "fp16")}
+        final_evals["candidate"] = plan.evaluation_of(evals, role, PRIMARY) or evals.get(role)
+        for tg in plan.options:
+            if tg != PRIMARY and role != "candidate":
+                if (role, tg) in plan.extra:
+                    plan.extra[("candidate", tg)] = plan.extra[(role, tg)]
+                else:
+                    plan.extra.pop(("candidate", tg), None)
+        meta = copy.deepcopy(bench.meta)
+        for b, at in meta["batches"].items():
+            for tg in plan.options:
+                src, dst = label(hw, role, tg), label(hw, "candidate", tg)
+                for key in ("latency_ms", "per_size", "speedup_vs_fastest_float_by_label",
+                            "core_state_by_label"):
+                    if src in at.get(key, {}):
+                        at[key][dst] = at[key][src]
+                    elif src != dst:  # the winner did not run there: no INT8 numbers under its name
+                        at.get(key, {}).pop(dst, None)
+            if role != "candidate":
+                at["candidate_label"] = label(hw, role, PRIMARY)
+        view = as_candidate(dataclasses.replace(bench, meta=meta), label(hw, "candidate", target),
+                            label(hw, role, target))
+        plan.allowed = [target]
+        final_evals, view, summary, _ = plan.decide(final_evals, view, g, t.metrics,
+                                                    g.speedup_batch_size)
+        verdict = gate.judge(gate.measures(final_evals, view, g, self.cfg.slo, models[role]), g,
+                             t.metrics, self.cfg.slo, environment(hw))
+        return final, final_evals, view, verdict, summary
 
 
 def dynamic_op_types(cfg, t) -> tuple:
