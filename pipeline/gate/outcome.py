@@ -16,7 +16,7 @@ from pipeline.gate.verdict import Verdict
 
 
 @dataclass(frozen=True)
-class WeightOnly:
+class WeightOnlyInfo:
     """A decoder's quantization record: the resolved settings and why, the mixed search's
     trials, and what scoring cost."""
     settings: dict
@@ -33,7 +33,7 @@ class Outcome:
     verdict: Verdict
     source: object      # the network export starts from: load, or prune when pruning
     load: object = None  # the loadtest artifact (bench.mode=load or soak)
-    quant: object = None  # QuantInfo (encoders: settings, calibration, explanation, search) or WeightOnly
+    quant: object = None  # QuantInfo (encoders) or WeightOnlyInfo (decoders)
     runtimes: dict | None = None  # targets per artifact, failures, the choice (runtimes.plan)
     pruning: dict | None = None  # prune=channels: the load, prune and unpruned export artifacts
     auto: dict | None = None  # quant=auto: every candidate, the winner and why

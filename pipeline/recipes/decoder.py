@@ -26,7 +26,8 @@ not used at all: a narrower layer that is not faster only costs accuracy.
 
 In: the ``Config``, the ``Runner`` and the ``Decoder``. Out: the one ``Outcome`` every recipe
 returns (artifacts by role, their text scores as evaluations, the decode timing as the
-benchmark, the verdict of the one gate, and ``WeightOnly``: the settings and the search's trials).
+benchmark, the verdict of the one gate, and ``WeightOnlyInfo``: the settings and the search's
+trials).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from pipeline import gate
 from pipeline.config import Config, QuantMode
 from pipeline.core.env import effective_flags, environment
 from pipeline.core.errors import ConfigError
-from pipeline.gate.outcome import Outcome, WeightOnly
+from pipeline.gate.outcome import Outcome, WeightOnlyInfo
 from pipeline.metrics import generation
 from pipeline.measure.results import DecodeResult, Role
 from pipeline.metrics import limits as metric_limits
@@ -359,7 +360,7 @@ def recipe(cfg: Config, runner, decoder: Decoder) -> Outcome:
     verdict = judge(cfg, cand_scores, speed, Role.candidate if cand is not run.fp32 else Role.fp32,
                     run.memory.reference_name)
     return Outcome(decoder, models, scores, speed, verdict, run.source,
-                   quant=WeightOnly(settings, run.trials, run.tally()))
+                   quant=WeightOnlyInfo(settings, run.trials, run.tally()))
 
 
 def _int4_faster(run: _Run) -> bool:
@@ -457,7 +458,7 @@ def _auto(cfg: Config, run: _Run, settings: dict) -> Outcome:
                     if winner != "fp32" else
                     "no candidate passes on the full text: FP32's verdict ships")}
     return Outcome(run.decoder, models, scores, speed, verdicts[winner], run.source,
-                   quant=WeightOnly(settings, run.trials, run.tally()), auto=auto)
+                   quant=WeightOnlyInfo(settings, run.trials, run.tally()), auto=auto)
 
 
 def _cannot_beat(run: _Run, sp: dict, eight: str, best: str | None):
