@@ -38,10 +38,6 @@ from pipeline.runtimes.plan import Plan, label
 NAMES = {"fp32": "fp32", "candidate": "int8", "dynamic": "dynamic", "mixed": "mixed"}
 
 
-def _quant_cfg(cfg, mode: QuantMode, **changes):
-    return dataclasses.replace(cfg, quant=dataclasses.replace(cfg.quant, mode=mode, **changes))
-
-
 def _drop_and_agreement(ev, ref, metric, rtol: float | None = None) -> tuple[float, float]:
     """``metric``: the primary ``MetricSpec``; the drop is positive when ``ev`` is worse;
     ``rtol``: continuous outputs' tolerance (``gate.output_rtol``)."""
@@ -182,7 +178,10 @@ class _Auto:
         from pipeline.metrics.limits import limits
         from pipeline.stages.evaluate import Evaluate, baselines
 
+        from pipeline.recipes.job import Int8Job
+
         self.cfg, self.runner, self.t, self.splits = cfg, runner, t, splits
+        self.job = Int8Job.of(cfg, t, splits)  # each candidate: this job with its quant mode
         self.metric, self.g = t.metrics.primary_spec, cfg.gate
         # the primary's budget, in its scale
         self.budget = limits(self.g.max_accuracy_drop, t.metrics)[self.metric.name]
@@ -201,9 +200,8 @@ class _Auto:
         ranked against the float baselines here, so no float fallback inside."""
         from pipeline.recipes.int8 import int8 as int8_recipe
 
-        return int8_recipe(_quant_cfg(self.cfg, mode, **changes), self.runner, self.fp32,
-                           self.evals["fp32"], self.ref, self.t, self.splits.evaluation,
-                           self.splits.calibration, guard=False, export=self.export)
+        return int8_recipe(self.job.with_quant(mode=mode, **changes), self.runner, self.fp32,
+                           self.evals["fp32"], self.ref, guard=False, export=self.export)
 
     def accurate(self, ev) -> tuple[bool, float, float]:
         from pipeline.metrics.limits import within

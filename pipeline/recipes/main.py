@@ -32,6 +32,7 @@ from pipeline.stages.loadtest import LoadTest
 from pipeline.stages.optimize import Optimize
 from pipeline.stages.prune import Prune
 from pipeline.recipes.int8 import int8
+from pipeline.recipes.job import Int8Job
 from pipeline.runtimes import PRIMARY, settings_for
 from pipeline.runtimes.plan import Plan
 
@@ -123,8 +124,8 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
     if cfg.quant.mode in (QuantMode.int8, QuantMode.dynamic, QuantMode.mixed):
         # prepare, calibrate, quantize, explain, float fallback, float regions, float outputs,
         # mixed search, sensitivity: pipeline/recipes/int8.py
-        candidate, quant_info = int8(cfg, runner, fp32, evals["fp32"], evals["fp16"], t,
-                                     splits.evaluation, splits.calibration, export=unfused)
+        candidate, quant_info = int8(Int8Job.of(cfg, t, splits), runner, fp32, evals["fp32"],
+                                     evals["fp16"], export=unfused)
     else:
         candidate = {QuantMode.none: fp32, QuantMode.fp16: fp16,
                      QuantMode.bf16: fp32}[cfg.quant.mode]  # bf16: a precision, not a file

@@ -107,15 +107,15 @@ class _Search:
     counts of trials and evaluations, and the trace of full evaluations."""
 
     def __init__(self, qz, method: str, exclude: set, all_int8, clock, stream):
-        cfg = qz.cfg
-        q = cfg.quant
+        job = qz.job
+        q = job.quant
         self.qz, self.method, self.exclude, self.all_int8 = qz, method, exclude, all_int8
         self.clock, self.stream = clock, stream
         budget = q.max_accuracy_drop
         if budget is None:  # a third of what the gate lets the primary lose, in its own scale
             from pipeline.metrics.limits import limits
 
-            budget = round(limits(cfg.gate.max_accuracy_drop, qz.metric)[qz.metric.name] / 3, 9)
+            budget = round(limits(job.gate.max_accuracy_drop, qz.metric)[qz.metric.name] / 3, 9)
         self.budget = budget
         self.clock_budget = Budget(float(getattr(q, "search_budget_s", DEFAULT_BUDGET_S)), clock)
         self.by = str(getattr(getattr(q, "search_groups", "blocks"), "value",
