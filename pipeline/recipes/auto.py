@@ -34,8 +34,10 @@ from pipeline import gate
 from pipeline.config import QuantMode
 from pipeline.runtimes import PRIMARY, Target, cpu_supports
 from pipeline.runtimes.plan import Plan, label
+from pipeline.measure.results import Role
 
-NAMES = {"fp32": "fp32", "candidate": "int8", "dynamic": "dynamic", "mixed": "mixed"}
+# how the table names each role's candidate
+NAMES = {Role.fp32: "fp32", Role.candidate: "int8", Role.dynamic: "dynamic", Role.mixed: "mixed"}
 
 
 def _drop_and_agreement(ev, ref, metric, rtol: float | None = None) -> tuple[float, float]:
@@ -49,7 +51,7 @@ def _drop_and_agreement(ev, ref, metric, rtol: float | None = None) -> tuple[flo
 
 def _named(lab: str) -> str:
     """A timing label with the benchmark's ``candidate`` role called what it is here: int8."""
-    return "int8" + lab[len("candidate"):] if lab.startswith("candidate") else lab
+    return "int8" + lab[len(Role.candidate):] if lab.startswith(Role.candidate) else lab
 
 
 def as_candidate(bench, lab: str, raw_lab: str | None = None):
@@ -65,8 +67,8 @@ def as_candidate(bench, lab: str, raw_lab: str | None = None):
         if lab not in at["latency_ms"]:
             continue
         at["candidate_label"] = lab
-        at["latency_ms"]["candidate"] = at["latency_ms"][lab]
-        at["per_size"]["candidate"] = at["per_size"][lab]
+        at["latency_ms"][Role.candidate] = at["latency_ms"][lab]
+        at["per_size"][Role.candidate] = at["per_size"][lab]
         at["speedup_vs_fastest_float"] = at["speedup_vs_fastest_float_by_label"][lab]
         states = at.get("core_state_by_label", {}).get(lab)
         if states is not None:
@@ -84,7 +86,7 @@ def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_bat
            "runtime": target.runtime, "precision": target.precision,
            "passed": verdict.passed, "failed": verdict.failed,
            "failed_detail": [c.detail for c in verdict.checks if not c.passed],
-           "latency_ms": {b: {k: a["latency_ms"]["candidate"][k] for k in ("p50", "p99")}
+           "latency_ms": {b: {k: a["latency_ms"][Role.candidate][k] for k in ("p50", "p99")}
                           for b, a in bench_view.meta["batches"].items()
                           if a.get("candidate_label") == lab},
            "speedup_vs_fastest_float": at.get("speedup_vs_fastest_float"),
@@ -107,12 +109,12 @@ def not_timed(hw, plan, evals: dict, roles: list, contenders: tuple, accurate) -
     from pipeline.runtimes.plan import is_float_baseline
 
     out = []
-    for role in ["candidate", *roles]:
+    for role in [Role.candidate, *roles]:
         for target in plan.options:
             lab = label(hw, role, target)
-            if is_float_baseline(role, target) or lab == "candidate":
+            if is_float_baseline(role, target) or lab == Role.candidate:
                 continue
-            if role not in ("candidate", *contenders):
+            if role not in (Role.candidate, *contenders):
                 out.append(lab)
                 continue
             ev = plan.evaluation_of(evals, role, target)
@@ -156,7 +158,7 @@ def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None,
     winner = choose(table, a.metric)
     final, final_evals, view, verdict, summary = a.as_winner(bench, winner)
     role, g, infos = winner["role"], cfg.gate, a.infos
-    int8_info = infos["candidate"]
+    int8_info = infos[Role.candidate]
     auto = {"winner": winner, "table": table, "why": why(winner, table, a.metric),
             "notes": a.notes, "targets": [str(x) for x in a.plan.options],
             "unavailable": a.plan.unavailable, "failures": a.plan.failures,
@@ -165,7 +167,7 @@ def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None,
                      "latency_exclusions": int8_info.latency_exclusions,
                      "float_outputs": int8_info.float_outputs},
             # a fused transformer's dynamic candidate: which graph it quantized, both timings
-            "dynamic_source": infos["dynamic"].dynamic_source if "dynamic" in infos else None}
+            "dynamic_source": infos[Role.dynamic].dynamic_source if Role.dynamic in infos else None}
     return Outcome(run, final, final_evals, view, verdict, source, None, infos.get(role), summary,
                    pruning, auto=auto)
 
@@ -190,9 +192,9 @@ class _Auto:
         self.evaluate = Evaluate(data=splits.evaluation, batch_size=cfg.model.eval_batch_size,
                                  hardware=self.hw)
         self.evals = baselines(runner, self.plan, self.evaluate, t, exported, fp32, fp16)
-        self.ref = self.evals["fp16"]
+        self.ref = self.evals[Role.fp16]
         self.fp32, self.export = fp32, source_for_dynamic
-        self.models = {"export": exported, "fp32": fp32, "fp16": fp16}
+        self.models = {Role.export: exported, Role.fp32: fp32, Role.fp16: fp16}
         self.infos, self.notes = {}, {}
 
     def build(self, mode, **changes):
@@ -201,7 +203,7 @@ class _Auto:
         from pipeline.recipes.int8 import int8 as int8_recipe
 
         return int8_recipe(self.job.with_quant(mode=mode, **changes), self.runner, self.fp32,
-                           self.evals["fp32"], self.ref, guard=False, export=self.export)
+                           self.evals[Role.fp32], self.ref, guard=False, export=self.export)
 
     def accurate(self, ev) -> tuple[bool, float, float]:
         from pipeline.metrics.limits import within
@@ -229,34 +231,34 @@ class _Auto:
         # that can ship. So it runs only when that model is within the accuracy budget;
         # otherwise the mixed candidate is the INT8 model that can pass, built as quant=mixed.
         regions = cfg.quant.region_trials
-        self.models["candidate"], self.infos["candidate"] = self.build(QuantMode.int8,
+        self.models[Role.candidate], self.infos[Role.candidate] = self.build(QuantMode.int8,
                                                                        region_trials=0)
-        first = self._evaluated("candidate", "evaluate[int8]")
+        first = self._evaluated(Role.candidate, "evaluate[int8]")
         if regions and cfg.quant.latency_aware:
             if self.accurate(first)[0]:
-                self.models["candidate"], self.infos["candidate"] = self.build(QuantMode.int8)
+                self.models[Role.candidate], self.infos[Role.candidate] = self.build(QuantMode.int8)
             else:
                 notes["regions"] = (f"not tried (quant.region_trials={regions}): static INT8 "
                                     "misses the accuracy budget, so no faster INT8 model could "
                                     "ship; the mixed candidate floats what accuracy needs")
         if dynamic_ops(cfg, t, self.fp32, self.export):
             # Dynamic INT8 quantizes the LSTM only: floating what profiles slower gives back FP32.
-            self.models["dynamic"], self.infos["dynamic"] = self.build(
+            self.models[Role.dynamic], self.infos[Role.dynamic] = self.build(
                 QuantMode.dynamic, region_trials=0, latency_aware=False)
         else:  # it would quantize nothing: the FP32 model again, evaluated and timed again
-            notes["dynamic"] = ("not built: the graph has no op dynamic INT8 quantizes (quant."
+            notes[Role.dynamic] = ("not built: the graph has no op dynamic INT8 quantizes (quant."
                                 f"dynamic_op_types: {', '.join(dynamic_op_types(cfg, t))}), so "
                                 "it would be the FP32 model itself")
-        for role in ("candidate", "dynamic"):
+        for role in (Role.candidate, Role.dynamic):
             if role in self.models:
                 self.evals[role] = self._evaluated(role, f"evaluate[{NAMES[role]}]")
-        passed, drop, _ = self.accurate(self.evals["candidate"])
+        passed, drop, _ = self.accurate(self.evals[Role.candidate])
         if not passed:
-            self.models["mixed"], self.infos["mixed"] = self.build(
+            self.models[Role.mixed], self.infos[Role.mixed] = self.build(
                 QuantMode.mixed, max_accuracy_drop=self.budget, region_trials=0)
-            self.evals["mixed"] = self._evaluated("mixed", "evaluate[mixed]")
+            self.evals[Role.mixed] = self._evaluated(Role.mixed, "evaluate[mixed]")
         else:
-            notes["mixed"] = (f"not built: static INT8 is already within the accuracy budget "
+            notes[Role.mixed] = (f"not built: static INT8 is already within the accuracy budget "
                               f"(drop {drop:.2f} <= {self.budget:g}), so the mixed search would "
                               "return that same model")
         self.plan.evaluate_others(self.runner, self.evaluate, self.models,
@@ -268,11 +270,11 @@ class _Auto:
         from pipeline.stages.benchmark import Benchmark
 
         models, plan = self.models, self.plan
-        contenders = tuple(r for r in ("fp32", "dynamic", "mixed") if r in models)
+        contenders = tuple(r for r in (Role.fp32, Role.dynamic, Role.mixed) if r in models)
         # Timed: the contenders and the float baselines the gate compares with. The export is
         # an unoptimized copy of FP32 and FP16 ONNX runs emulated on a CPU without FP16
         # kernels, so neither can win or be the fastest float there; both are still evaluated.
-        skip = {"candidate", "export"} | (set() if cpu_supports("fp16") else {"fp16"})
+        skip = {Role.candidate, Role.export} | (set() if cpu_supports("fp16") else {Role.fp16})
         refs = {r: a for r, a in models.items() if r not in skip}
         untimed = not_timed(self.hw, plan, self.evals, list(refs), contenders,
                             lambda ev: self.accurate(ev)[0])
@@ -280,7 +282,7 @@ class _Auto:
                                           bench=self.cfg.bench.timing(), hardware=plan.hw,
                                           options=plan.bench_options(), contenders=contenders,
                                           untimed=tuple(sorted(untimed))),
-                                models["candidate"], label="benchmark[auto]", **refs)
+                                models[Role.candidate], label="benchmark[auto]", **refs)
         plan.failures.update(bench.meta.get("failures", {}))
         return bench, untimed
 
@@ -291,7 +293,7 @@ class _Auto:
         g, t, metric, hw, plan = self.g, self.t, self.metric, self.hw, self.plan
         env = environment(hw)
         table = []
-        for role in ("fp32", "candidate", "dynamic", "mixed"):
+        for role in (Role.fp32, Role.candidate, Role.dynamic, Role.mixed):
             if role not in self.models:
                 continue
             for target in plan.options:
@@ -304,9 +306,9 @@ class _Auto:
                 if lab not in bench.meta["targets"]:
                     continue  # failed to load on that runtime: recorded in failures
                 view = as_candidate(bench, lab)
-                verdict = gate.judge(gate.measures({"fp16": self.ref, "candidate": ev}, view, g,
-                                                   self.cfg.slo, self.models[role]),
-                                     g, t.metrics, self.cfg.slo, env)
+                measures = gate.measures({Role.fp16: self.ref, Role.candidate: ev}, view, g,
+                                         self.cfg.slo, self.models[role])
+                verdict = gate.judge(measures, g, t.metrics, self.cfg.slo, env)
                 table.append(_row(NAMES[role], role, target, lab, ev, self.ref, view, verdict,
                                   metric, g.speedup_batch_size, g.output_rtol))
         return table
@@ -318,29 +320,30 @@ class _Auto:
 
         g, t, hw, plan, models, evals = self.g, self.t, self.hw, self.plan, self.models, self.evals
         role, target = winner["role"], Target(winner["runtime"], winner["precision"])
-        final = {**{r: models[r] for r in ("export", "fp32", "fp16")}, "candidate": models[role]}
-        final_evals = {r: evals[r] for r in ("export", "fp32", "fp16")}
-        final_evals["candidate"] = plan.evaluation_of(evals, role, PRIMARY) or evals.get(role)
+        floats = (Role.export, Role.fp32, Role.fp16)
+        final = {**{r: models[r] for r in floats}, Role.candidate: models[role]}
+        final_evals = {r: evals[r] for r in floats}
+        final_evals[Role.candidate] = plan.evaluation_of(evals, role, PRIMARY) or evals.get(role)
         for tg in plan.options:
-            if tg != PRIMARY and role != "candidate":
+            if tg != PRIMARY and role != Role.candidate:
                 if (role, tg) in plan.extra:
-                    plan.extra[("candidate", tg)] = plan.extra[(role, tg)]
+                    plan.extra[(Role.candidate, tg)] = plan.extra[(role, tg)]
                 else:
-                    plan.extra.pop(("candidate", tg), None)
+                    plan.extra.pop((Role.candidate, tg), None)
         meta = copy.deepcopy(bench.meta)
         for b, at in meta["batches"].items():
             for tg in plan.options:
-                src, dst = label(hw, role, tg), label(hw, "candidate", tg)
+                src, dst = label(hw, role, tg), label(hw, Role.candidate, tg)
                 for key in ("latency_ms", "per_size", "speedup_vs_fastest_float_by_label",
                             "core_state_by_label"):
                     if src in at.get(key, {}):
                         at[key][dst] = at[key][src]
                     elif src != dst:  # the winner did not run there: no INT8 numbers under its name
                         at.get(key, {}).pop(dst, None)
-            if role != "candidate":
+            if role != Role.candidate:
                 at["candidate_label"] = label(hw, role, PRIMARY)
-        view = as_candidate(dataclasses.replace(bench, meta=meta), label(hw, "candidate", target),
-                            label(hw, role, target))
+        view = as_candidate(dataclasses.replace(bench, meta=meta),
+                            label(hw, Role.candidate, target), label(hw, role, target))
         plan.allowed = [target]
         final_evals, view, summary, _ = plan.decide(final_evals, view, g, t.metrics,
                                                     g.speedup_batch_size)
@@ -420,10 +423,10 @@ def why(winner: dict, table: list[dict], metric) -> list[str]:
                      "candidate, so no speed here can be trusted: run again on a quieter machine, "
                      "or give the benchmark more time (bench.max_seconds).")
         return lines
-    quantized = [r for r in table if r["role"] != "fp32"]
+    quantized = [r for r in table if r["role"] != Role.fp32]
     if quantized and all(not r["passed"] for r in quantized):
         best = max(quantized, key=lambda r: (r.get("speedup_vs_fastest_float") or {}).get("median", 0))
-        ships = winner["passed"] and winner["role"] == "fp32"
+        ships = winner["passed"] and winner["role"] == Role.fp32
         lines.append(f"INT8 does not pay on this machine: the best quantized candidate, "
                      f"{best['candidate']} on {best['target']}, ran {_sp(best)} the fastest float "
                      "baseline" + (", so a float artifact ships." if ships else "."))
@@ -452,10 +455,10 @@ def float_hint(verdict, evals: dict, bench, plan, gate_cfg, metric, model: str) 
     from pipeline.metrics.limits import primary, within
 
     metrics, metric = metric, primary(metric)
-    drop, agree = _drop_and_agreement(ev, evals["fp16"], metric, gate_cfg.output_rtol)
-    ok = (within(evals["fp16"].meta["metrics"], ev.meta["metrics"], gate_cfg.max_accuracy_drop,
+    drop, agree = _drop_and_agreement(ev, evals[Role.fp16], metric, gate_cfg.output_rtol)
+    ok = (within(evals[Role.fp16].meta["metrics"], ev.meta["metrics"], gate_cfg.max_accuracy_drop,
                  metrics) and agree >= gate_cfg.min_output_agreement)
-    title = {"fp32": "the optimized FP32 model", "fp16": "the FP16 model"}.get(role, role)
+    title = {Role.fp32: "the optimized FP32 model", Role.fp16: "the FP16 model"}.get(role, role)
     p50 = at["latency_ms"][lab]["p50"]
     if ok:
         hint = (f"{title} on {target} would pass (p50 {p50:.2f} ms at batch "

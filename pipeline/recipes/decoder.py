@@ -129,7 +129,7 @@ class _Run:
         self.reference = self.run(TextReference(data=self.sets["evaluation"],
                                                 threads=self.hw.intra_op_threads),
                                   self.fp32, "text_reference[fp32]")
-        self.scores = {"fp32": self.reference}
+        self.scores = {Role.fp32: self.reference}
         self.limits = tuple(metric_limits.limits(cfg.gate.max_accuracy_drop, METRICS).items())
         self.names = matmuls(self.source.path)
         self.groups = groups(self.names)
@@ -345,18 +345,18 @@ def recipe(cfg: Config, runner, decoder: Decoder) -> Outcome:
                 "block_size": q.block_size, "symmetric": q.symmetric, "algorithm": q.algorithm,
                 "matmuls": len(run.names), "groups": list(run.groups),
                 "memory": run.memory.as_dict(), "reference": run.memory.reference}
-    models, scores = {"fp32": run.fp32}, dict(run.scores)
+    models, scores = {Role.fp32: run.fp32}, dict(run.scores)
     if mode == QuantMode.auto:
         return _auto(cfg, run, settings)
     if mode == QuantMode.none:
-        cand, cand_scores = run.fp32, run.scores["fp32"]
+        cand, cand_scores = run.fp32, run.scores[Role.fp32]
     elif mode == QuantMode.mixed:
         cand, cand_scores = run.mixed(_int4_faster(run))
     else:
         settings["bits"] = q.bits
         cand, cand_scores = run.build(run.uniform(q.bits), f"all{q.bits}", full=True)
-    models["candidate"], scores["candidate"] = cand, cand_scores
-    speed = run.speed({"candidate": cand} if cand is not run.fp32 else {})
+    models[Role.candidate], scores[Role.candidate] = cand, cand_scores
+    speed = run.speed({Role.candidate: cand} if cand is not run.fp32 else {})
     verdict = judge(cfg, cand_scores, speed, Role.candidate if cand is not run.fp32 else Role.fp32,
                     run.memory.reference_name)
     return Outcome(decoder, models, scores, speed, verdict, run.source,
@@ -367,13 +367,13 @@ def _int4_faster(run: _Run) -> bool:
     """INT4 everywhere against INT8 everywhere, timed side by side with FP32."""
     a4, _ = run.build(run.uniform(4), "all4", scored=False)
     a8, _ = run.build(run.uniform(8), "all8", scored=False)
-    return int4_wins(run.speed({"int4": a4, "int8": a8}).meta["speedup_vs_fp32"])
+    return int4_wins(run.speed({Role.int4: a4, Role.int8: a8}).meta["speedup_vs_fp32"])
 
 
 def int4_wins(speedups: dict) -> bool:
     """INT4 counts as faster than INT8 when the lower bound of its speedup over FP32 is above
     INT8's median speedup: not faster by noise alone."""
-    return speedups["int4"]["ci95"][0] > speedups["int8"]["median"]
+    return speedups[Role.int4]["ci95"][0] > speedups[Role.int8]["median"]
 
 
 # INT8 at a wider block, a candidate of quant=auto: MatMulNBits at accuracy level 4 quantizes
@@ -392,26 +392,27 @@ def _auto(cfg: Config, run: _Run, settings: dict) -> Outcome:
     fastest when the full text fails it; FP32 when none passes and FP32 itself does, as for
     encoders). The mixed candidate's 8-bit part takes all-INT8's winning block, and the search
     is not started, or stops, once it cannot beat a candidate that already passes."""
-    built = {"int8": run.build(run.uniform(8), "all8"), "int4": run.build(run.uniform(4), "all4")}
+    built = {Role.int8: run.build(run.uniform(8), "all8"),
+             Role.int4: run.build(run.uniform(4), "all4")}
     if run.q.block_size < WIDE_BLOCK:
-        built["int8_wide"] = run.build(run.uniform(8), f"all8_b{WIDE_BLOCK}", WIDE_BLOCK)
+        built[Role.int8_wide] = run.build(run.uniform(8), f"all8_b{WIDE_BLOCK}", WIDE_BLOCK)
     speed = run.speed({r: a for r, (a, _) in built.items()})
     sp = speed.meta["speedup_vs_fp32"]
     int4_faster = int4_wins(sp)
 
     def passing(verdicts):
-        return sorted((r for r in verdicts if verdicts[r].passed and r != "fp32"),
+        return sorted((r for r in verdicts if verdicts[r].passed and r != Role.fp32),
                       key=lambda r: -sp[r]["median"])
 
     verdicts = {r: judge(cfg, s, speed, r, run.memory.reference_name)
                 for r, (_, s) in built.items()}
-    eight = next((r for r in passing(verdicts) if r.startswith("int8")), "int8")
-    block_8 = WIDE_BLOCK if eight == "int8_wide" else run.q.block_size
+    eight = next((r for r in passing(verdicts) if r.startswith(Role.int8)), Role.int8)
+    block_8 = WIDE_BLOCK if eight == Role.int8_wide else run.q.block_size
     best = next(iter(passing(verdicts)), None)
     mixed_note = None
     if best is not None:  # a blend of INT4 and all-INT8 at its block, at best the faster one
-        int4_hi = sp["int4"]["ci95"][1]
-        if best == "int4":
+        int4_hi = sp[Role.int4]["ci95"][1]
+        if best == Role.int4:
             mixed_note = "not started: INT4 everywhere passes, no mix is narrower"
         elif not int4_faster:
             mixed_note = (f"not started: INT4 is not faster than INT8 here, so the mix would "
@@ -426,14 +427,15 @@ def _auto(cfg: Config, run: _Run, settings: dict) -> Outcome:
         if mixed is None:  # stopped before any plan passed
             mixed_note = next(t["trial"] for t in reversed(run.trials) if t.get("search_stopped"))
         elif all(mixed[0].digest != a.digest for a, _ in built.values()):
-            built["mixed"] = mixed
+            built[Role.mixed] = mixed
             speed = run.speed({r: a for r, (a, _) in built.items()})
             sp = speed.meta["speedup_vs_fp32"]
             verdicts = {r: judge(cfg, s, speed, r, run.memory.reference_name)
                 for r, (_, s) in built.items()}
     scores = {**run.scores, **{r: s for r, (_, s) in built.items()}}
-    verdicts["fp32"] = judge(cfg, run.scores["fp32"], speed, Role.fp32, run.memory.reference_name)
-    winner, rescored = "fp32", []
+    verdicts[Role.fp32] = judge(cfg, run.scores[Role.fp32], speed, Role.fp32,
+                                run.memory.reference_name)
+    winner, rescored = Role.fp32, []
     for r in passing(verdicts):  # the fastest first: its verdict on the full text decides
         scores[r] = run.score(built[r][0], r, full=True)
         verdicts[r] = judge(cfg, scores[r], speed, r, run.memory.reference_name)
@@ -442,10 +444,10 @@ def _auto(cfg: Config, run: _Run, settings: dict) -> Outcome:
             winner = r
             break
     speedup = {r: (sp.get(r) or {"median": 1.0})["median"] for r in verdicts}
-    models = {"fp32": run.fp32, **{r: a for r, (a, _) in built.items()}}
-    models["candidate"], scores["candidate"] = models[winner], scores[winner]
+    models = {Role.fp32: run.fp32, **{r: a for r, (a, _) in built.items()}}
+    models[Role.candidate], scores[Role.candidate] = models[winner], scores[winner]
     settings = {**settings, "int4_faster_than_int8": int4_faster, "block_size_8_mixed": block_8,
-                "block_size": WIDE_BLOCK if winner == "int8_wide" else settings["block_size"]}
+                "block_size": WIDE_BLOCK if winner == Role.int8_wide else settings["block_size"]}
     ok = [r for r in verdicts if verdicts[r].passed]
     auto = {"winner": winner, "candidates": {r: {"passed": v.passed, "speedup": speedup[r],
                                                  "summary": v.summary,
@@ -455,7 +457,7 @@ def _auto(cfg: Config, run: _Run, settings: dict) -> Outcome:
             "mixed": mixed_note, "scored_in_full": rescored,
             "why": (f"{winner}: the fastest of {', '.join(ok)} (all pass every gate; "
                     f"{winner} scored on every sequence)"
-                    if winner != "fp32" else
+                    if winner != Role.fp32 else
                     "no candidate passes on the full text: FP32's verdict ships")}
     return Outcome(run.decoder, models, scores, speed, verdicts[winner], run.source,
                    quant=WeightOnlyInfo(settings, run.trials, run.tally()), auto=auto)
@@ -474,7 +476,7 @@ def _cannot_beat(run: _Run, sp: dict, eight: str, best: str | None):
     def hopeless(plan: dict) -> str | None:
         share = {b: sum(w for n, w in weights.items() if plan.get(n) == b) / total
                  for b in (4, 8)}
-        time = (share[4] / sp["int4"]["ci95"][1] + share[8] / sp[eight]["ci95"][1]
+        time = (share[4] / sp[Role.int4]["ci95"][1] + share[8] / sp[eight]["ci95"][1]
                 + (1 - share[4] - share[8]))  # in FP32's decode times; float parts at 1x
         if 1 / time <= sp[best]["median"]:
             return (f"the narrowest plan left ({round(100 * share[4])} % of weights at 4 bits) "

@@ -35,6 +35,7 @@ from pipeline.recipes.int8 import int8
 from pipeline.recipes.job import Int8Job
 from pipeline.runtimes import PRIMARY, settings_for
 from pipeline.runtimes.plan import Plan
+from pipeline.measure.results import Role
 
 OPSET = 18  # torch's exporter implements 18 natively; >= 13 is needed for per-channel QDQ
 
@@ -124,15 +125,16 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
     if cfg.quant.mode in (QuantMode.int8, QuantMode.dynamic, QuantMode.mixed):
         # prepare, calibrate, quantize, explain, float fallback, float regions, float outputs,
         # mixed search, sensitivity: pipeline/recipes/int8.py
-        candidate, quant_info = int8(Int8Job.of(cfg, t, splits), runner, fp32, evals["fp32"],
-                                     evals["fp16"], export=unfused)
+        candidate, quant_info = int8(Int8Job.of(cfg, t, splits), runner, fp32, evals[Role.fp32],
+                                     evals[Role.fp16], export=unfused)
     else:
         candidate = {QuantMode.none: fp32, QuantMode.fp16: fp16,
                      QuantMode.bf16: fp32}[cfg.quant.mode]  # bf16: a precision, not a file
-    models = {"export": exported, "fp32": fp32, "fp16": fp16, "candidate": candidate}
-    evals["candidate"] = runner.run(plan.evaluation(evaluate, "candidate"), candidate,
-                                    label="evaluate[candidate]", **against(t, evals["fp16"]))
-    plan.evaluate_others(runner, evaluate, models, against(t, evals["fp16"]))  # runtime=auto: every target, per artifact
+    models = {Role.export: exported, Role.fp32: fp32, Role.fp16: fp16, Role.candidate: candidate}
+    evals[Role.candidate] = runner.run(plan.evaluation(evaluate, Role.candidate), candidate,
+                                    label="evaluate[candidate]", **against(t, evals[Role.fp16]))
+    # runtime=auto: every target, per artifact
+    plan.evaluate_others(runner, evaluate, models, against(t, evals[Role.fp16]))
     bench = runner.run(Benchmark(data=splits.evaluation, bench=cfg.bench.timing(),
                                  hardware=plan.hw, options=plan.bench_options()),
                        candidate, fp32=fp32, fp16=fp16, export=exported)

@@ -15,6 +15,7 @@ from pathlib import Path
 from pipeline.core.artifact import plain
 from pipeline.core.env import environment
 from pipeline.report.run import interruption
+from pipeline.measure.results import Role
 
 
 def _bytes(art) -> int:
@@ -27,14 +28,14 @@ def rows(out) -> list[dict]:
     speedups = out.bench.meta.get("speedup_vs_fp32", {})
     seen, table = set(), []
     for role, art in out.models.items():
-        if role == "candidate" and art.digest in seen:
+        if role == Role.candidate and art.digest in seen:
             key = next(r for r, a in out.models.items() if a.digest == art.digest and r != role)
         else:
             key = role
         seen.add(art.digest)
         s = out.evals.get(role)
-        t = timings.get(role) or timings.get(key) or (timings.get("fp32") if art is
-                                                       out.models["fp32"] else {}) or {}
+        t = timings.get(role) or timings.get(key) or (timings.get(Role.fp32) if art is
+                                                       out.models[Role.fp32] else {}) or {}
         table.append({"role": role, "digest": art.digest, "weights_mb": _bytes(art) / 1e6,
                       "matmul_bits": art.meta.get("matmul_bits"),
                       "matmul_float": art.meta.get("matmul_float"),
@@ -51,7 +52,7 @@ def rows(out) -> list[dict]:
 
 def evaluation(out) -> dict:
     """How much text the gate's scores rest on: every model is scored on the same sequences."""
-    meta = out.evals["fp32"].meta
+    meta = out.evals[Role.fp32].meta
     return {"sequences": meta.get("sequences"), "tokens_scored": meta.get("tokens_scored")}
 
 
@@ -61,8 +62,8 @@ def body(cfg, out, record: list) -> dict:
             "environment": environment(cfg.hardware), "decoder": plain(out.run),
             "settings": out.quant.settings, "verdict": out.verdict.as_dict(), "rows": rows(out),
             "evaluation": evaluation(out),
-            "export": {"nodes": out.models["fp32"].meta.get("nodes"),
-                       "parity_vs_transformers": out.models["fp32"].meta.get(
+            "export": {"nodes": out.models[Role.fp32].meta.get("nodes"),
+                       "parity_vs_transformers": out.models[Role.fp32].meta.get(
                            "parity_vs_transformers")},
             "timing": {k: out.bench.meta.get(k) for k in ("rounds", "seconds", "noisy")},
             "search": out.quant.trials, "auto": out.auto, "scoring": out.quant.scoring, "stages": record,
@@ -164,12 +165,12 @@ def markdown(report: dict) -> str:
 
 
 def evidence(out, report: dict) -> dict:
-    cand = next(r for r in report["rows"] if r["role"] == "candidate")
+    cand = next(r for r in report["rows"] if r["role"] == Role.candidate)
     return {"config": report["config"], "lineage": report["lineage"], "verdict": out.verdict.as_dict(),
             "metrics": {k: cand.get(k) for k in ("perplexity", "perplexity_rise_pct",
                                                  "top1_agreement", "kl_mean")},
             "latency": cand.get("decode"), "environment": report["environment"],
-            "evaluation_set": {"data": out.evals["candidate"].config.get("data"),
+            "evaluation_set": {"data": out.evals[Role.candidate].config.get("data"),
                                **report.get("evaluation", {})},
             "quantization": {"settings": report["settings"],
                              "matmul_bits": cand.get("matmul_bits")}}
@@ -186,6 +187,6 @@ def shipment(cfg, out, report: dict):
     renderer, the evidence, and the whole folder onnxruntime-genai loads."""
     from pipeline.report.publish import Shipment
 
-    cand = out.models["candidate"]
+    cand = out.models[Role.candidate]
     return Shipment(report, cfg.quant.mode.value, lambda: evidence(out, report),
                     render=markdown, files=files(cand))

@@ -11,6 +11,7 @@ quantization and runtime that were gated), handed to the one publish flow
 from __future__ import annotations
 
 from pipeline.core.errors import PipelineError
+from pipeline.measure.results import Role
 
 
 def body(cfg, out, record: list) -> dict:
@@ -95,15 +96,15 @@ def version_mode(cfg, out) -> str:
 
 def manifest(out, report: dict) -> dict:
     """The evidence that ships with the candidate."""
-    cand = next(r for r in report["rows"] if r["role"] == "candidate")
+    cand = next(r for r in report["rows"] if r["role"] == Role.candidate)
     deployed = out.runtimes["deployed"]
     return {"config": report["config"], "lineage": report["lineage"], "verdict": out.verdict.as_dict(),
             "metrics": {k: cand.get(k) for k in (*(m["name"] for m in report["metrics"]),
                                                  "agreement_with_fp16", "output_sha256")},
             "latency": cand["latency"], "environment": report["environment"],
             "input_contract": out.bench.meta.get("input_contract"),
-            "evaluation_set": out.evals["candidate"].meta["evaluation_set"],
-            "calibration_set": out.models["candidate"].meta.get("calibration_set"),
+            "evaluation_set": out.evals[Role.candidate].meta["evaluation_set"],
+            "calibration_set": out.models[Role.candidate].meta.get("calibration_set"),
             "serving": report.get("serving"),
             "quantization": {k: report["quantization"][k] for k in
                              ("settings", "calibration", "latency_exclusions", "float_outputs")}

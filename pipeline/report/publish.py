@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline.core.errors import describe_os_error
+from pipeline.measure.results import Role
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def _push(cfg, out, ship: Shipment, path: Path, evidence: dict) -> None:
     body = ship.body
     try:
         body["published"] = str(push(cfg.registry, model_name=cfg.model.name, mode=ship.mode,
-                                     candidate=out.models["candidate"], manifest=evidence,
+                                     candidate=out.models[Role.candidate], manifest=evidence,
                                      extra=ship.files))
         body["publish"].update(status="published", ref=body["published"])
     except Exception as e:  # noqa: BLE001 - recorded in the report, then raised as it was

@@ -17,9 +17,10 @@ from pathlib import Path
 from pipeline.core.leftovers import temp_name
 from pipeline.metrics.outputs import RTOL, agreement
 from pipeline.core import numbers
+from pipeline.measure.results import Role
 
-ROWS = (("export", "export (torch -> ONNX, FP32)"), ("fp32", "optimize (FP32 baseline)"),
-        ("fp16", "fp16 (baseline)"), ("candidate", "candidate"))
+ROWS = ((Role.export, "export (torch -> ONNX, FP32)"), (Role.fp32, "optimize (FP32 baseline)"),
+        (Role.fp16, "fp16 (baseline)"), (Role.candidate, "candidate"))
 
 
 def rows(outcome, mode: str, rtol: float = RTOL) -> list[dict]:
@@ -28,9 +29,9 @@ def rows(outcome, mode: str, rtol: float = RTOL) -> list[dict]:
     batches = outcome.bench.meta["batches"]
     for role, title in ROWS:
         art = outcome.models[role]
-        if role == "fp32" and art.stage == "fuse":
+        if role == Role.fp32 and art.stage == "fuse":
             title = "fuse (transformer fusions, FP32 baseline)"
-        if role == "candidate":
+        if role == Role.candidate:
             title = f"{art.stage} ({mode}, candidate)"
             dep = (getattr(outcome, "runtimes", None) or {}).get("deployed")
             if dep and (dep["runtime"], dep["precision"]) != ("onnxruntime", "fp32"):
@@ -40,7 +41,8 @@ def rows(outcome, mode: str, rtol: float = RTOL) -> list[dict]:
                "size_mb": art.model.stat().st_size / 1e6,
                "nodes": sum(art.meta.get("nodes", {}).values()),
                **ev["metrics"],
-               "agreement_with_fp16": agreement(outcome.evals[role], outcome.evals["fp16"], rtol),
+               "agreement_with_fp16": agreement(outcome.evals[role], outcome.evals[Role.fp16],
+                                                rtol),
                "output_sha256": ev["output_sha256"], "latency": {}}
         for b, at in batches.items():
             if role not in at["latency_ms"]:
@@ -50,7 +52,7 @@ def rows(outcome, mode: str, rtol: float = RTOL) -> list[dict]:
             entry = {"p50": lat["p50"], "p99": lat["p99"], "p999": lat["p999"],
                      "throughput": lat["throughput"],
                      "speedup_vs_fastest_float": fastest["p50"] / lat["p50"]}
-            if role == "candidate":  # the gated number: median of per-round ratios, with its CI
+            if role == Role.candidate:  # the gated number: median of per-round ratios, with its CI
                 sp = at["speedup_vs_fastest_float"]
                 entry.update(speedup_vs_fastest_float=sp["median"], speedup_ci95=sp["ci95"])
             row["latency"][b] = entry
@@ -60,7 +62,7 @@ def rows(outcome, mode: str, rtol: float = RTOL) -> list[dict]:
 
 def fusion(outcome) -> dict | None:
     """A transformer's fuse stage (``stages.fuse``): each fusion and its count, node counts."""
-    art = outcome.models["fp32"]
+    art = outcome.models[Role.fp32]
     if art.stage != "fuse":
         return None
     m = art.meta
@@ -89,7 +91,7 @@ def markdown(report: dict) -> str:
     """report.md: the rows, the gate, then each section the run has, in reading order."""
     if report.get("status") == "interrupted" and "rows" not in report:  # stopped in a stage
         return _interrupted_markdown(report)
-    bs = list(next(r for r in report["rows"] if r["role"] == "candidate")["latency"])
+    bs = list(next(r for r in report["rows"] if r["role"] == Role.candidate)["latency"])
     metrics = report.get("metrics") or []
     primary = next((m["name"] for m in metrics if m.get("primary")), None)
     unit = next((m["unit"] for m in metrics if m.get("primary")), "%")
@@ -430,7 +432,7 @@ def timing(outcome) -> dict:
     meta = outcome.bench.meta
     return {"batches": {b: {"rounds": at["rounds"], "seconds": at["seconds"], "noisy": at["noisy"],
                             "core_state": at.get("core_state"),
-                            "per_size": at["per_size"]["candidate"],
+                            "per_size": at["per_size"][Role.candidate],
                             "size_axis": meta.get("size_axis"),
                             "shape_outliers": at["shape_outliers"]}
                         for b, at in meta["batches"].items()},
