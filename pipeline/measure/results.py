@@ -68,12 +68,14 @@ class Timing:
     p99_ms: float | None = None
     over: dict = field(default_factory=dict)  # label -> Speedup of the candidate over it
     problems: tuple[str, ...] = ()   # numbers no measurement produces (pipeline.measure.sanity)
+    label: str | None = None         # the benchmark label timed as the candidate (quant=auto)
+    overall: Speedup | None = None   # over the fastest float, over every core state
 
     @classmethod
     def of(cls, at: dict, label: str = "candidate") -> Timing:
         from pipeline.measure import sanity
 
-        sp = at.get("speedup_vs_fastest_float")
+        sp = overall = at.get("speedup_vs_fastest_float")
         worst = (at.get("core_state") or {}).get("worst")
         if worst:  # judge the placement the candidate fared worst in: production may land there
             sp = worst["speedup_vs_fastest_float"]
@@ -85,7 +87,8 @@ class Timing:
                    aa_median=aa.get("median"), aa_tolerance=aa.get("tolerance"),
                    p50_ms=lat.get("p50"), p99_ms=lat.get("p99"),
                    over={k: Speedup.of(v) for k, v in (at.get("speedup") or {}).items()},
-                   problems=tuple(sanity.problems(at)))
+                   problems=tuple(sanity.problems(at)), label=at.get("candidate_label"),
+                   overall=Speedup.of(overall))
 
 
 @dataclass(frozen=True)

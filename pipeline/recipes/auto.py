@@ -28,13 +28,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import math
 
 from pipeline import gate
 from pipeline.config import QuantMode
+from pipeline.measure.results import BenchResult, Evaluation, Role, Timing
+from pipeline.recipes.auto_table import Row, choose, why
 from pipeline.runtimes import PRIMARY, Target, cpu_supports
 from pipeline.runtimes.plan import Plan, label
-from pipeline.measure.results import Role
 
 # how the table names each role's candidate
 NAMES = {Role.fp32: "fp32", Role.candidate: "int8", Role.dynamic: "dynamic", Role.mixed: "mixed"}
@@ -80,22 +80,23 @@ def as_candidate(bench, lab: str, raw_lab: str | None = None):
     return dataclasses.replace(bench, meta=meta)
 
 
-def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_batch, rtol=None):
-    at = bench_view.meta["batches"].get(str(gate_batch), {})
-    row = {"candidate": name, "role": role, "target": str(target), "label": lab,
-           "runtime": target.runtime, "precision": target.precision,
-           "passed": verdict.passed, "failed": verdict.failed,
-           "failed_detail": [c.detail for c in verdict.checks if not c.passed],
-           "latency_ms": {b: {k: a["latency_ms"][Role.candidate][k] for k in ("p50", "p99")}
-                          for b, a in bench_view.meta["batches"].items()
-                          if a.get("candidate_label") == lab},
-           "speedup_vs_fastest_float": at.get("speedup_vs_fastest_float"),
-           "fastest_float": at.get("fastest_float")}
+def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_batch,
+         rtol=None) -> Row:
+    """A timed (candidate, target): its accuracy against FP16, its latency per batch, its
+    speedup at the gate's batch and the gate's verdict on it."""
+    result = BenchResult.of(bench_view)
+    at = result.at(gate_batch) or Timing(None, None)
+    latency = {str(b): {"p50": t.p50_ms, "p99": t.p99_ms}
+               for b, t in result.batches.items() if t.label == lab}
+    row = Row(name, role, str(target), lab, target.runtime, target.precision, verdict.passed,
+              verdict.failed, [c.detail for c in verdict.checks if not c.passed], latency,
+              at.overall, at.fastest_float)
     if ev is not None:
-        drop, agree = _drop_and_agreement(ev, ref, metric, rtol)
-        row.update({metric.name: ev.meta["metrics"][metric.name], "accuracy_drop": drop,
-                    "agreement_with_fp16": agree, "output_sha256": ev.meta.get("output_sha256")})
-    row["p50"] = (row["latency_ms"].get(str(gate_batch)) or {}).get("p50")
+        e = Evaluation.of(ev)
+        row.metric, row.accuracy, row.output_sha256 = metric.name, e.metric(metric.name), \
+            e.output_sha256
+        row.accuracy_drop, row.agreement = _drop_and_agreement(ev, ref, metric, rtol)
+    row.p50 = (latency.get(str(gate_batch)) or {}).get("p50")
     return row
 
 
@@ -123,25 +124,22 @@ def not_timed(hw, plan, evals: dict, roles: list, contenders: tuple, accurate) -
     return list(dict.fromkeys(out))
 
 
-def _untimed_row(name, role, target, lab, ev, ref, g, metrics, metric) -> dict:
+def _untimed_row(name, role, target, lab, ev, ref, g, metrics, metric) -> Row:
     """A table row for a candidate left untimed on a runtime where it misses the accuracy
     budget: its accuracy checks, as the gate names them, and no latency."""
     from pipeline.metrics import limits as metric_limits
 
     drop, agree = _drop_and_agreement(ev, ref, metric, g.output_rtol)
-    failed = [("accuracy_drop" if i == 0 else f"{r['metric']}_drop") for i, r in enumerate(
-        metric_limits.judged(ref.meta["metrics"], ev.meta["metrics"], g.max_accuracy_drop,
-                             metrics)) if not r["passed"]]
+    e, r = Evaluation.of(ev), Evaluation.of(ref)
+    failed = [("accuracy_drop" if i == 0 else f"{j['metric']}_drop") for i, j in enumerate(
+        metric_limits.judged(r.metrics, e.metrics, g.max_accuracy_drop, metrics))
+        if not j["passed"]]
     if agree < g.min_output_agreement:
         failed.append("output_agreement")
-    return {"candidate": name, "role": role, "target": str(target), "label": lab,
-            "runtime": target.runtime, "precision": target.precision, "passed": False,
-            "failed": failed, "failed_detail": ["not timed: it misses the accuracy budget on "
-                                                "this runtime"],
-            "latency_ms": {}, "speedup_vs_fastest_float": None, "fastest_float": None,
-            metric.name: ev.meta["metrics"][metric.name], "accuracy_drop": drop,
-            "agreement_with_fp16": agree, "output_sha256": ev.meta.get("output_sha256"),
-            "p50": None, "timed": False}
+    return Row(name, role, str(target), lab, target.runtime, target.precision, False, failed,
+               ["not timed: it misses the accuracy budget on this runtime"], metric=metric.name,
+               accuracy=e.metric(metric.name), accuracy_drop=drop, agreement=agree,
+               output_sha256=e.output_sha256, timed=False)
 
 
 def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None,
@@ -155,11 +153,12 @@ def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None,
     a.candidates()
     bench, untimed = a.time()
     table = a.judge_all(bench, untimed)
-    winner = choose(table, a.metric)
+    winner = choose(table)
     final, final_evals, view, verdict, summary = a.as_winner(bench, winner)
-    role, g, infos = winner["role"], cfg.gate, a.infos
+    role, g, infos = winner.role, cfg.gate, a.infos
     int8_info = infos[Role.candidate]
-    auto = {"winner": winner, "table": table, "why": why(winner, table, a.metric),
+    auto = {"winner": winner.as_dict(), "table": [r.as_dict() for r in table],
+            "why": why(winner, table),
             "notes": a.notes, "targets": [str(x) for x in a.plan.options],
             "unavailable": a.plan.unavailable, "failures": a.plan.failures,
             "gate_batch": g.speedup_batch_size,
@@ -286,7 +285,7 @@ class _Auto:
         plan.failures.update(bench.meta.get("failures", {}))
         return bench, untimed
 
-    def judge_all(self, bench, untimed) -> list[dict]:
+    def judge_all(self, bench, untimed) -> list[Row]:
         """Each (candidate, target) judged by the gate as if it shipped: the table."""
         from pipeline.core.env import environment
 
@@ -313,13 +312,13 @@ class _Auto:
                                   metric, g.speedup_batch_size, g.output_rtol))
         return table
 
-    def as_winner(self, bench, winner: dict):
+    def as_winner(self, bench, winner: Row):
         """The winner as "the candidate" everywhere the gate, report and registry look, judged
         once more as the shipped candidate on its target."""
         from pipeline.core.env import environment
 
         g, t, hw, plan, models, evals = self.g, self.t, self.hw, self.plan, self.models, self.evals
-        role, target = winner["role"], Target(winner["runtime"], winner["precision"])
+        role, target = winner.role, Target(winner.runtime, winner.precision)
         floats = (Role.export, Role.fp32, Role.fp16)
         final = {**{r: models[r] for r in floats}, Role.candidate: models[role]}
         final_evals = {r: evals[r] for r in floats}
@@ -372,69 +371,6 @@ def dynamic_ops(cfg, t, fp32, export=None) -> list[str]:
             graph = onnx.load(str(path), load_external_data=False).graph
             found += [n.name for n in graph.node if n.op_type in types]
     return found
-
-
-def choose(table: list[dict], metric) -> dict:
-    """The fastest row that passes every gate; with none, the fastest that passes accuracy, else
-    the most accurate (the gate then fails it, visibly)."""
-    timed = [r for r in table if r["p50"] is not None]
-    passing = [r for r in timed if r["passed"]]
-    if passing:
-        return min(passing, key=lambda r: r["p50"])
-    accurate = [r for r in timed if not {"accuracy_drop", "output_agreement"} & set(r["failed"])]
-    if accurate:
-        return min(accurate, key=lambda r: r["p50"])
-    return min(timed, key=lambda r: (r.get("accuracy_drop", math.inf), r["p50"]))
-
-
-def _sp(r) -> str:
-    sp = r.get("speedup_vs_fastest_float") or {}
-    if not sp:
-        return "no speedup measured"
-    return f"{sp['median']:.2f}x (95 % CI {sp['ci95'][0]:.2f}-{sp['ci95'][1]:.2f})"
-
-
-def why(winner: dict, table: list[dict], metric) -> list[str]:
-    """Why the winner won, in a few sentences: what passed, what was faster and why it lost."""
-    lines = []
-    passing = [r for r in table if r["passed"]]
-    name = f"{winner['candidate']} on {winner['target']}"
-    if winner["passed"]:
-        ff = winner.get("fastest_float")
-        ident = " (it is the fastest float baseline itself)" if winner["label"] == ff else ""
-        lines.append(f"{name} is the fastest of the {len(passing)} of {len(table)} candidates "
-                     f"that pass every gate: p50 {winner['p50']:.2f} ms, {_sp(winner)} the fastest "
-                     f"float baseline{ident}, drop {winner.get('accuracy_drop', float('nan')):.2f} "
-                     "points against FP16.")
-    else:
-        lines.append(f"no candidate passes every gate; {name} goes to the gate and fails it.")
-    for r in sorted(table, key=lambda r: r["p50"] if r["p50"] is not None else float("inf")):
-        if r is winner:
-            continue
-        if not r["passed"]:
-            lines.append(f"{r['candidate']} on {r['target']}: p50 "
-                         + (f"{r['p50']:.2f} ms" if r["p50"] is not None else "–")
-                         + f", {_sp(r)}; failed {', '.join(r['failed'])}")
-    timed = [r for r in table if r["p50"] is not None]
-    bad_timing = sorted(set.intersection(*(set(r["failed"]) & TIMING_CHECKS for r in timed))
-                        if timed else set())
-    if bad_timing:  # nothing can be ranked, let alone shipped: say so rather than blame INT8
-        lines.append(f"the timing itself failed its check ({', '.join(bad_timing)}) for every "
-                     "candidate, so no speed here can be trusted: run again on a quieter machine, "
-                     "or give the benchmark more time (bench.max_seconds).")
-        return lines
-    quantized = [r for r in table if r["role"] != Role.fp32]
-    if quantized and all(not r["passed"] for r in quantized):
-        best = max(quantized, key=lambda r: (r.get("speedup_vs_fastest_float") or {}).get("median", 0))
-        ships = winner["passed"] and winner["role"] == Role.fp32
-        lines.append(f"INT8 does not pay on this machine: the best quantized candidate, "
-                     f"{best['candidate']} on {best['target']}, ran {_sp(best)} the fastest float "
-                     "baseline" + (", so a float artifact ships." if ships else "."))
-    return lines
-
-
-# Checks of the benchmark rather than of a candidate: failed by one, failed by all.
-TIMING_CHECKS = {"aa_check", "benchmark_sane", "same_environment"}
 
 
 def float_hint(verdict, evals: dict, bench, plan, gate_cfg, metric, model: str) -> None:
