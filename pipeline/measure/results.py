@@ -122,6 +122,32 @@ class DecodeResult:
 
 
 @dataclass(frozen=True)
+class TextScores:
+    """A score_text (or text_reference) stage: a decoder's text scored against its reference."""
+    perplexity: float | None
+    perplexity_rise_pct: float | None
+    top1_agreement: float | None     # a fraction
+    kl_mean: float | None
+    sequences: int | None
+    sequences_total: int | None
+    tokens_scored: int | None
+    stopped: object = None           # why sequential scoring stopped, if it did
+
+    FIELDS = ("perplexity", "perplexity_rise_pct", "top1_agreement", "kl_mean", "sequences",
+              "sequences_total", "tokens_scored", "stopped")
+
+    @classmethod
+    def of(cls, art) -> TextScores:
+        return cls(*(art.meta.get(k) for k in cls.FIELDS))
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.FIELDS}
+
+
+NO_SCORES = TextScores(None, None, None, None, None, None, None)
+
+
+@dataclass(frozen=True)
 class Evaluation:
     """An evaluate artifact: the task's metrics and where its predictions lie (for agreement)."""
     metrics: dict                    # metric name -> value

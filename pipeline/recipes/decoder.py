@@ -39,7 +39,7 @@ from pipeline.core.env import effective_flags, environment
 from pipeline.core.errors import ConfigError
 from pipeline.gate.outcome import Outcome, WeightOnlyInfo
 from pipeline.metrics import generation
-from pipeline.measure.results import DecodeResult, Role
+from pipeline.measure.results import DecodeResult, Role, TextScores
 from pipeline.metrics import limits as metric_limits
 from pipeline.task.contract import MetricsSpec
 from pipeline.models.decoder import Decoder, enough_text, text_sets
@@ -191,18 +191,17 @@ class _Run:
 
     def tally(self) -> dict:
         """What scoring cost this run, against one full pass of the text (the reference's)."""
-        metas = [a.meta for a in self.scored.values()]
-        tokens = sum(m.get("tokens_scored", 0) for m in metas)
-        full = self.reference.meta.get("tokens_scored") or 1
-        return {"reference": {"sequences": self.reference.meta.get("sequences"),
-                              "tokens": self.reference.meta.get("tokens_scored"),
+        scores = [TextScores.of(a) for a in self.scored.values()]
+        ref = TextScores.of(self.reference)
+        tokens = sum(x.tokens_scored or 0 for x in scores)
+        return {"reference": {"sequences": ref.sequences, "tokens": ref.tokens_scored,
                               "top_k": self.reference.meta.get("top_k"),
                               "tail_mass_mean": self.reference.meta.get("tail_mass_mean")},
-                "candidate_scorings": len(metas),
-                "stopped_early": sum(m.get("sequences") != m.get("sequences_total")
-                                     for m in metas),
-                "sequences": sum(m.get("sequences", 0) for m in metas), "tokens": tokens,
-                "full_passes": round(tokens / full, 2), "peak_rss": self.peak_rss()}
+                "candidate_scorings": len(scores),
+                "stopped_early": sum(x.sequences != x.sequences_total for x in scores),
+                "sequences": sum(x.sequences or 0 for x in scores), "tokens": tokens,
+                "full_passes": round(tokens / (ref.tokens_scored or 1), 2),
+                "peak_rss": self.peak_rss()}
 
     def matmul_weights(self) -> dict[str, int]:
         return matmul_weights(self.fp32.path)
@@ -278,9 +277,7 @@ class _Run:
                       "8": sum(b == 8 for b in plan.values()),
                       "float": len(self.names) - len(plan)}
         self.trials.append({"trial": what, "widths": widths, "ranking": ranking,
-                            **{k: scored.meta.get(k) for k in
-                               ("perplexity", "perplexity_rise_pct", "top1_agreement", "kl_mean",
-                                "sequences", "sequences_total", "tokens_scored", "stopped")},
+                            **TextScores.of(scored).as_dict(),
                             "passed": None if ranking else self.passes(scored)})
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from pipeline.core.artifact import plain
 from pipeline.core.env import environment
 from pipeline.report.run import interruption
-from pipeline.measure.results import Role
+from pipeline.measure.results import NO_SCORES, Role, TextScores
 
 
 def _bytes(art) -> int:
@@ -33,27 +33,22 @@ def rows(out) -> list[dict]:
         else:
             key = role
         seen.add(art.digest)
-        s = out.evals.get(role)
+        s = TextScores.of(out.evals[role]) if role in out.evals else NO_SCORES
         t = timings.get(role) or timings.get(key) or (timings.get(Role.fp32) if art is
                                                        out.models[Role.fp32] else {}) or {}
-        table.append({"role": role, "digest": art.digest, "weights_mb": _bytes(art) / 1e6,
-                      "matmul_bits": art.meta.get("matmul_bits"),
-                      "matmul_float": art.meta.get("matmul_float"),
-                      "perplexity": s.meta.get("perplexity") if s else None,
-                      "perplexity_rise_pct": s.meta.get("perplexity_rise_pct") if s else None,
-                      "top1_agreement": s.meta.get("top1_agreement") if s else None,
-                      "kl_mean": s.meta.get("kl_mean") if s else None,
-                      "sequences": s.meta.get("sequences") if s else None,
-                      "sequences_total": s.meta.get("sequences_total") if s else None,
-                      "stopped": s.meta.get("stopped") if s else None,
-                      "decode": t, "speedup_vs_fp32": speedups.get(role) or speedups.get(key)})
+        row = {"role": role, "digest": art.digest, "weights_mb": _bytes(art) / 1e6,
+               "matmul_bits": art.meta.get("matmul_bits"),
+               "matmul_float": art.meta.get("matmul_float"), **s.as_dict()}
+        del row["tokens_scored"]  # the evaluation section says how much text: the same for all
+        table.append({**row, "decode": t,
+                      "speedup_vs_fp32": speedups.get(role) or speedups.get(key)})
     return table
 
 
 def evaluation(out) -> dict:
     """How much text the gate's scores rest on: every model is scored on the same sequences."""
-    meta = out.evals[Role.fp32].meta
-    return {"sequences": meta.get("sequences"), "tokens_scored": meta.get("tokens_scored")}
+    ref = TextScores.of(out.evals[Role.fp32])
+    return {"sequences": ref.sequences, "tokens_scored": ref.tokens_scored}
 
 
 def body(cfg, out, record: list) -> dict:
@@ -66,7 +61,8 @@ def body(cfg, out, record: list) -> dict:
                        "parity_vs_transformers": out.models[Role.fp32].meta.get(
                            "parity_vs_transformers")},
             "timing": {k: out.bench.meta.get(k) for k in ("rounds", "seconds", "noisy")},
-            "search": out.quant.trials, "auto": out.auto, "scoring": out.quant.scoring, "stages": record,
+            "search": out.quant.trials, "auto": out.auto, "scoring": out.quant.scoring,
+            "stages": record,
             "lineage": {role: {"digest": a.digest, "stage": a.stage, "parent": a.parent,
                                "path": str(a.path)} for role, a in out.models.items()}}
 
