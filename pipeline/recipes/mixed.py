@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from dataclasses import dataclass, field
 
 from pipeline.core.progress import Progress, hms
 from pipeline.quant.groups import units as make_units
@@ -47,6 +48,24 @@ from pipeline.stages.sqnr import Sqnr
 CLEAN_DB = 40.0       # output SQNR above this: error below 1e-4 of the signal, nothing to recover
 CHEAP_SHARE = 0.005   # a unit worth less than 0.5 % of the INT8 profile is cheap to keep float
 DEFAULT_BUDGET_S = 1800.0
+
+
+@dataclass
+class Unit:
+    """What the search floats or keeps INT8 as one: a block of modules, or one node."""
+    name: str
+    nodes: list
+    gain_ms: float = 0.0          # the INT8 time it gives back when float (the profile's gains)
+    sqnr_db: float | None = None  # its worst node's output SQNR in INT8
+    signal: str = "trial"         # clean | cheap | trial: whether the cheap signals settle it
+    effect: float | None = None   # measured: how much floating it helps (metric's unit)
+    can_float: bool = True
+    stuck: list = field(default_factory=list)  # nodes the quantizer cannot make float
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "nodes": len(self.nodes), "gain_ms": self.gain_ms,
+                "sqnr_db": self.sqnr_db, "signal": self.signal, "effect": self.effect,
+                "can_float": self.can_float}
 
 
 class Budget:
@@ -74,18 +93,16 @@ def search(qz, method: str, exclude: set, all_int8, clock=time.monotonic, stream
     s = _Search(qz, method, exclude, all_int8, clock, stream)
     units = s.units()
     s.rank(units)
-    ranked = sorted((u for u in units if u["can_float"]), key=_order_key)
-    order = [u["name"] for u in ranked]
-    members = {u["name"]: [n for n in u["nodes"] if n not in u["stuck"]] for u in ranked}
+    ranked = sorted((u for u in units if u.can_float), key=_order_key)
+    order = [u.name for u in ranked]
+    members = {u.name: [n for n in u.nodes if n not in u.stuck] for u in ranked}
     handback = s.full_evaluations(order, members)
     within = [r for r in s.trace if r["within_budget"]]
     best = (min(within, key=lambda r: r["estimated_ms"]) if within
             else min(s.trace, key=lambda r: r["drop"]))
     verdict = s.verdict(best, bool(within), order, members, len(handback))
     rows = [{k: v for k, v in r.items() if k != "artifact"} for r in s.trace]
-    groups = [{"name": u["name"], "nodes": len(u["nodes"]), "gain_ms": u["gain_ms"],
-               "sqnr_db": u["sqnr_db"], "signal": u["signal"], "effect": u["effect"],
-               "can_float": u["can_float"]} for u in units]
+    groups = [u.as_dict() for u in units]
     return best["artifact"], s.table(units, order), {"verdict": verdict, "trace": rows,
                                                      "order": order, "groups": groups,
                                                      "hand_back": handback}
@@ -94,11 +111,11 @@ def search(qz, method: str, exclude: set, all_int8, clock=time.monotonic, stream
 def _order_key(u):
     """Measured units by recovered accuracy per ms given up (helpful first), then the untried
     by their SQNR (cheap before trial), clean ones last."""
-    s = u["sqnr_db"] if u["sqnr_db"] is not None else math.inf
-    if u["effect"] is not None:
-        return (0 if u["effect"] > 0 else 3, -u["effect"] / max(u["gain_ms"], 0.01), s)
-    if u["signal"] == "cheap" or u["signal"] == "trial":
-        return (1 if u["signal"] == "cheap" else 2, s, 0.0)
+    s = u.sqnr_db if u.sqnr_db is not None else math.inf
+    if u.effect is not None:
+        return (0 if u.effect > 0 else 3, -u.effect / max(u.gain_ms, 0.01), s)
+    if u.signal == "cheap" or u.signal == "trial":
+        return (1 if u.signal == "cheap" else 2, s, 0.0)
     return (4, s, 0.0)
 
 
@@ -159,33 +176,32 @@ class _Search:
         self.counts[phase] += 1
         return self.qz.score(art, f"rank[{label}]")
 
-    def units(self) -> list[dict]:
+    def units(self) -> list[Unit]:
         """The units (``quant.search_groups``) with their cheap signals: the INT8 time each
         gives back when float, its worst SQNR, and whether that settles it (clean, cheap)."""
         by, sqnr = self.by, self.sqnr
-        units = make_units(self.nodes, self.modules, by)
+        units = [Unit(u["name"], u["nodes"]) for u in make_units(self.nodes, self.modules, by)]
         for u in units:
-            u["gain_ms"] = sum(self.gains.get(n, 0.0) for n in u["nodes"])
-            known = [sqnr[n] for n in u["nodes"] if sqnr.get(n) is not None]
-            u["sqnr_db"] = min(known) if known else None
-            exact = all(n in sqnr and sqnr[n] is None for n in u["nodes"])  # no error at all
-            clean = exact or (u["sqnr_db"] is not None and u["sqnr_db"] >= CLEAN_DB)
-            u["signal"] = ("clean" if by == "blocks" and clean else
-                           "cheap" if by == "blocks" and u["gain_ms"] < self.cheap_ms else "trial")
-            u["effect"], u["can_float"], u["stuck"] = None, True, []
+            u.gain_ms = sum(self.gains.get(n, 0.0) for n in u.nodes)
+            known = [sqnr[n] for n in u.nodes if sqnr.get(n) is not None]
+            u.sqnr_db = min(known) if known else None
+            exact = all(n in sqnr and sqnr[n] is None for n in u.nodes)  # no error at all
+            clean = exact or (u.sqnr_db is not None and u.sqnr_db >= CLEAN_DB)
+            u.signal = ("clean" if by == "blocks" and clean else
+                           "cheap" if by == "blocks" and u.gain_ms < self.cheap_ms else "trial")
         return units
 
-    def rank(self, units: list[dict]) -> None:
+    def rank(self, units: list[Unit]) -> None:
         """One edited trial per unit where the cheap signals disagree, on the ranking subset,
         worst SQNR first, within half the time budget: its ``effect`` (positive: floating it
         helps), or ``can_float`` False when nothing of it can be handed back to float."""
         qz, by, clock = self.qz, self.by, self.clock
         base = qz.score(self.all_int8, "rank[all-int8]")
-        trials = [u for u in units if u["signal"] == "trial"]
-        trials.sort(key=lambda u: (u["sqnr_db"] if u["sqnr_db"] is not None else math.inf))
+        trials = [u for u in units if u.signal == "trial"]
+        trials.sort(key=lambda u: (u.sqnr_db if u.sqnr_db is not None else math.inf))
         bar = Progress(len(trials), f"mixed search: ranking {by}", self.stream, clock=clock,
                        unit="trials")
-        kinds = {k: sum(u["signal"] == k for u in units) for k in ("clean", "cheap", "trial")}
+        kinds = {k: sum(u.signal == k for u in units) for k in ("clean", "cheap", "trial")}
         (self.stream or sys.stdout).write(
             f"  mixed search: {len(self.nodes)} INT8 nodes in {len(units)} {by}: "
             f"{kinds['trial']} to rank, {kinds['clean']} clean (SQNR >= {CLEAN_DB:g} dB), "
@@ -197,17 +213,17 @@ class _Search:
             for k, u in enumerate(trials):
                 if self.clock_budget.over(0.5, "ranking"):
                     break
-                bar.update(k, u["name"])
-                art = self.variant(u["nodes"], f"float {u['name']}")
-                u["stuck"] = list(art.meta.get("exclusion_ignored", ()))
-                if set(u["stuck"]) >= set(u["nodes"]) - set(self.exclude):
+                bar.update(k, u.name)
+                art = self.variant(u.nodes, f"float {u.name}")
+                u.stuck = list(art.meta.get("exclusion_ignored", ()))
+                if set(u.stuck) >= set(u.nodes) - set(self.exclude):
                     # Nothing of it can be handed back to float (a MaxPool between INT8
                     # neighbours): no choice for the search.
-                    u["can_float"] = False
+                    u.can_float = False
                     continue
                 # How much better floating this unit makes the model (positive: helps), in the
                 # metric's unit whatever its direction.
-                u["effect"] = qz.metric.drop(self.trial(art, f"float {u['name']}"), base)
+                u.effect = qz.metric.drop(self.trial(art, f"float {u.name}"), base)
             if trials and not self.clock_budget.stopped:
                 bar.update(len(trials))
             bar.done()
@@ -294,20 +310,20 @@ class _Search:
                             f"budget {budget} not met; best drop {best['drop']:.2f} points with "
                             f"{len(best['float_nodes'])} nodes float") + stopped}
 
-    def table(self, units: list[dict], order: list) -> list[dict]:
+    def table(self, units: list[Unit], order: list) -> list[dict]:
         """One row per node: its unit, signals, measured effect and whether it could float,
         in the search's order."""
         table = []
-        unit_of = {n: u for u in units for n in u["nodes"]}
+        unit_of = {n: u for u in units for n in u.nodes}
         for n in self.nodes:
             u = unit_of[n]
-            floatable = u["can_float"] and n not in u["stuck"]
-            table.append({"node": n, "op": self.ops.get(n, "?"), "group": u["name"],
+            floatable = u.can_float and n not in u.stuck
+            table.append({"node": n, "op": self.ops.get(n, "?"), "group": u.name,
                           "sqnr_db": self.sqnr.get(n), "latency_gain_ms": self.gains.get(n, 0.0),
-                          "metric_effect": u["effect"] if floatable else None,
-                          "score": (u["effect"] / max(u["gain_ms"], 0.01)
-                                    if floatable and u["effect"] is not None else None),
-                          "signal": u["signal"], "can_float": floatable})
+                          "metric_effect": u.effect if floatable else None,
+                          "score": (u.effect / max(u.gain_ms, 0.01)
+                                    if floatable and u.effect is not None else None),
+                          "signal": u.signal, "can_float": floatable})
         rank_of = {name: k for k, name in enumerate(order)}
         table.sort(key=lambda r: (not r["can_float"], rank_of.get(r["group"], len(order)),
                                   r["node"]))
