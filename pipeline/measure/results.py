@@ -56,6 +56,19 @@ ONE = Speedup(1.0, 1.0, 1.0)  # a model against itself
 
 
 @dataclass(frozen=True)
+class Latency:
+    """One label's latency at one batch size (``pipeline.measure.timing``), in ms."""
+    p50: float | None
+    p99: float | None
+    p999: float | None = None
+    throughput: float | None = None  # items per second at that batch
+
+    @classmethod
+    def of(cls, d: dict) -> Latency:
+        return cls(d.get("p50"), d.get("p99"), d.get("p999"), d.get("throughput"))
+
+
+@dataclass(frozen=True)
 class Timing:
     """One batch size of a benchmark, for the label timed as the candidate."""
     speedup: Speedup | None          # over the fastest float baseline
@@ -69,6 +82,7 @@ class Timing:
     over: dict = field(default_factory=dict)  # label -> Speedup of the candidate over it
     problems: tuple[str, ...] = ()   # numbers no measurement produces (pipeline.measure.sanity)
     label: str | None = None         # the benchmark label timed as the candidate (quant=auto)
+    latencies: dict = field(default_factory=dict)  # every timed label -> Latency
     overall: Speedup | None = None   # over the fastest float, over every core state
 
     @classmethod
@@ -88,7 +102,9 @@ class Timing:
                    p50_ms=lat.get("p50"), p99_ms=lat.get("p99"),
                    over={k: Speedup.of(v) for k, v in (at.get("speedup") or {}).items()},
                    problems=tuple(sanity.problems(at)), label=at.get("candidate_label"),
-                   overall=Speedup.of(overall))
+                   overall=Speedup.of(overall),
+                   latencies={k: Latency.of(v) for k, v in (at.get("latency_ms") or {}).items()
+                              if isinstance(v, dict)})
 
 
 @dataclass(frozen=True)

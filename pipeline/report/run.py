@@ -17,7 +17,7 @@ from pathlib import Path
 from pipeline.core.leftovers import temp_name
 from pipeline.metrics.outputs import RTOL, agreement
 from pipeline.core import numbers
-from pipeline.measure.results import Role
+from pipeline.measure.results import BenchResult, Evaluation, Role
 
 ROWS = ((Role.export, "export (torch -> ONNX, FP32)"), (Role.fp32, "optimize (FP32 baseline)"),
         (Role.fp16, "fp16 (baseline)"), (Role.candidate, "candidate"))
@@ -26,7 +26,7 @@ ROWS = ((Role.export, "export (torch -> ONNX, FP32)"), (Role.fp32, "optimize (FP
 def rows(outcome, mode: str, rtol: float = RTOL) -> list[dict]:
     """``rtol``: how close a continuous output must be to FP16's to agree (``gate.output_rtol``)."""
     out = []
-    batches = outcome.bench.meta["batches"]
+    batches = BenchResult.of(outcome.bench).batches
     for role, title in ROWS:
         art = outcome.models[role]
         if role == Role.fp32 and art.stage == "fuse":
@@ -36,26 +36,24 @@ def rows(outcome, mode: str, rtol: float = RTOL) -> list[dict]:
             dep = (getattr(outcome, "runtimes", None) or {}).get("deployed")
             if dep and (dep["runtime"], dep["precision"]) != ("onnxruntime", "fp32"):
                 title += f" on {dep['runtime']} {dep['precision']}"
-        ev = outcome.evals[role].meta
+        ev = Evaluation.of(outcome.evals[role])
         row = {"role": role, "step": title, "digest": art.digest,
                "size_mb": art.model.stat().st_size / 1e6,
-               "nodes": sum(art.meta.get("nodes", {}).values()),
-               **ev["metrics"],
+               "nodes": sum(art.meta.get("nodes", {}).values()), **ev.metrics,
                "agreement_with_fp16": agreement(outcome.evals[role], outcome.evals[Role.fp16],
                                                 rtol),
-               "output_sha256": ev["output_sha256"], "latency": {}}
-        for b, at in batches.items():
-            if role not in at["latency_ms"]:
+               "output_sha256": ev.output_sha256, "latency": {}}
+        for b, t in batches.items():
+            lat = t.latencies.get(role)
+            if lat is None:
                 continue  # quant=auto times only the models that compete (and FP32)
-            lat = at["latency_ms"][role]
-            fastest = at["latency_ms"][at["fastest_float"]]
-            entry = {"p50": lat["p50"], "p99": lat["p99"], "p999": lat["p999"],
-                     "throughput": lat["throughput"],
-                     "speedup_vs_fastest_float": fastest["p50"] / lat["p50"]}
+            entry = {"p50": lat.p50, "p99": lat.p99, "p999": lat.p999,
+                     "throughput": lat.throughput,
+                     "speedup_vs_fastest_float": t.latencies[t.fastest_float].p50 / lat.p50}
             if role == Role.candidate:  # the gated number: median of per-round ratios, with its CI
-                sp = at["speedup_vs_fastest_float"]
-                entry.update(speedup_vs_fastest_float=sp["median"], speedup_ci95=sp["ci95"])
-            row["latency"][b] = entry
+                entry.update(speedup_vs_fastest_float=t.overall.median,
+                             speedup_ci95=[t.overall.low, t.overall.high])
+            row["latency"][str(b)] = entry
         out.append(row)
     return out
 
