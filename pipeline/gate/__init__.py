@@ -86,11 +86,16 @@ def _accuracy(m: Measures, g, metrics) -> list[Check]:
         f = f".{m.decimals}f" if m.decimals is not None else (".2f" if r["unit"] == "%" else ".4f")
         scale = "points" if r["unit"] == "%" and m.decimals is None else r["scale"]
         name = m.primary_check if i == 0 and m.primary_check else f"{r['metric']}_drop"
+        absent = [who for who, v in (("the candidate", r["candidate"]),
+                                     (m.reference, r["reference"]))
+                  if not isinstance(v, (int, float)) or not math.isfinite(v)]
         checks.append(Check.of(name, r["drop"], r["limit"],
                                lambda v, lim=r["limit"]: v <= lim + 1e-9,
                                f"{r['metric']} {_fmt(r['candidate'], f)} vs {m.reference} "
                                f"{_fmt(r['reference'], f)}: drop {_fmt(r['drop'], f)} "
-                               f"{scale}".rstrip()))
+                               f"{scale}".rstrip(),
+                               missing=f"no {r['metric']} measured for {' and '.join(absent)}"
+                               if absent else ""))
     return checks
 
 
@@ -102,7 +107,8 @@ def _speed(s: SpeedClaim, batch_note: str = ""):
     numbers = sp.text() if sp is not None else "no speedup measured"
     check = Check.of(s.name, bound, round(s.limit, 4) if s.upper else s.limit,
                      lambda v: v >= s.limit,
-                     f"{s.prefix}{numbers} {s.what}{batch_note}" + (" [noisy]" if s.noisy else ""))
+                     f"{s.prefix}{numbers} {s.what}{batch_note}" + (" [noisy]" if s.noisy else ""),
+                     missing=f"no {s.prefix}speedup {s.what} was recorded" if sp is None else "")
     if s.upper and not math.isfinite(s.limit):
         check = Check(check.name, check.value, check.limit, False,
                       f"{s.name}: the A/A record has no tolerance (fails closed)")
@@ -124,7 +130,8 @@ def _aa(t: Timing, discounted) -> Check:
     detail += (")" if dev <= tol else
                f", or up to +- {AA_BROKEN} with the speed check's bound divided by 1 + the "
                f"deviation: {bound:.2f}x against {name} {round(need, 4)})")
-    return Check.of("aa_check", dev, tol, lambda v: v <= tol or bounded, detail)
+    return Check.of("aa_check", dev, tol, lambda v: v <= tol or bounded, detail,
+                    missing="no A/A check was recorded" if t.aa_median is None else "")
 
 
 def judge(m: Measures, gate, metrics, slo=None, environment: dict | None = None) -> Verdict:
@@ -176,7 +183,8 @@ def _slo(m: Measures, slo) -> Check:
     b, served = m.served_batch, m.served
     p99 = NAN if served is None or served.p99_ms is None else served.p99_ms
     check = Check.of("slo_p99_ms", p99, slo.p99_ms, lambda v: v <= slo.p99_ms,
-                     f"p99 {p99:.2f} ms at batch {b} (slo.batch_size)")
+                     f"p99 {p99:.2f} ms at batch {b} (slo.batch_size)",
+                     missing=f"no candidate p99 was recorded at batch {b}")
     if served is None:
         check = Check(check.name, None, check.limit, False,
                       f"slo_p99_ms: batch {b} (slo.batch_size) was not timed: add it to "
@@ -213,7 +221,7 @@ def measures(evals: dict, bench, gate, slo=None, candidate=None,
                    "slower than the file as given, not on a speedup over itself: ", noisy=t.noisy)
     else:
         claim = SpeedClaim("speedup_ci_low", t.speedup, g.min_speedup, False,
-                           f"vs {t.fastest_float or '?'} {at}", "min_speedup", noisy=t.noisy)
+                           f"vs {t.fastest_float or 'the fastest float baseline'} {at}", "min_speedup", noisy=t.noisy)
     mb = None
     if candidate is not None and g.max_model_mb is not None:
         mb = candidate.model.stat().st_size / 1e6

@@ -21,12 +21,14 @@ class Check:
     detail: str
 
     @classmethod
-    def of(cls, name: str, value, limit, ok, detail: str) -> Check:
-        """A check that fails closed: a missing or non-finite value fails, whatever ``ok``."""
+    def of(cls, name: str, value, limit, ok, detail: str, missing: str = "") -> Check:
+        """A check that fails closed: a missing or non-finite value fails, whatever ``ok``, and
+        its detail says which measurement was absent (``missing``) when it is known."""
         finite = (isinstance(value, (int, float)) and not isinstance(value, bool)
                   and math.isfinite(value))
         return cls(name, value if finite else None, limit, bool(finite and ok(value)),
-                   detail if finite else f"{name}: no valid measurement (fails closed)")
+                   detail if finite else
+                   f"{name}: {missing or 'no valid measurement'} (fails closed)")
 
     def as_dict(self) -> dict:
         return {"check": self.name, "value": self.value, "limit": self.limit,

@@ -88,8 +88,12 @@ def test_a_measurement_the_stage_did_not_record_fails_closed_but_a_renamed_key_i
     scored = NS(meta={"perplexity_rise_pct": 0.5, "top1_agreement": 0.97, "kl_mean": 0.01})
     v = decoder.judge(cfg, scored, _speed({"speedup_vs_fp32": {}}), Role.candidate)
     check = v.check("speedup_ci_low")
-    assert not check.passed and check.detail == ("speedup_ci_low: no valid measurement "
-                                                 "(fails closed)")
+    assert not check.passed and check.detail == ("speedup_ci_low: no decode speedup vs FP32 "
+                                                 "was recorded (fails closed)")
+    no_top1 = NS(meta={"perplexity_rise_pct": 0.5, "kl_mean": 0.01})
+    check = decoder.judge(cfg, no_top1, _speed({}), Role.candidate).check("top1_agreement_drop")
+    assert check.detail == ("top1_agreement_drop: no top1_agreement measured for the candidate "
+                            "(fails closed)")
     renamed = _speed({"speedup_vs_fp32": {"candidate": {"middle": 2.0, "ci": [1.9, 2.1]}}})
     with pytest.raises(KeyError):
         decoder.judge(cfg, scored, renamed, Role.candidate)
