@@ -11,6 +11,7 @@ import pytest
 
 from pipeline import gate
 from pipeline.config import Config, GateConfig, RegistryConfig
+from pipeline.core.errors import PipelineError
 from pipeline.gate.outcome import Outcome
 from pipeline.gate.verdict import Check, Verdict
 from pipeline.measure.results import Role
@@ -151,3 +152,19 @@ def test_the_gate_reads_typed_measures_the_same_way_for_both_kinds():
     m = gate.decode_measures({"perplexity_rise_pct": 0.1, "top1_agreement": 0.99,
                               "kl_mean": 0.001}, DecodeResult({}, False, None), Role.int4, g)
     assert isinstance(m, gate.Measures) and m.speed.speedup is None and m.agreement is None
+
+
+def test_a_failed_push_is_recorded_in_the_report_then_raised(tmp_path):
+    from pipeline.report.publish import publish_run
+
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the registry's folder should be")
+    cfg = NS(workdir=str(tmp_path / "work"),
+             registry=RegistryConfig(root=str(blocker / "registry")), model=NS(name="tiny"))
+    out = _outcome(tmp_path, passed=True)
+    with pytest.raises((OSError, PipelineError)) as raised:
+        publish_run(cfg, out, _shipment(out, lambda r: "# r\n"))
+    report = json.loads(next((tmp_path / "work" / "runs").glob("2*/report.json")).read_text())
+    assert report["publish"]["status"] == "failed" and "published" not in report
+    assert report["publish"]["error"] and str(blocker) in report["publish"]["error"] + str(
+        raised.value)
