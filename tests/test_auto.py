@@ -154,23 +154,24 @@ def test_why_blames_the_timing_not_int8_when_every_candidate_fails_the_a_a_check
     """all-mpnet-base-v2 under quant=auto: every row failed the benchmark's A/A check (10 rounds
     of blocks across three runtimes), and the explanation said "INT8 does not pay on this
     machine ... so a float artifact ships" about a run that shipped nothing."""
-    from pipeline.recipes.auto import why
+    from pipeline.measure.results import Speedup
+    from pipeline.recipes.auto_table import Row, why
 
     def row(name, role, target, p50, failed, sp=None):
-        return {"candidate": name, "role": role, "target": target, "label": f"{name}@{target}",
-                "p50": p50, "passed": not failed, "failed": failed, "accuracy_drop": 0.0,
-                "speedup_vs_fastest_float": {"median": sp or 1.0, "ci95": [sp or 1.0] * 2},
-                "fastest_float": "fp32"}
+        runtime, precision = target.split()
+        return Row(name, role, target, f"{name}@{target}", runtime, precision, not failed,
+                   failed, [], p50=p50, accuracy_drop=0.0, fastest_float="fp32",
+                   speedup=Speedup(sp or 1.0, sp or 1.0, sp or 1.0))
 
     table = [row("fp32", "fp32", "openvino bf16", 45.8, ["aa_check"], 3.5),
              row("dynamic", "dynamic", "onnxruntime fp32", 52.5, ["aa_check"], 3.1),
              row("int8", "candidate", "onnxruntime fp32", 61.0, ["accuracy_drop", "aa_check"], 2.6)]
-    lines = why(table[0], table, None)
+    lines = why(table[0], table)
     assert any("timing itself failed its check (aa_check)" in line for line in lines)
     assert not any("does not pay" in line for line in lines)
     # quantized rows that fail on speed alone, a float winner that passes: INT8 does not pay
     table = [row("fp32", "fp32", "onnxruntime fp32", 10.0, []),
              row("int8", "candidate", "onnxruntime fp32", 11.0, ["speedup_ci_low"], 0.9)]
-    lines = why(table[0], table, None)
+    lines = why(table[0], table)
     assert any(line.startswith("INT8 does not pay") and line.endswith("a float artifact ships.")
                for line in lines)

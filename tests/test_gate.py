@@ -5,10 +5,17 @@ import json
 from types import SimpleNamespace
 
 from pipeline.config import GateConfig, SloConfig
-from pipeline.gate import judge, table
+from pipeline import gate
+from pipeline.gate import table
 from pipeline.task.metric import MetricSpec
 
 SEQ = MetricSpec("sequence_accuracy", True)
+
+
+def judge(evals, bench, g, metric, slo=None, environment=None, against_given=False):
+    """The one gate on an encoder's measures, as the recipes' tail calls it."""
+    return gate.judge(gate.measures(evals, bench, g, slo, against_given=against_given), g,
+                      metric, slo, environment)
 
 
 def ev(tmp_path, name, acc, preds):
@@ -34,25 +41,25 @@ def evals(tmp_path, fp16_acc=98.5, cand_acc=98.3, cand_preds=("A",) * 99 + ("C",
 
 
 def failed(v):
-    return {c["check"] for c in v["checks"] if not c["passed"]}
+    return set(v.failed)
 
 
 def test_pass_and_each_failure(tmp_path):
     e = evals(tmp_path)
     v = judge(e, bench(1.9), GateConfig(), SEQ, SloConfig())
-    assert v["passed"], v["summary"]
+    assert v.passed, v.summary
     assert "accuracy_drop" in table(v) and "pass" in table(v)
     assert failed(judge(e, bench(0.95), GateConfig(), SEQ)) == {"speedup_ci_low"}
     # A median above 1 whose interval reaches below it is not proof of a speedup.
     assert failed(judge(e, bench(1.05, halfwidth=0.1), GateConfig(), SEQ)) == {"speedup_ci_low"}
     v = judge(e, bench(2.0), GateConfig(max_accuracy_drop=0.1), SEQ)
-    assert failed(v) == {"accuracy_drop"} and "drop 0.20" in v["summary"]
+    assert failed(v) == {"accuracy_drop"} and "drop 0.20" in v.summary
     # An A/A past its tolerance: the speedup is judged with its lower bound divided by it
     assert failed(judge(e, bench(1.1, aa=1.08), GateConfig(), SEQ)) == {"aa_check"}  # 1.0 / 1.08
     v = judge(e, bench(2.0, aa=1.08), GateConfig(), SEQ)  # 1.9 / 1.08 = 1.76: still a speedup
-    assert v["passed"], v["summary"]
-    assert "1.76x against min_speedup 1.0" in next(c["detail"] for c in v["checks"]
-                                                   if c["check"] == "aa_check")
+    assert v.passed, v.summary
+    assert "1.76x against min_speedup 1.0" in next(c.detail for c in v.checks
+                                                   if c.name == "aa_check")
     assert failed(judge(e, bench(2.0, aa=0.93), GateConfig(), SEQ)) == set()  # either direction
     # ... and past AA_BROKEN (10 %) the timing is not trusted at all
     assert failed(judge(e, bench(5.0, aa=1.11), GateConfig(), SEQ)) == {"aa_check"}
@@ -72,9 +79,9 @@ def test_slo_judges_one_request_not_the_speed_gates_batch(tmp_path):
     e = evals(tmp_path)
     slow_batch = bench(2.0, p99=1300.0, p99_b1=60.0)
     v = judge(e, slow_batch, GateConfig(), SEQ, SloConfig())
-    assert v["passed"], v["summary"]
-    slo = next(c for c in v["checks"] if c["check"] == "slo_p99_ms")
-    assert slo["value"] == 60.0 and "at batch 1" in slo["detail"]
+    assert v.passed, v.summary
+    slo = next(c for c in v.checks if c.name == "slo_p99_ms")
+    assert slo.value == 60.0 and "at batch 1" in slo.detail
     # A service that answers requests in batches of 8 says so, and is judged there.
     assert failed(judge(e, slow_batch, GateConfig(), SEQ, SloConfig(batch_size=8))) == {"slo_p99_ms"}
     assert failed(judge(e, bench(2.0, p99=5.0, p99_b1=300.0), GateConfig(), SEQ,
@@ -83,7 +90,7 @@ def test_slo_judges_one_request_not_the_speed_gates_batch(tmp_path):
     only8 = bench(2.0, p99=5.0)
     del only8.meta["batches"]["1"]
     v = judge(e, only8, GateConfig(), SEQ, SloConfig())
-    assert failed(v) == {"slo_p99_ms"} and "bench.batch_sizes" in v["summary"]
+    assert failed(v) == {"slo_p99_ms"} and "bench.batch_sizes" in v.summary
 
 
 def test_fails_closed_on_missing_measurements(tmp_path):
@@ -91,7 +98,7 @@ def test_fails_closed_on_missing_measurements(tmp_path):
     assert "accuracy_drop" in failed(judge(e, bench(2.0), GateConfig(), SEQ))
     broken_bench = SimpleNamespace(meta={"batches": {}})
     v = judge(evals(tmp_path / "y"), broken_bench, GateConfig(), SEQ)
-    assert {"speedup_ci_low", "aa_check"} <= failed(v) and "fails closed" in v["summary"]
+    assert {"speedup_ci_low", "aa_check"} <= failed(v) and "fails closed" in v.summary
 
 
 def test_shape_outliers_flag_only_the_jump():
@@ -116,7 +123,7 @@ def test_timings_from_another_environment_are_refused(tmp_path):
     elsewhere = {**here, "cpu": {**here["cpu"], "model": "Some Other CPU"}}
     b.meta["environment"] = elsewhere
     v = judge(evals(tmp_path / "z"), b, GateConfig(), SEQ, environment=here)
-    assert failed(v) == {"same_environment"} and "Some Other CPU" in v["summary"]
+    assert failed(v) == {"same_environment"} and "Some Other CPU" in v.summary
 
 
 def test_speed_is_judged_in_the_core_state_the_candidate_fared_worst_in(tmp_path):
@@ -124,8 +131,8 @@ def test_speed_is_judged_in_the_core_state_the_candidate_fared_worst_in(tmp_path
     b.meta["batches"]["8"]["core_state"] = {"changed": True, "worst": {
         "round_trip_ns": 510.0, "speedup_vs_fastest_float": {"median": 0.98, "ci95": [0.96, 1.0]}}}
     v = judge(evals(tmp_path), b, GateConfig(), SEQ)
-    check = next(c for c in v["checks"] if c["check"] == "speedup_ci_low")
-    assert not check["passed"] and "510 ns" in check["detail"]
+    check = next(c for c in v.checks if c.name == "speedup_ci_low")
+    assert not check.passed and "510 ns" in check.detail
 
 
 def test_a_benchmark_with_impossible_numbers_fails_closed(tmp_path):
@@ -143,11 +150,11 @@ def test_a_benchmark_with_impossible_numbers_fails_closed(tmp_path):
         b = bench(2.0)
         edit(b.meta["batches"]["8"])
         v = judge(e, b, GateConfig(min_speedup=100), SEQ, SloConfig(p99_ms=1000))
-        assert not v["passed"] and {"benchmark_sane", "speedup_ci_low"} <= failed(v), said
-        detail = next(c["detail"] for c in v["checks"] if c["check"] == "benchmark_sane")
+        assert not v.passed and {"benchmark_sane", "speedup_ci_low"} <= failed(v), said
+        detail = next(c.detail for c in v.checks if c.name == "benchmark_sane")
         assert detail.startswith("benchmark entry is corrupt: ") and said in detail, detail
         assert "\n" not in detail
-    assert "benchmark_sane" not in {c["check"] for c in judge(e, bench(2.0), GateConfig(), SEQ)["checks"]}
+    assert "benchmark_sane" not in {c.name for c in judge(e, bench(2.0), GateConfig(), SEQ).checks}
 
 
 def given(median, halfwidth=0.02, aa=1.0, tolerance=0.03):
@@ -167,10 +174,10 @@ def test_quant_none_is_judged_against_the_file_as_given_not_against_itself(tmp_p
     assert failed(judge(e, given(1.0), GateConfig(), SEQ)) == {"speedup_ci_low"}  # today's rule
     for median in (1.0, 0.98, 1.4):  # as fast, within the A/A tolerance, or faster: ships
         v = judge(e, given(median), GateConfig(), SEQ, against_given=True)
-        assert v["passed"], v["summary"]
-        check = next(c for c in v["checks"] if c["check"] == "no_slower_than_given")
-        assert "no slower than the file as given" in check["detail"] and check["limit"] == 0.97
-        assert "speedup_ci_low" not in {c["check"] for c in v["checks"]}
+        assert v.passed, v.summary
+        check = next(c for c in v.checks if c.name == "no_slower_than_given")
+        assert "no slower than the file as given" in check.detail and check.limit == 0.97
+        assert "speedup_ci_low" not in {c.name for c in v.checks}
     assert failed(judge(e, given(0.9), GateConfig(), SEQ, against_given=True)) == {
         "no_slower_than_given"}  # whole interval below 1 - tolerance: the optimizer made it slower
     assert failed(judge(e, given(1.0), GateConfig(min_speedup=2.0), SEQ,
@@ -182,4 +189,4 @@ def test_quant_none_is_judged_against_the_file_as_given_not_against_itself(tmp_p
     missing = given(1.0)
     del missing.meta["batches"]["8"]["speedup"]["export"]  # the export was not timed: fails closed
     v = judge(e, missing, GateConfig(), SEQ, against_given=True)
-    assert failed(v) == {"no_slower_than_given"} and "fails closed" in v["summary"]
+    assert failed(v) == {"no_slower_than_given"} and "fails closed" in v.summary

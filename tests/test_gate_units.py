@@ -14,7 +14,7 @@ import pytest
 
 from pipeline.config import GateConfig
 from pipeline.core.errors import ConfigError
-from pipeline.gate import judge
+from pipeline import gate
 from pipeline.metrics import SPECS
 from pipeline.task.contract import MetricsSpec
 from tests.conftest import run_cli
@@ -22,6 +22,12 @@ from tests.conftest import run_cli
 EMBED = MetricsSpec(tuple(SPECS[n] for n in ("cosine_mean", "cosine_p1", "max_abs_diff",
                                              "mean_abs_diff")), "cosine_mean")
 OCR = MetricsSpec((SPECS["sequence_accuracy"], SPECS["cer"]), "sequence_accuracy")
+
+
+def judge(evals, bench, g, metric, slo=None, environment=None, against_given=False):
+    """The one gate on an encoder's measures, as the recipes' tail calls it."""
+    return gate.judge(gate.measures(evals, bench, g, slo, against_given=against_given), g,
+                      metric, slo, environment)
 
 
 def evaluation(path, metrics: dict, predictions: list):
@@ -46,7 +52,7 @@ def fast_bench():
 
 
 def failed(v) -> set:
-    return {c["check"] for c in v["checks"] if not c["passed"]}
+    return set(v.failed)
 
 
 def embed_evals(tmp_path, cand_metrics: dict, cand_rows: np.ndarray):
@@ -65,9 +71,9 @@ def test_a_cosine_is_gated_in_its_own_units_with_its_first_percentile(tmp_path):
                                                  "max_abs_diff": 0.9, "mean_abs_diff": 0.2},
                                 near), fast_bench(), GateConfig(), EMBED)
     assert {"accuracy_drop", "cosine_p1_drop"} <= failed(damaged)
-    check = damaged["checks"][0]
-    assert check["limit"] == 0.01 and "cosine_mean 0.8200 vs FP16 1.0000: drop 0.1800 cosine" \
-        in check["detail"]
+    check = damaged.checks[0]
+    assert check.limit == 0.01 and "cosine_mean 0.8200 vs FP16 1.0000: drop 0.1800 cosine" \
+        in check.detail
     # a good mean hides a few ruined rows: the 1st percentile catches them
     tail = judge(embed_evals(tmp_path / "b", {"cosine_mean": 0.995, "cosine_p1": 0.95,
                                               "max_abs_diff": 0.3, "mean_abs_diff": 0.01},
@@ -76,7 +82,7 @@ def test_a_cosine_is_gated_in_its_own_units_with_its_first_percentile(tmp_path):
     good = judge(embed_evals(tmp_path / "c", {"cosine_mean": 0.995, "cosine_p1": 0.98,
                                               "max_abs_diff": 0.1, "mean_abs_diff": 0.01},
                              near), fast_bench(), GateConfig(), EMBED)
-    assert good["passed"], good["summary"]
+    assert good.passed, good.summary
     # per-metric overrides, each in its own units; a scalar is still the primary's limit
     assert failed(judge(embed_evals(tmp_path / "d", {"cosine_mean": 0.995, "cosine_p1": 0.98,
                                                      "max_abs_diff": 0.1, "mean_abs_diff": 0.01},
@@ -135,8 +141,8 @@ def test_continuous_outputs_agree_within_a_tolerance(tmp_path):
     v = judge(embed_evals(tmp_path / "g", {"cosine_mean": 0.9999, "cosine_p1": 0.999,
                                            "max_abs_diff": 0.01, "mean_abs_diff": 0.001},
                           near), fast_bench(), GateConfig(), EMBED)
-    agree = next(c for c in v["checks"] if c["check"] == "output_agreement")
-    assert agree["passed"] and agree["value"] == 1.0 and "within 0.25 relative" in agree["detail"]
+    agree = next(c for c in v.checks if c.name == "output_agreement")
+    assert agree.passed and agree.value == 1.0 and "within 0.25 relative" in agree.detail
 
 
 def _onnx(path, out_shape, in_shape=("batch", 4), k=None):
@@ -289,18 +295,19 @@ def test_static_int8_that_misses_accuracy_names_what_can_hold_it():
     from pipeline.config import QuantMode
     from pipeline.recipes.auto import accuracy_hint
 
+    from pipeline.gate.verdict import Check, Verdict
+
     def verdict(*failed):
-        return {"summary": "FAIL", "checks": [{"check": c, "passed": c not in failed}
-                                              for c in ("accuracy_drop", "cosine_p1_drop",
-                                                        "speedup_ci_low")]}
+        return Verdict([Check(c, None, None, c not in failed, c) for c in
+                        ("accuracy_drop", "cosine_p1_drop", "speedup_ci_low")])
 
     v = verdict("cosine_p1_drop")
     accuracy_hint(v, QuantMode.int8, ("MatMul", "Gemm", "Attention"), "hf")
-    assert "quant=dynamic" in v["hint"] and "model=hf quant=auto" in v["summary"]
+    assert "quant=dynamic" in v.as_dict()["hint"] and "model=hf quant=auto" in v.summary
     v = verdict("accuracy_drop")
     accuracy_hint(v, QuantMode.int8, ("LSTM", "GRU"), "onnx")
-    assert "quant=mixed" in v["hint"] and "quant=dynamic" not in v["hint"]
+    assert "quant=mixed" in v.as_dict()["hint"] and "quant=dynamic" not in v.as_dict()["hint"]
     for v, mode in ((verdict("speedup_ci_low"), QuantMode.int8),
                     (verdict("accuracy_drop"), QuantMode.dynamic)):
         accuracy_hint(v, mode, ("MatMul",), "hf")
-        assert "hint" not in v and v["summary"] == "FAIL"
+        assert not v.hints and v.summary.startswith("FAIL: ") and "hint" not in v.summary

@@ -253,6 +253,8 @@ class _FakeRun:
         self.q = NS(block_size=block_size)
         self.names = ["/model/layers.0/mlp/MatMul", "/lm_head/MatMul"]
         self.fp32 = NS(digest="fp32")
+        self.source = self.fp32
+        self.memory = NS(reference_name="FP32")  # not streaming: FP32 is the reference
         self.scores = {"fp32": NS(meta={"perplexity_rise_pct": 0.0, "top1_agreement": 1.0,
                                         "kl_mean": 0.0})}
         self.rise, self.speedup = {**rise, "mixed": mixed_rise}, speedup
@@ -318,10 +320,10 @@ def test_decoder_auto_tries_int8_at_a_wider_block_and_ships_it_only_when_it_pass
     run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9}, speed)
     out = _auto(cfg, run, {"block_size": 32})
     assert ("all8_b128", WIDE_BLOCK) in run.builds and ("all8", 32) in run.builds
-    assert out.auto["winner"] == "int8_wide" and out.settings["block_size"] == WIDE_BLOCK
+    assert out.auto["winner"] == "int8_wide" and out.quant.settings["block_size"] == WIDE_BLOCK
     run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 2.5}, speed)  # over 2 %
     out = _auto(cfg, run, {"block_size": 32})
-    assert out.auto["winner"] == "int8" and out.settings["block_size"] == 32
+    assert out.auto["winner"] == "int8" and out.quant.settings["block_size"] == 32
     assert not out.auto["candidates"]["int8_wide"]["passed"]
     run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0}, speed, block_size=WIDE_BLOCK)
     _auto(cfg, run, {"block_size": WIDE_BLOCK})  # already that wide: no second INT8 build
@@ -414,8 +416,8 @@ def test_decoder_auto_scores_its_pick_in_full_and_takes_the_next_when_the_full_t
                    full_rise={"int8_wide": 2.3})
     out = _auto(cfg, run, {"block_size": 32})
     assert run.full_scored == ["int8_wide", "int8"] and out.auto["winner"] == "int8"
-    assert out.verdict["passed"] and not out.auto["candidates"]["int8_wide"]["passed"]
-    assert out.scores["candidate"].meta["perplexity_rise_pct"] == 0.7
+    assert out.verdict.passed and not out.auto["candidates"]["int8_wide"]["passed"]
+    assert out.evals["candidate"].meta["perplexity_rise_pct"] == 0.7
     run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9}, speed)
     assert _auto(cfg, run, {"block_size": 32}).auto["winner"] == "int8_wide"
     assert run.full_scored == ["int8_wide"]  # one full scoring when the pick holds

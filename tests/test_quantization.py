@@ -248,7 +248,7 @@ class FakeQuantizer:
         self.metric = MetricSpec("sequence_accuracy", True)
         self.fp16_eval = SimpleNamespace(meta={"metrics": {self.metric.name: 99.0}})
         self.evaluation = None  # the DataSplit; the fake runner never reads it
-        self.cfg = SimpleNamespace(quant=SimpleNamespace(max_accuracy_drop=budget, search_groups="nodes"),
+        self.job = SimpleNamespace(quant=SimpleNamespace(max_accuracy_drop=budget, search_groups="nodes"),
                                    model=SimpleNamespace(name="ocr", eval_samples=100), data_dir="d")
         self.subset, self.hw, self.fp32 = (), None, None
         self.runner = SimpleNamespace(run=lambda *a, **k: SimpleNamespace(
@@ -326,7 +326,7 @@ def test_int8_that_cannot_pay_falls_back_to_the_fp32_model(medians, min_speedup,
     cfg = SimpleNamespace(quant=SimpleNamespace(latency_aware=True),
                           gate=SimpleNamespace(min_speedup=min_speedup),
                           bench=SimpleNamespace(batch_sizes=[1, 8], min_rounds=20, max_seconds=1.0))
-    qz = SimpleNamespace(cfg=cfg, runner=SimpleNamespace(run=run), evaluation=None, hw=None,
+    qz = SimpleNamespace(job=cfg, runner=SimpleNamespace(run=run), evaluation=None, hw=None,
                          fp32="fp32-artifact")
     info = QuantInfo(settings={}, calibration="minmax")
     chosen = not_slower_than_fp32(qz, "int8-artifact", info)

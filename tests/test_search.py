@@ -33,7 +33,7 @@ class Blocks:
         self.metric = MetricSpec("sequence_accuracy", True)
         self.fp16_eval = SimpleNamespace(meta={"metrics": {self.metric.name: 99.0}})
         self.evaluation, self.subset, self.hw, self.fp32 = None, (), None, None
-        self.cfg = SimpleNamespace(quant=SimpleNamespace(
+        self.job = SimpleNamespace(quant=SimpleNamespace(
             max_accuracy_drop=budget, search_budget_s=time_budget, search_groups="blocks"))
         self.lines: list[str] = []
         self.runner = SimpleNamespace(
@@ -332,7 +332,7 @@ def test_the_search_floats_a_layernorm_it_was_blind_to(tmp_path, by):
     class Norm(Blocks):
         def __init__(self):
             super().__init__(1, 1, harmful=set())
-            self.cfg.quant.search_groups = by
+            self.job.quant.search_groups = by
             self.names = reported
             self.harms = {"norm": 0.4}
 

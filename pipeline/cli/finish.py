@@ -1,5 +1,6 @@
 """What every recipe's command line shares (encoders, decoders): running the recipe so that an
-interrupted run still leaves a report, and the last lines of a run on the terminal."""
+interrupted run still leaves a report, and its end: the one publish flow
+(``pipeline.report.publish``) and the last lines of a run on the terminal."""
 from __future__ import annotations
 
 import time
@@ -23,18 +24,24 @@ def run_recipe(cfg, recipe, *args):
         raise
 
 
-def finish(runner, t0: float, verdict: dict, body: dict, report_path, candidate_path) -> int:
-    """Print the stage reuse, the gate's table, what was published and where the report is;
+def finish(cfg, runner, t0: float, out, shipment) -> int:
+    """The end of every run, encoder or decoder: the one publish flow
+    (``pipeline.report.publish``: the report, then the registry when the gate passed), then the
+    stage reuse, the gate's table, what was published and where the report is on the terminal;
     exit 0 when the gate passed, else raise ``GateFailed`` (exit 1) naming the kept candidate."""
     from pipeline.gate import table as gate_table
+    from pipeline.report.publish import publish_run
 
+    report_path = publish_run(cfg, out, shipment)
+    verdict, body = out.verdict, shipment.body
     reused = sum(s["reused"] for s in runner.record)
     print(f"stages: {reused} of {len(runner.record)} reused; {time.time() - t0:.1f} s")
     print(gate_table(verdict))
-    print(f"gate: {verdict['summary']}")
+    print(f"gate: {verdict.summary}")
     if body.get("published"):
         print(f"published: {body['published']}")
     print(f"report: {report_path}")
-    if not verdict["passed"]:
-        raise GateFailed(f"gate failed, candidate kept at {candidate_path}; report {report_path}")
+    if not verdict.passed:
+        raise GateFailed(f"gate failed, candidate kept at {out.models['candidate'].path}; "
+                         f"report {report_path}")
     return 0

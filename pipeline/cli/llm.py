@@ -8,7 +8,6 @@ failed.
 """
 from __future__ import annotations
 
-
 from pipeline.core.errors import ConfigError
 from pipeline.cli.finish import finish, run_recipe
 
@@ -43,31 +42,10 @@ def preflight(cfg):
 def run(cfg) -> int:
     from pipeline.recipes.decoder import recipe
     from pipeline.report import decoder as rep
-    from pipeline.report import run as run_report
 
     decoder = preflight(cfg)
     print(f"pipeline: model={cfg.model.name} (decoder {decoder.architecture}) "
           f"quant={cfg.quant.mode.value} hardware={cfg.hardware.name}")
     runner, out, t0 = run_recipe(cfg, recipe, decoder)
     body = rep.body(cfg, out, runner.record)
-    publishing = out.verdict["passed"] and cfg.registry is not None
-    if publishing:
-        body["publish"] = {"status": "pending", "backend": cfg.registry.backend.value}
-    path = run_report.write(cfg.workdir, body, render=rep.markdown)
-    if publishing:
-        from pipeline.registry import publish
-
-        # a signal now: the report says interrupted
-        with run_report.publishing(path, body, render=rep.markdown):
-            try:
-                cand = out.models["candidate"]
-                body["published"] = str(publish(cfg.registry, cfg.model.name,
-                                                cfg.quant.mode.value, cand,
-                                                rep.evidence(out, body), rep.files(cand)))
-                body["publish"].update(status="published", ref=body["published"])
-            except Exception as e:  # noqa: BLE001 - recorded in the report, then raised as it was
-                body["publish"].update(status="failed", error=str(e))
-                run_report.update(path, body, render=rep.markdown)
-                raise
-            run_report.update(path, body, render=rep.markdown)
-    return finish(runner, t0, out.verdict, body, path, out.models["candidate"].path)
+    return finish(cfg, runner, t0, out, rep.shipment(cfg, out, body))

@@ -111,7 +111,6 @@ def _run(argv: list[str]) -> int:
         served_slo.preflight(run.task)
     from pipeline.recipes.main import recipe
     from pipeline.report import manifest as ship
-    from pipeline.report import run as rep
 
     print(f"pipeline: model={cfg.model.name} ({cfg.model.source}) quant={cfg.quant.mode.value} "
           f"hardware={cfg.hardware.name}")
@@ -119,15 +118,7 @@ def _run(argv: list[str]) -> int:
     if serve_slo:  # hook: the candidate behind the real server; its p99 joins the verdict
         served_slo.judge(cfg, out)
     body = ship.body(cfg, out, runner.record)
-    publishing = out.verdict["passed"] and cfg.registry is not None
-    evidence = ship.manifest(out, body) if publishing else None
-    if publishing:  # the report exists before publishing, whatever publishing then does
-        body["publish"] = {"status": "pending", "backend": cfg.registry.backend.value}
-    path = rep.write(cfg.workdir, body, ship.figures(cfg, out, body))
-    if publishing:
-        with rep.publishing(path, body):  # a signal now: the report says interrupted
-            ship.publish(cfg, out, body, path, evidence)
-    return finish(runner, t0, out.verdict, body, path, out.models["candidate"].path)
+    return finish(cfg, runner, t0, out, ship.shipment(cfg, out, body))
 
 
 if __name__ == "__main__":

@@ -1,26 +1,39 @@
-"""What a recipe returns: the artifacts by role, their evaluations, the benchmark and the verdict.
+"""What every recipe returns: the artifacts by role, their measurements, and the one verdict.
 
-The plain recipe and the ``quant=auto`` sub-recipe both return one; publishing, the manifest and
-the report read it. A module of its own so that a sub-recipe can build one without importing the
-recipe that calls it.
+Encoders and decoders alike: a recipe builds candidates, the gate judges them
+(``pipeline.gate.judge``), and this record goes to the one publish flow
+(``pipeline.report.publish``), which writes the report and the manifest and pushes the candidate.
+What the measurements are differs by kind of model and is named by field: an encoder's
+evaluations are evaluate artifacts and its timing a benchmark; a decoder's evaluations are its
+text scores (score_text) and its timing the decode speed (decode_speed). A module of its own so
+that a sub-recipe can build one without importing the recipe that calls it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from pipeline.models.run import Run
+from pipeline.gate.verdict import Verdict
+
+
+@dataclass(frozen=True)
+class WeightOnlyInfo:
+    """A decoder's quantization record: the resolved settings and why, the mixed search's
+    trials, and what scoring cost."""
+    settings: dict
+    trials: list = field(default_factory=list)
+    scoring: dict | None = None
 
 
 @dataclass
 class Outcome:
-    run: Run            # the task key and task the artifacts came from (built once per run)
-    models: dict        # role -> Artifact: export, fp32, fp16, candidate
-    evals: dict         # role -> evaluate Artifact
-    bench: object
-    verdict: dict
+    run: object         # the run's facts: models.run.Run (encoders) or models.decoder.Decoder
+    models: dict        # Role -> Artifact: export, fp32, fp16, candidate (and auto's others)
+    evals: dict         # Role -> its evaluation: evaluate (encoders), score_text (decoders)
+    bench: object       # the timing: benchmark (encoders), decode_speed (decoders)
+    verdict: Verdict
     source: object      # the network export starts from: load, or prune when pruning
     load: object = None  # the loadtest artifact (bench.mode=load or soak)
-    quant: object = None  # QuantInfo: settings, calibration, explanation, sensitivity, search
+    quant: object = None  # QuantInfo (encoders) or WeightOnlyInfo (decoders)
     runtimes: dict | None = None  # targets per artifact, failures, the choice (runtimes.plan)
     pruning: dict | None = None  # prune=channels: the load, prune and unpruned export artifacts
-    auto: dict | None = None  # quant=auto: every candidate on every runtime, the winner and why
+    auto: dict | None = None  # quant=auto: every candidate, the winner and why

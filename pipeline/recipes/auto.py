@@ -28,18 +28,16 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import math
 
 from pipeline import gate
 from pipeline.config import QuantMode
+from pipeline.measure.results import BenchResult, Evaluation, Role, Timing
+from pipeline.recipes.auto_table import Row, choose, why
 from pipeline.runtimes import PRIMARY, Target, cpu_supports
 from pipeline.runtimes.plan import Plan, label
 
-NAMES = {"fp32": "fp32", "candidate": "int8", "dynamic": "dynamic", "mixed": "mixed"}
-
-
-def _quant_cfg(cfg, mode: QuantMode, **changes):
-    return dataclasses.replace(cfg, quant=dataclasses.replace(cfg.quant, mode=mode, **changes))
+# how the table names each role's candidate
+NAMES = {Role.fp32: "fp32", Role.candidate: "int8", Role.dynamic: "dynamic", Role.mixed: "mixed"}
 
 
 def _drop_and_agreement(ev, ref, metric, rtol: float | None = None) -> tuple[float, float]:
@@ -53,7 +51,7 @@ def _drop_and_agreement(ev, ref, metric, rtol: float | None = None) -> tuple[flo
 
 def _named(lab: str) -> str:
     """A timing label with the benchmark's ``candidate`` role called what it is here: int8."""
-    return "int8" + lab[len("candidate"):] if lab.startswith("candidate") else lab
+    return "int8" + lab[len(Role.candidate):] if lab.startswith(Role.candidate) else lab
 
 
 def as_candidate(bench, lab: str, raw_lab: str | None = None):
@@ -69,8 +67,8 @@ def as_candidate(bench, lab: str, raw_lab: str | None = None):
         if lab not in at["latency_ms"]:
             continue
         at["candidate_label"] = lab
-        at["latency_ms"]["candidate"] = at["latency_ms"][lab]
-        at["per_size"]["candidate"] = at["per_size"][lab]
+        at["latency_ms"][Role.candidate] = at["latency_ms"][lab]
+        at["per_size"][Role.candidate] = at["per_size"][lab]
         at["speedup_vs_fastest_float"] = at["speedup_vs_fastest_float_by_label"][lab]
         states = at.get("core_state_by_label", {}).get(lab)
         if states is not None:
@@ -82,23 +80,23 @@ def as_candidate(bench, lab: str, raw_lab: str | None = None):
     return dataclasses.replace(bench, meta=meta)
 
 
-def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_batch, rtol=None):
-    at = bench_view.meta["batches"].get(str(gate_batch), {})
-    row = {"candidate": name, "role": role, "target": str(target), "label": lab,
-           "runtime": target.runtime, "precision": target.precision,
-           "passed": verdict["passed"],
-           "failed": [c["check"] for c in verdict["checks"] if not c["passed"]],
-           "failed_detail": [c["detail"] for c in verdict["checks"] if not c["passed"]],
-           "latency_ms": {b: {k: a["latency_ms"]["candidate"][k] for k in ("p50", "p99")}
-                          for b, a in bench_view.meta["batches"].items()
-                          if a.get("candidate_label") == lab},
-           "speedup_vs_fastest_float": at.get("speedup_vs_fastest_float"),
-           "fastest_float": at.get("fastest_float")}
+def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_batch,
+         rtol=None) -> Row:
+    """A timed (candidate, target): its accuracy against FP16, its latency per batch, its
+    speedup at the gate's batch and the gate's verdict on it."""
+    result = BenchResult.of(bench_view)
+    at = result.at(gate_batch) or Timing(None, None)
+    latency = {str(b): {"p50": t.p50_ms, "p99": t.p99_ms}
+               for b, t in result.batches.items() if t.label == lab}
+    row = Row(name, role, str(target), lab, target.runtime, target.precision, verdict.passed,
+              verdict.failed, [c.detail for c in verdict.checks if not c.passed], latency,
+              at.overall, at.fastest_float)
     if ev is not None:
-        drop, agree = _drop_and_agreement(ev, ref, metric, rtol)
-        row.update({metric.name: ev.meta["metrics"][metric.name], "accuracy_drop": drop,
-                    "agreement_with_fp16": agree, "output_sha256": ev.meta.get("output_sha256")})
-    row["p50"] = (row["latency_ms"].get(str(gate_batch)) or {}).get("p50")
+        e = Evaluation.of(ev)
+        row.metric, row.accuracy, row.output_sha256 = metric.name, e.metric(metric.name), \
+            e.output_sha256
+        row.accuracy_drop, row.agreement = _drop_and_agreement(ev, ref, metric, rtol)
+    row.p50 = (latency.get(str(gate_batch)) or {}).get("p50")
     return row
 
 
@@ -112,12 +110,12 @@ def not_timed(hw, plan, evals: dict, roles: list, contenders: tuple, accurate) -
     from pipeline.runtimes.plan import is_float_baseline
 
     out = []
-    for role in ["candidate", *roles]:
+    for role in [Role.candidate, *roles]:
         for target in plan.options:
             lab = label(hw, role, target)
-            if is_float_baseline(role, target) or lab == "candidate":
+            if is_float_baseline(role, target) or lab == Role.candidate:
                 continue
-            if role not in ("candidate", *contenders):
+            if role not in (Role.candidate, *contenders):
                 out.append(lab)
                 continue
             ev = plan.evaluation_of(evals, role, target)
@@ -126,175 +124,231 @@ def not_timed(hw, plan, evals: dict, roles: list, contenders: tuple, accurate) -
     return list(dict.fromkeys(out))
 
 
-def _untimed_row(name, role, target, lab, ev, ref, g, metrics, metric) -> dict:
+def _untimed_row(name, role, target, lab, ev, ref, g, metrics, metric) -> Row:
     """A table row for a candidate left untimed on a runtime where it misses the accuracy
     budget: its accuracy checks, as the gate names them, and no latency."""
     from pipeline.metrics import limits as metric_limits
 
     drop, agree = _drop_and_agreement(ev, ref, metric, g.output_rtol)
-    failed = [("accuracy_drop" if i == 0 else f"{r['metric']}_drop") for i, r in enumerate(
-        metric_limits.judged(ref.meta["metrics"], ev.meta["metrics"], g.max_accuracy_drop,
-                             metrics)) if not r["passed"]]
+    e, r = Evaluation.of(ev), Evaluation.of(ref)
+    failed = [("accuracy_drop" if i == 0 else f"{j['metric']}_drop") for i, j in enumerate(
+        metric_limits.judged(r.metrics, e.metrics, g.max_accuracy_drop, metrics))
+        if not j["passed"]]
     if agree < g.min_output_agreement:
         failed.append("output_agreement")
-    return {"candidate": name, "role": role, "target": str(target), "label": lab,
-            "runtime": target.runtime, "precision": target.precision, "passed": False,
-            "failed": failed, "failed_detail": ["not timed: it misses the accuracy budget on "
-                                                "this runtime"],
-            "latency_ms": {}, "speedup_vs_fastest_float": None, "fastest_float": None,
-            metric.name: ev.meta["metrics"][metric.name], "accuracy_drop": drop,
-            "agreement_with_fp16": agree, "output_sha256": ev.meta.get("output_sha256"),
-            "p50": None, "timed": False}
+    return Row(name, role, str(target), lab, target.runtime, target.precision, False, failed,
+               ["not timed: it misses the accuracy budget on this runtime"], metric=metric.name,
+               accuracy=e.metric(metric.name), accuracy_drop=drop, agreement=agree,
+               output_sha256=e.output_sha256, timed=False)
 
 
 def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None,
            unfused=None):
-    """The ``quant=auto`` branch of ``pipeline.recipes.main.recipe``, from the float artifacts on."""
-    from pipeline.core.env import environment
-    from pipeline.recipes.int8 import int8 as int8_recipe
+    """The ``quant=auto`` branch of ``pipeline.recipes.main.recipe``, from the float artifacts
+    on: build every candidate, time them side by side, judge each (candidate, target) with the
+    gate, and judge the winner as the shipped candidate."""
     from pipeline.gate.outcome import Outcome
-    from pipeline.stages.benchmark import Benchmark
-    from pipeline.stages.evaluate import Evaluate, against, baselines
 
-    from pipeline.metrics.limits import limits, within
-
-    t = run.task
-    m, metric, g = cfg.model, t.metrics.primary_spec, cfg.gate
-    budget = limits(g.max_accuracy_drop, t.metrics)[metric.name]  # the primary's, in its scale
-    hw = dataclasses.replace(cfg.hardware.target(), runtime="auto")  # every runtime here
-    plan = Plan(hw, "auto")
-    evaluate = Evaluate(data=splits.evaluation, batch_size=m.eval_batch_size, hardware=hw)
-    evals = baselines(runner, plan, evaluate, t, exported, fp32, fp16)
-    ref = evals["fp16"]
-
-    def build(mode, **changes):
-        # (every candidate is ranked against the float baselines below: no float fallback inside)
-        return int8_recipe(_quant_cfg(cfg, mode, **changes), runner, fp32, evals["fp32"], ref,
-                           t, splits.evaluation, splits.calibration, guard=False,
-                           export=unfused or exported)
-
-    def accurate(ev) -> tuple[bool, float, float]:
-        drop, agree = _drop_and_agreement(ev, ref, metric, g.output_rtol)
-        return (within(ref.meta["metrics"], ev.meta["metrics"], g.max_accuracy_drop, t.metrics)
-                and agree >= g.min_output_agreement), drop, agree
-
-    # INT8 first as quant=int8 builds it (its cached stages), and its accuracy: the float-region
-    # search times whole blocks float for speed, which pays only for a model that can ship. So it
-    # runs only when that model is within the accuracy budget; otherwise the mixed candidate is
-    # the INT8 model that can pass, and it is built as quant=mixed builds it.
-    regions = cfg.quant.region_trials
-    int8, int8_info = build(QuantMode.int8, region_trials=0)
-    first = runner.run(plan.evaluation(evaluate, "candidate"), int8, label="evaluate[int8]",
-                       **against(t, ref))
-    notes = {}
-    if regions and cfg.quant.latency_aware:
-        if accurate(first)[0]:
-            int8, int8_info = build(QuantMode.int8)
-        else:
-            notes["regions"] = (f"not tried (quant.region_trials={regions}): static INT8 misses "
-                                "the accuracy budget, so no faster INT8 model could ship; the mixed "
-                                "candidate floats what accuracy needs")
-    models = {"export": exported, "fp32": fp32, "fp16": fp16, "candidate": int8}
-    infos = {"candidate": int8_info}
-    ops = dynamic_ops(cfg, t, fp32, unfused or exported)
-    if ops:
-        # Dynamic INT8 quantizes the LSTM only: floating what profiles slower would give back FP32.
-        models["dynamic"], infos["dynamic"] = build(QuantMode.dynamic, region_trials=0,
-                                                    latency_aware=False)
-    else:  # it would quantize nothing: the FP32 model under another name, evaluated and timed again
-        notes["dynamic"] = ("not built: the graph has no op dynamic INT8 quantizes (quant."
-                            f"dynamic_op_types: {', '.join(dynamic_op_types(cfg, t))}), so it "
-                            "would be the FP32 model itself")
-    for role in ("candidate", "dynamic"):
-        if role not in models:
-            continue
-        evals[role] = runner.run(plan.evaluation(evaluate, role), models[role],
-                                 label=f"evaluate[{NAMES[role]}]", **against(t, ref))
-    passed, drop, agree = accurate(evals["candidate"])
-    if not passed:
-        models["mixed"], infos["mixed"] = build(QuantMode.mixed, max_accuracy_drop=budget,
-                                                region_trials=0)
-        evals["mixed"] = runner.run(plan.evaluation(evaluate, "mixed"), models["mixed"],
-                                    label="evaluate[mixed]", **against(t, ref))
-    else:
-        notes["mixed"] = (f"not built: static INT8 is already within the accuracy budget (drop "
-                          f"{drop:.2f} <= {budget:g}), so the mixed search would "
-                          "return that same model")
-    plan.evaluate_others(runner, evaluate, models, against(t, ref))
-    contenders = tuple(r for r in ("fp32", "dynamic", "mixed") if r in models)
-    # Timed: the contenders and the float baselines the gate compares with. The export is an
-    # unoptimized copy of FP32 and FP16 ONNX runs emulated on a CPU without FP16 kernels, so
-    # neither can win or be the fastest float there; both are still evaluated.
-    skip = {"candidate", "export"} | (set() if cpu_supports("fp16") else {"fp16"})
-    refs = {r: a for r, a in models.items() if r not in skip}
-    untimed = not_timed(hw, plan, evals, list(refs), contenders, lambda ev: accurate(ev)[0])
-    bench = runner.run(Benchmark(data=splits.evaluation, bench=cfg.bench.timing(),
-                                 hardware=plan.hw, options=plan.bench_options(),
-                                 contenders=contenders, untimed=tuple(sorted(untimed))),
-                       int8, label="benchmark[auto]", **refs)
-    plan.failures.update(bench.meta.get("failures", {}))
-
-    env = environment(hw)
-    table = []
-    for role in ("fp32", "candidate", "dynamic", "mixed"):
-        if role not in models:
-            continue
-        for target in plan.options:
-            lab = label(hw, role, target)
-            ev = plan.evaluation_of(evals, role, target)
-            if lab in untimed:  # evaluated, missed the accuracy budget there: listed, not timed
-                table.append(_untimed_row(NAMES[role], role, target, lab, ev, ref, g, t.metrics,
-                                          metric))
-                continue
-            if lab not in bench.meta["targets"]:
-                continue  # failed to load on that runtime: recorded in failures
-            view = as_candidate(bench, lab)
-            verdict = gate.judge({"fp16": ref, "candidate": ev}, view, g, t.metrics, cfg.slo,
-                                 models[role], env)
-            table.append(_row(NAMES[role], role, target, lab, ev, ref, view, verdict, metric,
-                              g.speedup_batch_size, g.output_rtol))
-    winner = choose(table, metric)
-    role, target = winner["role"], Target(winner["runtime"], winner["precision"])
-
-    # The winner becomes "the candidate" everywhere the gate, report and registry look.
-    final = {**{r: models[r] for r in ("export", "fp32", "fp16")}, "candidate": models[role]}
-    final_evals = {r: evals[r] for r in ("export", "fp32", "fp16")}
-    final_evals["candidate"] = plan.evaluation_of(evals, role, PRIMARY) or evals.get(role)
-    for tg in plan.options:
-        if tg != PRIMARY and role != "candidate":
-            if (role, tg) in plan.extra:
-                plan.extra[("candidate", tg)] = plan.extra[(role, tg)]
-            else:
-                plan.extra.pop(("candidate", tg), None)
-    meta = copy.deepcopy(bench.meta)
-    for b, at in meta["batches"].items():
-        for tg in plan.options:
-            src, dst = label(hw, role, tg), label(hw, "candidate", tg)
-            for key in ("latency_ms", "per_size", "speedup_vs_fastest_float_by_label",
-                        "core_state_by_label"):
-                if src in at.get(key, {}):
-                    at[key][dst] = at[key][src]
-                elif src != dst:  # the winner did not run there: no INT8 numbers under its name
-                    at.get(key, {}).pop(dst, None)
-        if role != "candidate":
-            at["candidate_label"] = label(hw, role, PRIMARY)
-    view = as_candidate(dataclasses.replace(bench, meta=meta), label(hw, "candidate", target),
-                        label(hw, role, target))
-    plan.allowed = [target]
-    final_evals, view, summary, _ = plan.decide(final_evals, view, g, t.metrics,
-                                                g.speedup_batch_size)
-    verdict = gate.judge(final_evals, view, g, t.metrics, cfg.slo, models[role], env)
-    auto = {"winner": winner, "table": table, "why": why(winner, table, metric),
-            "notes": notes, "targets": [str(x) for x in plan.options],
-            "unavailable": plan.unavailable, "failures": plan.failures,
+    a = _Auto(cfg, runner, run.task, splits, exported, fp32, fp16, unfused or exported)
+    a.candidates()
+    bench, untimed = a.time()
+    table = a.judge_all(bench, untimed)
+    winner = choose(table)
+    final, final_evals, view, verdict, summary = a.as_winner(bench, winner)
+    role, g, infos = winner.role, cfg.gate, a.infos
+    int8_info = infos[Role.candidate]
+    auto = {"winner": winner.as_dict(), "table": [r.as_dict() for r in table],
+            "why": why(winner, table),
+            "notes": a.notes, "targets": [str(x) for x in a.plan.options],
+            "unavailable": a.plan.unavailable, "failures": a.plan.failures,
             "gate_batch": g.speedup_batch_size,
             "int8": {"latency_trial": int8_info.latency_trial, "regions": int8_info.regions,
                      "latency_exclusions": int8_info.latency_exclusions,
                      "float_outputs": int8_info.float_outputs},
             # a fused transformer's dynamic candidate: which graph it quantized, both timings
-            "dynamic_source": infos["dynamic"].dynamic_source if "dynamic" in infos else None}
+            "dynamic_source": infos[Role.dynamic].dynamic_source if Role.dynamic in infos else None}
     return Outcome(run, final, final_evals, view, verdict, source, None, infos.get(role), summary,
                    pruning, auto=auto)
+
+
+class _Auto:
+    """One ``quant=auto`` run's state: the plan over every runtime here, the evaluations by
+    role, the candidates built and why others were not."""
+
+    def __init__(self, cfg, runner, t, splits, exported, fp32, fp16, source_for_dynamic):
+        from pipeline.metrics.limits import limits
+        from pipeline.stages.evaluate import Evaluate, baselines
+
+        from pipeline.recipes.job import Int8Job
+
+        self.cfg, self.runner, self.t, self.splits = cfg, runner, t, splits
+        self.job = Int8Job.of(cfg, t, splits)  # each candidate: this job with its quant mode
+        self.metric, self.g = t.metrics.primary_spec, cfg.gate
+        # the primary's budget, in its scale
+        self.budget = limits(self.g.max_accuracy_drop, t.metrics)[self.metric.name]
+        self.hw = dataclasses.replace(cfg.hardware.target(), runtime="auto")  # every runtime here
+        self.plan = Plan(self.hw, "auto")
+        self.evaluate = Evaluate(data=splits.evaluation, batch_size=cfg.model.eval_batch_size,
+                                 hardware=self.hw)
+        self.evals = baselines(runner, self.plan, self.evaluate, t, exported, fp32, fp16)
+        self.ref = self.evals[Role.fp16]
+        self.fp32, self.export = fp32, source_for_dynamic
+        self.models = {Role.export: exported, Role.fp32: fp32, Role.fp16: fp16}
+        self.infos, self.notes = {}, {}
+
+    def build(self, mode, **changes):
+        """A candidate as ``quant=<mode>`` builds it (its cached stages); every candidate is
+        ranked against the float baselines here, so no float fallback inside."""
+        from pipeline.recipes.int8 import int8 as int8_recipe
+
+        return int8_recipe(self.job.with_quant(mode=mode, **changes), self.runner, self.fp32,
+                           self.evals[Role.fp32], self.ref, guard=False, export=self.export)
+
+    def accurate(self, ev) -> tuple[bool, float, float]:
+        from pipeline.metrics.limits import within
+
+        g, ref = self.g, self.ref
+        drop, agree = _drop_and_agreement(ev, ref, self.metric, g.output_rtol)
+        return (within(ref.meta["metrics"], ev.meta["metrics"], g.max_accuracy_drop,
+                       self.t.metrics) and agree >= g.min_output_agreement), drop, agree
+
+    def _evaluated(self, role: str, label_: str):
+        from pipeline.stages.evaluate import against
+
+        return self.runner.run(self.plan.evaluation(self.evaluate, role), self.models[role],
+                               label=label_, **against(self.t, self.ref))
+
+    def candidates(self) -> None:
+        """Static INT8 (with the float-region search only when it can ship), dynamic INT8 where
+        the graph has an op it quantizes, the mixed search only where static INT8 misses the
+        budget; each evaluated on every target."""
+        from pipeline.stages.evaluate import against
+
+        cfg, t, notes = self.cfg, self.t, self.notes
+        # INT8 first as quant=int8 builds it (its cached stages), and its accuracy: the
+        # float-region search times whole blocks float for speed, which pays only for a model
+        # that can ship. So it runs only when that model is within the accuracy budget;
+        # otherwise the mixed candidate is the INT8 model that can pass, built as quant=mixed.
+        regions = cfg.quant.region_trials
+        self.models[Role.candidate], self.infos[Role.candidate] = self.build(QuantMode.int8,
+                                                                       region_trials=0)
+        first = self._evaluated(Role.candidate, "evaluate[int8]")
+        if regions and cfg.quant.latency_aware:
+            if self.accurate(first)[0]:
+                self.models[Role.candidate], self.infos[Role.candidate] = self.build(QuantMode.int8)
+            else:
+                notes["regions"] = (f"not tried (quant.region_trials={regions}): static INT8 "
+                                    "misses the accuracy budget, so no faster INT8 model could "
+                                    "ship; the mixed candidate floats what accuracy needs")
+        if dynamic_ops(cfg, t, self.fp32, self.export):
+            # Dynamic INT8 quantizes the LSTM only: floating what profiles slower gives back FP32.
+            self.models[Role.dynamic], self.infos[Role.dynamic] = self.build(
+                QuantMode.dynamic, region_trials=0, latency_aware=False)
+        else:  # it would quantize nothing: the FP32 model again, evaluated and timed again
+            notes[Role.dynamic] = ("not built: the graph has no op dynamic INT8 quantizes (quant."
+                                f"dynamic_op_types: {', '.join(dynamic_op_types(cfg, t))}), so "
+                                "it would be the FP32 model itself")
+        for role in (Role.candidate, Role.dynamic):
+            if role in self.models:
+                self.evals[role] = self._evaluated(role, f"evaluate[{NAMES[role]}]")
+        passed, drop, _ = self.accurate(self.evals[Role.candidate])
+        if not passed:
+            self.models[Role.mixed], self.infos[Role.mixed] = self.build(
+                QuantMode.mixed, max_accuracy_drop=self.budget, region_trials=0)
+            self.evals[Role.mixed] = self._evaluated(Role.mixed, "evaluate[mixed]")
+        else:
+            notes[Role.mixed] = (f"not built: static INT8 is already within the accuracy budget "
+                              f"(drop {drop:.2f} <= {self.budget:g}), so the mixed search would "
+                              "return that same model")
+        self.plan.evaluate_others(self.runner, self.evaluate, self.models,
+                                  against(t, self.ref))
+
+    def time(self):
+        """One benchmark of every contender and the float baselines, side by side; what was
+        left untimed (it misses the accuracy budget where it would run)."""
+        from pipeline.stages.benchmark import Benchmark
+
+        models, plan = self.models, self.plan
+        contenders = tuple(r for r in (Role.fp32, Role.dynamic, Role.mixed) if r in models)
+        # Timed: the contenders and the float baselines the gate compares with. The export is
+        # an unoptimized copy of FP32 and FP16 ONNX runs emulated on a CPU without FP16
+        # kernels, so neither can win or be the fastest float there; both are still evaluated.
+        skip = {Role.candidate, Role.export} | (set() if cpu_supports("fp16") else {Role.fp16})
+        refs = {r: a for r, a in models.items() if r not in skip}
+        untimed = not_timed(self.hw, plan, self.evals, list(refs), contenders,
+                            lambda ev: self.accurate(ev)[0])
+        bench = self.runner.run(Benchmark(data=self.splits.evaluation,
+                                          bench=self.cfg.bench.timing(), hardware=plan.hw,
+                                          options=plan.bench_options(), contenders=contenders,
+                                          untimed=tuple(sorted(untimed))),
+                                models[Role.candidate], label="benchmark[auto]", **refs)
+        plan.failures.update(bench.meta.get("failures", {}))
+        return bench, untimed
+
+    def judge_all(self, bench, untimed) -> list[Row]:
+        """Each (candidate, target) judged by the gate as if it shipped: the table."""
+        from pipeline.core.env import environment
+
+        g, t, metric, hw, plan = self.g, self.t, self.metric, self.hw, self.plan
+        env = environment(hw)
+        table = []
+        for role in (Role.fp32, Role.candidate, Role.dynamic, Role.mixed):
+            if role not in self.models:
+                continue
+            for target in plan.options:
+                lab = label(hw, role, target)
+                ev = plan.evaluation_of(self.evals, role, target)
+                if lab in untimed:  # evaluated, missed the accuracy budget there: not timed
+                    table.append(_untimed_row(NAMES[role], role, target, lab, ev, self.ref, g,
+                                              t.metrics, metric))
+                    continue
+                if lab not in bench.meta["targets"]:
+                    continue  # failed to load on that runtime: recorded in failures
+                view = as_candidate(bench, lab)
+                measures = gate.measures({Role.fp16: self.ref, Role.candidate: ev}, view, g,
+                                         self.cfg.slo, self.models[role])
+                verdict = gate.judge(measures, g, t.metrics, self.cfg.slo, env)
+                table.append(_row(NAMES[role], role, target, lab, ev, self.ref, view, verdict,
+                                  metric, g.speedup_batch_size, g.output_rtol))
+        return table
+
+    def as_winner(self, bench, winner: Row):
+        """The winner as "the candidate" everywhere the gate, report and registry look, judged
+        once more as the shipped candidate on its target."""
+        from pipeline.core.env import environment
+
+        g, t, hw, plan, models, evals = self.g, self.t, self.hw, self.plan, self.models, self.evals
+        role, target = winner.role, Target(winner.runtime, winner.precision)
+        floats = (Role.export, Role.fp32, Role.fp16)
+        final = {**{r: models[r] for r in floats}, Role.candidate: models[role]}
+        final_evals = {r: evals[r] for r in floats}
+        final_evals[Role.candidate] = plan.evaluation_of(evals, role, PRIMARY) or evals.get(role)
+        for tg in plan.options:
+            if tg != PRIMARY and role != Role.candidate:
+                if (role, tg) in plan.extra:
+                    plan.extra[(Role.candidate, tg)] = plan.extra[(role, tg)]
+                else:
+                    plan.extra.pop((Role.candidate, tg), None)
+        meta = copy.deepcopy(bench.meta)
+        for b, at in meta["batches"].items():
+            for tg in plan.options:
+                src, dst = label(hw, role, tg), label(hw, Role.candidate, tg)
+                for key in ("latency_ms", "per_size", "speedup_vs_fastest_float_by_label",
+                            "core_state_by_label"):
+                    if src in at.get(key, {}):
+                        at[key][dst] = at[key][src]
+                    elif src != dst:  # the winner did not run there: no INT8 numbers under its name
+                        at.get(key, {}).pop(dst, None)
+            if role != Role.candidate:
+                at["candidate_label"] = label(hw, role, PRIMARY)
+        view = as_candidate(dataclasses.replace(bench, meta=meta),
+                            label(hw, Role.candidate, target), label(hw, role, target))
+        plan.allowed = [target]
+        final_evals, view, summary, _ = plan.decide(final_evals, view, g, t.metrics,
+                                                    g.speedup_batch_size)
+        verdict = gate.judge(gate.measures(final_evals, view, g, self.cfg.slo, models[role]), g,
+                             t.metrics, self.cfg.slo, environment(hw))
+        return final, final_evals, view, verdict, summary
 
 
 def dynamic_op_types(cfg, t) -> tuple:
@@ -319,75 +373,11 @@ def dynamic_ops(cfg, t, fp32, export=None) -> list[str]:
     return found
 
 
-def choose(table: list[dict], metric) -> dict:
-    """The fastest row that passes every gate; with none, the fastest that passes accuracy, else
-    the most accurate (the gate then fails it, visibly)."""
-    timed = [r for r in table if r["p50"] is not None]
-    passing = [r for r in timed if r["passed"]]
-    if passing:
-        return min(passing, key=lambda r: r["p50"])
-    accurate = [r for r in timed if not {"accuracy_drop", "output_agreement"} & set(r["failed"])]
-    if accurate:
-        return min(accurate, key=lambda r: r["p50"])
-    return min(timed, key=lambda r: (r.get("accuracy_drop", math.inf), r["p50"]))
-
-
-def _sp(r) -> str:
-    sp = r.get("speedup_vs_fastest_float") or {}
-    if not sp:
-        return "no speedup measured"
-    return f"{sp['median']:.2f}x (95 % CI {sp['ci95'][0]:.2f}-{sp['ci95'][1]:.2f})"
-
-
-def why(winner: dict, table: list[dict], metric) -> list[str]:
-    """Why the winner won, in a few sentences: what passed, what was faster and why it lost."""
-    lines = []
-    passing = [r for r in table if r["passed"]]
-    name = f"{winner['candidate']} on {winner['target']}"
-    if winner["passed"]:
-        ff = winner.get("fastest_float")
-        ident = " (it is the fastest float baseline itself)" if winner["label"] == ff else ""
-        lines.append(f"{name} is the fastest of the {len(passing)} of {len(table)} candidates "
-                     f"that pass every gate: p50 {winner['p50']:.2f} ms, {_sp(winner)} the fastest "
-                     f"float baseline{ident}, drop {winner.get('accuracy_drop', float('nan')):.2f} "
-                     "points against FP16.")
-    else:
-        lines.append(f"no candidate passes every gate; {name} goes to the gate and fails it.")
-    for r in sorted(table, key=lambda r: r["p50"] if r["p50"] is not None else float("inf")):
-        if r is winner:
-            continue
-        if not r["passed"]:
-            lines.append(f"{r['candidate']} on {r['target']}: p50 "
-                         + (f"{r['p50']:.2f} ms" if r["p50"] is not None else "–")
-                         + f", {_sp(r)}; failed {', '.join(r['failed'])}")
-    timed = [r for r in table if r["p50"] is not None]
-    bad_timing = sorted(set.intersection(*(set(r["failed"]) & TIMING_CHECKS for r in timed))
-                        if timed else set())
-    if bad_timing:  # nothing can be ranked, let alone shipped: say so rather than blame INT8
-        lines.append(f"the timing itself failed its check ({', '.join(bad_timing)}) for every "
-                     "candidate, so no speed here can be trusted: run again on a quieter machine, "
-                     "or give the benchmark more time (bench.max_seconds).")
-        return lines
-    quantized = [r for r in table if r["role"] != "fp32"]
-    if quantized and all(not r["passed"] for r in quantized):
-        best = max(quantized, key=lambda r: (r.get("speedup_vs_fastest_float") or {}).get("median", 0))
-        ships = winner["passed"] and winner["role"] == "fp32"
-        lines.append(f"INT8 does not pay on this machine: the best quantized candidate, "
-                     f"{best['candidate']} on {best['target']}, ran {_sp(best)} the fastest float "
-                     "baseline" + (", so a float artifact ships." if ships else "."))
-    return lines
-
-
-# Checks of the benchmark rather than of a candidate: failed by one, failed by all.
-TIMING_CHECKS = {"aa_check", "benchmark_sane", "same_environment"}
-
-
-def float_hint(verdict: dict, evals: dict, bench, plan, gate_cfg, metric, model: str) -> None:
+def float_hint(verdict, evals: dict, bench, plan, gate_cfg, metric, model: str) -> None:
     """``quant=int8`` (or dynamic, mixed) failed its speed check: say, in the verdict, which float
     artifact and runtime would pass and that ``quant=auto`` publishes it. Never changes the
     outcome: a model slower than its float baseline is not shipped."""
-    failed = {c["check"] for c in verdict["checks"] if not c["passed"]}
-    if "speedup_ci_low" not in failed:
+    if "speedup_ci_low" not in verdict.failed:
         return
     at = bench.meta["batches"].get(str(gate_cfg.speedup_batch_size)) or {}
     lab = at.get("fastest_float")
@@ -401,10 +391,10 @@ def float_hint(verdict: dict, evals: dict, bench, plan, gate_cfg, metric, model:
     from pipeline.metrics.limits import primary, within
 
     metrics, metric = metric, primary(metric)
-    drop, agree = _drop_and_agreement(ev, evals["fp16"], metric, gate_cfg.output_rtol)
-    ok = (within(evals["fp16"].meta["metrics"], ev.meta["metrics"], gate_cfg.max_accuracy_drop,
+    drop, agree = _drop_and_agreement(ev, evals[Role.fp16], metric, gate_cfg.output_rtol)
+    ok = (within(evals[Role.fp16].meta["metrics"], ev.meta["metrics"], gate_cfg.max_accuracy_drop,
                  metrics) and agree >= gate_cfg.min_output_agreement)
-    title = {"fp32": "the optimized FP32 model", "fp16": "the FP16 model"}.get(role, role)
+    title = {Role.fp32: "the optimized FP32 model", Role.fp16: "the FP16 model"}.get(role, role)
     p50 = at["latency_ms"][lab]["p50"]
     if ok:
         hint = (f"{title} on {target} would pass (p50 {p50:.2f} ms at batch "
@@ -414,24 +404,17 @@ def float_hint(verdict: dict, evals: dict, bench, plan, gate_cfg, metric, model:
     else:
         hint = (f"the fastest float baseline, {title} on {target}, misses the accuracy gate too "
                 f"(drop {drop:.2f}, agreement {agree:.2%}); `quant=auto` compares every candidate")
-    add_hint(verdict, hint)
+    verdict.add_hint(hint)
 
 
-def add_hint(verdict: dict, hint: str) -> None:
-    """A hint joins the verdict's others and its summary line."""
-    verdict["hint"] = f"{verdict['hint']}; {hint}" if verdict.get("hint") else hint
-    verdict["summary"] += f"; hint: {hint}"
-
-
-def accuracy_hint(verdict: dict, mode: QuantMode, op_types: tuple, model: str) -> None:
+def accuracy_hint(verdict, mode: QuantMode, op_types: tuple, model: str) -> None:
     """``quant=int8`` (static) failed an accuracy check: say, in the verdict, what can hold the
     accuracy. ``op_types``: the op types dynamic INT8 quantizes for this model. Where they
     include the matrix products (a transformer encoder), dynamic INT8, whose activation scales
     are taken on each call: a pretrained encoder's outlier activations (all-mpnet-base-v2: a
     GELU output in [-0.17, 100]) break one calibrated scale per tensor. Elsewhere the mixed
     search, which keeps the most harmful nodes float. Never changes the outcome."""
-    failed = {c["check"] for c in verdict["checks"] if not c["passed"]}
-    if mode != QuantMode.int8 or not any(c.endswith("_drop") for c in failed):
+    if mode != QuantMode.int8 or not any(c.endswith("_drop") for c in verdict.failed):
         return
     if {"MatMul", "Gemm"} & set(op_types):
         hint = ("static INT8 misses the accuracy limit: dynamic INT8 (`quant=dynamic`) takes "
@@ -442,4 +425,4 @@ def accuracy_hint(verdict: dict, mode: QuantMode, op_types: tuple, model: str) -
         hint = ("static INT8 misses the accuracy limit: `quant=mixed` keeps the most harmful "
                 f"nodes float under the budget; `python -m pipeline model={model} quant=auto` "
                 "builds it beside the float models and publishes the fastest that passes")
-    add_hint(verdict, hint)
+    verdict.add_hint(hint)

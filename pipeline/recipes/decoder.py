@@ -24,19 +24,22 @@ Latency-aware: when INT4 everywhere is not faster than INT8 everywhere on this m
 lower bound of their speed ratio at or under 1), the search starts from 8 bits and 4 bits are
 not used at all: a narrower layer that is not faster only costs accuracy.
 
-In: the ``Config``, the ``Runner`` and the ``Decoder``. Out: ``DecoderOutcome`` (artifacts by
-role, scores, timing, the verdict, the search's trials).
+In: the ``Config``, the ``Runner`` and the ``Decoder``. Out: the one ``Outcome`` every recipe
+returns (artifacts by role, their text scores as evaluations, the decode timing as the
+benchmark, the verdict of the one gate, and ``WeightOnlyInfo``: the settings and the search's
+trials).
 """
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import dataclass, field
 
+from pipeline import gate
 from pipeline.config import Config, QuantMode
 from pipeline.core.env import effective_flags, environment
 from pipeline.core.errors import ConfigError
+from pipeline.gate.outcome import Outcome, WeightOnlyInfo
 from pipeline.metrics import generation
+from pipeline.measure.results import DecodeResult, Role, TextScores
 from pipeline.metrics import limits as metric_limits
 from pipeline.task.contract import MetricsSpec
 from pipeline.models.decoder import Decoder, enough_text, text_sets
@@ -54,19 +57,6 @@ METRICS = MetricsSpec(tuple(generation.SPECS.values()), "perplexity_rise")
 LEVEL4_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "asimddp")
 OUTPUT_LAYER = "lm_head"
 MODES = (QuantMode.none, QuantMode.int8, QuantMode.dynamic, QuantMode.mixed, QuantMode.auto)
-
-
-@dataclass
-class DecoderOutcome:
-    models: dict                  # role -> Artifact (fp32, candidate, and auto's others)
-    scores: dict                  # role -> score_text Artifact
-    speed: object                 # decode_speed Artifact
-    verdict: dict
-    decoder: Decoder
-    settings: dict                # resolved quantization settings, with the reasons
-    search: list = field(default_factory=list)   # mixed: every trial (plan summary, scores)
-    auto: dict | None = None      # quant=auto: every candidate's verdict and the choice
-    scoring: dict | None = None   # what scoring cost: sequences and tokens, full passes
 
 
 def check_mode(cfg: Config) -> None:
@@ -139,7 +129,7 @@ class _Run:
         self.reference = self.run(TextReference(data=self.sets["evaluation"],
                                                 threads=self.hw.intra_op_threads),
                                   self.fp32, "text_reference[fp32]")
-        self.scores = {"fp32": self.reference}
+        self.scores = {Role.fp32: self.reference}
         self.limits = tuple(metric_limits.limits(cfg.gate.max_accuracy_drop, METRICS).items())
         self.names = matmuls(self.source.path)
         self.groups = groups(self.names)
@@ -201,18 +191,17 @@ class _Run:
 
     def tally(self) -> dict:
         """What scoring cost this run, against one full pass of the text (the reference's)."""
-        metas = [a.meta for a in self.scored.values()]
-        tokens = sum(m.get("tokens_scored", 0) for m in metas)
-        full = self.reference.meta.get("tokens_scored") or 1
-        return {"reference": {"sequences": self.reference.meta.get("sequences"),
-                              "tokens": self.reference.meta.get("tokens_scored"),
+        scores = [TextScores.of(a) for a in self.scored.values()]
+        ref = TextScores.of(self.reference)
+        tokens = sum(x.tokens_scored or 0 for x in scores)
+        return {"reference": {"sequences": ref.sequences, "tokens": ref.tokens_scored,
                               "top_k": self.reference.meta.get("top_k"),
                               "tail_mass_mean": self.reference.meta.get("tail_mass_mean")},
-                "candidate_scorings": len(metas),
-                "stopped_early": sum(m.get("sequences") != m.get("sequences_total")
-                                     for m in metas),
-                "sequences": sum(m.get("sequences", 0) for m in metas), "tokens": tokens,
-                "full_passes": round(tokens / full, 2), "peak_rss": self.peak_rss()}
+                "candidate_scorings": len(scores),
+                "stopped_early": sum(x.sequences != x.sequences_total for x in scores),
+                "sequences": sum(x.sequences or 0 for x in scores), "tokens": tokens,
+                "full_passes": round(tokens / (ref.tokens_scored or 1), 2),
+                "peak_rss": self.peak_rss()}
 
     def matmul_weights(self) -> dict[str, int]:
         return matmul_weights(self.fp32.path)
@@ -288,9 +277,7 @@ class _Run:
                       "8": sum(b == 8 for b in plan.values()),
                       "float": len(self.names) - len(plan)}
         self.trials.append({"trial": what, "widths": widths, "ranking": ranking,
-                            **{k: scored.meta.get(k) for k in
-                               ("perplexity", "perplexity_rise_pct", "top1_agreement", "kl_mean",
-                                "sequences", "sequences_total", "tokens_scored", "stopped")},
+                            **TextScores.of(scored).as_dict(),
                             "passed": None if ranking else self.passes(scored)})
 
 
@@ -337,44 +324,17 @@ def search(groups: dict[str, list[str]], base: int, trial, sensitivity,
     return None
 
 
-def judge(cfg: Config, scored, speed, role: str = "candidate") -> dict:
-    """The verdict in the encoders' shape: each judged metric against FP32 at level 0, the
-    lower bound of the decode speedup's interval against FP32, the timing environment."""
-    checks = []
-    # FP32 is the reference: it scores as the reference does (no rise, full agreement)
-    got = generation.REFERENCE if role == "fp32" else generation.gated(scored.meta)
-    for r in metric_limits.judged(generation.REFERENCE, got,
-                                  cfg.gate.max_accuracy_drop, METRICS):
-        value = r["drop"]
-        ok = isinstance(value, float) and math.isfinite(value) and value <= r["limit"] + 1e-9
-        checks.append({"check": f"{r['metric']}_drop", "value": value if math.isfinite(value)
-                       else None, "limit": r["limit"], "passed": ok,
-                       "detail": f"{r['metric']} {r['candidate']:.3f} vs FP32 {r['reference']:.3f}"
-                       f" ({r['scale']})" if ok or math.isfinite(value) else
-                       f"{r['metric']}: no valid measurement (fails closed)"})
-    sp = (speed.meta.get("speedup_vs_fp32") or {}).get(role) if role != "fp32" else \
-        {"median": 1.0, "ci95": [1.0, 1.0]}
-    lo = sp["ci95"][0] if sp else float("nan")
-    checks.append({"check": "speedup_ci_low", "value": lo if math.isfinite(lo) else None,
-                   "limit": cfg.gate.min_speedup,
-                   "passed": bool(math.isfinite(lo) and lo >= cfg.gate.min_speedup),
-                   "detail": (f"decode {sp['median']:.2f}x (95% CI {sp['ci95'][0]:.2f}-"
-                              f"{sp['ci95'][1]:.2f}) vs FP32"
-                              + (" [noisy]" if speed.meta.get("noisy") else "")) if sp else
-                   "speedup_ci_low: no valid measurement (fails closed)"})
-    from pipeline.core.env import differences
-
-    diffs = differences(speed.meta.get("environment") or {}, environment(cfg.hardware.target()))
-    checks.append({"check": "same_environment", "value": float(len(diffs)), "limit": 0,
-                   "passed": not diffs, "detail": "timings taken in this environment" if not diffs
-                   else "timings taken elsewhere: " + "; ".join(diffs[:3])})
-    passed = all(c["passed"] for c in checks)
-    return {"passed": passed, "checks": checks,
-            "summary": "PASS" if passed else
-            "FAIL: " + "; ".join(c["detail"] for c in checks if not c["passed"])}
+def judge(cfg: Config, scored, speed, role: str = Role.candidate, reference: str = "FP32"):
+    """The one gate (``pipeline.gate.judge``) on a decoder's measures: each judged metric
+    against the reference at level 0, the lower bound of the decode speedup's interval against
+    it, the timing environment. ``reference``: what the text was scored and the decode timed
+    against (FP32, or the INT8 reference on the streaming path), named in every detail."""
+    got = {} if role == Role.fp32 else generation.gated(scored.meta)  # the reference: itself
+    m = gate.decode_measures(got, DecodeResult.of(speed), role, cfg.gate, reference)
+    return gate.judge(m, cfg.gate, METRICS, environment=environment(cfg.hardware.target()))
 
 
-def recipe(cfg: Config, runner, decoder: Decoder) -> DecoderOutcome:
+def recipe(cfg: Config, runner, decoder: Decoder) -> Outcome:
     check_mode(cfg)
     run = _Run(cfg, runner, decoder)
     q, mode = run.q, cfg.quant.mode
@@ -382,34 +342,35 @@ def recipe(cfg: Config, runner, decoder: Decoder) -> DecoderOutcome:
                 "block_size": q.block_size, "symmetric": q.symmetric, "algorithm": q.algorithm,
                 "matmuls": len(run.names), "groups": list(run.groups),
                 "memory": run.memory.as_dict(), "reference": run.memory.reference}
-    models, scores = {"fp32": run.fp32}, dict(run.scores)
+    models, scores = {Role.fp32: run.fp32}, dict(run.scores)
     if mode == QuantMode.auto:
         return _auto(cfg, run, settings)
     if mode == QuantMode.none:
-        cand, cand_scores = run.fp32, run.scores["fp32"]
+        cand, cand_scores = run.fp32, run.scores[Role.fp32]
     elif mode == QuantMode.mixed:
         cand, cand_scores = run.mixed(_int4_faster(run))
     else:
         settings["bits"] = q.bits
         cand, cand_scores = run.build(run.uniform(q.bits), f"all{q.bits}", full=True)
-    models["candidate"], scores["candidate"] = cand, cand_scores
-    speed = run.speed({"candidate": cand} if cand is not run.fp32 else {})
-    verdict = judge(cfg, cand_scores, speed, "candidate" if cand is not run.fp32 else "fp32")
-    return DecoderOutcome(models, scores, speed, verdict, decoder, settings, run.trials,
-                          scoring=run.tally())
+    models[Role.candidate], scores[Role.candidate] = cand, cand_scores
+    speed = run.speed({Role.candidate: cand} if cand is not run.fp32 else {})
+    verdict = judge(cfg, cand_scores, speed, Role.candidate if cand is not run.fp32 else Role.fp32,
+                    run.memory.reference_name)
+    return Outcome(decoder, models, scores, speed, verdict, run.source,
+                   quant=WeightOnlyInfo(settings, run.trials, run.tally()))
 
 
 def _int4_faster(run: _Run) -> bool:
     """INT4 everywhere against INT8 everywhere, timed side by side with FP32."""
     a4, _ = run.build(run.uniform(4), "all4", scored=False)
     a8, _ = run.build(run.uniform(8), "all8", scored=False)
-    return int4_wins(run.speed({"int4": a4, "int8": a8}).meta["speedup_vs_fp32"])
+    return int4_wins(run.speed({Role.int4: a4, Role.int8: a8}).meta["speedup_vs_fp32"])
 
 
 def int4_wins(speedups: dict) -> bool:
     """INT4 counts as faster than INT8 when the lower bound of its speedup over FP32 is above
     INT8's median speedup: not faster by noise alone."""
-    return speedups["int4"]["ci95"][0] > speedups["int8"]["median"]
+    return speedups[Role.int4]["ci95"][0] > speedups[Role.int8]["median"]
 
 
 # INT8 at a wider block, a candidate of quant=auto: MatMulNBits at accuracy level 4 quantizes
@@ -422,31 +383,33 @@ def int4_wins(speedups: dict) -> bool:
 WIDE_BLOCK = 128
 
 
-def _auto(cfg: Config, run: _Run, settings: dict) -> DecoderOutcome:
+def _auto(cfg: Config, run: _Run, settings: dict) -> Outcome:
     """Every candidate scored (sequentially by default), all timed in one interleaved run
     against FP32; the fastest that passes every gate, scored again in full, ships (the next
     fastest when the full text fails it; FP32 when none passes and FP32 itself does, as for
     encoders). The mixed candidate's 8-bit part takes all-INT8's winning block, and the search
     is not started, or stops, once it cannot beat a candidate that already passes."""
-    built = {"int8": run.build(run.uniform(8), "all8"), "int4": run.build(run.uniform(4), "all4")}
+    built = {Role.int8: run.build(run.uniform(8), "all8"),
+             Role.int4: run.build(run.uniform(4), "all4")}
     if run.q.block_size < WIDE_BLOCK:
-        built["int8_wide"] = run.build(run.uniform(8), f"all8_b{WIDE_BLOCK}", WIDE_BLOCK)
+        built[Role.int8_wide] = run.build(run.uniform(8), f"all8_b{WIDE_BLOCK}", WIDE_BLOCK)
     speed = run.speed({r: a for r, (a, _) in built.items()})
     sp = speed.meta["speedup_vs_fp32"]
     int4_faster = int4_wins(sp)
 
     def passing(verdicts):
-        return sorted((r for r in verdicts if verdicts[r]["passed"] and r != "fp32"),
+        return sorted((r for r in verdicts if verdicts[r].passed and r != Role.fp32),
                       key=lambda r: -sp[r]["median"])
 
-    verdicts = {r: judge(cfg, s, speed, r) for r, (_, s) in built.items()}
-    eight = next((r for r in passing(verdicts) if r.startswith("int8")), "int8")
-    block_8 = WIDE_BLOCK if eight == "int8_wide" else run.q.block_size
+    verdicts = {r: judge(cfg, s, speed, r, run.memory.reference_name)
+                for r, (_, s) in built.items()}
+    eight = next((r for r in passing(verdicts) if r.startswith(Role.int8)), Role.int8)
+    block_8 = WIDE_BLOCK if eight == Role.int8_wide else run.q.block_size
     best = next(iter(passing(verdicts)), None)
     mixed_note = None
     if best is not None:  # a blend of INT4 and all-INT8 at its block, at best the faster one
-        int4_hi = sp["int4"]["ci95"][1]
-        if best == "int4":
+        int4_hi = sp[Role.int4]["ci95"][1]
+        if best == Role.int4:
             mixed_note = "not started: INT4 everywhere passes, no mix is narrower"
         elif not int4_faster:
             mixed_note = (f"not started: INT4 is not faster than INT8 here, so the mix would "
@@ -461,38 +424,40 @@ def _auto(cfg: Config, run: _Run, settings: dict) -> DecoderOutcome:
         if mixed is None:  # stopped before any plan passed
             mixed_note = next(t["trial"] for t in reversed(run.trials) if t.get("search_stopped"))
         elif all(mixed[0].digest != a.digest for a, _ in built.values()):
-            built["mixed"] = mixed
+            built[Role.mixed] = mixed
             speed = run.speed({r: a for r, (a, _) in built.items()})
             sp = speed.meta["speedup_vs_fp32"]
-            verdicts = {r: judge(cfg, s, speed, r) for r, (_, s) in built.items()}
+            verdicts = {r: judge(cfg, s, speed, r, run.memory.reference_name)
+                for r, (_, s) in built.items()}
     scores = {**run.scores, **{r: s for r, (_, s) in built.items()}}
-    verdicts["fp32"] = judge(cfg, run.scores["fp32"], speed, "fp32")
-    winner, rescored = "fp32", []
+    verdicts[Role.fp32] = judge(cfg, run.scores[Role.fp32], speed, Role.fp32,
+                                run.memory.reference_name)
+    winner, rescored = Role.fp32, []
     for r in passing(verdicts):  # the fastest first: its verdict on the full text decides
         scores[r] = run.score(built[r][0], r, full=True)
-        verdicts[r] = judge(cfg, scores[r], speed, r)
+        verdicts[r] = judge(cfg, scores[r], speed, r, run.memory.reference_name)
         rescored.append(r)
-        if verdicts[r]["passed"]:
+        if verdicts[r].passed:
             winner = r
             break
     speedup = {r: (sp.get(r) or {"median": 1.0})["median"] for r in verdicts}
-    models = {"fp32": run.fp32, **{r: a for r, (a, _) in built.items()}}
-    models["candidate"], scores["candidate"] = models[winner], scores[winner]
+    models = {Role.fp32: run.fp32, **{r: a for r, (a, _) in built.items()}}
+    models[Role.candidate], scores[Role.candidate] = models[winner], scores[winner]
     settings = {**settings, "int4_faster_than_int8": int4_faster, "block_size_8_mixed": block_8,
-                "block_size": WIDE_BLOCK if winner == "int8_wide" else settings["block_size"]}
-    ok = [r for r in verdicts if verdicts[r]["passed"]]
-    auto = {"winner": winner, "candidates": {r: {"passed": v["passed"], "speedup": speedup[r],
-                                                 "summary": v["summary"],
+                "block_size": WIDE_BLOCK if winner == Role.int8_wide else settings["block_size"]}
+    ok = [r for r in verdicts if verdicts[r].passed]
+    auto = {"winner": winner, "candidates": {r: {"passed": v.passed, "speedup": speedup[r],
+                                                 "summary": v.summary,
                                                  "sequences": scores[r].meta.get("sequences"),
                                                  "stopped": scores[r].meta.get("stopped")}
                                              for r, v in verdicts.items()},
             "mixed": mixed_note, "scored_in_full": rescored,
             "why": (f"{winner}: the fastest of {', '.join(ok)} (all pass every gate; "
                     f"{winner} scored on every sequence)"
-                    if winner != "fp32" else
+                    if winner != Role.fp32 else
                     "no candidate passes on the full text: FP32's verdict ships")}
-    return DecoderOutcome(models, scores, speed, verdicts[winner], run.decoder, settings,
-                          run.trials, auto, run.tally())
+    return Outcome(run.decoder, models, scores, speed, verdicts[winner], run.source,
+                   quant=WeightOnlyInfo(settings, run.trials, run.tally()), auto=auto)
 
 
 def _cannot_beat(run: _Run, sp: dict, eight: str, best: str | None):
@@ -508,7 +473,7 @@ def _cannot_beat(run: _Run, sp: dict, eight: str, best: str | None):
     def hopeless(plan: dict) -> str | None:
         share = {b: sum(w for n, w in weights.items() if plan.get(n) == b) / total
                  for b in (4, 8)}
-        time = (share[4] / sp["int4"]["ci95"][1] + share[8] / sp[eight]["ci95"][1]
+        time = (share[4] / sp[Role.int4]["ci95"][1] + share[8] / sp[eight]["ci95"][1]
                 + (1 - share[4] - share[8]))  # in FP32's decode times; float parts at 1x
         if 1 / time <= sp[best]["median"]:
             return (f"the narrowest plan left ({round(100 * share[4])} % of weights at 4 bits) "

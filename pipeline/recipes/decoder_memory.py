@@ -61,6 +61,12 @@ class MemoryPlan:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def reference_name(self) -> str:
+        """The reference in a few words, as a verdict's details name it."""
+        return (f"the INT8 reference ({self.checkpoint_dtype} checkpoint)" if self.streaming
+                else "FP32")
+
 
 def machine_bytes() -> int:
     """Physical memory, or a container's cgroup limit when that is lower: what the OOM killer

@@ -32,24 +32,21 @@ class Current:
     node_trial: tuple | None = None  # (artifact, float nodes) of the latency trial, for regions
 
 
-def int8(cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration_split,
-         guard: bool = True, export=None) -> tuple:
-    """(candidate artifact, QuantInfo) for quant=int8, dynamic or mixed. ``t``: the task;
-    ``evaluation``: its evaluation ``DataSplit``; ``calibration_split``: a function giving the
-    calibration split (built only when a method needs it). ``guard=False`` keeps the INT8 model
+def int8(job, runner, fp32, fp32_eval, fp16_eval, guard: bool = True, export=None) -> tuple:
+    """(candidate artifact, QuantInfo) for quant=int8, dynamic or mixed. ``job``: an
+    ``Int8Job`` (``pipeline.recipes.job``: the settings and facts this reads). ``guard=False`` keeps the INT8 model
     even when it is slower than FP32 (``quant=auto`` ranks it against the float models itself).
     ``export``: the unfused export of a transformer whose fusions made ``fp32``; dynamic INT8
     then quantizes the graph ``quant.dynamic_source`` names, or (``auto``) both, the faster kept."""
-    sources = dynamic_sources(cfg, fp32, export)
-    built = {name: steps(Quantizer(cfg, runner, src, fp32_eval, fp16_eval, t, evaluation,
-                                   calibration_split))
+    sources = dynamic_sources(job, fp32, export)
+    built = {name: steps(Quantizer(job, runner, src, fp32_eval, fp16_eval))
              for name, src in sources.items()}
     chosen, record = next(iter(built)), None
     if len(built) > 1:
-        chosen, record = race(cfg, built)
+        chosen, record = race(job, built)
     qz, art, info = built[chosen]
-    if export is not None and cfg.quant.mode == QuantMode.dynamic and fp32.stage == "fuse":
-        q = cfg.quant
+    if export is not None and job.quant.mode == QuantMode.dynamic and fp32.stage == "fuse":
+        q = job.quant
         info.dynamic_source = record or {
             "chosen": chosen, "forced": None if q.dynamic_source == DynamicSource.auto
             else q.dynamic_source.value,
@@ -63,7 +60,7 @@ def int8(cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration_spl
 
 def steps(qz: Quantizer) -> tuple:
     """The sub-recipe on one source graph: (quantizer, INT8 artifact, QuantInfo)."""
-    info = QuantInfo(settings=qz.settings, calibration=qz.cfg.quant.calibration.value)
+    info = QuantInfo(settings=qz.settings, calibration=qz.job.quant.calibration.value)
     smoothing(qz, info)
     method = calibration(qz, info)
     info.calibration = "none (dynamic)" if method == DYNAMIC else method  # what the report says
@@ -78,7 +75,7 @@ def steps(qz: Quantizer) -> tuple:
     return qz, cur.art, info
 
 
-def dynamic_sources(cfg, fp32, export) -> dict:
+def dynamic_sources(job, fp32, export) -> dict:
     """The graphs dynamic INT8 starts from, by name. Fusions that pay in FP32 need not pay once
     quantized: on all-mpnet-base-v2 (attention not fused, so the fused FP32 graph was no faster
     than the export) the same dynamic INT8 with smoothing ran 1.19x faster from the unfused
@@ -86,7 +83,7 @@ def dynamic_sources(cfg, fp32, export) -> dict:
     0.9924 against FP32). Static INT8, a model without transformer fusions (the OCR models'
     ``optimize``) and a graph the fusions left as it was keep one source; so does
     ``quant.exclude`` under ``auto``, its names being the fused graph's."""
-    q = cfg.quant
+    q = job.quant
     if (export is None or q.mode != QuantMode.dynamic or fp32.stage != "fuse"
             or export.files.get("model.onnx") == fp32.files.get("model.onnx")):
         return {"fused": fp32}
@@ -104,11 +101,11 @@ def pick_source(speedup: dict) -> str:
     return "export" if speedup["ci95"][0] > 1.0 else "fused"
 
 
-def race(cfg, built: dict) -> tuple[str, dict]:
+def race(job, built: dict) -> tuple[str, dict]:
     """Both dynamic candidates timed head to head at the gate's batch size, on the target's
     runtime (the ``compare`` stage, as the latency-aware step): (chosen source, the record)."""
     qz = built["fused"][0]
-    bench, b = cfg.bench, cfg.gate.speedup_batch_size
+    bench, b = job.bench, job.gate.speedup_batch_size
     cmp = qz.runner.run(
         Compare(data=qz.evaluation, batch_size=b, hardware=qz.hw,
                 min_rounds=min(Compare.min_rounds, bench.min_rounds),
@@ -138,7 +135,7 @@ def smoothing(qz: Quantizer, info: QuantInfo) -> None:
         return
     from pipeline.stages.smooth import ChannelRanges, Smooth
 
-    q = qz.cfg.quant
+    q = qz.job.quant
     base = qz.prepared
     ranges = qz.runner.run(ChannelRanges(qz._calibration_split(), q.calibration_batch_size),
                            base, label="channel_ranges")
@@ -167,7 +164,7 @@ def smoothing(qz: Quantizer, info: QuantInfo) -> None:
 def calibration(qz: Quantizer, info: QuantInfo) -> str:
     """The calibration method: none for dynamic INT8, the configured one, or (``auto``) the best
     of ``METHODS`` on the hardest lines, each scored into ``info.calibration_ranking``."""
-    q = qz.cfg.quant
+    q = qz.job.quant
     if qz.static == ():
         return DYNAMIC
     if q.calibration != CalibrationMethod.auto:
@@ -183,7 +180,7 @@ def calibration(qz: Quantizer, info: QuantInfo) -> str:
 
 def quantize(qz: Quantizer, method: str) -> Current:
     """Every node INT8 but ``quant.exclude``, and its explanation (profile, slower nodes)."""
-    exclude = set(qz.cfg.quant.exclude)
+    exclude = set(qz.job.quant.exclude)
     art = qz.quantize(method, exclude)
     return Current(art, qz.explain(art), exclude)
 
@@ -192,7 +189,7 @@ def float_fallback(qz: Quantizer, method: str, cur: Current, info: QuantInfo) ->
     """Nodes whose INT8 kernel lost to float on this machine: try them float, and keep that model
     only if it is faster end to end (a float node adds a Q/DQ boundary its own profile does not
     show). With region trials, the trial is timed there instead, side by side with the regions."""
-    q = qz.cfg.quant
+    q = qz.job.quant
     if not (q.latency_aware and cur.explain.meta["slower_in_int8"]):
         return cur
     slower = list(cur.explain.meta["slower_in_int8"])
@@ -205,11 +202,11 @@ def float_fallback(qz: Quantizer, method: str, cur: Current, info: QuantInfo) ->
     if q.region_trials:
         cur.node_trial = (trial, floated)
         return cur
-    bench = qz.cfg.bench
+    bench = qz.job.bench
     # No longer than the benchmark itself may time a batch size (a quick run's short
     # bench.max_seconds); at the defaults this is the stage's own budget and key.
     verdict = qz.runner.run(
-        Compare(data=qz.evaluation, batch_size=qz.cfg.gate.speedup_batch_size, hardware=qz.hw,
+        Compare(data=qz.evaluation, batch_size=qz.job.gate.speedup_batch_size, hardware=qz.hw,
                 min_rounds=min(Compare.min_rounds, bench.min_rounds),
                 max_seconds=min(Compare.max_seconds, bench.max_seconds)),
         trial, label="compare[latency-aware]", other=cur.art).meta["a_over_b_speedup"]
@@ -224,7 +221,7 @@ def float_fallback(qz: Quantizer, method: str, cur: Current, info: QuantInfo) ->
 def float_regions(qz: Quantizer, method: str, cur: Current, info: QuantInfo) -> Current:
     """Whole blocks float, timed end to end together with the node trial above, which cannot see
     the Q/DQ borders its float nodes add (``pipeline.recipes.regions``)."""
-    q = qz.cfg.quant
+    q = qz.job.quant
     if not (q.region_trials and q.latency_aware):
         return cur
     from pipeline.recipes import regions
@@ -261,7 +258,7 @@ def float_outputs(qz: Quantizer, method: str, cur: Current, info: QuantInfo) -> 
 def mixed_search(qz: Quantizer, method: str, cur: Current, info: QuantInfo) -> Current:
     """quant=mixed: nodes back to float by sensitivity under the accuracy budget
     (``pipeline.recipes.mixed``)."""
-    if qz.cfg.quant.mode != QuantMode.mixed:
+    if qz.job.quant.mode != QuantMode.mixed:
         return cur
     from pipeline.recipes.mixed import search
 
@@ -278,11 +275,11 @@ def not_slower_than_fp32(qz: Quantizer, art, info: QuantInfo, fp32=None):
     candidate is the FP32 model itself, and the report says why. Only when the gate asks for
     speed (``gate.min_speedup > 0``): without that, INT8 may be wanted for its size. ``fp32``:
     the FP32 baseline when ``qz`` quantized another graph (the unfused export)."""
-    cfg = qz.cfg
+    job = qz.job
     fp32 = fp32 or qz.fp32
-    if not (cfg.quant.latency_aware and cfg.gate.min_speedup > 0):
+    if not (job.quant.latency_aware and job.gate.min_speedup > 0):
         return art
-    bench = cfg.bench
+    bench = job.bench
     speedups = {}
     for b in bench.batch_sizes:
         speedups[str(b)] = qz.runner.run(

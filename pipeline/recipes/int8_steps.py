@@ -72,18 +72,19 @@ class Quantizer:
     ranking subset, and the calls that quantize, score and explain (calibrations cached per
     method). The steps themselves are ``pipeline.recipes.int8``."""
 
-    def __init__(self, cfg, runner, fp32, fp32_eval, fp16_eval, t, evaluation, calibration):
-        """``t``: the task (its primary metric, its default dynamic op types); ``evaluation``:
-        the evaluation ``DataSplit``; ``calibration``: a function giving the calibration split
-        (built only when a method needs it)."""
-        self.cfg, self.runner, self.fp32 = cfg, runner, fp32
+    def __init__(self, job, runner, fp32, fp32_eval, fp16_eval):
+        """``job``: the ``Int8Job`` (``pipeline.recipes.job``): the quant, bench and gate
+        settings, the task (its primary metric, its default dynamic op types), the evaluation
+        split and a function giving the calibration split (built only when a method needs it)."""
+        t, evaluation, calibration = job.task, job.evaluation, job.calibration
+        self.job, self.runner, self.fp32 = job, runner, fp32
         self.fp16_eval, self.metric = fp16_eval, t.metrics.primary_spec
         self.against = against(t, fp16_eval)  # a label-free run: scored against FP16's outputs
         self.evaluation, self._calibration_split = evaluation, calibration
-        m, q = cfg.model, cfg.quant
+        q = job.quant
         self.dynamic_op_types = tuple(q.dynamic_op_types if q.dynamic_op_types is not None
                                       else t.dynamic_op_types)
-        self.hw = cfg.hardware.target()
+        self.hw = job.hw
         self.settings = quant_defaults.resolve(q, effective_flags())
         self.static = None if q.mode != QuantMode.dynamic else ()
         if q.static_op_types is not None:
@@ -93,7 +94,7 @@ class Quantizer:
         # process, AMX) the same quantize_dynamic call ran 0.89x as fast from the prepared graph
         # as from the graph itself, 0.92x with shape inference alone.
         self.prepared = fp32 if self.static == () else runner.run(Prepare(), fp32)
-        check_exclude(q.exclude, self.prepared.model, m.name)
+        check_exclude(q.exclude, self.prepared.model, job.model_name)
         self.subset = hardest(fp32_eval, min(q.ranking_samples, evaluation.count))
         self.calibrations: dict = {}
         self.tag = ""  # which smoothed model the calibrations are of (their labels)
@@ -107,14 +108,14 @@ class Quantizer:
 
     def calibration(self, method: str):
         if method not in self.calibrations:
-            q = self.cfg.quant
+            q = self.job.quant
             self.calibrations[method] = self.runner.run(
                 Calibrate(self._calibration_split(), method, q.calibration_batch_size),
                 self.prepared, label=f"calibrate[{method}{', ' + self.tag if self.tag else ''}]")
         return self.calibrations[method]
 
     def quantize(self, method: str, exclude=(), label="quantize"):
-        q = self.cfg.quant
+        q = self.job.quant
         stage = Quantize(self.settings, q.per_channel, method,
                          self.static, self.dynamic_op_types, tuple(sorted(exclude)))
         if self.static == ():  # dynamic only: nothing to calibrate
@@ -131,14 +132,13 @@ class Quantizer:
                                prepared=self.prepared)
 
     def score(self, art, label: str, subset=True) -> float:
-        m = self.cfg.model
-        ev = self.runner.run(Evaluate(self.evaluation, m.eval_batch_size, self.hw,
+        ev = self.runner.run(Evaluate(self.evaluation, self.job.eval_batch_size, self.hw,
                                       self.subset if subset else ()), art, label=label,
                                **self.against)
         return ev.meta["metrics"][self.metric.name]
 
     def explain(self, art, label="explain"):
-        q = self.cfg.quant
-        return self.runner.run(Explain(self.evaluation, self.cfg.gate.speedup_batch_size,
+        q = self.job.quant
+        return self.runner.run(Explain(self.evaluation, self.job.gate.speedup_batch_size,
                                        q.profile_runs, self.hw), art,
                                label=label, fp32=self.fp32)

@@ -32,8 +32,10 @@ from pipeline.stages.loadtest import LoadTest
 from pipeline.stages.optimize import Optimize
 from pipeline.stages.prune import Prune
 from pipeline.recipes.int8 import int8
+from pipeline.recipes.job import Int8Job
 from pipeline.runtimes import PRIMARY, settings_for
 from pipeline.runtimes.plan import Plan
+from pipeline.measure.results import Role
 
 OPSET = 18  # torch's exporter implements 18 natively; >= 13 is needed for per-channel QDQ
 
@@ -123,15 +125,16 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
     if cfg.quant.mode in (QuantMode.int8, QuantMode.dynamic, QuantMode.mixed):
         # prepare, calibrate, quantize, explain, float fallback, float regions, float outputs,
         # mixed search, sensitivity: pipeline/recipes/int8.py
-        candidate, quant_info = int8(cfg, runner, fp32, evals["fp32"], evals["fp16"], t,
-                                     splits.evaluation, splits.calibration, export=unfused)
+        candidate, quant_info = int8(Int8Job.of(cfg, t, splits), runner, fp32, evals[Role.fp32],
+                                     evals[Role.fp16], export=unfused)
     else:
         candidate = {QuantMode.none: fp32, QuantMode.fp16: fp16,
                      QuantMode.bf16: fp32}[cfg.quant.mode]  # bf16: a precision, not a file
-    models = {"export": exported, "fp32": fp32, "fp16": fp16, "candidate": candidate}
-    evals["candidate"] = runner.run(plan.evaluation(evaluate, "candidate"), candidate,
-                                    label="evaluate[candidate]", **against(t, evals["fp16"]))
-    plan.evaluate_others(runner, evaluate, models, against(t, evals["fp16"]))  # runtime=auto: every target, per artifact
+    models = {Role.export: exported, Role.fp32: fp32, Role.fp16: fp16, Role.candidate: candidate}
+    evals[Role.candidate] = runner.run(plan.evaluation(evaluate, Role.candidate), candidate,
+                                    label="evaluate[candidate]", **against(t, evals[Role.fp16]))
+    # runtime=auto: every target, per artifact
+    plan.evaluate_others(runner, evaluate, models, against(t, evals[Role.fp16]))
     bench = runner.run(Benchmark(data=splits.evaluation, bench=cfg.bench.timing(),
                                  hardware=plan.hw, options=plan.bench_options()),
                        candidate, fp32=fp32, fp16=fp16, export=exported)
@@ -144,9 +147,10 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
                                    load=cfg.bench.load, slo_p99_ms=cfg.slo.p99_ms,
                                    hardware=deployed, nonce=cfg.bench.nonce),
                           candidate, fp32=fp32)
-    verdict = gate.judge(evals, bench, cfg.gate, t.metrics, cfg.slo, candidate, environment(hw),
-                         against_given=cfg.quant.mode == QuantMode.none)
-    if not verdict["passed"] and quant_info is not None:  # which float artifact would pass
+    verdict = gate.judge(gate.measures(evals, bench, cfg.gate, cfg.slo, candidate,
+                                       against_given=cfg.quant.mode == QuantMode.none),
+                         cfg.gate, t.metrics, cfg.slo, environment(hw))
+    if not verdict.passed and quant_info is not None:  # which float artifact would pass
         from pipeline.recipes.auto import accuracy_hint, dynamic_op_types, float_hint
 
         float_hint(verdict, evals, bench, plan, cfg.gate, t.metrics, m.source)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from dataclasses import dataclass, field
 
 from pipeline.core.progress import Progress, hms
 from pipeline.quant.groups import units as make_units
@@ -47,6 +48,24 @@ from pipeline.stages.sqnr import Sqnr
 CLEAN_DB = 40.0       # output SQNR above this: error below 1e-4 of the signal, nothing to recover
 CHEAP_SHARE = 0.005   # a unit worth less than 0.5 % of the INT8 profile is cheap to keep float
 DEFAULT_BUDGET_S = 1800.0
+
+
+@dataclass
+class Unit:
+    """What the search floats or keeps INT8 as one: a block of modules, or one node."""
+    name: str
+    nodes: list
+    gain_ms: float = 0.0          # the INT8 time it gives back when float (the profile's gains)
+    sqnr_db: float | None = None  # its worst node's output SQNR in INT8
+    signal: str = "trial"         # clean | cheap | trial: whether the cheap signals settle it
+    effect: float | None = None   # measured: how much floating it helps (metric's unit)
+    can_float: bool = True
+    stuck: list = field(default_factory=list)  # nodes the quantizer cannot make float
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "nodes": len(self.nodes), "gain_ms": self.gain_ms,
+                "sqnr_db": self.sqnr_db, "signal": self.signal, "effect": self.effect,
+                "can_float": self.can_float}
 
 
 class Budget:
@@ -67,198 +86,248 @@ class Budget:
 
 
 def search(qz, method: str, exclude: set, all_int8, clock=time.monotonic, stream=None):
-    cfg = qz.cfg
-    q = cfg.quant
-    budget = q.max_accuracy_drop
-    if budget is None:  # a third of what the gate lets the primary metric lose, in its own scale
-        from pipeline.metrics.limits import limits
+    """The mixed search, phase by phase (the module's docstring says why each): the units and
+    their cheap signals, a ranking trial for each unit the signals cannot settle, the order,
+    the full evaluations (bisection over the order's prefixes, then costly nodes handed back),
+    and the record. Returns the chosen artifact, the per-node table and the search record."""
+    s = _Search(qz, method, exclude, all_int8, clock, stream)
+    units = s.units()
+    s.rank(units)
+    ranked = sorted((u for u in units if u.can_float), key=_order_key)
+    order = [u.name for u in ranked]
+    members = {u.name: [n for n in u.nodes if n not in u.stuck] for u in ranked}
+    handback = s.full_evaluations(order, members)
+    within = [r for r in s.trace if r["within_budget"]]
+    best = (min(within, key=lambda r: r["estimated_ms"]) if within
+            else min(s.trace, key=lambda r: r["drop"]))
+    verdict = s.verdict(best, bool(within), order, members, len(handback))
+    rows = [{k: v for k, v in r.items() if k != "artifact"} for r in s.trace]
+    groups = [u.as_dict() for u in units]
+    return best["artifact"], s.table(units, order), {"verdict": verdict, "trace": rows,
+                                                     "order": order, "groups": groups,
+                                                     "hand_back": handback}
 
-        budget = round(limits(cfg.gate.max_accuracy_drop, qz.metric)[qz.metric.name] / 3, 9)
-    clock_budget = Budget(float(getattr(q, "search_budget_s", DEFAULT_BUDGET_S)), clock)
-    by = str(getattr(getattr(q, "search_groups", "blocks"), "value",
-                     getattr(q, "search_groups", "blocks")))
-    ref = qz.fp16_eval.meta["metrics"][qz.metric.name]
-    expl = qz.explain(all_int8).meta
-    gains = {r["node"]: r["gain_ms"] for r in expl["nodes"]}
-    ops = {r["node"]: r["fp32_op"] for r in expl["nodes"]}
-    modules = {r["node"]: r.get("module") for r in expl["nodes"] if r.get("module")}
-    precision = all_int8.meta["precision"]
-    nodes, together, op_types = _candidates(all_int8, precision, exclude)
-    for n, op in op_types.items():
-        ops.setdefault(n, op)
 
-    def spread(names) -> tuple:
+def _order_key(u):
+    """Measured units by recovered accuracy per ms given up (helpful first), then the untried
+    by their SQNR (cheap before trial), clean ones last."""
+    s = u.sqnr_db if u.sqnr_db is not None else math.inf
+    if u.effect is not None:
+        return (0 if u.effect > 0 else 3, -u.effect / max(u.gain_ms, 0.01), s)
+    if u.signal == "cheap" or u.signal == "trial":
+        return (1 if u.signal == "cheap" else 2, s, 0.0)
+    return (4, s, 0.0)
+
+
+class _Search:
+    """One search's shared state: the all-INT8 model's profile and SQNR, the budgets, the
+    counts of trials and evaluations, and the trace of full evaluations."""
+
+    def __init__(self, qz, method: str, exclude: set, all_int8, clock, stream):
+        job = qz.job
+        q = job.quant
+        self.qz, self.method, self.exclude, self.all_int8 = qz, method, exclude, all_int8
+        self.clock, self.stream = clock, stream
+        budget = q.max_accuracy_drop
+        if budget is None:  # a third of what the gate lets the primary lose, in its own scale
+            from pipeline.metrics.limits import limits
+
+            budget = round(limits(job.gate.max_accuracy_drop, qz.metric)[qz.metric.name] / 3, 9)
+        self.budget = budget
+        self.clock_budget = Budget(float(getattr(q, "search_budget_s", DEFAULT_BUDGET_S)), clock)
+        self.by = str(getattr(getattr(q, "search_groups", "blocks"), "value",
+                              getattr(q, "search_groups", "blocks")))
+        self.ref = qz.fp16_eval.meta["metrics"][qz.metric.name]
+        expl = qz.explain(all_int8).meta
+        self.gains = {r["node"]: r["gain_ms"] for r in expl["nodes"]}
+        self.ops = {r["node"]: r["fp32_op"] for r in expl["nodes"]}
+        self.modules = {r["node"]: r.get("module") for r in expl["nodes"] if r.get("module")}
+        self.precision = all_int8.meta["precision"]
+        self.nodes, self.together, op_types = _candidates(all_int8, self.precision, exclude)
+        for n, op in op_types.items():
+            self.ops.setdefault(n, op)
+        self.sqnr = qz.runner.run(Sqnr(qz.evaluation, qz.subset, qz.hw), all_int8,
+                                  fp32=qz.fp32).meta["sqnr_db"]
+        self.int8_ms = expl["int8_total_ms"]
+        self.cheap_ms = CHEAP_SHARE * self.int8_ms
+        self.counts = {"ranking_trials": 0, "hand_back_trials": 0, "edited": 0,
+                       "requantized": 0, "full_evaluations": 0}
+        self.log = getattr(qz.runner, "log", None)
+        self.trace: list[dict] = []
+        self.steps = None
+
+    def spread(self, names) -> tuple:
         """``names`` with what floats together with each (the data movement feeding a
         LayerNormalization), in order, once each."""
-        return tuple(dict.fromkeys(m for n in names for m in together.get(n, (n,))))
-    sqnr = qz.runner.run(Sqnr(qz.evaluation, qz.subset, qz.hw), all_int8,
-                         fp32=qz.fp32).meta["sqnr_db"]
-    int8_ms = expl["int8_total_ms"]
-    cheap_ms = CHEAP_SHARE * int8_ms
-    counts = {"ranking_trials": 0, "hand_back_trials": 0, "edited": 0, "requantized": 0,
-              "full_evaluations": 0}
-    log = getattr(qz.runner, "log", None)
+        return tuple(dict.fromkeys(m for n in names for m in self.together.get(n, (n,))))
 
-    def variant(floated, label):
+    def variant(self, floated, label):
         """The all-INT8 model with ``floated`` float: edited where no node is dynamic INT8,
         else quantized again (the dynamic LSTM)."""
-        floated = spread(floated)
-        if not any(precision.get(n, "").startswith("int8-dynamic") for n in floated) \
+        qz, floated = self.qz, self.spread(floated)
+        if not any(self.precision.get(n, "").startswith("int8-dynamic") for n in floated) \
                 and hasattr(qz, "edit"):
-            counts["edited"] += 1
-            return qz.edit(all_int8, floated, label=f"edit[{label}]")
-        counts["requantized"] += 1
-        return qz.quantize(method, exclude | set(floated), label=f"quantize[{label}]")
+            self.counts["edited"] += 1
+            return qz.edit(self.all_int8, floated, label=f"edit[{label}]")
+        self.counts["requantized"] += 1
+        return qz.quantize(self.method, self.exclude | set(floated), label=f"quantize[{label}]")
 
-    def rank(art, label, phase="ranking_trials") -> float:
-        counts[phase] += 1
-        return qz.score(art, f"rank[{label}]")
+    def trial(self, art, label, phase="ranking_trials") -> float:
+        self.counts[phase] += 1
+        return self.qz.score(art, f"rank[{label}]")
 
-    base = qz.score(all_int8, "rank[all-int8]")
-    units = make_units(nodes, modules, by)
-    for u in units:
-        u["gain_ms"] = sum(gains.get(n, 0.0) for n in u["nodes"])
-        known = [sqnr[n] for n in u["nodes"] if sqnr.get(n) is not None]
-        u["sqnr_db"] = min(known) if known else None
-        exact = all(n in sqnr and sqnr[n] is None for n in u["nodes"])  # no error at all
-        clean = exact or (u["sqnr_db"] is not None and u["sqnr_db"] >= CLEAN_DB)
-        u["signal"] = ("clean" if by == "blocks" and clean else
-                       "cheap" if by == "blocks" and u["gain_ms"] < cheap_ms else "trial")
-        u["effect"], u["can_float"], u["stuck"] = None, True, []
+    def units(self) -> list[Unit]:
+        """The units (``quant.search_groups``) with their cheap signals: the INT8 time each
+        gives back when float, its worst SQNR, and whether that settles it (clean, cheap)."""
+        by, sqnr = self.by, self.sqnr
+        units = [Unit(u["name"], u["nodes"]) for u in make_units(self.nodes, self.modules, by)]
+        for u in units:
+            u.gain_ms = sum(self.gains.get(n, 0.0) for n in u.nodes)
+            known = [sqnr[n] for n in u.nodes if sqnr.get(n) is not None]
+            u.sqnr_db = min(known) if known else None
+            exact = all(n in sqnr and sqnr[n] is None for n in u.nodes)  # no error at all
+            clean = exact or (u.sqnr_db is not None and u.sqnr_db >= CLEAN_DB)
+            u.signal = ("clean" if by == "blocks" and clean else
+                           "cheap" if by == "blocks" and u.gain_ms < self.cheap_ms else "trial")
+        return units
 
-    # -- rank the units where the cheap signals disagree --------------------------------------
-    trials = [u for u in units if u["signal"] == "trial"]
-    trials.sort(key=lambda u: (u["sqnr_db"] if u["sqnr_db"] is not None else math.inf))
-    bar = Progress(len(trials), f"mixed search: ranking {by}", stream, clock=clock,
-                   unit="trials")
-    kinds = {k: sum(u["signal"] == k for u in units) for k in ("clean", "cheap", "trial")}
-    (stream or sys.stdout).write(
-        f"  mixed search: {len(nodes)} INT8 nodes in {len(units)} {by}: {kinds['trial']} to rank, "
-        f"{kinds['clean']} clean (SQNR >= {CLEAN_DB:g} dB), {kinds['cheap']} cheap (< "
-        f"{100 * CHEAP_SHARE:g} % of the INT8 profile each), time budget "
-        f"{hms(clock_budget.seconds)}\n")
-    if log is not None:
-        qz.runner.log = bar.around(log)
-    try:
-        for k, u in enumerate(trials):
-            if clock_budget.over(0.5, "ranking"):
-                break
-            bar.update(k, u["name"])
-            art = variant(u["nodes"], f"float {u['name']}")
-            u["stuck"] = list(art.meta.get("exclusion_ignored", ()))
-            if set(u["stuck"]) >= set(u["nodes"]) - set(exclude):
-                # Nothing of it can be handed back to float (a MaxPool between INT8 neighbours):
-                # no choice for the search.
-                u["can_float"] = False
-                continue
-            # How much better floating this unit makes the model (positive: helps), in the
-            # metric's unit whatever its direction.
-            u["effect"] = qz.metric.drop(rank(art, f"float {u['name']}"), base)
-        if trials and not clock_budget.stopped:
-            bar.update(len(trials))
-        bar.done()
-    finally:
-        if log is not None:
-            qz.runner.log = log
+    def rank(self, units: list[Unit]) -> None:
+        """One edited trial per unit where the cheap signals disagree, on the ranking subset,
+        worst SQNR first, within half the time budget: its ``effect`` (positive: floating it
+        helps), or ``can_float`` False when nothing of it can be handed back to float."""
+        qz, by, clock = self.qz, self.by, self.clock
+        base = qz.score(self.all_int8, "rank[all-int8]")
+        trials = [u for u in units if u.signal == "trial"]
+        trials.sort(key=lambda u: (u.sqnr_db if u.sqnr_db is not None else math.inf))
+        bar = Progress(len(trials), f"mixed search: ranking {by}", self.stream, clock=clock,
+                       unit="trials")
+        kinds = {k: sum(u.signal == k for u in units) for k in ("clean", "cheap", "trial")}
+        (self.stream or sys.stdout).write(
+            f"  mixed search: {len(self.nodes)} INT8 nodes in {len(units)} {by}: "
+            f"{kinds['trial']} to rank, {kinds['clean']} clean (SQNR >= {CLEAN_DB:g} dB), "
+            f"{kinds['cheap']} cheap (< {100 * CHEAP_SHARE:g} % of the INT8 profile each), "
+            f"time budget {hms(self.clock_budget.seconds)}\n")
+        if self.log is not None:
+            qz.runner.log = bar.around(self.log)
+        try:
+            for k, u in enumerate(trials):
+                if self.clock_budget.over(0.5, "ranking"):
+                    break
+                bar.update(k, u.name)
+                art = self.variant(u.nodes, f"float {u.name}")
+                u.stuck = list(art.meta.get("exclusion_ignored", ()))
+                if set(u.stuck) >= set(u.nodes) - set(self.exclude):
+                    # Nothing of it can be handed back to float (a MaxPool between INT8
+                    # neighbours): no choice for the search.
+                    u.can_float = False
+                    continue
+                # How much better floating this unit makes the model (positive: helps), in the
+                # metric's unit whatever its direction.
+                u.effect = qz.metric.drop(self.trial(art, f"float {u.name}"), base)
+            if trials and not self.clock_budget.stopped:
+                bar.update(len(trials))
+            bar.done()
+        finally:
+            if self.log is not None:
+                qz.runner.log = self.log
 
-    def order_key(u):
-        s = u["sqnr_db"] if u["sqnr_db"] is not None else math.inf
-        if u["effect"] is not None:  # measured: recovered per ms given up, helpful first
-            return (0 if u["effect"] > 0 else 3, -u["effect"] / max(u["gain_ms"], 0.01), s)
-        if u["signal"] == "cheap" or u["signal"] == "trial":  # untried: by its SQNR
-            return (1 if u["signal"] == "cheap" else 2, s, 0.0)
-        return (4, s, 0.0)  # clean: last
-
-    ranked = sorted((u for u in units if u["can_float"]), key=order_key)
-    order = [u["name"] for u in ranked]
-    members = {u["name"]: [n for n in u["nodes"] if n not in u["stuck"]] for u in ranked}
-
-    trace = []
-    steps = Progress(prefix_limit(len(ranked)) + math.ceil(math.log2(len(ranked) + 1)) + 2,
-                     "mixed search: full evaluations", stream, clock=clock, unit="evaluations")
-
-    def evaluate(floated: tuple, why: str) -> dict:
-        floated = spread(floated)
-        steps.update(min(counts["full_evaluations"], steps.total - 1), why)
-        art = qz.quantize(method, exclude | set(floated), label=f"quantize[mixed {len(floated)}]")
-        counts["requantized"] += 1
-        counts["full_evaluations"] += 1
+    def evaluate(self, floated: tuple, why: str) -> dict:
+        """A full evaluation of the model with ``floated`` float: its drop, whether it is
+        within the budget, its estimated time (each float node gives its INT8 gain back)."""
+        qz, floated = self.qz, self.spread(floated)
+        self.steps.update(min(self.counts["full_evaluations"], self.steps.total - 1), why)
+        art = qz.quantize(self.method, self.exclude | set(floated),
+                          label=f"quantize[mixed {len(floated)}]")
+        self.counts["requantized"] += 1
+        self.counts["full_evaluations"] += 1
         acc = qz.score(art, f"evaluate[mixed {len(floated)} float]", subset=False)
-        est = int8_ms + sum(gains.get(n, 0.0) for n in floated)  # a float node gives its gain back
-        drop = qz.metric.drop(ref, acc)
+        est = self.int8_ms + sum(self.gains.get(n, 0.0) for n in floated)
+        drop = qz.metric.drop(self.ref, acc)
         row = {"float_nodes": list(floated), "accuracy": acc, "drop": drop,
-               "within_budget": drop <= budget + 1e-9, "estimated_ms": est, "artifact": art,
-               "step": why}
-        trace.append(row)
+               "within_budget": drop <= self.budget + 1e-9, "estimated_ms": est,
+               "artifact": art, "step": why}
+        self.trace.append(row)
         return row
 
-    def nodes_of(k: int) -> tuple:
-        return tuple(n for name in order[:k] for n in members[name])
+    def full_evaluations(self, order: list, members: dict) -> list:
+        """All INT8 first; past the budget, the shortest prefix of ``order`` that passes
+        (bisection), then its costly nodes handed back to INT8 where accuracy allows."""
+        self.steps = Progress(prefix_limit(len(order)) + math.ceil(math.log2(len(order) + 1))
+                              + 2, "mixed search: full evaluations", self.stream,
+                              clock=self.clock, unit="evaluations")
 
-    if log is not None:
-        qz.runner.log = steps.around(log)
-    try:
-        best = evaluate((), "all INT8")
+        def nodes_of(k: int) -> tuple:
+            return tuple(n for name in order[:k] for n in members[name])
+
+        if self.log is not None:
+            self.qz.runner.log = self.steps.around(self.log)
         handback = []
-        if not best["within_budget"]:
+        try:
+            if self.evaluate((), "all INT8")["within_budget"]:
+                return handback
             rows = {}
 
             def passes(k: int) -> bool:
-                rows[k] = evaluate(nodes_of(k), f"top {k} of {len(order)} {by} float")
+                rows[k] = self.evaluate(nodes_of(k), f"top {k} of {len(order)} {self.by} float")
                 return rows[k]["within_budget"]
 
-            hi = smallest_passing(len(order), passes, lambda: clock_budget.over(1.0, "bisection"))
+            hi = smallest_passing(len(order), passes,
+                                  lambda: self.clock_budget.over(1.0, "bisection"))
             hi_row = rows.get(hi)
             if hi_row is not None and hi_row["within_budget"]:
-                handback = _hand_back(qz, hi_row, gains, cheap_ms, variant,
-                                      lambda a, lab: rank(a, lab, "hand_back_trials"), evaluate,
-                                      clock_budget, max(8, math.ceil(math.sqrt(len(nodes)))))
-    finally:
-        steps.done()
-        if log is not None:
-            qz.runner.log = log
+                handback = _hand_back(self.qz, hi_row, self.gains, self.cheap_ms, self.variant,
+                                      lambda a, lab: self.trial(a, lab, "hand_back_trials"),
+                                      self.evaluate, self.clock_budget,
+                                      max(8, math.ceil(math.sqrt(len(self.nodes)))))
+        finally:
+            self.steps.done()
+            if self.log is not None:
+                self.qz.runner.log = self.log
+        return handback
 
-    within = [r for r in trace if r["within_budget"]]
-    best = min(within, key=lambda r: r["estimated_ms"]) if within else min(trace, key=lambda r: r["drop"])
-    n_c = len(handback)
-    limit = prefix_limit(len(order)) + math.ceil(math.log2(n_c + 1)) + 2
-    spent = clock_budget.elapsed()
-    stopped = (f"; stopped by quant.search_budget_s={clock_budget.seconds:g} during the "
-               f"{clock_budget.stopped} after {hms(spent)} with the best model so far"
-               if clock_budget.stopped else "")
-    verdict = {"budget_points": budget, "met": bool(within), "chosen_float_nodes": best["float_nodes"],
-               "drop": best["drop"], "full_evaluations": counts["full_evaluations"],
-               "evaluation_limit": limit, "within_limit": counts["full_evaluations"] <= limit,
-               "quantizable_nodes": sum(len(members[n]) for n in order), "units": len(order),
-               "ranked_by": by, "trials": dict(counts), "seconds": round(spent, 3),
-               "time_budget_s": clock_budget.seconds, "stopped_by_budget": clock_budget.stopped,
-               "summary": (f"kept {len(best['float_nodes'])} of {sum(len(members[n]) for n in order)} "
-                           f"nodes float: drop {best['drop']:.2f} points (budget {budget}) after "
-                           f"{counts['full_evaluations']} full evaluations and "
-                           f"{counts['ranking_trials'] + counts['hand_back_trials']} ranking "
-                           f"trials over {len(order)} {by}"
-                           if within else
-                           f"budget {budget} not met; best drop {best['drop']:.2f} points with "
-                           f"{len(best['float_nodes'])} nodes float") + stopped}
-    table = []
-    unit_of = {n: u for u in units for n in u["nodes"]}
-    for n in nodes:
-        u = unit_of[n]
-        floatable = u["can_float"] and n not in u["stuck"]
-        table.append({"node": n, "op": ops.get(n, "?"), "group": u["name"],
-                      "sqnr_db": sqnr.get(n), "latency_gain_ms": gains.get(n, 0.0),
-                      "metric_effect": u["effect"] if floatable else None,
-                      "score": (u["effect"] / max(u["gain_ms"], 0.01)
-                                if floatable and u["effect"] is not None else None),
-                      "signal": u["signal"], "can_float": floatable})
-    rank_of = {name: k for k, name in enumerate(order)}
-    table.sort(key=lambda r: (not r["can_float"], rank_of.get(r["group"], len(order)), r["node"]))
-    rows = [{k: v for k, v in r.items() if k != "artifact"} for r in trace]
-    groups = [{"name": u["name"], "nodes": len(u["nodes"]), "gain_ms": u["gain_ms"],
-               "sqnr_db": u["sqnr_db"], "signal": u["signal"], "effect": u["effect"],
-               "can_float": u["can_float"]} for u in units]
-    return best["artifact"], table, {"verdict": verdict, "trace": rows, "order": order,
-                                     "groups": groups, "hand_back": handback}
+    def verdict(self, best: dict, met: bool, order: list, members: dict, n_c: int) -> dict:
+        """The search's machine-readable record: what it chose, what it cost, whether the time
+        budget stopped it."""
+        cb, counts, by, budget = self.clock_budget, self.counts, self.by, self.budget
+        limit = prefix_limit(len(order)) + math.ceil(math.log2(n_c + 1)) + 2
+        spent = cb.elapsed()
+        stopped = (f"; stopped by quant.search_budget_s={cb.seconds:g} during the "
+                   f"{cb.stopped} after {hms(spent)} with the best model so far"
+                   if cb.stopped else "")
+        total = sum(len(members[n]) for n in order)
+        return {"budget_points": budget, "met": met, "chosen_float_nodes": best["float_nodes"],
+                "drop": best["drop"], "full_evaluations": counts["full_evaluations"],
+                "evaluation_limit": limit, "within_limit": counts["full_evaluations"] <= limit,
+                "quantizable_nodes": total, "units": len(order),
+                "ranked_by": by, "trials": dict(counts), "seconds": round(spent, 3),
+                "time_budget_s": cb.seconds, "stopped_by_budget": cb.stopped,
+                "summary": (f"kept {len(best['float_nodes'])} of {total} "
+                            f"nodes float: drop {best['drop']:.2f} points (budget {budget}) after "
+                            f"{counts['full_evaluations']} full evaluations and "
+                            f"{counts['ranking_trials'] + counts['hand_back_trials']} ranking "
+                            f"trials over {len(order)} {by}"
+                            if met else
+                            f"budget {budget} not met; best drop {best['drop']:.2f} points with "
+                            f"{len(best['float_nodes'])} nodes float") + stopped}
+
+    def table(self, units: list[Unit], order: list) -> list[dict]:
+        """One row per node: its unit, signals, measured effect and whether it could float,
+        in the search's order."""
+        table = []
+        unit_of = {n: u for u in units for n in u.nodes}
+        for n in self.nodes:
+            u = unit_of[n]
+            floatable = u.can_float and n not in u.stuck
+            table.append({"node": n, "op": self.ops.get(n, "?"), "group": u.name,
+                          "sqnr_db": self.sqnr.get(n), "latency_gain_ms": self.gains.get(n, 0.0),
+                          "metric_effect": u.effect if floatable else None,
+                          "score": (u.effect / max(u.gain_ms, 0.01)
+                                    if floatable and u.effect is not None else None),
+                          "signal": u.signal, "can_float": floatable})
+        rank_of = {name: k for k, name in enumerate(order)}
+        table.sort(key=lambda r: (not r["can_float"], rank_of.get(r["group"], len(order)),
+                                  r["node"]))
+        return table
 
 
 def _candidates(all_int8, precision: dict, exclude) -> tuple[list, dict, dict]:

@@ -119,7 +119,7 @@ def search(qz, method: str, exclude: set, art, expl_meta: dict, node_trial=None)
     latency-aware trial, timed with the regions so the best of all of them is kept."""
     from pipeline.stages.regions import RegionTrials
 
-    q = qz.cfg.quant
+    q = qz.job.quant
     regs = regions(qz.prepared.model)
     by_name = {r["name"]: r for r in regs}
     gains = {r["node"]: r["gain_ms"] for r in expl_meta["nodes"]}
@@ -145,10 +145,10 @@ def search(qz, method: str, exclude: set, art, expl_meta: dict, node_trial=None)
         record["summary"] = "no region could be made float"
         return art, [], record
     timed = qz.runner.run(
-        RegionTrials(qz.evaluation, qz.cfg.gate.speedup_batch_size,
+        RegionTrials(qz.evaluation, qz.job.gate.speedup_batch_size,
                      qz.hw, tuple(t["name"] for t in trials),
                      # bounded like the benchmark: at most 100 rounds and 30 s
-                     min(100, qz.cfg.bench.min_rounds), min(30.0, qz.cfg.bench.max_seconds)),
+                     min(100, qz.job.bench.min_rounds), min(30.0, qz.job.bench.max_seconds)),
         art, label="regions", fp32=qz.fp32, **{f"t{i}": a for i, a in enumerate(arts)}).meta
     for t in trials:
         t.update(timed["trials"][t["name"]])

@@ -1,6 +1,6 @@
 """A decoder run's report, evidence and publication.
 
-In: the config, the ``DecoderOutcome`` and the run record. Out: ``report.json`` / ``report.md``
+In: the config, the ``Outcome`` and the run record. Out: ``report.json`` / ``report.md``
 (one row per model: size of its weights, MatMul widths, perplexity, its rise over FP32, top-1
 agreement and KL against FP32 at accuracy level 0, decode tokens/s and per-token p50/p99, time
 to first token, speedup with its interval; the gate; the mixed search's trials; quant=auto's
@@ -15,6 +15,7 @@ from pathlib import Path
 from pipeline.core.artifact import plain
 from pipeline.core.env import environment
 from pipeline.report.run import interruption
+from pipeline.measure.results import NO_SCORES, Role, TextScores
 
 
 def _bytes(art) -> int:
@@ -23,49 +24,45 @@ def _bytes(art) -> int:
 
 
 def rows(out) -> list[dict]:
-    timings = out.speed.meta.get("timings", {})
-    speedups = out.speed.meta.get("speedup_vs_fp32", {})
+    timings = out.bench.meta.get("timings", {})
+    speedups = out.bench.meta.get("speedup_vs_fp32", {})
     seen, table = set(), []
     for role, art in out.models.items():
-        if role == "candidate" and art.digest in seen:
+        if role == Role.candidate and art.digest in seen:
             key = next(r for r, a in out.models.items() if a.digest == art.digest and r != role)
         else:
             key = role
         seen.add(art.digest)
-        s = out.scores.get(role)
-        t = timings.get(role) or timings.get(key) or (timings.get("fp32") if art is
-                                                       out.models["fp32"] else {}) or {}
-        table.append({"role": role, "digest": art.digest, "weights_mb": _bytes(art) / 1e6,
-                      "matmul_bits": art.meta.get("matmul_bits"),
-                      "matmul_float": art.meta.get("matmul_float"),
-                      "perplexity": s.meta.get("perplexity") if s else None,
-                      "perplexity_rise_pct": s.meta.get("perplexity_rise_pct") if s else None,
-                      "top1_agreement": s.meta.get("top1_agreement") if s else None,
-                      "kl_mean": s.meta.get("kl_mean") if s else None,
-                      "sequences": s.meta.get("sequences") if s else None,
-                      "sequences_total": s.meta.get("sequences_total") if s else None,
-                      "stopped": s.meta.get("stopped") if s else None,
-                      "decode": t, "speedup_vs_fp32": speedups.get(role) or speedups.get(key)})
+        s = TextScores.of(out.evals[role]) if role in out.evals else NO_SCORES
+        t = timings.get(role) or timings.get(key) or (timings.get(Role.fp32) if art is
+                                                       out.models[Role.fp32] else {}) or {}
+        row = {"role": role, "digest": art.digest, "weights_mb": _bytes(art) / 1e6,
+               "matmul_bits": art.meta.get("matmul_bits"),
+               "matmul_float": art.meta.get("matmul_float"), **s.as_dict()}
+        del row["tokens_scored"]  # the evaluation section says how much text: the same for all
+        table.append({**row, "decode": t,
+                      "speedup_vs_fp32": speedups.get(role) or speedups.get(key)})
     return table
 
 
 def evaluation(out) -> dict:
     """How much text the gate's scores rest on: every model is scored on the same sequences."""
-    meta = out.scores["fp32"].meta
-    return {"sequences": meta.get("sequences"), "tokens_scored": meta.get("tokens_scored")}
+    ref = TextScores.of(out.evals[Role.fp32])
+    return {"sequences": ref.sequences, "tokens_scored": ref.tokens_scored}
 
 
 def body(cfg, out, record: list) -> dict:
     return {"status": "complete", "kind": "decoder", "model": cfg.model.name,
             "quant": cfg.quant.mode.value, "config": plain(cfg),
-            "environment": environment(cfg.hardware), "decoder": plain(out.decoder),
-            "settings": out.settings, "verdict": out.verdict, "rows": rows(out),
+            "environment": environment(cfg.hardware), "decoder": plain(out.run),
+            "settings": out.quant.settings, "verdict": out.verdict.as_dict(), "rows": rows(out),
             "evaluation": evaluation(out),
-            "export": {"nodes": out.models["fp32"].meta.get("nodes"),
-                       "parity_vs_transformers": out.models["fp32"].meta.get(
+            "export": {"nodes": out.models[Role.fp32].meta.get("nodes"),
+                       "parity_vs_transformers": out.models[Role.fp32].meta.get(
                            "parity_vs_transformers")},
-            "timing": {k: out.speed.meta.get(k) for k in ("rounds", "seconds", "noisy")},
-            "search": out.search, "auto": out.auto, "scoring": out.scoring, "stages": record,
+            "timing": {k: out.bench.meta.get(k) for k in ("rounds", "seconds", "noisy")},
+            "search": out.quant.trials, "auto": out.auto, "scoring": out.quant.scoring,
+            "stages": record,
             "lineage": {role: {"digest": a.digest, "stage": a.stage, "parent": a.parent,
                                "path": str(a.path)} for role, a in out.models.items()}}
 
@@ -164,12 +161,12 @@ def markdown(report: dict) -> str:
 
 
 def evidence(out, report: dict) -> dict:
-    cand = next(r for r in report["rows"] if r["role"] == "candidate")
-    return {"config": report["config"], "lineage": report["lineage"], "verdict": out.verdict,
+    cand = next(r for r in report["rows"] if r["role"] == Role.candidate)
+    return {"config": report["config"], "lineage": report["lineage"], "verdict": out.verdict.as_dict(),
             "metrics": {k: cand.get(k) for k in ("perplexity", "perplexity_rise_pct",
                                                  "top1_agreement", "kl_mean")},
             "latency": cand.get("decode"), "environment": report["environment"],
-            "evaluation_set": {"data": out.scores["candidate"].config.get("data"),
+            "evaluation_set": {"data": out.evals[Role.candidate].config.get("data"),
                                **report.get("evaluation", {})},
             "quantization": {"settings": report["settings"],
                              "matmul_bits": cand.get("matmul_bits")}}
@@ -179,3 +176,13 @@ def files(candidate) -> dict[str, Path]:
     """The folder's files other than model.onnx, by name: what onnxruntime-genai loads."""
     return {name: Path(candidate.path) / name for name in sorted(candidate.files)
             if name != "model.onnx"}
+
+
+def shipment(cfg, out, report: dict):
+    """What a decoder's run publishes (``pipeline.report.publish``): its report with its own
+    renderer, the evidence, and the whole folder onnxruntime-genai loads."""
+    from pipeline.report.publish import Shipment
+
+    cand = out.models[Role.candidate]
+    return Shipment(report, cfg.quant.mode.value, lambda: evidence(out, report),
+                    render=markdown, files=files(cand))

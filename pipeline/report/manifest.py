@@ -5,12 +5,13 @@ In: the run's ``Config``, the recipe's ``Outcome`` and the runner's record. Out:
 ``report.json`` (rows, checks, timing, the bill, lineage, and each optional section), its figures,
 the version name (the quant mode, ``fp32`` when INT8 could not pay and the FP32 model is the
 candidate, plus the ``quant=auto`` winner and a non-default deployed runtime), the manifest (config, lineage, verdict, metrics, latency, environment, data sets, the
-quantization and runtime that were gated), and ``publish``: the report exists before publishing,
-and records what publishing then did, success or failure.
+quantization and runtime that were gated), handed to the one publish flow
+(``pipeline.report.publish``) as a ``Shipment``.
 """
 from __future__ import annotations
 
-from pipeline.core.errors import PipelineError, describe_os_error
+from pipeline.core.errors import PipelineError
+from pipeline.measure.results import Role
 
 
 def body(cfg, out, record: list) -> dict:
@@ -22,7 +23,7 @@ def body(cfg, out, record: list) -> dict:
     mode, t = cfg.quant.mode.value, out.run.task
     report = {"status": "complete", "model": cfg.model.name, "quant": mode, "config": plain(cfg),
               "environment": environment(cfg.hardware), "metrics": rep.metric_specs(t),
-              "verdict": out.verdict,
+              "verdict": out.verdict.as_dict(),
               "rows": rep.rows(out, mode, cfg.gate.output_rtol), "aa_check": rep.aa_checks(out),
               "timing": rep.timing(out), "bill": _bill(out, cfg), "stages": record,
               "lineage": {role: {"digest": a.digest, "stage": a.stage, "parent": a.parent,
@@ -95,15 +96,15 @@ def version_mode(cfg, out) -> str:
 
 def manifest(out, report: dict) -> dict:
     """The evidence that ships with the candidate."""
-    cand = next(r for r in report["rows"] if r["role"] == "candidate")
+    cand = next(r for r in report["rows"] if r["role"] == Role.candidate)
     deployed = out.runtimes["deployed"]
-    return {"config": report["config"], "lineage": report["lineage"], "verdict": out.verdict,
+    return {"config": report["config"], "lineage": report["lineage"], "verdict": out.verdict.as_dict(),
             "metrics": {k: cand.get(k) for k in (*(m["name"] for m in report["metrics"]),
                                                  "agreement_with_fp16", "output_sha256")},
             "latency": cand["latency"], "environment": report["environment"],
             "input_contract": out.bench.meta.get("input_contract"),
-            "evaluation_set": out.evals["candidate"].meta["evaluation_set"],
-            "calibration_set": out.models["candidate"].meta.get("calibration_set"),
+            "evaluation_set": out.evals[Role.candidate].meta["evaluation_set"],
+            "calibration_set": out.models[Role.candidate].meta.get("calibration_set"),
             "serving": report.get("serving"),
             "quantization": {k: report["quantization"][k] for k in
                              ("settings", "calibration", "latency_exclusions", "float_outputs")}
@@ -116,35 +117,13 @@ def manifest(out, report: dict) -> dict:
                                    for b, c in out.runtimes["choice"].items()}}}
 
 
-def publish(cfg, out, report: dict, path, evidence: dict) -> None:
-    """Publish the candidate with its evidence and record the outcome in the report at ``path``
-    (written before, with status ``pending``). A failure is recorded, then raised."""
-    from pipeline.registry import publish as push
-    from pipeline.report import run as rep
+def shipment(cfg, out, report: dict):
+    """What an encoder's run publishes (``pipeline.report.publish``): its report, figures,
+    version and manifest."""
+    from pipeline.report.publish import Shipment
 
-    try:
-        # what a server reads requests with (a tokenizer's files) travels with the model
-        t = out.run.task
-        extra = t.serving_files() if hasattr(t, "serving_files") else None
-        report["published"] = str(push(cfg.registry, model_name=cfg.model.name,
-                                       mode=version_mode(cfg, out),
-                                       candidate=out.models["candidate"], manifest=evidence,
-                                       extra=extra))
-        report["publish"].update(status="published", ref=report["published"])
-    except (PipelineError, OSError) as e:
-        report["publish"].update(status="failed", error=describe_os_error(e)
-                                 if isinstance(e, OSError) else str(e))
-        _update_report(path, report)
-        print(f"report: {path} (the gate passed; publishing failed)")
-        raise
-    rep.update(path, report)
-
-
-def _update_report(path, report) -> None:
-    """Record a failed publish in the report; the publish error, not this one, is what is raised."""
-    from pipeline.report import run as rep
-
-    try:
-        rep.update(path, report)
-    except OSError as e:  # a full disk: the report written before publishing stays as it was
-        print(f"report: not updated ({describe_os_error(e)})")
+    # what a server reads requests with (a tokenizer's files) travels with the model
+    t = out.run.task
+    files = t.serving_files() if hasattr(t, "serving_files") else None
+    return Shipment(report, version_mode(cfg, out), lambda: manifest(out, report),
+                    figures=figures(cfg, out, report), files=files)

@@ -17,50 +17,50 @@ from pathlib import Path
 from pipeline.core.leftovers import temp_name
 from pipeline.metrics.outputs import RTOL, agreement
 from pipeline.core import numbers
+from pipeline.measure.results import BenchResult, Evaluation, Role
 
-ROWS = (("export", "export (torch -> ONNX, FP32)"), ("fp32", "optimize (FP32 baseline)"),
-        ("fp16", "fp16 (baseline)"), ("candidate", "candidate"))
+ROWS = ((Role.export, "export (torch -> ONNX, FP32)"), (Role.fp32, "optimize (FP32 baseline)"),
+        (Role.fp16, "fp16 (baseline)"), (Role.candidate, "candidate"))
 
 
 def rows(outcome, mode: str, rtol: float = RTOL) -> list[dict]:
     """``rtol``: how close a continuous output must be to FP16's to agree (``gate.output_rtol``)."""
     out = []
-    batches = outcome.bench.meta["batches"]
+    batches = BenchResult.of(outcome.bench).batches
     for role, title in ROWS:
         art = outcome.models[role]
-        if role == "fp32" and art.stage == "fuse":
+        if role == Role.fp32 and art.stage == "fuse":
             title = "fuse (transformer fusions, FP32 baseline)"
-        if role == "candidate":
+        if role == Role.candidate:
             title = f"{art.stage} ({mode}, candidate)"
             dep = (getattr(outcome, "runtimes", None) or {}).get("deployed")
             if dep and (dep["runtime"], dep["precision"]) != ("onnxruntime", "fp32"):
                 title += f" on {dep['runtime']} {dep['precision']}"
-        ev = outcome.evals[role].meta
+        ev = Evaluation.of(outcome.evals[role])
         row = {"role": role, "step": title, "digest": art.digest,
                "size_mb": art.model.stat().st_size / 1e6,
-               "nodes": sum(art.meta.get("nodes", {}).values()),
-               **ev["metrics"],
-               "agreement_with_fp16": agreement(outcome.evals[role], outcome.evals["fp16"], rtol),
-               "output_sha256": ev["output_sha256"], "latency": {}}
-        for b, at in batches.items():
-            if role not in at["latency_ms"]:
+               "nodes": sum(art.meta.get("nodes", {}).values()), **ev.metrics,
+               "agreement_with_fp16": agreement(outcome.evals[role], outcome.evals[Role.fp16],
+                                                rtol),
+               "output_sha256": ev.output_sha256, "latency": {}}
+        for b, t in batches.items():
+            lat = t.latencies.get(role)
+            if lat is None:
                 continue  # quant=auto times only the models that compete (and FP32)
-            lat = at["latency_ms"][role]
-            fastest = at["latency_ms"][at["fastest_float"]]
-            entry = {"p50": lat["p50"], "p99": lat["p99"], "p999": lat["p999"],
-                     "throughput": lat["throughput"],
-                     "speedup_vs_fastest_float": fastest["p50"] / lat["p50"]}
-            if role == "candidate":  # the gated number: median of per-round ratios, with its CI
-                sp = at["speedup_vs_fastest_float"]
-                entry.update(speedup_vs_fastest_float=sp["median"], speedup_ci95=sp["ci95"])
-            row["latency"][b] = entry
+            entry = {"p50": lat.p50, "p99": lat.p99, "p999": lat.p999,
+                     "throughput": lat.throughput,
+                     "speedup_vs_fastest_float": t.latencies[t.fastest_float].p50 / lat.p50}
+            if role == Role.candidate:  # the gated number: median of per-round ratios, with its CI
+                entry.update(speedup_vs_fastest_float=t.overall.median,
+                             speedup_ci95=[t.overall.low, t.overall.high])
+            row["latency"][str(b)] = entry
         out.append(row)
     return out
 
 
 def fusion(outcome) -> dict | None:
     """A transformer's fuse stage (``stages.fuse``): each fusion and its count, node counts."""
-    art = outcome.models["fp32"]
+    art = outcome.models[Role.fp32]
     if art.stage != "fuse":
         return None
     m = art.meta
@@ -86,9 +86,10 @@ def metric_specs(t) -> list[dict]:
 
 
 def markdown(report: dict) -> str:
+    """report.md: the rows, the gate, then each section the run has, in reading order."""
     if report.get("status") == "interrupted" and "rows" not in report:  # stopped in a stage
         return _interrupted_markdown(report)
-    bs = list(next(r for r in report["rows"] if r["role"] == "candidate")["latency"])
+    bs = list(next(r for r in report["rows"] if r["role"] == Role.candidate)["latency"])
     metrics = report.get("metrics") or []
     primary = next((m["name"] for m in metrics if m.get("primary")), None)
     unit = next((m["unit"] for m in metrics if m.get("primary")), "%")
@@ -101,6 +102,19 @@ def markdown(report: dict) -> str:
              *(line for w in report.get("warnings") or () for line in (f"**Warning:** {w}", "")),
              head,
              "|" + "---|" * (4 + len(metrics) + 2 * len(bs))]
+    lines += _rows(report, metrics, bs) + _notes(report, metrics) + _gate(report, metrics)
+    lines += _timing(report.get("timing", {})) + _sections(report, metrics, primary, unit)
+    lines += _load(report.get("load"))
+    for fname, status in report.get("figures", {}).items():
+        lines += ["", f"![{fname}]({fname})" if status == "ok" else f"{fname}: {status}"]
+    lines += _fusion(report.get("fusion")) + _stages(report["stages"])
+    lines += _environment(report["environment"]) + _published(report)
+    return "\n".join(lines) + "\n"
+
+
+def _rows(report: dict, metrics: list, bs: list) -> list[str]:
+    """One table row per artifact: size, nodes, each metric, agreement, latency and speedup per batch."""
+    lines = []
     for r in report["rows"]:
         cells = [r["step"], numbers.megabytes(r["size_mb"]), numbers.count(r["nodes"]),
                  *(numbers.number(r[m["name"]], 2 if m["unit"] == "%" else 4)
@@ -113,6 +127,12 @@ def markdown(report: dict) -> str:
                       numbers.ratio(lat["speedup_vs_fastest_float"], lat.get("speedup_ci95"))] \
                 if lat else ["not timed", numbers.NONE]
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _notes(report: dict, metrics: list) -> list[str]:
+    """What the speedups are against, what label-free metrics measure, the A/A checks."""
+    lines = []
     lines += ["", "Speedup is against the fastest float baseline at that batch size (p50 ratio; the "
               "candidate's is the median of per-round ratios, with its 95 % CI)."]
     if any(m.get("against") == "fp16_outputs" for m in metrics):
@@ -124,12 +144,23 @@ def markdown(report: dict) -> str:
     for b, aa in report["aa_check"].items():
         lines.append(f"A/A check at batch {b} (FP32 against a second copy of itself): "
                      f"{numbers.ratio(aa['median'], aa['ci95'])}.")
+    return lines
+
+
+def _gate(report: dict, metrics: list) -> list[str]:
+    """The gate's checks, each value and limit in its own unit."""
+    lines = []
     lines += ["", "## Gate", "", "| check | value | limit | verdict | detail |", "|---|---|---|---|---|"]
     for c in report["verdict"]["checks"]:
         fmt = _gate_format(c["check"], metrics)
         lines.append(f"| {c['check']} | {fmt(c['value'])} | {fmt(c['limit'])} | "
                      f"{'pass' if c['passed'] else '**FAIL**'} | {c['detail']} |")
-    timing = report.get("timing", {})
+    return lines
+
+
+def _timing(timing: dict) -> list[str]:
+    """How each batch was timed: rounds, noise, core states, slow shapes, cold starts."""
+    lines = []
     if timing:
         lines += ["", "## Timing", ""]
         for b, t in timing.get("batches", {}).items():
@@ -159,6 +190,12 @@ def markdown(report: dict) -> str:
             shape = timing["input_contract"]["shape"]
             lines.append("- input contract (measured): " + " x ".join(
                 f"{d['min']}" if d["min"] == d["max"] else f"{d['min']}..{d['max']}" for d in shape))
+    return lines
+
+
+def _sections(report: dict, metrics: list, primary, unit) -> list[str]:
+    """The optional sections each capability renders: auto, runtimes, bill, pruning, quantization."""
+    lines = []
     if report.get("auto"):
         from pipeline.report.auto import markdown as auto_markdown
 
@@ -179,7 +216,12 @@ def markdown(report: dict) -> str:
         from pipeline.report.quant import markdown as quant_markdown
 
         lines += quant_markdown(report["quantization"])
-    load = report.get("load")
+    return lines
+
+
+def _load(load: dict | None) -> list[str]:
+    """The load test (bench.mode=load or soak), one row per model and policy."""
+    lines = []
     if load:
         lines += ["", f"## Load test (open-loop Poisson, p99 target {load['slo_p99_ms']} ms)", "",
                   "| model | policy | max QPS within target | throughput there | steps |",
@@ -197,9 +239,12 @@ def markdown(report: dict) -> str:
                              f"{entry['soak']['qps']:.0f}/s | RSS slope "
                              f"{'n/a' if slope is None else f'{slope:.2f} MB/min'} | "
                              f"{'**LEAK**' if mem.get('leak') else 'no leak'} | |")
-    for fname, status in report.get("figures", {}).items():
-        lines += ["", f"![{fname}]({fname})" if status == "ok" else f"{fname}: {status}"]
-    fused = report.get("fusion")
+    return lines
+
+
+def _fusion(fused: dict | None) -> list[str]:
+    """A transformer's fusions (onnxruntime.transformers)."""
+    lines = []
     if fused:
         lines += ["", "## Transformer fusions", "",
                   f"onnxruntime.transformers ({fused['model_type']}, {fused['num_heads']} heads, "
@@ -209,8 +254,12 @@ def markdown(report: dict) -> str:
                   f"{fused['parity_vs_export']['decoded_agreement']:.1%}.", "",
                   "| fusion | count |", "|---|---|"]
         lines += [f"| {op} | {n} |" for op, n in fused["fusions"].items()]
-    lines += _stages(report["stages"])
-    env = report["environment"]
+    return lines
+
+
+def _environment(env: dict) -> list[str]:
+    """Where the numbers were taken."""
+    lines = []
     lines += ["", "## Environment", "", f"- CPU: {env['cpu']['model']} "
               f"({env['cpu']['logical_cores']} logical cores; {', '.join(env['cpu']['flags'])})",
               f"- Provider: {env['provider']}, threads {env['threads']}"
@@ -218,6 +267,12 @@ def markdown(report: dict) -> str:
                  f"({', '.join(f'{k} {v}' for k, v in env['runtime']['versions'].items())})"
                  if env.get("runtime") else ""),
               "- Tools: " + ", ".join(f"{k} {v}" for k, v in env["tools"].items())]
+    return lines
+
+
+def _published(report: dict) -> list[str]:
+    """What publishing did, or is doing."""
+    lines = []
     publish = report.get("publish") or {}
     if report.get("published"):
         lines += ["", f"Published to `{report['published']}`."]
@@ -227,7 +282,7 @@ def markdown(report: dict) -> str:
     elif publish.get("status") == "failed":
         lines += ["", f"**Publishing failed** (the gate passed; nothing was published): "
                       f"{publish['error']}"]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _gate_format(check: str, metrics: list[dict]):
@@ -375,7 +430,7 @@ def timing(outcome) -> dict:
     meta = outcome.bench.meta
     return {"batches": {b: {"rounds": at["rounds"], "seconds": at["seconds"], "noisy": at["noisy"],
                             "core_state": at.get("core_state"),
-                            "per_size": at["per_size"]["candidate"],
+                            "per_size": at["per_size"][Role.candidate],
                             "size_axis": meta.get("size_axis"),
                             "shape_outliers": at["shape_outliers"]}
                         for b, at in meta["batches"].items()},

@@ -148,8 +148,11 @@ def _stop(proc: subprocess.Popen) -> int:
         return proc.wait()
 
 
-def _amend(verdict: dict, result: dict, target: float) -> None:
+def _amend(verdict, result: dict, target: float) -> None:
+    """The served p99 joins ``verdict`` (a ``gate.verdict.Verdict``) as one more check."""
     import math
+
+    from pipeline.gate.verdict import Check
 
     p99 = result.get("p99_ms", float("nan"))
     failed = sum((result.get("errors") or {}).values())
@@ -167,9 +170,6 @@ def _amend(verdict: dict, result: dict, target: float) -> None:
     for key in ("p50_ms", "p99_ms", "p999_ms", "network_ms"):  # JSON has no NaN
         if key in result and not math.isfinite(result[key]):
             result[key] = None
-    verdict["checks"].append({"check": "served_p99_ms", "value": p99 if ok else None,
-                              "limit": target, "passed": bool(passed), "detail": detail})
-    verdict["served"] = result
-    verdict["passed"] = all(c["passed"] for c in verdict["checks"])
-    failures = [c["detail"] for c in verdict["checks"] if not c["passed"]]
-    verdict["summary"] = "PASS" if verdict["passed"] else "FAIL: " + "; ".join(failures)
+    verdict.checks.append(Check("served_p99_ms", p99 if ok else None, target, bool(passed),
+                                detail))
+    verdict.served = result
