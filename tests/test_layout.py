@@ -280,14 +280,6 @@ def test_imports_by_name_resolve():
 # A function over this many lines (decorators aside, nested functions included) is split into
 # named phases: one screen per idea.
 MAX_FUNCTION_LINES = 100
-# Functions in recipes/ and report/ still over the limit while their files are being reworked on
-# another branch (issue 37's typed results and one tail). This list must be empty: whoever merges
-# that work removes these entries.
-TOO_LONG_FOR_NOW = {
-    "pipeline/recipes/auto.py:recipe",
-    "pipeline/recipes/mixed.py:search",
-    "pipeline/report/run.py:markdown",
-}
 
 
 def _function_lengths(root: Path = ROOT) -> dict[str, int]:
@@ -301,13 +293,10 @@ def _function_lengths(root: Path = ROOT) -> dict[str, int]:
 
 
 def test_no_function_over_100_lines():
-    lengths = _function_lengths()
-    long = {f: n for f, n in lengths.items() if n > MAX_FUNCTION_LINES}
-    new = sorted(f"{f} ({n} lines)" for f, n in long.items() if f not in TOO_LONG_FOR_NOW)
-    assert not new, (f"functions over {MAX_FUNCTION_LINES} lines (split them into named "
-                     "phases):\n" + "\n".join(new))
-    stale = sorted(TOO_LONG_FOR_NOW - set(long))
-    assert not stale, f"no longer too long (remove them from TOO_LONG_FOR_NOW): {stale}"
+    long = sorted(f"{f} ({n} lines)" for f, n in _function_lengths().items()
+                  if n > MAX_FUNCTION_LINES)
+    assert not long, (f"functions over {MAX_FUNCTION_LINES} lines (split them into named "
+                      "phases):\n" + "\n".join(long))
 
 
 def test_every_stage_module_has_its_test_file():

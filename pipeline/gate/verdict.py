@@ -69,5 +69,5 @@ class Verdict:
         if self.hints:
             out["hint"] = "; ".join(self.hints)
         if self.served is not None:
-            out["served"] = self.served
+            out.update(served=self.served)
         return out
