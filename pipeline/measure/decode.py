@@ -167,15 +167,24 @@ def time_generation(folder, prompts: Sequence[Sequence[int]], *, new_tokens: int
 def compare_generation(folders: dict[str, Path], prompts: Sequence[Sequence[int]], *,
                        new_tokens: int, streams: int = 1, baseline: str | None = None,
                        threads: int | None = None, min_rounds: int = 6, max_seconds: float = 60.0,
-                       rel_ci: float = 0.03, min_seconds: float = 0.0
-                       ) -> tuple[dict[str, DecodeTiming], dict]:
+                       rel_ci: float = 0.03, min_seconds: float = 0.0,
+                       one_at_a_time: bool = False) -> tuple[dict[str, DecodeTiming], dict]:
     """Several models timed side by side: each round runs one whole generation per model on the
     same prompts, in a rotated order (``timing.interleaved``), until the ratio of each model's
     generation time to the ``baseline``'s (default: the first) is known within ``rel_ci``.
     Returns the timings by model and the rounds' info, with "speedup_vs_<baseline>": the median
-    of per-round ratios (baseline time / model time) with its 95 % interval."""
+    of per-round ratios (baseline time / model time) with its 95 % interval.
+
+    ``one_at_a_time``: for models that do not fit in memory together (a 7 B INT8 reference and
+    its INT4 candidate hold 13 GB): each model is loaded alone, timed for ``min_rounds`` passes
+    over the prompts, and released before the next loads. Round i of every model runs the same
+    prompts, so the ratios are still paired, but the machine's drift between the models' turns
+    is not cancelled as interleaving cancels it; the info says so ("one_at_a_time")."""
     roles = list(folders)
     baseline = baseline or roles[0]
+    if one_at_a_time:
+        return _one_at_a_time(folders, prompts, new_tokens, streams, baseline, threads,
+                              min_rounds, rel_ci)
     models = {r: load_model(f, threads) for r, f in folders.items()}
     groups = batches(prompts, streams)
     record: dict[str, dict[str, list]] = {r: {"ttft": [], "steps": [], "lengths": []} for r in roles}
@@ -201,3 +210,37 @@ def compare_generation(folders: dict[str, Path], prompts: Sequence[Sequence[int]
     out = {r: _timing(v["ttft"], v["steps"], v["lengths"], streams, new_tokens)
            for r, v in record.items()}
     return out, info
+
+
+def _one_at_a_time(folders: dict[str, Path], prompts, new_tokens: int, streams: int,
+                   baseline: str, threads: int | None, rounds: int, rel_ci: float
+                   ) -> tuple[dict[str, DecodeTiming], dict]:
+    """``compare_generation`` with one model in memory at a time (see there)."""
+    import gc
+
+    groups = batches(prompts, streams)
+    t0 = time.perf_counter()
+    timings, whole = {}, {}
+    for role, folder in folders.items():
+        model = load_model(folder, threads)
+        for _ in range(2):  # warm-up, not recorded
+            generate(model, groups[0], min(new_tokens, 4))
+        ttft, steps, lengths, per_round = [], [], [], []
+        for i in range(rounds):
+            b = groups[i % len(groups)]
+            start = time.perf_counter()
+            t, s = generate(model, b, new_tokens)
+            per_round.append((time.perf_counter() - start) * 1000.0)
+            ttft.append(t)
+            steps.extend(s)
+            lengths.append(b.shape[1])
+        timings[role] = _timing(ttft, steps, lengths, streams, new_tokens)
+        whole[role] = np.asarray(per_round)
+        del model
+        gc.collect()  # the next model loads into what this one held
+    ratios = {r: timing.ratio_ci(whole[baseline], whole[r]) for r in folders if r != baseline}
+    widest = max((timing.rel_width(ci) for ci in ratios.values()), default=0.0)
+    info = {"rounds": rounds, "seconds": round(time.perf_counter() - t0, 2),
+            "noisy": bool(widest > rel_ci), "widest_rel_ci": widest, "one_at_a_time": True,
+            f"speedup_vs_{baseline}": ratios}
+    return timings, info

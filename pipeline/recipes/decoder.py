@@ -220,7 +220,9 @@ class _Run:
             prompt_tokens=self.q.prompt_tokens, new_tokens=self.q.new_tokens,
             streams=self.q.streams, threads=self.hw.intra_op_threads,
             max_seconds=b.max_seconds, rel_ci=b.rel_ci, min_rounds=min(b.min_rounds, 30),
-            hardware=self.hw, nonce=b.nonce), self.fp32, "decode_speed", **candidates)
+            hardware=self.hw, nonce=b.nonce,
+            # past the memory budget the reference and a candidate do not fit together
+            one_at_a_time=self.memory.streaming), self.fp32, "decode_speed", **candidates)
 
     # -- the mixed search ------------------------------------------------------------------------
     def mixed(self, int4_faster: bool = True, block_size_8: int | None = None, hopeless=None):

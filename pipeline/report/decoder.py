@@ -60,7 +60,8 @@ def body(cfg, out, record: list) -> dict:
             "export": {"nodes": out.models[Role.fp32].meta.get("nodes"),
                        "parity_vs_transformers": out.models[Role.fp32].meta.get(
                            "parity_vs_transformers")},
-            "timing": {k: out.bench.meta.get(k) for k in ("rounds", "seconds", "noisy")},
+            "timing": {k: out.bench.meta.get(k) for k in ("rounds", "seconds", "noisy",
+                                                           "one_at_a_time")},
             "search": out.quant.trials, "auto": out.auto, "scoring": out.quant.scoring,
             "stages": record,
             "lineage": {role: {"digest": a.digest, "stage": a.stage, "parent": a.parent,

@@ -27,10 +27,13 @@ class DecodeSpeed:
     min_rounds: int
     hardware: object       # HardwareRuntime: where it runs (its fingerprint keys the result)
     nonce: str = ""        # bench.nonce: a new measurement without a new model
+    # models that do not fit in memory together (the streaming path) are timed one at a time
+    one_at_a_time: bool = False
     name = "decode_speed"
     # 2: the order of models turns once per pass over the inputs (timing.interleaved)
     # 3: the stage's peak resident memory in its result
-    version = 3
+    # 4: one_at_a_time (models that do not fit together are timed in turn)
+    version = 4
     hardware_dependent = True
     timed = True
 
@@ -44,9 +47,11 @@ class DecodeSpeed:
         timings, info = compare_generation(folders, prompts, new_tokens=self.new_tokens,
                                            streams=self.streams, threads=self.threads,
                                            min_rounds=self.min_rounds,
-                                           max_seconds=self.max_seconds, rel_ci=self.rel_ci)
+                                           max_seconds=self.max_seconds, rel_ci=self.rel_ci,
+                                           one_at_a_time=self.one_at_a_time)
         return {"timings": {r: t.summary() for r, t in timings.items()},
                 "speedup_vs_fp32": info.get("speedup_vs_fp32", {}),
                 "rounds": info.get("rounds"), "seconds": info.get("seconds"),
-                "noisy": info.get("noisy"), "environment": environment(self.hardware),
+                "noisy": info.get("noisy"), "one_at_a_time": self.one_at_a_time,
+                "environment": environment(self.hardware),
                 "peak_rss_mb": peak_rss_mb()}
