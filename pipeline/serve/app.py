@@ -211,14 +211,21 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
                              "timing_ms": {k: round(v, 4) if isinstance(v, float) else v
                                            for k, v in timings.items()}})
 
+    ready = {"model": server.served.ref, "mode": cfg.mode, "workers": cfg.workers,
+             "intra_op_threads": cfg.intra_op_threads}
+    routes = [Route("/predict", predict, methods=["POST"]), *service_routes(server, m, ready)]
+    return Starlette(routes=routes, lifespan=lifespan(server)), server
+
+
+def service_routes(server, m, ready: dict) -> list:
+    """/healthz (alive), /readyz (``ready`` once ``server.ready``, else 503 with why) and /metrics
+    (Prometheus' text format): the same for every kind of server."""
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "alive"})
 
     async def readyz(request: Request) -> Response:
         if server.ready:
-            return JSONResponse({"status": "ready", "model": server.served.ref,
-                                 "mode": cfg.mode, "workers": cfg.workers,
-                                 "intra_op_threads": cfg.intra_op_threads})
+            return JSONResponse({"status": "ready", **ready})
         return JSONResponse({"status": server.failed or "warming up"}, status_code=503)
 
     async def metrics(request: Request) -> Response:
@@ -226,9 +233,7 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
 
         return Response(m.text(), media_type=CONTENT_TYPE_LATEST)
 
-    routes = [Route("/predict", predict, methods=["POST"]), Route("/healthz", healthz),
-              Route("/readyz", readyz), Route("/metrics", metrics)]
-    return Starlette(routes=routes, lifespan=lifespan(server)), server
+    return [Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics)]
 
 
 def lifespan(server):

@@ -36,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from pipeline.serve.app import lifespan
+from pipeline.serve.app import lifespan, service_routes
 from pipeline.serve.config import ServeConfig
 from pipeline.serve.inputs import BadInput, Limits, read_text
 from pipeline.serve.metrics import SECONDS, ServerMetrics
@@ -257,24 +257,10 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Generating]:
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
 
-    async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "alive"})
-
-    async def readyz(request: Request) -> Response:
-        if server.ready:
-            a = server.admission
-            return JSONResponse({"status": "ready", "model": served.ref, "mode": "generate",
-                                 "max_sequences": a.max_sequences, "max_seq_len":
-                                 server.max_seq_len, "kv_budget_mb": round(a.budget / MB, 3),
-                                 "kv_bytes_per_token": server.kv.bytes_per_token,
-                                 "intra_op_threads": cfg.intra_op_threads})
-        return JSONResponse({"status": server.failed or "warming up"}, status_code=503)
-
-    async def metrics(request: Request) -> Response:
-        from prometheus_client import CONTENT_TYPE_LATEST
-
-        return Response(m.text(), media_type=CONTENT_TYPE_LATEST)
-
-    routes = [Route("/generate", generate, methods=["POST"]), Route("/healthz", healthz),
-              Route("/readyz", readyz), Route("/metrics", metrics)]
+    a = server.admission
+    ready = {"model": served.ref, "mode": "generate", "max_sequences": a.max_sequences,
+             "max_seq_len": server.max_seq_len, "kv_budget_mb": round(a.budget / MB, 3),
+             "kv_bytes_per_token": server.kv.bytes_per_token,
+             "intra_op_threads": cfg.intra_op_threads}
+    routes = [Route("/generate", generate, methods=["POST"]), *service_routes(server, m, ready)]
     return Starlette(routes=routes, lifespan=lifespan(server)), server
