@@ -26,19 +26,27 @@ def tokenizer(folder: Path, seed: int = 0, vocab: int = 300):
 def llama(folder: Path, seed: int = 0, layers: int = 2, hidden: int = 64,
           intermediate: int = 128) -> Path:
     """Save a random tiny ``LlamaForCausalLM`` and its tokenizer to folder."""
-    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    tok = tokenizer(folder, seed)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=intermediate,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=128, bos_token_id=0, eos_token_id=1,
-                      tie_word_embeddings=False)
+    model = _random(folder, seed, LlamaConfig, LlamaForCausalLM, layers, hidden, intermediate,
+                    tie_word_embeddings=False)
+    model.save_pretrained(str(folder))
+    return Path(folder)
+
+
+def _random(folder: Path, seed: int, config_cls, model_cls, layers: int, hidden: int,
+            intermediate: int, **extra):
+    """The tokenizer saved to folder, and a random tiny decoder of ``model_cls`` sized to it
+    (4 heads, 2 KV heads, 128 positions), seeded."""
+    import torch
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    tok = tokenizer(Path(folder), seed)
+    cfg = config_cls(vocab_size=len(tok), hidden_size=hidden, intermediate_size=intermediate,
+                     num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                     max_position_embeddings=128, bos_token_id=0, eos_token_id=1, **extra)
     torch.manual_seed(seed)
-    LlamaForCausalLM(cfg).eval().save_pretrained(str(folder))
-    return folder
+    return model_cls(cfg).eval()
 
 
 def built(source: Path, out: Path) -> Path:
@@ -113,21 +121,14 @@ def qwen2(folder: Path, seed: int = 0, layers: int = 2, hidden: int = 64,
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    tok = tokenizer(folder, seed)
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=intermediate,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=128, bos_token_id=0, eos_token_id=1,
-                      tie_word_embeddings=True)
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(cfg).eval()
+    model = _random(folder, seed, Qwen2Config, Qwen2ForCausalLM, layers, hidden, intermediate,
+                    tie_word_embeddings=True)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("bias"):
                 p.normal_(0, 0.1)
     model.save_pretrained(str(folder))
-    return folder
+    return Path(folder)
 
 
 def to_bf16(folder: Path) -> Path:
