@@ -33,13 +33,13 @@ def finish(cfg, runner, t0: float, out, shipment) -> int:
     from pipeline.report.publish import publish_run
 
     report_path = publish_run(cfg, out, shipment)
-    verdict, body = out.verdict, shipment.body
+    verdict, end = out.verdict, shipment.end
     reused = sum(s["reused"] for s in runner.record)
     print(f"stages: {reused} of {len(runner.record)} reused; {time.time() - t0:.1f} s")
     print(gate_table(verdict))
     print(f"gate: {verdict.summary}")
-    if body.get("published"):
-        print(f"published: {body['published']}")
+    if end.published:
+        print(f"published: {end.published}")
     print(f"report: {report_path}")
     if not verdict.passed:
         raise GateFailed(f"gate failed, candidate kept at {out.models['candidate'].path}; "

@@ -11,46 +11,47 @@ quantization and runtime that were gated), handed to the one publish flow
 from __future__ import annotations
 
 from pipeline.core.errors import PipelineError
+from pipeline.core.typed_json import dump
+from pipeline.measure.bench_record import BenchRecord, LoadRecord
 from pipeline.measure.results import Role
+from pipeline.report.body import DataSets, RunReport, RuntimePlan
 
 
-def body(cfg, out, record: list) -> dict:
-    from pipeline.core.env import environment
-    from pipeline.report import quant as quant_report
-    from pipeline.report import run as rep
+def body(cfg, out, record: list) -> RunReport:
+    """report.json's body, typed, built once from the Outcome and the runner's record."""
     from pipeline.core.artifact import plain
+    from pipeline.core.env import environment
+    from pipeline.report import body as b
+    from pipeline.report import quant as quant_report
 
     mode, t = cfg.quant.mode.value, out.run.task
-    report = {"status": "complete", "model": cfg.model.name, "quant": mode, "config": plain(cfg),
-              "environment": environment(cfg.hardware), "metrics": rep.metric_specs(t),
-              "verdict": out.verdict.as_dict(),
-              "rows": rep.rows(out, mode, cfg.gate.output_rtol), "aa_check": rep.aa_checks(out),
-              "timing": rep.timing(out), "bill": _bill(out, cfg), "stages": record,
-              "lineage": {role: {"digest": a.digest, "stage": a.stage, "parent": a.parent,
-                                 "path": str(a.path)} for role, a in
-                          {"source": out.source, **out.models}.items()}}
-    # what the terminal warned about before any stage ran belongs to the evidence too
-    report["warnings"] = list(getattr(t, "warnings", ()))
-    if getattr(t, "outside_charset", None) is not None:
-        report["labels_outside_charset"] = plain(t.outside_charset)
-    if rep.fusion(out) is not None:  # a transformer's fuse stage
-        report["fusion"] = rep.fusion(out)
-    if out.quant is not None:
-        report["quantization"] = quant_report.as_dict(out.quant)
+    bench = BenchRecord.of(out.bench)
+    lineage = {role: b.LineageEntry(a.digest, a.stage, a.parent, str(a.path)) for role, a in
+               {"source": out.source, **out.models}.items()}
+    pruning = None
     if out.pruning is not None:
         from pipeline.prune import report as pruning_report
 
-        report["pruning"] = pruning_report.as_dict(out)
-        report["lineage"]["unpruned"] = {"digest": out.pruning["load"].digest, "stage": "load",
-                                         "parent": None, "path": str(out.pruning["load"].path)}
-    if out.load is not None:
-        report["load"] = out.load.meta
-    report["runtimes"] = out.runtimes
-    if hasattr(t, "serving_spec"):  # what the evaluation fed the model: a server reproduces it
-        report["serving"] = t.serving_spec()
-    if out.auto is not None:
-        report["auto"] = out.auto
-    return report
+        pruning = pruning_report.as_dict(out)
+        unpruned = out.pruning["load"]  # the network before pruning (recipes.main)
+        lineage = {**lineage, "unpruned": b.LineageEntry(unpruned.digest, "load", None,
+                                                          str(unpruned.path))}
+    outside = getattr(t, "outside_charset", None)
+    return RunReport(
+        model=cfg.model.name, quant=mode, config=plain(cfg),
+        environment=b.environment(environment(cfg.hardware)), metrics=b.metric_specs(t),
+        verdict=out.verdict, rows=b.rows(out, mode, cfg.gate.output_rtol),
+        aa_check=b.aa_checks(bench), timing=b.timing(bench), bill=_bill(out, cfg),
+        stages=b.stages(record), lineage=lineage, runtimes=out.runtimes,
+        # what the terminal warned about before any stage ran belongs to the evidence too
+        warnings=tuple(getattr(t, "warnings", ())),
+        labels_outside_charset=plain(outside) if outside is not None else None,
+        fusion=b.fusion(out),  # a transformer's fuse stage
+        quantization=quant_report.as_dict(out.quant) if out.quant is not None else None,
+        pruning=pruning, load=LoadRecord.of(out.load) if out.load is not None else None,
+        # what the evaluation fed the model: a server reproduces it
+        serving=t.serving_spec() if hasattr(t, "serving_spec") else None,
+        auto=out.auto)
 
 
 def _bill(out, cfg) -> dict:
@@ -64,20 +65,21 @@ def _bill(out, cfg) -> dict:
         return {"error": str(e)}
 
 
-def figures(cfg, out, report: dict) -> dict:
+def figures(cfg, out, report: RunReport) -> dict:
     """File name -> a function that draws it at a path."""
     from pipeline.report import quant as quant_report
     from pipeline.report import plots
 
-    figs = {"latency_cdf.png": lambda p: plots.latency_cdf(out.bench.path / "times.json", p)}
+    figs = [("latency_cdf.png", lambda p: plots.latency_cdf(out.bench.path / "times.json", p))]
     if out.load is not None and cfg.bench.mode.value == "load":
-        figs["load_curve.png"] = lambda p: plots.load_curve(out.load.meta, p)
+        figs.append(("load_curve.png", lambda p: plots.load_curve(report.load, p)))
     if out.quant is not None:
-        figs["sensitivity.png"] = lambda p: quant_report.sensitivity_chart(report["quantization"], p)
+        figs.append(("sensitivity.png",
+                     lambda p: quant_report.sensitivity_chart(report.quantization, p)))
         if out.quant.search:
-            figs["mixed_search.png"] = lambda p: quant_report.search_chart(report["quantization"],
-                                                                           p)
-    return figs
+            figs.append(("mixed_search.png",
+                         lambda p: quant_report.search_chart(report.quantization, p)))
+    return dict(figs)
 
 
 def version_mode(cfg, out) -> str:
@@ -88,36 +90,37 @@ def version_mode(cfg, out) -> str:
         mode = "fp32"
     if out.auto is not None:  # quant=auto: the version says which candidate won
         mode = f"{mode}.{out.auto['winner']['candidate']}"
-    deployed = out.runtimes["deployed"]
-    if (deployed["runtime"], deployed["precision"]) != ("onnxruntime", "fp32"):
-        mode = f"{mode}.{deployed['runtime']}-{deployed['precision']}"  # the version says so
+    deployed = RuntimePlan.of(out.runtimes).deployed
+    if (deployed.runtime, deployed.precision) != ("onnxruntime", "fp32"):
+        mode = f"{mode}.{deployed.runtime}-{deployed.precision}"  # the version says so
     return mode
 
 
-def manifest(out, report: dict) -> dict:
+def manifest(out, report: RunReport) -> dict:
     """The evidence that ships with the candidate."""
-    cand = next(r for r in report["rows"] if r["role"] == Role.candidate)
-    deployed = out.runtimes["deployed"]
-    return {"config": report["config"], "lineage": report["lineage"], "verdict": out.verdict.as_dict(),
-            "metrics": {k: cand.get(k) for k in (*(m["name"] for m in report["metrics"]),
-                                                 "agreement_with_fp16", "output_sha256")},
-            "latency": cand["latency"], "environment": report["environment"],
-            "input_contract": out.bench.meta.get("input_contract"),
-            "evaluation_set": out.evals[Role.candidate].meta["evaluation_set"],
-            "calibration_set": out.models[Role.candidate].meta.get("calibration_set"),
-            "serving": report.get("serving"),
-            "quantization": {k: report["quantization"][k] for k in
+    cand = report.row(Role.candidate)
+    plan = RuntimePlan.of(out.runtimes)
+    sets = DataSets.of(out.evals[Role.candidate]), DataSets.of(out.models[Role.candidate])
+    return {"config": report.config, "lineage": dump(report.lineage),
+            "verdict": out.verdict.as_dict(),
+            "metrics": {**{m.name: cand.metrics.get(m.name) for m in report.metrics},
+                        "agreement_with_fp16": cand.agreement_with_fp16,
+                        "output_sha256": cand.output_sha256},
+            "latency": dump(cand.latency), "environment": dump(report.environment),
+            "input_contract": dump(report.timing.input_contract),
+            "evaluation_set": sets[0].evaluation_set, "calibration_set": sets[1].calibration_set,
+            "serving": report.serving,
+            "quantization": {k: report.quantization[k] for k in
                              ("settings", "calibration", "latency_exclusions", "float_outputs")}
             if out.quant is not None else None,
             # what ships is the pruned network; unpruned manifests stay as they were
-            **({"pruning": report["pruning"]} if "pruning" in report else {}),
+            **({"pruning": report.pruning} if report.pruning is not None else {}),
             # what was gated is what ships: engine, precision, threads, executed kernels
-            "runtime": {"deployed": deployed, "mode": out.runtimes["mode"],
-                        "choice": {b: {k: v for k, v in c.items() if k != "considered"}
-                                   for b, c in out.runtimes["choice"].items()}}}
+            "runtime": {"deployed": dump(plan.deployed), "mode": plan.mode,
+                        "choice": {b: c.picked for b, c in plan.choice.items()}}}
 
 
-def shipment(cfg, out, report: dict):
+def shipment(cfg, out, report: RunReport):
     """What an encoder's run publishes (``pipeline.report.publish``): its report, figures,
     version and manifest."""
     from pipeline.report.publish import Shipment

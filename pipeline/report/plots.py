@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.measure.bench_record import LoadRecord
+
 
 def _plt():
     import matplotlib
@@ -41,16 +43,16 @@ def latency_cdf(times_file: Path, out: Path, roles=("candidate", "fp32", "fp16")
     plt.close(fig)
 
 
-def load_curve(load: dict, out: Path) -> None:
+def load_curve(load: LoadRecord, out: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for role, entry in load["models"].items():
-        for policy, style in (("dynamic", "-o"), ("batch1", "--s")):
-            steps = entry.get(policy, {}).get("steps", [])
-            if steps:
-                ax.plot([s["achieved_qps"] for s in steps], [s["p99_ms"] for s in steps], style,
-                        label=f"{role}, {policy}")
-    ax.axhline(load["slo_p99_ms"], color="red", lw=1, label=f"p99 target {load['slo_p99_ms']} ms")
+    styles = {"dynamic": "-o", "batch1": "--s"}
+    for role, entry in load.models.items():
+        for policy, curve in entry.curves():
+            if curve.steps:
+                ax.plot([s.achieved_qps for s in curve.steps], [s.p99_ms for s in curve.steps],
+                        styles[policy], label=f"{role}, {policy}")
+    ax.axhline(load.slo_p99_ms, color="red", lw=1, label=f"p99 target {load.slo_p99_ms} ms")
     ax.set_xlabel("achieved requests/s")
     ax.set_ylabel("p99 latency (ms, log)")
     ax.set_yscale("log")

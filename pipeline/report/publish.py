@@ -15,17 +15,19 @@ from typing import Callable
 
 from pipeline.core.errors import describe_os_error
 from pipeline.measure.results import Role
+from pipeline.report.body import Publication, RunEnd
 
 
 @dataclass(frozen=True)
 class Shipment:
     """What one kind of run publishes, beside the candidate itself."""
-    body: dict                        # report.json's body, updated in place
+    body: object                      # report.json's body: a RunReport, or a decoder's dict
     mode: str                         # the version's mode part: int8, fp32, int8.mixed ...
     evidence: Callable[[], dict]      # the manifest, built only when publishing
     render: Callable | None = None    # report.md's writer (None: pipeline.report.run.markdown)
     figures: dict = field(default_factory=dict)  # file name -> draw(path)
     files: dict | None = None         # other files by name that ship with the model
+    end: RunEnd = field(default_factory=RunEnd)  # figures and publishing, as they happen
 
 
 def publish_run(cfg, out, ship: Shipment) -> Path:
@@ -33,14 +35,13 @@ def publish_run(cfg, out, ship: Shipment) -> Path:
     record the outcome in the report; returns the report's path."""
     from pipeline.report import run as rep
 
-    body = ship.body
     publishing = out.verdict.passed and cfg.registry is not None
     evidence = ship.evidence() if publishing else None
     if publishing:  # the report exists before publishing, whatever publishing then does
-        body["publish"] = {"status": "pending", "backend": cfg.registry.backend.value}
-    path = rep.write(cfg.workdir, body, ship.figures, render=ship.render)
-    if publishing:
-        with rep.publishing(path, body, render=ship.render):  # a signal: the report says so
+        ship.end.publish = Publication("pending", backend=cfg.registry.backend.value)
+    path = rep.write(cfg.workdir, ship.body, ship.figures, render=ship.render, end=ship.end)
+    if publishing:  # a signal: the report says so
+        with rep.publishing(path, ship.body, render=ship.render, end=ship.end):
             _push(cfg, out, ship, path, evidence)
     return path
 
@@ -49,19 +50,19 @@ def _push(cfg, out, ship: Shipment, path: Path, evidence: dict) -> None:
     from pipeline.registry import publish as push
     from pipeline.report import run as rep
 
-    body = ship.body
+    end = ship.end
     try:
-        body["published"] = str(push(cfg.registry, model_name=cfg.model.name, mode=ship.mode,
-                                     candidate=out.models[Role.candidate], manifest=evidence,
-                                     extra=ship.files))
-        body["publish"].update(status="published", ref=body["published"])
+        end.published = str(push(cfg.registry, model_name=cfg.model.name, mode=ship.mode,
+                                  candidate=out.models[Role.candidate], manifest=evidence,
+                                  extra=ship.files))
+        end.publish.status, end.publish.ref = "published", end.published
     except Exception as e:  # noqa: BLE001 - recorded in the report, then raised as it was
-        body["publish"].update(status="failed", error=describe_os_error(e)
-                               if isinstance(e, OSError) else str(e))
+        end.publish.status = "failed"
+        end.publish.error = describe_os_error(e) if isinstance(e, OSError) else str(e)
         try:
-            rep.update(path, body, render=ship.render)
+            rep.update(path, ship.body, render=ship.render, end=end)
         except OSError as full:  # a full disk: the report written before publishing stays
             print(f"report: not updated ({describe_os_error(full)})")
         print(f"report: {path} (the gate passed; publishing failed)")
         raise
-    rep.update(path, body, render=ship.render)
+    rep.update(path, ship.body, render=ship.render, end=end)

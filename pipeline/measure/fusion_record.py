@@ -1,0 +1,35 @@
+"""What a transformer's fuse stage recorded (``stages/fuse.py``), typed for the report.
+
+In: the fuse stage's ``meta``. Out: a frozen ``FuseRecord`` read once with
+``pipeline.core.typed_json``: the model type, heads and hidden size onnxruntime.transformers was
+given, each fusion's count, the node counts before and after, and the parity with the export.
+The keys the report does not show stay in its ``REST`` field.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.core.typed_json import load, rest
+
+
+@dataclass(frozen=True)
+class Parity:
+    max_abs_diff: float
+    decoded_agreement: float
+    rest: dict = rest()
+
+
+@dataclass(frozen=True)
+class FuseRecord:
+    model_type: str
+    num_heads: int
+    hidden_size: int
+    fusions: dict[str, int]
+    nodes_before: dict[str, int]     # op type -> count
+    nodes: dict[str, int]
+    parity_vs_export: Parity
+    rest: dict = rest()
+
+    @classmethod
+    def of(cls, fuse) -> FuseRecord:
+        return load(cls, fuse.meta)
