@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipeline.core.typed_json import dump, load, omitted, rest
+from pipeline.gate.verdict import Verdict
 from pipeline.measure.bench_record import (BatchRecord, BenchRecord, ColdStart, CoreState,
                                            InputContract, LoadRecord, Ratio, ShapeOutlier,
                                            SizeAxis, SizeP50)
@@ -147,7 +148,7 @@ class RunReport:
     config: dict
     environment: Environment
     metrics: tuple[MetricSpec, ...]  # primary first
-    verdict: object                  # pipeline.gate.verdict.Verdict
+    verdict: Verdict                 # written as the gate writes it (as_dict)
     rows: tuple[Row, ...]
     aa_check: dict[str, Ratio]
     timing: TimingReport
@@ -295,6 +296,12 @@ def _deployed(outcome) -> Deployed | None:
     return RuntimePlan.of(plan).deployed if plan else None
 
 
+@dataclass(frozen=True)
+class _Nodes:
+    """A stage's node counts by op type (absent: none recorded)."""
+    nodes: dict[str, int] = field(default_factory=dict)  # op type -> count
+
+
 def _row(outcome, role: Role, title: str, batches: dict, agree) -> Row:
     art, ev = outcome.models[role], Evaluation.of(outcome.evals[role])
     nodes = load(_Nodes, art.meta, known_only=True).nodes
@@ -310,11 +317,6 @@ def _row(outcome, role: Role, title: str, batches: dict, agree) -> Row:
         latency[str(b)] = LatencyCell(lat.p50, lat.p99, lat.p999, lat.throughput, speedup, ci)
     return Row(role, title, art.digest, art.model.stat().st_size / 1e6, sum(nodes.values()),
                agree, ev.output_sha256, latency, dict(ev.metrics))
-
-
-@dataclass(frozen=True)
-class _Nodes:
-    nodes: dict[str, int] = field(default_factory=dict)  # op type -> count
 
 
 def fusion(outcome) -> FusionReport | None:

@@ -283,6 +283,8 @@ def _texts(report, end: RunEnd, render) -> tuple[dict, str]:
     its own ``render`` from the JSON it writes; a typed one from its fields and its end."""
     data = as_json(report, end)
     if isinstance(report, dict):
+        if render is None:
+            raise TypeError("a dict report body is written with its own renderer (render=)")
         return data, render(data)
     return data, (render or markdown)(report, end)
 
