@@ -2,7 +2,8 @@
 
 In: the run's ``Config``, the recipe's ``Outcome`` and what its kind of model publishes: the
 report's body and renderer, its figures, the version's mode, the evidence (the manifest) and
-any files beside the model (a decoder's folder). Out: the report's path. The report exists
+any files beside the model (a decoder's folder). Out: the report's path; what publishing did
+(the ref, or the error) is the Shipment's ``RunEnd``, written into the report. The report exists
 before publishing (publish ``pending``), and records what publishing then did: the ref, or the
 error, which is raised again; a signal while publishing leaves the report ``interrupted``.
 Nothing is published when the gate failed or no registry is set.
@@ -24,7 +25,9 @@ class Shipment:
     body: object                      # report.json's body: a RunReport, or a decoder's dict
     mode: str                         # the version's mode part: int8, fp32, int8.mixed ...
     evidence: Callable[[], dict]      # the manifest, built only when publishing
-    render: Callable | None = None    # report.md's writer (None: pipeline.report.run.markdown)
+    # report.md's writer (None: pipeline.report.run.markdown): a typed body's takes (body, end),
+    # a dict body's the JSON it writes (body and end together)
+    render: Callable | None = None
     figures: dict = field(default_factory=dict)  # file name -> draw(path)
     files: dict | None = None         # other files by name that ship with the model
     end: RunEnd = field(default_factory=RunEnd)  # figures and publishing, as they happen
