@@ -1,8 +1,9 @@
 """What a finished run becomes: the report's body and figures, the manifest that ships with the
 candidate, and publishing it.
 
-In: the run's ``Config``, the recipe's ``Outcome`` and the runner's record. Out: the body of
-``report.json`` (rows, checks, timing, the bill, lineage, and each optional section), its figures,
+In: the run's ``Config``, the recipe's ``Outcome`` and the runner's record. Out: the typed body
+of ``report.json`` (``pipeline.report.body.RunReport``: rows, checks, timing, the bill, lineage,
+and each optional section as its capability gives it), built once here, its figures,
 the version name (the quant mode, ``fp32`` when INT8 could not pay and the FP32 model is the
 candidate, plus the ``quant=auto`` winner and a non-default deployed runtime), the manifest (config, lineage, verdict, metrics, latency, environment, data sets, the
 quantization and runtime that were gated), handed to the one publish flow
