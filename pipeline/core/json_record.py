@@ -6,7 +6,7 @@ In: a dataclass instance (``to_json``), or a class and the parsed JSON (``from_j
 plain JSON value, or the instance. The JSON key is the field's name unless ``key("...")`` names
 another (``"4"`` is not an identifier); a field made with ``omitted()`` is left out when it is
 None (keys that only some records carry), one made with ``inline()`` spreads a nested record's
-keys into its parent's (and is None when none of them is there). Enums are written as their
+keys into its parent's (and reads as None when none of the keys only it writes is there). Enums are written as their
 values, dict keys as strings; a class with ``to_json`` / ``from_json`` of its own converts
 itself. Deliberately not handled: type checking of the values (a JSON record this pipeline wrote
 is trusted as it is read; a key it lacks reads as the field's default, else None), unions of
@@ -93,15 +93,19 @@ def _read(tp, data):
     return data
 
 
+def _names(cls) -> set[str]:
+    return {f.metadata.get(_KEY, f.name) for f in dataclasses.fields(cls)}
+
+
 def _record(cls, data: dict):
     hints, values = _hints(cls), {}
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
-        if f.metadata.get(_INLINE):
+        if f.metadata.get(_INLINE):  # there when a key only it writes is there
             nested = _inner(hints[f.name])
-            names = {g.metadata.get(_KEY, g.name) for g in dataclasses.fields(nested)}
-            values[f.name] = _record(nested, data) if names & set(data) else None
+            values[f.name] = _record(nested, data) if (_names(nested) - _names(cls)) & set(data) \
+                else None
             continue
         name = f.metadata.get(_KEY, f.name)
         if name in data:
