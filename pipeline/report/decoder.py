@@ -6,15 +6,17 @@ agreement and KL against FP32 at accuracy level 0, decode tokens/s and per-token
 to first token, speedup with its interval; the gate; the mixed search's trials; quant=auto's
 candidates), and the evidence published with the candidate: the whole folder onnxruntime-genai
 loads (``model.onnx``, its external data, ``genai_config.json``, the tokenizer files) as one
-registry version.
+registry version. The body is a ``DecoderReport`` (``pipeline.report.decoder_body``), built once
+from the ``Outcome``; report.md reads its fields, whether it is given the typed report or
+report.json's body as the publish flow updates it (status, what was published).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from pipeline.core.json_record import to_json
-from pipeline.measure.results import Role
 from pipeline.measure.decode_summary import NOT_TIMED
+from pipeline.measure.results import Role
 from pipeline.recipes.decoder_record import (DecoderAuto, PeakRss, ReferenceCost, ScoringCost,
                                              Trial)
 from pipeline.report.decoder_body import DecoderReport, EvaluatedText, ModelRow
