@@ -305,7 +305,15 @@ class _FakeRun:
         return {self.names[0]: 100, self.names[1]: 300}
 
     def tally(self):
-        return {}
+        from pipeline.recipes.decoder_record import ScoringCost
+
+        return ScoringCost()
+
+
+def _settings(block_size: int):
+    from pipeline.recipes.decoder_record import DecoderSettings
+
+    return DecoderSettings(block_size=block_size)
 
 
 def test_decoder_auto_tries_int8_at_a_wider_block_and_ships_it_only_when_it_passes():
@@ -318,15 +326,15 @@ def test_decoder_auto_tries_int8_at_a_wider_block_and_ships_it_only_when_it_pass
     cfg = Config()
     speed = {"int8": 2.07, "int4": 2.6, "int8_wide": 2.25}
     run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9}, speed)
-    out = _auto(cfg, run, {"block_size": 32})
+    out = _auto(cfg, run, _settings(32))
     assert ("all8_b128", WIDE_BLOCK) in run.builds and ("all8", 32) in run.builds
-    assert out.auto["winner"] == "int8_wide" and out.quant.settings["block_size"] == WIDE_BLOCK
+    assert out.auto.winner == "int8_wide" and out.quant.settings.block_size == WIDE_BLOCK
     run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 2.5}, speed)  # over 2 %
-    out = _auto(cfg, run, {"block_size": 32})
-    assert out.auto["winner"] == "int8" and out.quant.settings["block_size"] == 32
-    assert not out.auto["candidates"]["int8_wide"]["passed"]
+    out = _auto(cfg, run, _settings(32))
+    assert out.auto.winner == "int8" and out.quant.settings.block_size == 32
+    assert not out.auto.candidates["int8_wide"].passed
     run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0}, speed, block_size=WIDE_BLOCK)
-    _auto(cfg, run, {"block_size": WIDE_BLOCK})  # already that wide: no second INT8 build
+    _auto(cfg, run, _settings(WIDE_BLOCK))  # already that wide: no second INT8 build
     assert [b for b in run.builds if b[0] == "all8_b128"] == []
 
 
@@ -414,12 +422,12 @@ def test_decoder_auto_scores_its_pick_in_full_and_takes_the_next_when_the_full_t
     speed = {"int8": 2.07, "int4": 2.6, "int8_wide": 2.25}
     run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9}, speed,
                    full_rise={"int8_wide": 2.3})
-    out = _auto(cfg, run, {"block_size": 32})
-    assert run.full_scored == ["int8_wide", "int8"] and out.auto["winner"] == "int8"
-    assert out.verdict.passed and not out.auto["candidates"]["int8_wide"]["passed"]
+    out = _auto(cfg, run, _settings(32))
+    assert run.full_scored == ["int8_wide", "int8"] and out.auto.winner == "int8"
+    assert out.verdict.passed and not out.auto.candidates["int8_wide"].passed
     assert out.evals["candidate"].meta["perplexity_rise_pct"] == 0.7
     run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9}, speed)
-    assert _auto(cfg, run, {"block_size": 32}).auto["winner"] == "int8_wide"
+    assert _auto(cfg, run, _settings(32)).auto.winner == "int8_wide"
     assert run.full_scored == ["int8_wide"]  # one full scoring when the pick holds
 
 
@@ -433,17 +441,17 @@ def test_decoder_auto_mix_takes_the_int8_winners_block_and_starts_only_when_it_c
     cfg = Config()
     speed = {"int8": 2.07, "int4": 2.6, "int8_wide": 2.25}
     run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9}, speed)
-    _auto(cfg, run, {"block_size": 32})
+    _auto(cfg, run, _settings(32))
     assert run.mixed_calls == [WIDE_BLOCK]
     run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 2.5}, speed)  # wide fails
-    _auto(cfg, run, {"block_size": 32})
+    _auto(cfg, run, _settings(32))
     assert run.mixed_calls == [32]
     # INT8 at block 128 passes at 2.57x, INT4 at most 2.42x: no mix can beat it
     run = _FakeRun(cfg, {"int8": 0.7, "int4": 40.0, "int8_wide": 1.9},
                    {"int8": 2.07, "int4": 2.4, "int8_wide": 2.57})
-    out = _auto(cfg, run, {"block_size": 32})
-    assert run.mixed_calls == [] and out.auto["mixed"].startswith("not started")
-    assert out.auto["winner"] == "int8_wide"
+    out = _auto(cfg, run, _settings(32))
+    assert run.mixed_calls == [] and out.auto.mixed.startswith("not started")
+    assert out.auto.winner == "int8_wide"
 
 
 def test_the_mixed_search_stops_when_the_fastest_plan_left_cannot_win():
@@ -470,11 +478,12 @@ def test_the_mix_speed_bound_blends_int4_and_int8_by_weight_shares():
     candidate's median."""
     from types import SimpleNamespace as NS
 
+    from pipeline.measure.results import Speedup
     from pipeline.recipes.decoder import _cannot_beat
 
     run = NS(matmul_weights=lambda: {"a": 1, "b": 1})
-    sp = {"int4": {"median": 2.9, "ci95": [2.8, 3.0]}, "int8": {"median": 1.9, "ci95": [1.8, 2.0]},
-          "int8_wide": {"median": 2.2, "ci95": [2.1, 2.3]}}
+    sp = {"int4": Speedup(2.9, 2.8, 3.0), "int8": Speedup(1.9, 1.8, 2.0),
+          "int8_wide": Speedup(2.2, 2.1, 2.3)}
     hopeless = _cannot_beat(run, sp, "int8", "int8_wide")
     assert not hopeless({"a": 4, "b": 8})   # 1 / (0.5 / 3 + 0.5 / 2) = 2.4x > 2.2x
     assert "2.00x" in hopeless({"a": 8, "b": 8})
@@ -550,6 +559,7 @@ def test_a_search_stopped_as_hopeless_returns_nothing_and_the_report_says_which_
     the scored one failed and the search stopped."""
     from types import SimpleNamespace as NS
 
+    from pipeline.core.json_record import to_json
     from pipeline.recipes.decoder import _Run
     from pipeline.report.decoder import markdown
 
@@ -564,9 +574,9 @@ def test_a_search_stopped_as_hopeless_returns_nothing_and_the_report_says_which_
     fake._note = lambda what, plan, scored: _Run._note(fake, what, plan, scored)
     out = _Run.mixed(fake, True, 128, lambda plan: "cannot win" if 8 in plan.values() else None)
     assert out is None and built == ["all_at_4_bits"]
-    assert [t.get("search_stopped", False) for t in fake.trials] == [False, True]
+    assert [bool(t.search_stopped) for t in fake.trials] == [False, True]
     report = {"model": "m", "quant": "auto", "verdict": {"passed": True, "checks": []},
-              "settings": {}, "rows": [], "search": fake.trials}
+              "settings": {}, "rows": [], "search": to_json(fake.trials)}
     md = markdown(report)
     assert "| all at 4 bits | 2/0/0 | 30.00 |" in md and "32/64 (clear fail) | False |" in md
     assert "| stopped: cannot win |" in md and md.rstrip().endswith("| stopped |")

@@ -47,5 +47,4 @@ def run(cfg) -> int:
     print(f"pipeline: model={cfg.model.name} (decoder {decoder.architecture}) "
           f"quant={cfg.quant.mode.value} hardware={cfg.hardware.name}")
     runner, out, t0 = run_recipe(cfg, recipe, decoder)
-    body = rep.body(cfg, out, runner.record)
-    return finish(cfg, runner, t0, out, rep.shipment(cfg, out, body))
+    return finish(cfg, runner, t0, out, rep.shipment(cfg, out, rep.report(cfg, out, runner.record)))

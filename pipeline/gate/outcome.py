@@ -10,18 +10,9 @@ that a sub-recipe can build one without importing the recipe that calls it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pipeline.gate.verdict import Verdict
-
-
-@dataclass(frozen=True)
-class WeightOnlyInfo:
-    """A decoder's quantization record: the resolved settings and why, the mixed search's
-    trials, and what scoring cost."""
-    settings: dict
-    trials: list = field(default_factory=list)
-    scoring: dict | None = None
 
 
 @dataclass
@@ -33,7 +24,7 @@ class Outcome:
     verdict: Verdict
     source: object      # the network export starts from: load, or prune when pruning
     load: object = None  # the loadtest artifact (bench.mode=load or soak)
-    quant: object = None  # QuantInfo (encoders) or WeightOnlyInfo (decoders)
+    quant: object = None  # QuantInfo (encoders) or recipes.decoder_record.WeightOnlyInfo
     runtimes: dict | None = None  # targets per artifact, failures, the choice (runtimes.plan)
     pruning: dict | None = None  # prune=channels: the load, prune and unpruned export artifacts
     auto: dict | None = None  # quant=auto: every candidate, the winner and why

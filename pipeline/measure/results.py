@@ -51,6 +51,12 @@ class Speedup:
     def text(self) -> str:
         return f"{self.median:.2f}x (95% CI {self.low:.2f}-{self.high:.2f})"
 
+    # the shape every stage and report writes (``pipeline.core.json_record`` uses these)
+    from_json = of
+
+    def to_json(self) -> dict:
+        return {"median": self.median, "ci95": [self.low, self.high]}
+
 
 ONE = Speedup(1.0, 1.0, 1.0)  # a model against itself
 
@@ -125,16 +131,26 @@ class BenchResult:
 
 @dataclass(frozen=True)
 class DecodeResult:
-    """A decode_speed stage: each candidate's decode speedup over the reference it ran against."""
+    """A decode_speed stage: each candidate's decode speedup over the reference it ran against,
+    each model's decode timing, and how the rounds went."""
     speedups: dict                   # role -> Speedup
     noisy: bool
     environment: dict | None
+    timings: dict = field(default_factory=dict)  # role -> DecodeSummary (the reference: "fp32")
+    rounds: int | None = None
+    seconds: float | None = None
+    one_at_a_time: bool | None = None  # the models were timed in turn, not interleaved
 
     @classmethod
     def of(cls, speed) -> DecodeResult:
+        from pipeline.core.json_record import from_json
+        from pipeline.measure.decode_summary import DecodeSummary
+
         meta = speed.meta
         return cls({r: Speedup.of(s) for r, s in (meta.get("speedup_vs_fp32") or {}).items()},
-                   bool(meta.get("noisy")), meta.get("environment"))
+                   bool(meta.get("noisy")), meta.get("environment"),
+                   {r: from_json(DecodeSummary, t) for r, t in (meta.get("timings") or {}).items()},
+                   meta.get("rounds"), meta.get("seconds"), meta.get("one_at_a_time"))
 
 
 @dataclass(frozen=True)

@@ -242,8 +242,17 @@ def _token_file(ids: list[list[int]], cache: Path, split: str) -> TextSet:
     return TextSet(str(path), sha, split, len(ids))
 
 
+@dataclass(frozen=True)
+class TextSets:
+    """A run's text: what it is scored on, what calibrates GPTQ, and the first evaluation
+    sequences (the mixed search's cheap ranking when there is no calibration text)."""
+    evaluation: TextSet
+    calibration: TextSet
+    ranking: TextSet
+
+
 def text_sets(decoder: Decoder, data_cfg, params: dict, context: int,
-              workdir: str | Path, ranking: int = 4) -> dict[str, TextSet]:
+              workdir: str | Path, ranking: int = 4) -> TextSets:
     """The evaluation and calibration text of a run, tokenized, and the first ``ranking``
     evaluation sequences (the mixed search's cheap sensitivity trials); one line for data that
     has no text, or too little of it."""
@@ -259,16 +268,15 @@ def text_sets(decoder: Decoder, data_cfg, params: dict, context: int,
                           f"{data_cfg.path} (columns: {', '.join(data.dataset.column_names)})")
     longest = max_length(params, context)
     tok = folder_tokenizer(Path(decoder.folder))
-    out = {}
+    cache = Path(workdir) / "cache" / "tokens"
+    ids = {}
     for split, rows in (("evaluation", data.evaluation), ("calibration", data.calibration)):
         texts = [str(t) for t in data.dataset.select(rows)[data_cfg.input_column]]
-        ids = tok(texts, truncation=True, max_length=longest)["input_ids"] if texts else []
-        ids = [list(map(int, s)) for s in ids if len(s) >= 2]
-        if split == "evaluation" and not ids:
-            raise ConfigError(f"data.path={data_cfg.path}: no evaluation row of "
-                              f"{data_cfg.input_column} has two tokens: nothing to score")
-        out[split] = _token_file(ids, Path(workdir) / "cache" / "tokens", split)
-        if split == "evaluation":
-            out["ranking"] = _token_file(ids[:ranking], Path(workdir) / "cache" / "tokens",
-                                         "ranking")
-    return out
+        tokens = tok(texts, truncation=True, max_length=longest)["input_ids"] if texts else []
+        ids[split] = [list(map(int, s)) for s in tokens if len(s) >= 2]
+    if not ids["evaluation"]:
+        raise ConfigError(f"data.path={data_cfg.path}: no evaluation row of "
+                          f"{data_cfg.input_column} has two tokens: nothing to score")
+    return TextSets(_token_file(ids["evaluation"], cache, "evaluation"),
+                    _token_file(ids["calibration"], cache, "calibration"),
+                    _token_file(ids["evaluation"][:ranking], cache, "ranking"))

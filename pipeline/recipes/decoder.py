@@ -26,24 +26,29 @@ not used at all: a narrower layer that is not faster only costs accuracy.
 
 In: the ``Config``, the ``Runner`` and the ``Decoder``. Out: the one ``Outcome`` every recipe
 returns (artifacts by role, their text scores as evaluations, the decode timing as the
-benchmark, the verdict of the one gate, and ``WeightOnlyInfo``: the settings and the search's
-trials).
+benchmark, the verdict of the one gate, ``WeightOnlyInfo``: the settings, the search's trials
+and what scoring cost; quant=auto's ``DecoderAuto``: ``pipeline.recipes.decoder_record``).
 """
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from pipeline import gate
 from pipeline.config import Config, QuantMode
 from pipeline.core.env import effective_flags, environment
 from pipeline.core.errors import ConfigError
-from pipeline.gate.outcome import Outcome, WeightOnlyInfo
+from pipeline.gate.outcome import Outcome
 from pipeline.metrics import generation
-from pipeline.measure.results import DecodeResult, Role, TextScores
+from pipeline.measure.decoder_meta import ReferenceText
+from pipeline.measure.results import ONE, DecodeResult, Role, Speedup, TextScores
 from pipeline.metrics import limits as metric_limits
 from pipeline.task.contract import MetricsSpec
-from pipeline.models.decoder import Decoder, enough_text, text_sets
+from pipeline.models.decoder import Decoder, context, enough_text, text_sets
 from pipeline.recipes import decoder_memory
+from pipeline.recipes.decoder_record import (AutoCandidate, DecoderAuto, DecoderSettings, PeakRss,
+                                             ReferenceCost, ScoringCost, Trial, WeightOnlyInfo,
+                                             Widths)
 from pipeline.stages.decode_speed import DecodeSpeed
 from pipeline.stages.decoder_export import DecoderExport
 from pipeline.stages.decoder_stream import DecoderExportStream, WeightOnlyStream
@@ -97,17 +102,12 @@ class _Run:
         self.cfg, self.runner, self.decoder = cfg, runner, decoder
         self.q = cfg.quant.decoder
         self.hw = cfg.hardware.target()
-        import json
-        from pathlib import Path
-
         # the path, before any stage: FP32 past the memory budget streams (decoder_memory)
         self.memory = decoder_memory.plan(decoder, self.q)
         decoder_memory.check_streaming(cfg, self.memory)
-        context = int(json.loads((Path(decoder.folder) / "config.json").read_text()).get(
-            "max_position_embeddings", 2048))
-        self.sets = text_sets(decoder, cfg.data, cfg.model.params, context, cfg.workdir,
+        self.sets = text_sets(decoder, cfg.data, cfg.model.params, context(decoder), cfg.workdir,
                               self.q.ranking_sequences)
-        enough_text(self.sets["evaluation"], metric_limits.limits(
+        enough_text(self.sets.evaluation, metric_limits.limits(
             cfg.gate.max_accuracy_drop, METRICS).get("top1_agreement"),
             f"data.evaluation_samples={cfg.data.evaluation_samples}")
         self.level, self.level_reason = accuracy_level(self.q)
@@ -122,18 +122,18 @@ class _Run:
                 "weight_only_stream[reference]")
         else:
             self.fp32 = self.source = self.run(DecoderExport(decoder=decoder,
-                                                             data=self.sets["evaluation"]),
+                                                             data=self.sets.evaluation),
                                                None, "decoder_export")
         # the reference scored once on the text: its perplexity, and what every candidate is
         # scored against
-        self.reference = self.run(TextReference(data=self.sets["evaluation"],
+        self.reference = self.run(TextReference(data=self.sets.evaluation,
                                                 threads=self.hw.intra_op_threads),
                                   self.fp32, "text_reference[fp32]")
         self.scores = {Role.fp32: self.reference}
         self.limits = tuple(metric_limits.limits(cfg.gate.max_accuracy_drop, METRICS).items())
         self.names = matmuls(self.source.path)
         self.groups = groups(self.names)
-        self.trials: list[dict] = []
+        self.trials: list[Trial] = []
         self.scored: dict[str, object] = {}  # digest -> every score_text of this run
 
     def build(self, plan: dict[str, int], label: str, block_size: int | None = None,
@@ -153,7 +153,7 @@ class _Run:
         stage = WeightOnly(plan=tuple(sorted(plan.items())), block_size=block,
                            symmetric=self.q.symmetric, algorithm=self.q.algorithm,
                            accuracy_level=self.level,
-                           calibration=self.sets["calibration"] if self.q.algorithm == "gptq"
+                           calibration=self.sets.calibration if self.q.algorithm == "gptq"
                            and 4 in plan.values() else None,
                            # a plan without 8-bit nodes is the same model at any 8-bit block
                            block_size_8=block_size_8 if block_size_8 not in (None, block)
@@ -165,7 +165,7 @@ class _Run:
         """``art`` scored against the reference: every sequence when ``full`` (what the gate
         judges) or ``quant.decoder.score=full``, else sequentially under the gate's limits."""
         seq = not full and self.q.score == "sequential"
-        stage = ScoreText(data=self.sets["evaluation"], threads=self.hw.intra_op_threads,
+        stage = ScoreText(data=self.sets.evaluation, threads=self.hw.intra_op_threads,
                           mode="sequential" if seq else "full",
                           limits=self.limits if seq else (),
                           min_sequences=self.q.score_min_sequences if seq else 0)
@@ -179,7 +179,7 @@ class _Run:
         self.used.append((label, art))
         return art
 
-    def peak_rss(self) -> dict:
+    def peak_rss(self) -> PeakRss:
         """The largest peak resident memory of a stage this run used (each stage runs in a child
         of its own and records its peak; a reused one, that of the run that built it), and the
         pipeline's own process."""
@@ -187,21 +187,19 @@ class _Run:
 
         label, mb = max(((lb, a.meta.get("peak_rss_mb") or 0.0) for lb, a in self.used),
                         key=lambda x: x[1], default=("-", 0.0))
-        return {"stage_mb": round(mb, 1), "stage": label, "pipeline_mb": round(peak_rss_mb(), 1)}
+        return PeakRss(round(mb, 1), label, round(peak_rss_mb(), 1))
 
-    def tally(self) -> dict:
+    def tally(self) -> ScoringCost:
         """What scoring cost this run, against one full pass of the text (the reference's)."""
         scores = [TextScores.of(a) for a in self.scored.values()]
-        ref = TextScores.of(self.reference)
+        ref, top = TextScores.of(self.reference), ReferenceText.of(self.reference)
         tokens = sum(x.tokens_scored or 0 for x in scores)
-        return {"reference": {"sequences": ref.sequences, "tokens": ref.tokens_scored,
-                              "top_k": self.reference.meta.get("top_k"),
-                              "tail_mass_mean": self.reference.meta.get("tail_mass_mean")},
-                "candidate_scorings": len(scores),
-                "stopped_early": sum(x.sequences != x.sequences_total for x in scores),
-                "sequences": sum(x.sequences or 0 for x in scores), "tokens": tokens,
-                "full_passes": round(tokens / (ref.tokens_scored or 1), 2),
-                "peak_rss": self.peak_rss()}
+        return ScoringCost(
+            ReferenceCost(ref.sequences, ref.tokens_scored, top.top_k, top.tail_mass_mean),
+            candidate_scorings=len(scores),
+            stopped_early=sum(x.sequences != x.sequences_total for x in scores),
+            sequences=sum(x.sequences or 0 for x in scores), tokens=tokens,
+            full_passes=round(tokens / (ref.tokens_scored or 1), 2), peak_rss=self.peak_rss())
 
     def matmul_weights(self) -> dict[str, int]:
         return matmul_weights(self.fp32.path)
@@ -216,7 +214,7 @@ class _Run:
     def speed(self, candidates: dict):
         b = self.cfg.bench
         return self.run(DecodeSpeed(
-            data=self.sets["evaluation"], prompts=self.q.prompts,
+            data=self.sets.evaluation, prompts=self.q.prompts,
             prompt_tokens=self.q.prompt_tokens, new_tokens=self.q.new_tokens,
             streams=self.q.streams, threads=self.hw.intra_op_threads,
             max_seconds=b.max_seconds, rel_ci=b.rel_ci, min_rounds=min(b.min_rounds, 30),
@@ -243,8 +241,7 @@ class _Run:
             why = hopeless(plan) if hopeless else None
             if why:
                 stopped.append(why)
-                self.trials.append({"trial": f"stopped: {why}", "widths": None, "ranking": True,
-                                    "search_stopped": True, "passed": None})
+                self.trials.append(Trial(f"stopped: {why}", ranking=True, search_stopped=True))
             return bool(why)
 
         found = search(self.groups, 4 if int4_faster else 8, trial, self.sensitivity, stop)
@@ -260,27 +257,24 @@ class _Run:
         calibration sequences (the evaluation's when there are none: a ranking, not a score)."""
         from pipeline.quant.sensitivity import group_scores, node_scores
 
-        ids = self.sets["calibration"].token_ids()[:self.q.ranking_sequences] or \
-            self.sets["ranking"].token_ids()
+        ids = self.sets.calibration.token_ids()[:self.q.ranking_sequences] or \
+            self.sets.ranking.token_ids()
         scores = group_scores(node_scores(self.fp32.path, ids, self.q.block_size,
                                           self.hw.intra_op_threads), self.groups)
         top = sorted((g for g in scores if g != OUTPUT_LAYER), key=lambda g: -scores[g])[:3]
-        self.trials.append({"trial": f"sensitivity proxy on {len(ids)} calibration sequences "
-                            f"(most sensitive: {', '.join(top)})",
-                            "widths": None, "ranking": True, "sequences": len(ids),
-                            "passed": None, "sensitivity": {g: round(v, 6)
-                                                            for g, v in scores.items()}})
+        self.trials.append(Trial(f"sensitivity proxy on {len(ids)} calibration sequences "
+                                 f"(most sensitive: {', '.join(top)})", ranking=True,
+                                 proxy_sequences=len(ids),
+                                 sensitivity={g: round(v, 6) for g, v in scores.items()}))
         return scores
 
     def _note(self, what: str, plan, scored, ranking: bool = False) -> None:
         widths = None
         if plan is not None:
-            widths = {"4": sum(b == 4 for b in plan.values()),
-                      "8": sum(b == 8 for b in plan.values()),
-                      "float": len(self.names) - len(plan)}
-        self.trials.append({"trial": what, "widths": widths, "ranking": ranking,
-                            **TextScores.of(scored).as_dict(),
-                            "passed": None if ranking else self.passes(scored)})
+            widths = Widths(sum(b == 4 for b in plan.values()), sum(b == 8 for b in plan.values()),
+                            len(self.names) - len(plan))
+        self.trials.append(Trial(what, widths, ranking, TextScores.of(scored),
+                                 None if ranking else self.passes(scored)))
 
 
 def search(groups: dict[str, list[str]], base: int, trial, sensitivity,
@@ -340,10 +334,9 @@ def recipe(cfg: Config, runner, decoder: Decoder) -> Outcome:
     check_mode(cfg)
     run = _Run(cfg, runner, decoder)
     q, mode = run.q, cfg.quant.mode
-    settings = {"accuracy_level": run.level, "accuracy_level_reason": run.level_reason,
-                "block_size": q.block_size, "symmetric": q.symmetric, "algorithm": q.algorithm,
-                "matmuls": len(run.names), "groups": list(run.groups),
-                "memory": run.memory.as_dict(), "reference": run.memory.reference}
+    settings = DecoderSettings(run.level, run.level_reason, q.block_size, q.symmetric,
+                               q.algorithm, len(run.names), list(run.groups), run.memory,
+                               run.memory.reference)
     models, scores = {Role.fp32: run.fp32}, dict(run.scores)
     if mode == QuantMode.auto:
         return _auto(cfg, run, settings)
@@ -352,7 +345,7 @@ def recipe(cfg: Config, runner, decoder: Decoder) -> Outcome:
     elif mode == QuantMode.mixed:
         cand, cand_scores = run.mixed(_int4_faster(run))
     else:
-        settings["bits"] = q.bits
+        settings = replace(settings, bits=q.bits)
         cand, cand_scores = run.build(run.uniform(q.bits), f"all{q.bits}", full=True)
     models[Role.candidate], scores[Role.candidate] = cand, cand_scores
     speed = run.speed({Role.candidate: cand} if cand is not run.fp32 else {})
@@ -366,13 +359,13 @@ def _int4_faster(run: _Run) -> bool:
     """INT4 everywhere against INT8 everywhere, timed side by side with FP32."""
     a4, _ = run.build(run.uniform(4), "all4", scored=False)
     a8, _ = run.build(run.uniform(8), "all8", scored=False)
-    return int4_wins(run.speed({Role.int4: a4, Role.int8: a8}).meta["speedup_vs_fp32"])
+    return int4_wins(DecodeResult.of(run.speed({Role.int4: a4, Role.int8: a8})).speedups)
 
 
-def int4_wins(speedups: dict) -> bool:
+def int4_wins(speedups: dict[str, Speedup]) -> bool:
     """INT4 counts as faster than INT8 when the lower bound of its speedup over FP32 is above
     INT8's median speedup: not faster by noise alone."""
-    return speedups[Role.int4]["ci95"][0] > speedups[Role.int8]["median"]
+    return speedups[Role.int4].low > speedups[Role.int8].median
 
 
 # INT8 at a wider block, a candidate of quant=auto: MatMulNBits at accuracy level 4 quantizes
@@ -385,7 +378,7 @@ def int4_wins(speedups: dict) -> bool:
 WIDE_BLOCK = 128
 
 
-def _auto(cfg: Config, run: _Run, settings: dict) -> Outcome:
+def _auto(cfg: Config, run: _Run, settings: DecoderSettings) -> Outcome:
     """Every candidate scored (sequentially by default), all timed in one interleaved run
     against FP32; the fastest that passes every gate, scored again in full, ships (the next
     fastest when the full text fails it; FP32 when none passes and FP32 itself does, as for
@@ -396,12 +389,12 @@ def _auto(cfg: Config, run: _Run, settings: dict) -> Outcome:
     if run.q.block_size < WIDE_BLOCK:
         built[Role.int8_wide] = run.build(run.uniform(8), f"all8_b{WIDE_BLOCK}", WIDE_BLOCK)
     speed = run.speed({r: a for r, (a, _) in built.items()})
-    sp = speed.meta["speedup_vs_fp32"]
+    sp = DecodeResult.of(speed).speedups
     int4_faster = int4_wins(sp)
 
     def passing(verdicts):
         return sorted((r for r in verdicts if verdicts[r].passed and r != Role.fp32),
-                      key=lambda r: -sp[r]["median"])
+                      key=lambda r: -sp[r].median)
 
     verdicts = {r: judge(cfg, s, speed, r, run.memory.reference_name)
                 for r, (_, s) in built.items()}
@@ -410,25 +403,24 @@ def _auto(cfg: Config, run: _Run, settings: dict) -> Outcome:
     best = next(iter(passing(verdicts)), None)
     mixed_note = None
     if best is not None:  # a blend of INT4 and all-INT8 at its block, at best the faster one
-        int4_hi = sp[Role.int4]["ci95"][1]
+        int4_hi = sp[Role.int4].high
         if best == Role.int4:
             mixed_note = "not started: INT4 everywhere passes, no mix is narrower"
         elif not int4_faster:
             mixed_note = (f"not started: INT4 is not faster than INT8 here, so the mix would "
                           f"start from {eight} everywhere, which passes already")
-        elif sp[best]["median"] >= int4_hi:
+        elif sp[best].median >= int4_hi:
             mixed_note = (f"not started: at best as fast as INT4 everywhere ({int4_hi:.2f}x, "
-                          f"its upper bound), {best} already passes at "
-                          f"{sp[best]['median']:.2f}x")
+                          f"its upper bound), {best} already passes at {sp[best].median:.2f}x")
     if mixed_note is None:
         hopeless = _cannot_beat(run, sp, eight, best)
         mixed = run.mixed(int4_faster, block_8, hopeless)
         if mixed is None:  # stopped before any plan passed
-            mixed_note = next(t["trial"] for t in reversed(run.trials) if t.get("search_stopped"))
+            mixed_note = next(t.trial for t in reversed(run.trials) if t.search_stopped)
         elif all(mixed[0].digest != a.digest for a, _ in built.values()):
             built[Role.mixed] = mixed
             speed = run.speed({r: a for r, (a, _) in built.items()})
-            sp = speed.meta["speedup_vs_fp32"]
+            sp = DecodeResult.of(speed).speedups
             verdicts = {r: judge(cfg, s, speed, r, run.memory.reference_name)
                 for r, (_, s) in built.items()}
     scores = {**run.scores, **{r: s for r, (_, s) in built.items()}}
@@ -442,27 +434,27 @@ def _auto(cfg: Config, run: _Run, settings: dict) -> Outcome:
         if verdicts[r].passed:
             winner = r
             break
-    speedup = {r: (sp.get(r) or {"median": 1.0})["median"] for r in verdicts}
     models = {Role.fp32: run.fp32, **{r: a for r, (a, _) in built.items()}}
     models[Role.candidate], scores[Role.candidate] = models[winner], scores[winner]
-    settings = {**settings, "int4_faster_than_int8": int4_faster, "block_size_8_mixed": block_8,
-                "block_size": WIDE_BLOCK if winner == Role.int8_wide else settings["block_size"]}
+    settings = replace(settings, int4_faster_than_int8=int4_faster, block_size_8_mixed=block_8,
+                       block_size=WIDE_BLOCK if winner == Role.int8_wide else settings.block_size)
     ok = [r for r in verdicts if verdicts[r].passed]
-    auto = {"winner": winner, "candidates": {r: {"passed": v.passed, "speedup": speedup[r],
-                                                 "summary": v.summary,
-                                                 "sequences": scores[r].meta.get("sequences"),
-                                                 "stopped": scores[r].meta.get("stopped")}
-                                             for r, v in verdicts.items()},
-            "mixed": mixed_note, "scored_in_full": rescored,
-            "why": (f"{winner}: the fastest of {', '.join(ok)} (all pass every gate; "
-                    f"{winner} scored on every sequence)"
-                    if winner != Role.fp32 else
-                    "no candidate passes on the full text: FP32's verdict ships")}
+    auto = DecoderAuto(
+        winner, {r: _candidate(v, sp.get(r) or ONE, TextScores.of(scores[r]))
+                 for r, v in verdicts.items()}, mixed_note, rescored,
+        (f"{winner}: the fastest of {', '.join(ok)} (all pass every gate; "
+         f"{winner} scored on every sequence)" if winner != Role.fp32 else
+         "no candidate passes on the full text: FP32's verdict ships"))
     return Outcome(run.decoder, models, scores, speed, verdicts[winner], run.source,
                    quant=WeightOnlyInfo(settings, run.trials, run.tally()), auto=auto)
 
 
-def _cannot_beat(run: _Run, sp: dict, eight: str, best: str | None):
+def _candidate(verdict, speedup: Speedup, scores: TextScores) -> AutoCandidate:
+    return AutoCandidate(verdict.passed, speedup.median, verdict.summary, scores.sequences,
+                         scores.stopped)
+
+
+def _cannot_beat(run: _Run, sp: dict[str, Speedup], eight: str, best: str | None):
     """``hopeless(plan)`` for the mixed search: the plan's decode speedup predicted from INT4's
     and all-INT8's (``eight``) upper bounds by its MatMuls' weight shares (decode reads every
     weight once a token, so its time is the FP32 remainder plus each width's share of the
@@ -475,11 +467,11 @@ def _cannot_beat(run: _Run, sp: dict, eight: str, best: str | None):
     def hopeless(plan: dict) -> str | None:
         share = {b: sum(w for n, w in weights.items() if plan.get(n) == b) / total
                  for b in (4, 8)}
-        time = (share[4] / sp[Role.int4]["ci95"][1] + share[8] / sp[eight]["ci95"][1]
+        time = (share[4] / sp[Role.int4].high + share[8] / sp[eight].high
                 + (1 - share[4] - share[8]))  # in FP32's decode times; float parts at 1x
-        if 1 / time <= sp[best]["median"]:
+        if 1 / time <= sp[best].median:
             return (f"the narrowest plan left ({round(100 * share[4])} % of weights at 4 bits) "
                     f"decodes at most about {1 / time:.2f}x, {best} passes at "
-                    f"{sp[best]['median']:.2f}x")
+                    f"{sp[best].median:.2f}x")
         return None
     return hopeless

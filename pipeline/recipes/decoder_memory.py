@@ -25,6 +25,7 @@ export wraps) and were checked against the in-memory path.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ from pathlib import Path
 from pipeline.bill.compile_memory import (FP32_FACTOR, REFERENCE_BITS, REFERENCE_BLOCK,
                                           fp32_path_peak, streaming_peak)
 from pipeline.core.errors import ConfigError
-from pipeline.models.checkpoint_tensors import header
+from pipeline.models.checkpoint_tensors import CheckpointTensors
 
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2,
                "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
@@ -86,16 +87,10 @@ def machine_bytes() -> int:
 def checkpoint_size(folder: Path) -> tuple[int, dict[str, int]]:
     """Parameters and bytes by safetensors dtype, from the files' headers only."""
     params, by_dtype = 0, {}
-    for f in sorted(Path(folder).glob("*.safetensors")):
-        for name, t in header(f)[0].items():
-            if name == "__metadata__":
-                continue
-            count = 1
-            for d in t["shape"]:
-                count *= d
-            params += count
-            by_dtype[t["dtype"]] = by_dtype.get(t["dtype"], 0) + count * DTYPE_BYTES.get(
-                t["dtype"], 4)
+    for t in CheckpointTensors(folder).entries.values():
+        count = math.prod(t.shape)
+        params += count
+        by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + count * DTYPE_BYTES.get(t.dtype, 4)
     return params, by_dtype
 
 

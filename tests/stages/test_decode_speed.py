@@ -46,6 +46,14 @@ def test_fp32_and_a_candidate_are_timed_round_by_round(tiny_decoder, tmp_path, o
     assert meta["one_at_a_time"] is one_at_a_time
     if one_at_a_time:
         assert rounds == 3  # min_rounds passes each, not "until the interval is narrow"
+    # what the gate and the decoder's report read: the same numbers, by field
+    from pipeline.core.json_record import to_json
+    from pipeline.measure.results import DecodeResult
+
+    typed = DecodeResult.of(NS(meta=meta))
+    assert typed.rounds == rounds and typed.one_at_a_time is one_at_a_time
+    assert typed.speedups["int4"].low == low and typed.speedups["int4"].high == high
+    assert {r: to_json(t) for r, t in typed.timings.items()} == meta["timings"]
 
 
 def test_one_at_a_time_releases_each_model_before_the_next_loads(monkeypatch):
