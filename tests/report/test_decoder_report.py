@@ -98,7 +98,7 @@ def test_report_md_is_the_same_from_the_typed_report_and_from_the_updated_body()
     assert "| int8_wide | True | 1.80x | 12 (reference) |" in lines
     assert any(ln.startswith("Scoring: FP32 once on 12 sequences (130 tokens, top 16") for ln in lines)
     body.update(published="m/auto@1", status="interrupted",
-                interrupted={"signal": "SIGTERM", "where": "while publishing"})
+                interrupted={"signal": "SIGTERM", "where": "while publishing", "exit_code": 143})
     md = markdown(body)
     assert md.rstrip().endswith("Published: m/auto@1")
     assert "**Interrupted while publishing (SIGTERM): published as m/auto@1 before it." in md
