@@ -124,3 +124,71 @@ def test_admission_caps_sequences_and_kv_bytes():
     with pytest.raises(Refused, match="available"):  # the machine's memory, less the margin
         short.admit(100 * 2 ** 20)
     assert (short.active, short.reserved) == (0, 0)
+
+
+@pytest.fixture(scope="module")
+def slower_decoder(tmp_path_factory):
+    """A wider tiny Llama (8 layers, hidden 512: about 30 M parameters): its stream of a hundred
+    tokens lasts long enough for a signal to land in the middle of it (the 2-layer one finishes a
+    hundred tokens in a few milliseconds)."""
+    from llm_tiny import llama
+
+    from tests import decoder_tiny
+
+    root = tmp_path_factory.mktemp("decoder-wide")
+    llama(root / "hf", layers=8, hidden=512, intermediate=2048)
+    folder = decoder_tiny.build(root / "hf", root / "served", "fp32")
+    (folder / "manifest.json").write_text(json.dumps(
+        {"config": {"model": {"name": "tiny-llama-wide", "source": "hf"}}, "metrics": {}}))
+    return folder
+
+
+def test_sigterm_finishes_the_stream_in_flight_refuses_new_ones_and_exits_0(slower_decoder,
+                                                                             tmp_path):
+    """SIGTERM after the stream's first token: the stream still ends with every token of the
+    greedy generation and its done event, a request sent after the signal is refused (503, or no
+    connection once uvicorn closed its socket), and the process exits 0. The server's own line at
+    the signal says a sequence was generating then: the test checks its premise, not a timing."""
+    import signal
+
+    from pipeline.core import isolate
+
+    new = 100
+    running = start(str(slower_decoder), tmp_path, "--threads", "1")
+    events, kind = [], None
+    with requests.post(f"{running.url}/generate", json={"prompt": PROMPT, "max_new_tokens": new},
+                       stream=True, timeout=120) as r:
+        assert r.status_code == 200, r.text
+        lines = r.iter_lines(decode_unicode=True)
+        for line in lines:  # up to the first token's data
+            if line.startswith("event: "):
+                kind = line[len("event: "):]
+            elif line.startswith("data: "):
+                events.append((kind, json.loads(line[len("data: "):])))
+                break
+        running.proc.send_signal(signal.SIGTERM)
+        try:
+            late = requests.post(f"{running.url}/generate", json={"prompt": PROMPT}, timeout=30)
+            late_answer = (late.status_code, late.json().get("error", ""))
+        except requests.ConnectionError:
+            late_answer = ("no connection", "")
+        for line in lines:  # the rest of the stream, read after the signal
+            if line.startswith("event: "):
+                kind = line[len("event: "):]
+            elif line.startswith("data: "):
+                events.append((kind, json.loads(line[len("data: "):])))
+    code = running.proc.wait(120)
+    log = running.log.read_text()
+    assert code == 0, log
+    assert "SIGTERM: stopping; 1 sequence(s) generating in flight" in log, log
+    assert "drained and stopped" in log
+    tokens = [e["id"] for k, e in events if k == "token"]
+    assert events[0][0] == "token" and events[-1][0] == "done", events[-1]
+    assert tokens == events[-1][1]["tokens"]
+    assert tokens == isolate.call("reference generation", _reference, str(slower_decoder),
+                                  PROMPT, new)
+    assert late_answer[0] in (503, "no connection"), late_answer
+    if late_answer[0] == 503:
+        assert "shutting down" in late_answer[1]
+    with pytest.raises(requests.ConnectionError):  # nothing listens any more
+        requests.get(f"{running.url}/healthz", timeout=5)
