@@ -145,6 +145,7 @@ class Server:
         ran = time.perf_counter()
         predictions = self.reader.answers(outputs)
         done = time.perf_counter()
+        self.metrics.busy.inc(done - start)
         timings = {"inference": (ran - start) * 1000.0, "postprocess": (done - ran) * 1000.0,
                    "batch": len(jobs)}
         return [(p, dict(timings)) for p in predictions]
