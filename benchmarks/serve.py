@@ -324,7 +324,12 @@ def _ms(value) -> str:
 
 def _rows(section: dict, bodies: str) -> list[str]:
     lines = []
-    for key, b in section["cpu_bound"].items():
+    bounds = section["cpu_bound"]
+    if "cores" in bounds:  # a section measured before the bound was the issue's
+        bounds = {}
+        lines.append("CPU bound: not measured as issue 36 defines it in this run (it reported "
+                     "wall-time shares then).\n")
+    for key, b in bounds.items():
         lines.append(
             f"CPU bound of the {key.upper()} model on {b['cores']} usable cores: "
             f"{b['bound_qps']:.0f} requests/s = {b['cores']} cores / "
@@ -345,7 +350,8 @@ def _rows(section: dict, bodies: str) -> list[str]:
                                           "postprocess")]
         busy = s.get("inference_busy_share")
         lines.append(f"| {name} | {s['max_qps_within_slo']:.1f} req/s | "
-                     f"{s.get('fraction_of_cpu_bound', 0.0):.0%} | "
+                     + (f"{s['fraction_of_cpu_bound']:.0%}" if "fraction_of_cpu_bound" in s
+                        else "—") + " | "
                      + (f"{busy:.0%}" if busy is not None and busy == busy else "—")
                      + f" | {_ms(s.get('server_cpu_ms_per_request'))} | {st['p50_ms']:.1f} / "
                      f"{st['p99_ms']:.1f} ms | " + " | ".join(cells)
