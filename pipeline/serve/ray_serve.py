@@ -4,7 +4,7 @@ In: a ``Served`` (``artifact.open_ref``) and a ``ServeConfig``. Out: a Ray Serve
 (``application(...)``, for ``serve.run``) whose replicas each load the model on the runtime its
 gate judged and answer ``POST`` with the raw bytes of one request (an image, or a text model's
 text), exactly as ``pipeline.serve.app`` does: the same reader (``readers``: checks and one-line
-4xx, preprocessing, decoding), the same JSON. Decoders are not deployed here.
+4xx, preprocessing, decoding), the same JSON. A decoder: ``generate_application`` (below).
 
 What differs: Ray Serve's proxy routes requests to ``replicas`` processes and bounds their queue
 (``max_ongoing_requests`` per replica, ``max_queued_requests`` in front: past it the proxy answers
