@@ -192,10 +192,13 @@ def decoder_table(dec: dict) -> list[str]:
     def num(v, fmt):
         return format(v, fmt) if isinstance(v, (int, float)) else "—"
 
+    when = (f" Measured {dec['measured_at']} on {dec['cpu'].get('model', 'an unrecorded CPU')}"
+            f" ({dec.get('note', '')})." if "measured_at" in dec else "")  # apart from the rest
     lines = [f"Decoder {dec['model']}, served from its run's folder: {dec['prompt_tokens']}-token "
              f"prompts, {dec['new_tokens']} new tokens, {s['intra_op_threads']} intra-op "
              f"thread(s), at most {s['max_sequences']} sequences of {s['max_seq_len']} tokens, "
-             f"KV budget {s['kv_budget_mb']:.1f} MB ({s['kv_bytes_per_token']} bytes a token).",
+             f"KV budget {s['kv_budget_mb']:.1f} MB ({s['kv_bytes_per_token']} bytes a token)."
+             + when,
              "", "| streams | time to first token p50 / max | tokens/s per stream p50 / min "
              "| tokens/s all streams | refused |", "|---|---|---|---|---|"]
     for st in dec["steps"]:
