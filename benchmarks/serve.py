@@ -168,10 +168,10 @@ def _measured(servers: dict, models: dict, bodies: list[bytes], cfg, tmp: Path,
     first = serve_bound.measure(models["int8"], bodies, threads)
     rows, soak, http_ms = _sweep(servers, bodies, cfg, max(1.0, first.bound_qps / 8), tmp,
                                  soak_seconds)
+    # one reader serves both models (the same task, the same tokenizer files): its cost is one
     bounds = {key: serve_bound.measure(
         served, bodies, threads, _batches_formed(rows.get(f"{key} pipeline", {})), http_ms,
-        prepare_cpu_ms=first.decode_preprocess_cpu_ms if key == "int8" else None)
-        for key, served in models.items()}
+        prepare_cpu_ms=first.decode_preprocess_cpu_ms) for key, served in models.items()}
     for name, row in rows.items():
         bound = bounds[name.split()[0]]
         row["cpu_bound_qps"] = bound.bound_qps
