@@ -18,7 +18,9 @@ bytes by the load generator (``pipeline.serve.load``), on 127.0.0.1.
   bench): the windows' p99 first and last, and the server's RSS before and after.
 - ``encoder``: the zoo's all-mpnet-base-v2 (dynamic INT8) served from UTF-8 sentences: the same
   CPU bound and sweeps (inline, producer/consumer, FP32), no naive row.
-- ``decoder``: SmolLM2-135M (``decoder_section``).
+- ``decoder``: SmolLM2-135M compiled by the pipeline and served from its run's folder: time to
+  first token and tokens/s per stream at 1, 4 and 8 streams, peak RSS against the KV budget
+  (``benchmarks.serve_decoder``).
 """
 from __future__ import annotations
 
