@@ -25,49 +25,18 @@ bytes by the load generator (``pipeline.serve.load``), on 127.0.0.1.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.serve_decoder import decoder_section, decoder_table
+from benchmarks.serve_process import start, status_mb, stop
 
 SCALE = 4.0        # a 300 dpi scanner's line: about 128 pixels tall
 LINES = 64         # distinct request bodies
-
-
-def _start(cmd: list[str], port_file: Path, timeout: float = 300) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    deadline = time.monotonic() + timeout
-    while not port_file.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"server did not start: {' '.join(cmd)} (exit {proc.poll()})")
-        time.sleep(0.1)
-    time.sleep(0.2)  # the naive server writes the port as soon as it listens
-    return proc, f"http://127.0.0.1:{port_file.read_text()}"
-
-
-def _stop(proc: subprocess.Popen) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        return proc.wait()
-
-
-def _rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(ln.split()[1]) / 1024 for ln in f if ln.startswith("VmRSS:"))
 
 
 def _fp32_folder(run: Path, report: dict, dest: Path) -> Path:
@@ -132,7 +101,7 @@ def _sweep(servers: dict, bodies: list[bytes], cfg, start_qps: float, tmp: Path,
         port_file = tmp / f"{name.replace(' ', '_')}.port"
         cmd = cmd + ([str(port_file)] if "serve_naive" in cmd[2] else
                      ["--port", "0", "--ready-file", str(port_file)])
-        proc, url = _start(cmd, port_file)
+        proc, url = start(cmd, port_file)
         try:
             if name == "int8 pipeline":
                 http_ms = http_cpu_ms(url, proc.pid)
@@ -141,7 +110,7 @@ def _sweep(servers: dict, bodies: list[bytes], cfg, start_qps: float, tmp: Path,
             out[name] = {"max_qps_within_slo": rep.max_qps_within_slo,
                          "steps": [vars(s) for s in rep.steps]}
             if name == "int8 pipeline" and soak_seconds > 0 and rep.max_qps_within_slo:
-                rss0 = _rss_mb(proc.pid)
+                rss0 = status_mb(proc.pid, "VmRSS")
                 soak_cfg = load.LoadConfig(slo_p99_ms=cfg.slo_p99_ms, step_seconds=soak_seconds,
                                            window_s=10.0)
                 s = load.run(url, bodies, soak_cfg, rates=[rep.max_qps_within_slo / 2])
@@ -150,9 +119,9 @@ def _sweep(servers: dict, bodies: list[bytes], cfg, start_qps: float, tmp: Path,
                         "p99_ms": step.p99_ms, "errors": step.errors,
                         "window_p99_ms_first_last": [step.window_p99_ms[0],
                                                      step.window_p99_ms[-1]],
-                        "rss_mb_before_after": [rss0, _rss_mb(proc.pid)]}
+                        "rss_mb_before_after": [rss0, status_mb(proc.pid, "VmRSS")]}
         finally:
-            out.setdefault(name, {})["exit_code"] = _stop(proc)
+            out.setdefault(name, {})["exit_code"] = stop(proc)
     return out, soak, http_ms
 
 

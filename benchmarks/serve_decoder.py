@@ -33,11 +33,6 @@ MAX_SEQ_LEN = 128      # prompt + new tokens, with room for the server's own tok
 EVAL, CAL = 24, 8      # texts the pipeline's run scores and calibrates on
 
 
-def _status_mb(pid: int, key: str) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(ln.split()[1]) / 1024 for ln in f if ln.startswith(key + ":"))
-
-
 def compile_run(cli, hf: Path, data: Path) -> tuple[Path | None, dict]:
     """``python -m pipeline model=hf quant=int8`` on the FP32 folder: (the run folder when its
     gate passed, the run's record)."""
@@ -120,7 +115,7 @@ def serve_streams(run: Path, prompts: list[str], rounds: int) -> dict:
     """The run's folder served with the limits above; each concurrency's streams; memory."""
     import requests
 
-    from benchmarks.serve import _start, _stop
+    from benchmarks.serve_process import start, status_mb, stop
     from pipeline.serve.artifact import open_ref
     from pipeline.serve.generate import kv_shape
 
@@ -129,17 +124,17 @@ def serve_streams(run: Path, prompts: list[str], rounds: int) -> dict:
         per_token = kv_shape(served.model.parent).bytes_per_token
         budget_mb = max(STREAMS) * MAX_SEQ_LEN * per_token / 2 ** 20
         port = Path(tmp) / "port"
-        proc, url = _start([sys.executable, "-m", "pipeline.serve", str(run), "--port", "0",
+        proc, url = start([sys.executable, "-m", "pipeline.serve", str(run), "--port", "0",
                             "--ready-file", str(port), "--max-sequences", str(max(STREAMS)),
                             "--max-seq-len", str(MAX_SEQ_LEN), "--kv-budget-mb",
                             f"{budget_mb:.6f}"], port)
         try:
             ready = requests.get(f"{url}/readyz", timeout=30).json()
-            rss_ready = _status_mb(proc.pid, "VmRSS")
+            rss_ready = status_mb(proc.pid, "VmRSS")
             steps = [streams(url, prompts, c, rounds, NEW_TOKENS) for c in STREAMS]
-            peak = _status_mb(proc.pid, "VmHWM")
+            peak = status_mb(proc.pid, "VmHWM")
         finally:
-            code = _stop(proc)
+            code = stop(proc)
     # what 8 streams of these prompts reserve: the server reserves (prompt + new) positions each
     return {"server": {k: ready.get(k) for k in ("max_sequences", "max_seq_len", "kv_budget_mb",
                                                   "kv_bytes_per_token", "intra_op_threads")},
