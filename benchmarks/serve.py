@@ -130,14 +130,14 @@ def _measured(servers: dict, models: dict, bodies: list[bytes], cfg, tmp: Path,
     """The sweeps of ``servers`` ({name: command}; a name starts with its model's key in
     ``models``: {"int8": Served, "fp32": Served}) and each model's CPU bound, each row with its
     fraction of its model's bound, its model thread's busy share and its processes' CPU per
-    request at its highest steady rate. The sweeps start at an eighth of a first bound (batch 1,
+    request at its highest steady rate. The sweeps start at a sixteenth of a first bound (batch 1,
     no HTTP part), the bounds are measured after them at the batches the batcher formed."""
     from benchmarks import serve_bound
     from pipeline.serve.config import ServeConfig
 
     threads = ServeConfig().resolved().intra_op_threads  # the producer/consumer server's split
     first = serve_bound.measure(models["int8"], bodies, threads)
-    rows, soak, http_ms = _sweep(servers, bodies, cfg, max(1.0, first.bound_qps / 8), tmp,
+    rows, soak, http_ms = _sweep(servers, bodies, cfg, max(1.0, first.bound_qps / 16), tmp,
                                  soak_seconds)
     # one reader serves both models (the same task, the same tokenizer files): its cost is one
     bounds = {key: serve_bound.measure(
