@@ -185,8 +185,10 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
         start = time.perf_counter()
         if not server.ready or server.stopping:
             m.errors.labels("503").inc()
-            return _error(503, not_serving(server), {"Retry-After": str(cfg.retry_after_s),
-                                                     "Connection": "close"})
+            headers = {"Retry-After": str(cfg.retry_after_s)}
+            if server.stopping:  # this connection is not kept: the listening socket is closing
+                headers["Connection"] = "close"
+            return _error(503, not_serving(server), headers)
         if server.admitted >= cfg.queue_limit:
             m.requests.labels("overloaded").inc()
             m.errors.labels("503").inc()
