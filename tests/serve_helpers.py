@@ -1,6 +1,7 @@
 """Starting the real server (``python -m pipeline.serve``) for a test, and what its tests send."""
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
@@ -81,4 +82,88 @@ def metrics(url: str) -> dict:
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             out[(s.name, *sorted(s.labels.items()))] = s.value
+    return out
+
+
+@contextlib.contextmanager
+def local_ray(num_cpus: int = 2):
+    """A local Ray cluster of its own with Ray Serve's proxy on a free 127.0.0.1 port: yields
+    (serve, the proxy's URL); shut down after."""
+    import socket
+    import tempfile
+
+    import ray
+    from ray import serve
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray 2.60 turns token authentication on for a new local cluster and writes a token to
+    # ~/.ray/auth_token, which every later client on the machine then presents, and which a
+    # cluster started without it (tests/test_sweep.py's `ray start`) refuses: a test leaves
+    # nothing behind in the user's home
+    mode = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    # a cluster of its own, on the loopback address (traffic stays on 127.0.0.1) and in a temp
+    # folder of its own (short: Ray's socket paths must fit 107 bytes), so that nothing of another
+    # cluster on this machine (a sweep test's, Ray's default /tmp/ray) is found or reused
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, logging_level="ERROR",
+             log_to_driver=False, _node_ip_address="127.0.0.1",
+             _temp_dir=tempfile.mkdtemp(prefix="ray-"))
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        yield serve, f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        if mode is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = mode
+
+
+def tiny_decoder(root: Path, name: str = "tiny-llama", **shape) -> Path:
+    """The tiny Llama of ``tests/llm_tiny.py`` (``shape``: its layers, hidden, intermediate),
+    exported FP32 by onnxruntime-genai's model builder and laid out as ``pipeline.registry pull``
+    lays out a published decoder (the builder's folder plus ``manifest.json``)."""
+    import json
+
+    from llm_tiny import llama
+
+    from tests import decoder_tiny
+
+    llama(root / "hf", **shape)  # a byte-level BPE tokenizer, which onnxruntime-genai reads
+    folder = decoder_tiny.build(root / "hf", root / "served", "fp32")
+    (folder / "manifest.json").write_text(json.dumps(
+        {"config": {"model": {"name": name, "source": "hf"}}, "metrics": {}}))
+    return folder
+
+
+def greedy_reference(folder: str, prompt: str, new: int) -> list[int]:
+    """onnxruntime-genai's Generator run directly (greedy): the tokens a server must stream. Run
+    it in a child process (``pipeline.core.isolate.call``)."""
+    import onnxruntime_genai as og
+
+    model = og.Model(folder)
+    ids = og.Tokenizer(model).encode(prompt)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(ids) + new, do_sample=False)
+    gen = og.Generator(model, params)
+    gen.append_tokens(np.asarray([ids], dtype=np.int32))
+    while not gen.is_done():
+        gen.generate_next_token()
+    return [int(t) for t in gen.get_sequence(0)[len(ids):]]
+
+
+def sse_events(lines) -> list[tuple[str, dict]]:
+    """(event, data) pairs of a server-sent event stream's lines."""
+    import json
+
+    out, kind = [], None
+    for line in lines:
+        if line.startswith("event: "):
+            kind = line[len("event: "):]
+        elif line.startswith("data: "):
+            out.append((kind, json.loads(line[len("data: "):])))
     return out

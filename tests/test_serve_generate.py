@@ -13,12 +13,10 @@ refused), where no timing decides which request comes first.
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 import requests
 
-from tests.serve_helpers import start
+from tests.serve_helpers import greedy_reference, sse_events, start, tiny_decoder
 
 pytestmark = pytest.mark.slow
 
@@ -27,41 +25,11 @@ PROMPT = "the quick brown fox jumps over"
 
 @pytest.fixture(scope="module")
 def decoder(tmp_path_factory):
-    from llm_tiny import llama
-
-    from tests import decoder_tiny
-
-    root = tmp_path_factory.mktemp("decoder")
-    llama(root / "hf")  # a byte-level BPE tokenizer, which onnxruntime-genai's tokenizer reads
-    folder = decoder_tiny.build(root / "hf", root / "served", "fp32")
-    (folder / "manifest.json").write_text(json.dumps(
-        {"config": {"model": {"name": "tiny-llama", "source": "hf"}}, "metrics": {}}))
-    return folder
-
-
-def _reference(folder: str, prompt: str, new: int) -> list[int]:
-    import numpy as np
-    import onnxruntime_genai as og
-
-    model = og.Model(folder)
-    ids = og.Tokenizer(model).encode(prompt)
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(ids) + new, do_sample=False)
-    gen = og.Generator(model, params)
-    gen.append_tokens(np.asarray([ids], dtype=np.int32))
-    while not gen.is_done():
-        gen.generate_next_token()
-    return [int(t) for t in gen.get_sequence(0)[len(ids):]]
+    return tiny_decoder(tmp_path_factory.mktemp("decoder"))
 
 
 def _events(response) -> list[tuple[str, dict]]:
-    out, kind = [], None
-    for line in response.iter_lines(decode_unicode=True):
-        if line.startswith("event: "):
-            kind = line[len("event: "):]
-        elif line.startswith("data: "):
-            out.append((kind, json.loads(line[len("data: "):])))
-    return out
+    return sse_events(response.iter_lines(decode_unicode=True))
 
 
 def test_tokens_stream_as_the_pipelines_greedy_generation_and_limits_refuse(decoder, tmp_path):
@@ -98,7 +66,8 @@ def test_tokens_stream_as_the_pipelines_greedy_generation_and_limits_refuse(deco
         metrics = requests.get(f"{running.url}/metrics", timeout=30).text
     finally:
         assert running.stop() == 0, running.log.read_text()
-    assert tokens == isolate.call("reference generation", _reference, str(decoder), PROMPT, 12)
+    assert tokens == isolate.call("reference generation", greedy_reference, str(decoder), PROMPT,
+                                  12)
     assert over.status_code == 503 and over.headers.get("Retry-After"), over.text
     assert "KV cache" in over.json()["error"] and "--kv-budget-mb" in over.json()["error"]
     assert too_long.status_code == 413 and "--max-seq-len" in too_long.json()["error"]
@@ -124,3 +93,57 @@ def test_admission_caps_sequences_and_kv_bytes():
     with pytest.raises(Refused, match="available"):  # the machine's memory, less the margin
         short.admit(100 * 2 ** 20)
     assert (short.active, short.reserved) == (0, 0)
+
+
+@pytest.fixture(scope="module")
+def slower_decoder(tmp_path_factory):
+    """A wider tiny Llama (8 layers, hidden 512: about 30 M parameters): its stream of a hundred
+    tokens lasts long enough for a signal to land in the middle of it (the 2-layer one finishes a
+    hundred tokens in a few milliseconds)."""
+    return tiny_decoder(tmp_path_factory.mktemp("decoder-wide"), "tiny-llama-wide", layers=8,
+                        hidden=512, intermediate=2048)
+
+
+def test_sigterm_finishes_the_stream_in_flight_refuses_new_ones_and_exits_0(slower_decoder,
+                                                                             tmp_path):
+    """SIGTERM after the stream's first token: the stream still ends with every token of the
+    greedy generation and its done event, a request sent after the signal is refused (503, or no
+    connection once uvicorn closed its socket), and the process exits 0. The server's own line at
+    the signal says a sequence was generating then: the test checks its premise, not a timing."""
+    import signal
+
+    from pipeline.core import isolate
+
+    new = 100
+    running = start(str(slower_decoder), tmp_path, "--threads", "1")
+    with requests.post(f"{running.url}/generate", json={"prompt": PROMPT, "max_new_tokens": new},
+                       stream=True, timeout=120) as r:
+        assert r.status_code == 200, r.text
+        lines = r.iter_lines(decode_unicode=True)
+        head = []
+        for line in lines:  # up to the first token's data
+            head.append(line)
+            if line.startswith("data: "):
+                break
+        running.proc.send_signal(signal.SIGTERM)
+        try:
+            late = requests.post(f"{running.url}/generate", json={"prompt": PROMPT}, timeout=30)
+            late_answer = (late.status_code, late.json().get("error", ""))
+        except requests.ConnectionError:
+            late_answer = ("no connection", "")
+        events = sse_events(head + list(lines))  # the rest of the stream, read after the signal
+    code = running.proc.wait(120)
+    log = running.log.read_text()
+    assert code == 0, log
+    assert "SIGTERM: stopping; 1 sequence(s) generating in flight" in log, log
+    assert "drained and stopped" in log
+    tokens = [e["id"] for k, e in events if k == "token"]
+    assert events[0][0] == "token" and events[-1][0] == "done", events[-1]
+    assert tokens == events[-1][1]["tokens"]
+    assert tokens == isolate.call("reference generation", greedy_reference, str(slower_decoder),
+                                  PROMPT, new)
+    assert late_answer[0] in (503, "no connection"), late_answer
+    if late_answer[0] == 503:
+        assert "shutting down" in late_answer[1]
+    with pytest.raises(requests.ConnectionError):  # nothing listens any more
+        requests.get(f"{running.url}/healthz", timeout=5)

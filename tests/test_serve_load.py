@@ -2,7 +2,8 @@
 2 s of open-loop arrivals at a low rate and a 1 s concurrency step, over real encoded files, some
 of them not images. What is checked is the report's structure and its counting (every request
 sent is answered or counted as an error, and the errors and successes it counts are the ones the
-server's own /metrics counted), never how fast anything was.
+server's own /metrics counted, the batches it formed answered the step's good requests), never
+how fast anything was.
 """
 from __future__ import annotations
 
@@ -61,6 +62,11 @@ def test_open_loop_and_concurrency_report_counts_what_was_sent(server, tmp_path)
     assert delta("serve_requests_total", ("outcome", "ok")) == step["ok"] + conc["ok"]
     assert delta("serve_errors_total", ("status", "415")) == \
         step["errors"]["415"] + conc["errors"]["415"]
+    # the batches the server formed in the open-loop step answered exactly its good requests (the
+    # 415s never reached the model), and its one model thread was busy part of the step
+    assert sum(int(size) * runs for size, runs in step["batch_sizes"].items()) == step["ok"]
+    assert 0 < step["inference_busy_share"] <= 1, step["inference_busy_share"]
+    assert delta("serve_inference_busy_seconds_total") > 0
     assert "highest rate with p99" in proc.stdout
 
 

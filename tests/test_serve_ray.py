@@ -6,56 +6,28 @@ bad input with the HTTP server's one-line 4xx.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 
 from tests.conftest import run_folder
-from tests.serve_helpers import line_png
+from tests.serve_helpers import line_png, local_ray
 
 
 @pytest.fixture(scope="module")
 def ray_app(tiny_run, tmp_path_factory):
-    ray = pytest.importorskip("ray")
-    serve = pytest.importorskip("ray.serve")
+    pytest.importorskip("ray.serve")
     from pipeline.serve.artifact import open_ref
     from pipeline.serve.config import ServeConfig
     from pipeline.serve.ray_serve import application
 
     _, proc = tiny_run
     served = open_ref(str(run_folder(proc)), tmp_path_factory.mktemp("pull"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # Ray 2.60 turns token authentication on for a new local cluster and writes a token to
-    # ~/.ray/auth_token, which every later client on the machine then presents, and which a
-    # cluster started without it (tests/test_sweep.py's `ray start`) refuses: a test leaves
-    # nothing behind in the user's home
-    mode = os.environ.get("RAY_AUTH_MODE")
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    # a cluster of its own, on the loopback address (traffic stays on 127.0.0.1) and in a temp
-    # folder of its own (short: Ray's socket paths must fit 107 bytes), so that nothing of another
-    # cluster on this machine (a sweep test's, Ray's default /tmp/ray) is found or reused
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
-             log_to_driver=False, _node_ip_address="127.0.0.1",
-             _temp_dir=tempfile.mkdtemp(prefix="ray-"))
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
+    with local_ray() as (serve, url):
         cfg = ServeConfig(max_batch=4, max_wait_ms=20, intra_op_threads=1, workers=1)
         serve.run(application(served, cfg, replicas=2, num_cpus=0.5), route_prefix="/predict")
-        yield served, f"http://127.0.0.1:{port}/predict", serve
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-        if mode is None:
-            os.environ.pop("RAY_AUTH_MODE", None)
-        else:
-            os.environ["RAY_AUTH_MODE"] = mode
+        yield served, f"{url}/predict", serve
 
 
 def _direct(model, task_key, bodies: list[bytes]) -> list[str]:

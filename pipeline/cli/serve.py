@@ -166,7 +166,7 @@ def _serve(argv: list[str]) -> int:
 
     import uvicorn
 
-    from pipeline.serve.app import build
+    from pipeline.serve.app import Draining, build
     from pipeline.serve.artifact import open_ref
 
     ns, cfg, overrides = parse(argv)
@@ -180,7 +180,7 @@ def _serve(argv: list[str]) -> int:
             app, server = build(served, cfg)
         config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
                                 access_log=False, lifespan="on", timeout_graceful_shutdown=60)
-        userver = uvicorn.Server(config)
+        userver = Draining(config, server)
         # uvicorn drains on SIGTERM (stops accepting, answers what is in flight, shuts the
         # lifespan down) and then raises the signal again under the handler it found, which
         # would end the process with 143. A drain that completed is a clean exit: the handler

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
+import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -52,11 +55,16 @@ class Server:
         self.limits = Limits(cfg.max_body_bytes, cfg.max_pixels, cfg.max_side)
         self.metrics = ServerMetrics(cfg.max_batch)
         self.ready = False
+        self.stopping = False  # set on SIGTERM: new requests are refused, admitted ones answered
         self.failed: str | None = None  # why start-up failed (one line); the CLI exits non-zero
         self.admitted = 0
         self.pool: ProcessPoolExecutor | None = None
         self.batcher: Batcher | None = None
         self.model = None
+
+    @property
+    def in_flight(self) -> str:
+        return f"{self.admitted} request(s)"
 
     # -- life cycle ------------------------------------------------------------------------
     def _new_pool(self) -> ProcessPoolExecutor:
@@ -137,6 +145,7 @@ class Server:
         ran = time.perf_counter()
         predictions = self.reader.answers(outputs)
         done = time.perf_counter()
+        self.metrics.busy.inc(done - start)
         timings = {"inference": (ran - start) * 1000.0, "postprocess": (done - ran) * 1000.0,
                    "batch": len(jobs)}
         return [(p, dict(timings)) for p in predictions]
@@ -174,10 +183,12 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
 
     async def predict(request: Request) -> Response:
         start = time.perf_counter()
-        if not server.ready:
+        if not server.ready or server.stopping:
             m.errors.labels("503").inc()
-            return _error(503, "warming up: not ready yet (GET /readyz)",
-                          {"Retry-After": str(cfg.retry_after_s)})
+            headers = {"Retry-After": str(cfg.retry_after_s)}
+            if server.stopping:  # this connection is not kept: the listening socket is closing
+                headers["Connection"] = "close"
+            return _error(503, not_serving(server), headers)
         if server.admitted >= cfg.queue_limit:
             m.requests.labels("overloaded").inc()
             m.errors.labels("503").inc()
@@ -217,6 +228,34 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
     return Starlette(routes=routes, lifespan=lifespan(server)), server
 
 
+def not_serving(server) -> str:
+    """Why a request is refused before any work: the server is warming up or shutting down."""
+    if server.stopping:
+        return "shutting down: in-flight requests are being answered, new ones refused"
+    return "warming up: not ready yet (GET /readyz)"
+
+
+class Draining(uvicorn.Server):
+    """uvicorn's server, whose SIGTERM (or Ctrl-C) first marks ``server`` as stopping, so a
+    request that reaches a handler after the signal (uvicorn closes its listening socket on its
+    next tick, up to 0.1 s later) is refused 503 rather than started, and says on stdout how much
+    is in flight; then uvicorn drains as it does: stop accepting, let every open response finish
+    (a decoder's stream to its last token), shut the lifespan down."""
+
+    def __init__(self, config: uvicorn.Config, server):
+        super().__init__(config)
+        self.served_by = server
+
+    def handle_exit(self, sig, frame) -> None:
+        if not self.should_exit:
+            self.served_by.stopping = True
+            # os.write, not print: this runs in a signal handler, which may interrupt a print of
+            # the main thread (a buffered writer is not reentrant)
+            os.write(1, f"serve: {signal.Signals(sig).name}: stopping; "
+                        f"{self.served_by.in_flight} in flight, answered before exit\n".encode())
+        super().handle_exit(sig, frame)
+
+
 def service_routes(server, m, ready: dict) -> list:
     """/healthz (alive), /readyz (``ready`` once ``server.ready``, else 503 with why) and /metrics
     (Prometheus' text format): the same for every kind of server."""
@@ -242,9 +281,6 @@ def lifespan(server):
     fails is one line, then SIGTERM, and the command line exits non-zero."""
     @contextlib.asynccontextmanager
     async def span(app):
-        import os
-        import signal
-
         async def start():
             try:
                 await server.start()

@@ -36,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from pipeline.serve.app import lifespan, service_routes
+from pipeline.serve.app import lifespan, not_serving, service_routes
 from pipeline.serve.config import ServeConfig
 from pipeline.serve.inputs import BadInput, Limits, read_text
 from pipeline.serve.metrics import SECONDS, ServerMetrics
@@ -139,7 +139,12 @@ class Generating:
         self.tokens = Histogram("serve_token_seconds", "Time per generated token after the first",
                                 buckets=SECONDS, registry=r)
         self.ready, self.failed = False, None
+        self.stopping = False  # set on SIGTERM (app.Draining): new sequences are refused
         self.model = self.tokenizer = None
+
+    @property
+    def in_flight(self) -> str:
+        return f"{self.admission.active} sequence(s) generating"
 
     async def start(self) -> None:
         self.model, self.tokenizer = await run_in_threadpool(self._load)
@@ -204,11 +209,13 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Generating]:
         m.requests.labels(outcome).inc()
         m.errors.labels(str(status)).inc()
         headers = {"Retry-After": str(cfg.retry_after_s)} if status == 503 else None
+        if server.stopping:
+            headers = {**(headers or {}), "Connection": "close"}
         return JSONResponse({"error": line}, status_code=status, headers=headers)
 
     async def generate(request: Request) -> Response:
-        if not server.ready:
-            return refuse(503, "warming up: not ready yet (GET /readyz)", "overloaded")
+        if not server.ready or server.stopping:
+            return refuse(503, not_serving(server), "overloaded")
         try:
             body = await request.body()
             if len(body) > cfg.max_body_bytes:

@@ -9,7 +9,9 @@ achieved rate, p50/p99/p999 from the client's clock (counted from when each requ
 when it went out, so a client that falls behind does not hide queueing), errors by status,
 the time of each server stage as the server reported it (decode, preprocess, queue, inference,
 postprocess) and the network and HTTP time (client latency minus the server's own), whether the
-step reached steady state, and the highest rate whose p99 met the target.
+step reached steady state, and the highest rate whose p99 met the target. Where the server has
+``/metrics`` (ours), each step also has the batch sizes its batcher formed and the share of the
+step its model's thread was busy, read before and after the step.
 
 Why not Locust: its users are closed loops (a user waits for its answer before its next request,
 at best paced by ``constant_throughput``), so a slow server slows the arrivals and hides its
@@ -33,6 +35,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -56,6 +59,10 @@ class Step:
     window_p99_ms: list = field(default_factory=list)
     steady: bool = False
     meets_slo: bool = False
+    # from the server's /metrics before and after the step (absent on a server without them)
+    batch_sizes: dict = field(default_factory=dict)   # requests per model run -> runs
+    inference_busy_share: float = float("nan")        # the model's thread: busy s / step s
+    server: dict = field(default_factory=dict)        # the caller's probe: counter deltas
 
 
 @dataclass
@@ -127,8 +134,49 @@ def _content_type(body: bytes) -> str:
         return "application/octet-stream"
 
 
+@dataclass(frozen=True)
+class _Counters:
+    """What a server's /metrics says so far: the model thread's busy seconds and the batcher's
+    histogram of batch sizes (cumulative: runs of at most ``size`` requests)."""
+    busy_s: float | None
+    runs_up_to: dict  # batch size -> runs of that size or smaller
+
+
+async def _counters(session, url: str) -> _Counters | None:
+    """The server's counters (parsed by prometheus_client), or None when it has no /metrics."""
+    import aiohttp
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        async with session.get(f"{url}/metrics") as r:
+            if r.status != 200:
+                return None
+            text = await r.text()
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        return None
+    busy, runs = None, {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "serve_inference_busy_seconds_total":
+                busy = sample.value
+            elif sample.name == "serve_batch_size_bucket" and sample.labels["le"] != "+Inf":
+                runs[int(float(sample.labels["le"]))] = sample.value
+    return _Counters(busy, runs)
+
+
+def _batches(before: _Counters, after: _Counters) -> dict:
+    """{batch size: runs} formed between two reads."""
+    runs, below = {}, 0.0
+    for size in sorted(after.runs_up_to):
+        total = after.runs_up_to[size] - before.runs_up_to.get(size, 0.0)
+        if total - below > 0:
+            runs[size] = int(round(total - below))
+        below = total
+    return runs
+
+
 async def open_loop(url: str, bodies: list[bytes], qps: float, cfg: LoadConfig,
-                    seed: int = 0) -> Step:
+                    seed: int = 0, probe: Callable[[], dict] | None = None) -> Step:
     import aiohttp
 
     rng = np.random.default_rng(seed)
@@ -141,6 +189,7 @@ async def open_loop(url: str, bodies: list[bytes], qps: float, cfg: LoadConfig,
     connector = aiohttp.TCPConnector(limit=cfg.max_in_flight)
     timeout = aiohttp.ClientTimeout(total=max(30.0, 10 * cfg.slo_p99_ms / 1000.0))
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        before, probed = await _counters(session, url), probe() if probe else {}
         t0 = time.perf_counter()
 
         async def one(k: int):
@@ -165,6 +214,13 @@ async def open_loop(url: str, bodies: list[bytes], qps: float, cfg: LoadConfig,
             tasks.append(asyncio.create_task(one(k)))
         await asyncio.gather(*tasks)
         elapsed = time.perf_counter() - t0
+        after = await _counters(session, url)
+    if probe:
+        step.server = {k: v - probed[k] for k, v in probe().items()}
+    if before and after:
+        step.batch_sizes = _batches(before, after)
+        if before.busy_s is not None and after.busy_s is not None:
+            step.inference_busy_share = (after.busy_s - before.busy_s) / elapsed
     return _summarize(step, records, elapsed, cfg)
 
 
@@ -232,16 +288,19 @@ async def closed_loop(url: str, bodies: list[bytes], concurrency: int,
 
 def run(url: str, bodies: list[bytes], cfg: LoadConfig, rates: list[float] | None = None,
         start_qps: float = 10.0, growth: float = 1.5, max_steps: int = 12,
-        concurrency: list[int] | None = None) -> LoadReport:
+        concurrency: list[int] | None = None, probe: Callable[[], dict] | None = None
+        ) -> LoadReport:
     """Open-loop steps at ``rates`` (all of them), or from ``start_qps`` up by ``growth`` until a
-    step misses the target; then the concurrency sweep, if asked."""
+    step misses the target; then the concurrency sweep, if asked. ``probe``: cumulative counters
+    of the server read before and after each step (the bench's: its processes' CPU seconds),
+    their differences kept in ``Step.server``."""
     if not bodies:
         raise ValueError("no request bodies")
     report = LoadReport(url, cfg.slo_p99_ms, len(bodies))
     sweep = rates is None
     plan = list(rates or [start_qps * growth ** k for k in range(max_steps)])
     for k, qps in enumerate(plan):
-        step = asyncio.run(open_loop(url, bodies, qps, cfg, seed=cfg.seed + k))
+        step = asyncio.run(open_loop(url, bodies, qps, cfg, seed=cfg.seed + k, probe=probe))
         report.steps.append(step)
         print(_line(step), flush=True)
         # The sweep ends when the target is missed or requests fail; a step that met the
@@ -266,6 +325,8 @@ def _line(s: Step) -> str:
     return (f"{s.offered_qps:8.1f} req/s offered, {s.achieved_qps:8.1f} answered: p50 "
             f"{s.p50_ms:.2f} p99 {s.p99_ms:.2f} p999 {s.p999_ms:.2f} ms, errors "
             f"{s.errors or 0}, "
+            + (f"model busy {s.inference_busy_share:.0%}, " if s.inference_busy_share
+               == s.inference_busy_share else "")
             + (("meets" if s.meets_slo else "misses") + " the target" if s.steady else
                "not steady: not counted")
             + f" | ms: {stages} network "

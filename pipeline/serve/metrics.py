@@ -2,9 +2,9 @@
 
 Requests by outcome (ok, bad_input, overloaded, error), errors by HTTP status, a latency
 histogram per stage (decode, preprocess, queue, inference, postprocess, and the whole request as
-the server saw it), the queue's depth (requests admitted and not yet answered) and the batch sizes
-the batcher formed. Buckets span 0.1 ms to 10 s: a tiny model's stages take well under a
-millisecond, a request past its SLO takes seconds.
+the server saw it), the queue's depth (requests admitted and not yet answered), the batch sizes
+the batcher formed and the seconds the model's thread was busy. Buckets span 0.1 ms to 10 s: a
+tiny model's stages take well under a millisecond, a request past its SLO takes seconds.
 """
 from __future__ import annotations
 
@@ -32,6 +32,10 @@ class ServerMetrics:
                                  "Requests admitted and not yet answered", registry=r)
         self.batch_size = Histogram("serve_batch_size", "Requests per model run",
                                     buckets=tuple(range(1, max_batch + 1)), registry=r)
+        # the article's utilisation: busy seconds over a step's seconds is the share of time the
+        # model's thread worked (inline: summed over the request threads running the model)
+        self.busy = Counter("serve_inference_busy_seconds", "Seconds spent running the model "
+                            "and decoding its outputs (a batch's time once)", registry=r)
         for outcome in ("ok", "bad_input", "overloaded", "error"):
             self.requests.labels(outcome)  # present at zero, so a scrape shows every series
         for stage in STAGES:

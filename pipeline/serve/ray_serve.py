@@ -4,7 +4,7 @@ In: a ``Served`` (``artifact.open_ref``) and a ``ServeConfig``. Out: a Ray Serve
 (``application(...)``, for ``serve.run``) whose replicas each load the model on the runtime its
 gate judged and answer ``POST`` with the raw bytes of one request (an image, or a text model's
 text), exactly as ``pipeline.serve.app`` does: the same reader (``readers``: checks and one-line
-4xx, preprocessing, decoding), the same JSON. Decoders are not deployed here.
+4xx, preprocessing, decoding), the same JSON. A decoder: ``generate_application`` (below).
 
 What differs: Ray Serve's proxy routes requests to ``replicas`` processes and bounds their queue
 (``max_ongoing_requests`` per replica, ``max_queued_requests`` in front: past it the proxy answers
@@ -13,6 +13,12 @@ batcher has no notion of shape classes, so a gathered batch is split by line wid
 runs as one batch: no line is padded to another's width, and every answer is the one the line gets
 alone (as the HTTP server's batcher guarantees). Decoding and preprocessing run on a thread of the
 replica, the model on another, so the replica's event loop keeps reading requests.
+
+A decoder (``generate_application``) is deployed as the HTTP server's own Starlette app
+(``generate.build``) behind ``@serve.ingress``: each replica builds it, Ray Serve runs its
+lifespan (the model loads and warms up; until then ``/readyz`` and ``/generate`` answer 503) and
+streams its server-sent events through the proxy, token by token. Admission (sequences, length,
+KV budget) is per replica, as each replica holds its own sequences' caches.
 """
 from __future__ import annotations
 
@@ -80,3 +86,27 @@ def application(served, cfg: ServeConfig, replicas: int = 1, num_cpus: float = 1
                                                "preprocess": p.preprocess_ms, "batch": batch}})
 
     return Recognizer.bind(served, cfg)
+
+
+def generate_application(served, cfg: ServeConfig, replicas: int = 1, num_cpus: float = 1.0):
+    """A decoder's ``/generate`` (tokens streamed as server-sent events), ``/readyz``,
+    ``/healthz`` and ``/metrics``, on ``replicas`` Ray Serve replicas."""
+    from ray import serve
+
+    root = str(Path(__file__).resolve().parents[2])
+
+    def app():  # built on each replica, where the model is loaded
+        from pipeline.serve.generate import build
+
+        return build(served, cfg)[0]
+
+    # the proxy holds at most what the replicas may generate at once; past that it answers 503
+    @serve.deployment(num_replicas=replicas, max_ongoing_requests=cfg.max_sequences,
+                      max_queued_requests=cfg.max_sequences,
+                      ray_actor_options={"num_cpus": num_cpus,
+                                         "runtime_env": {"env_vars": {"PYTHONPATH": root}}})
+    @serve.ingress(app)
+    class Generator:
+        pass
+
+    return Generator.bind()

@@ -1,0 +1,55 @@
+"""The serve bench's CPU bound is issue 36's: the usable cores over the sum of the CPU-ms one
+request costs in decode + preprocess, in inference weighted by the batches the batcher formed, and
+in the HTTP layer; the results page shows it beside each row, and a section from before (wall-time
+shares) still renders. Arithmetic and rendering only: the measuring is a benchmark's."""
+from __future__ import annotations
+
+import pytest
+
+
+def test_bound_is_cores_over_the_sum_with_inference_weighted_by_the_batches_formed():
+    from benchmarks.serve import _batches_formed
+    from benchmarks.serve_bound import CpuBound
+
+    row = {"steps": [
+        {"offered_qps": 10, "meets_slo": True, "batch_sizes": {"1": 10}},
+        {"offered_qps": 40, "meets_slo": True, "batch_sizes": {"1": 10, "2": 15}},
+        {"offered_qps": 60, "meets_slo": False, "batch_sizes": {"4": 30}}]}
+    counts = _batches_formed(row)  # the highest steady step within the target: 40 req/s
+    assert counts == {1: 10, 2: 15}
+    answered = 10 * 1 + 15 * 2
+    bound = CpuBound(cores=2, threads=1, decode_preprocess_cpu_ms=1.0,
+                     inference_cpu_ms_by_batch={1: 3.0, 2: 2.0},
+                     batch_share={1: 10 / answered, 2: 30 / answered}, http_cpu_ms=0.5)
+    assert bound.inference_cpu_ms == pytest.approx(0.25 * 3.0 + 0.75 * 2.0)
+    assert bound.cpu_ms_per_request == pytest.approx(1.0 + 2.25 + 0.5)
+    assert bound.bound_qps == pytest.approx(2 * 1000.0 / 3.75)
+    d = bound.as_dict()
+    assert d["bound_qps"] == pytest.approx(bound.bound_qps) and d["http_cpu_ms"] == 0.5
+    # no step met the target: the whole sweep's batches
+    assert _batches_formed({"steps": row["steps"][2:]}) == {4: 30}
+
+
+def test_table_shows_the_bound_and_each_rows_fraction_and_an_older_section_still_renders():
+    from benchmarks.serve import table, targets
+    from benchmarks.serve_bound import CpuBound
+
+    bound = CpuBound(2, 1, 1.0, {1: 3.0}, {1: 1.0}, "the batcher's batches", 1.0)
+    step = {"offered_qps": 300.0, "meets_slo": True, "p50_ms": 5.0, "p99_ms": 20.0,
+            "network_ms": 1.0, "stage_ms": {"decode": 1.0, "inference": 2.0}}
+    section = {"scale": 4.0, "slo_p99_ms": 200.0, "cpu_bound": {"int8": bound.as_dict()},
+               "servers": {"int8 pipeline": {"max_qps_within_slo": 300.0, "steps": [step],
+                                             "fraction_of_cpu_bound": 0.75,
+                                             "inference_busy_share": 0.6,
+                                             "server_cpu_ms_per_request": 5.5}}}
+    text = "\n".join(table(section))
+    assert "400 requests/s = 2 cores / 5.00 CPU-ms a request" in text
+    assert "| int8 pipeline | 300.0 req/s | 75% | 60% | 5.50 |" in text
+    assert targets(section)["INT8 producer/consumer reaches >= 80 % of the CPU bound"] == \
+        [0.75, False]
+    older = {**section, "cpu_bound": {"cores": 2, "model_ms_b1": 1.9, "bound_qps_serial": 318.5,
+                                      "decode_preprocess_ms_1_core": 1.2},
+             "servers": {"int8 pipeline": {"max_qps_within_slo": 300.0, "steps": [step]}}}
+    text = "\n".join(table(older))
+    assert "before issue 36's definition" in text and "at most 318 requests/s" in text
+    assert "| int8 pipeline | 300.0 req/s | — | — |" in text
