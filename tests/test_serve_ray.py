@@ -1,33 +1,47 @@
-"""The Ray Serve deployment (``pipeline.serve.ray_serve``) on a local Ray cluster started here:
-two replicas of the tiny run's published model answer raw PNG bytes over Ray Serve's HTTP proxy
-on 127.0.0.1 with what the model says when it is run directly on the same preprocessed input, and
-bad input with the HTTP server's one-line 4xx.
+"""The Ray Serve deployments (``pipeline.serve.ray_serve``) on one local Ray cluster started here
+(starting one costs more than either test, so the module shares it):
+- two replicas of the tiny run's published model answer raw PNG bytes over Ray Serve's HTTP proxy
+  on 127.0.0.1 with what the model says when it is run directly on the same preprocessed input,
+  and bad input with the HTTP server's one-line 4xx;
+- the decoder's deployment (``generate_application``) streams the tiny Llama's tokens through the
+  proxy as server-sent events, one event per token, equal to onnxruntime-genai's greedy
+  generation run directly; a request over the sequence length is the HTTP server's 413.
 """
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 
 from tests.conftest import run_folder
-from tests.serve_helpers import line_png, local_ray
+from tests.serve_helpers import greedy_reference, line_png, local_ray, sse_events, tiny_decoder
+
+PROMPT = "the quick brown fox jumps over"
 
 
 @pytest.fixture(scope="module")
-def ray_app(tiny_run, tmp_path_factory):
+def cluster():
     pytest.importorskip("ray.serve")
+    with local_ray() as (serve, url):
+        yield serve, url
+
+
+@pytest.fixture(scope="module")
+def ray_app(cluster, tiny_run, tmp_path_factory):
     from pipeline.serve.artifact import open_ref
     from pipeline.serve.config import ServeConfig
     from pipeline.serve.ray_serve import application
 
+    serve, url = cluster
     _, proc = tiny_run
     served = open_ref(str(run_folder(proc)), tmp_path_factory.mktemp("pull"))
-    with local_ray() as (serve, url):
-        cfg = ServeConfig(max_batch=4, max_wait_ms=20, intra_op_threads=1, workers=1)
-        serve.run(application(served, cfg, replicas=2, num_cpus=0.5), route_prefix="/predict")
-        yield served, f"{url}/predict", serve
+    cfg = ServeConfig(max_batch=4, max_wait_ms=20, intra_op_threads=1, workers=1)
+    serve.run(application(served, cfg, replicas=2, num_cpus=0.5), name="recognizer",
+              route_prefix="/predict")
+    yield served, f"{url}/predict", serve
 
 
 def _direct(model, task_key, bodies: list[bytes]) -> list[str]:
@@ -63,5 +77,34 @@ def test_replicas_answer_raw_bytes_and_bad_input(ray_app):
         "direct", _direct, served.model, served.task_key, bodies)
     bad = requests.post(url, data=b"not an image", timeout=60)
     assert bad.status_code == 415 and "not a PNG or JPEG" in bad.json()["error"]
-    status = serve.status().applications["default"].deployments["Recognizer"]
+    status = serve.status().applications["recognizer"].deployments["Recognizer"]
     assert status.replica_states.get("RUNNING") == 2, json.dumps(str(status))
+
+
+def test_a_decoder_replica_streams_the_greedy_tokens_through_the_proxy(cluster, tmp_path):
+    from pipeline.core import isolate
+    from pipeline.serve.artifact import open_ref
+    from pipeline.serve.config import ServeConfig
+    from pipeline.serve.ray_serve import generate_application
+
+    serve, url = cluster
+    folder = tiny_decoder(tmp_path / "decoder")
+    served = open_ref(str(folder), tmp_path / "pulled")
+    cfg = ServeConfig(intra_op_threads=1, max_seq_len=64, max_sequences=2, warmup_runs=1)
+    serve.run(generate_application(served, cfg, num_cpus=0.5), name="decoder", route_prefix="/llm")
+    deadline = time.monotonic() + 300
+    while requests.get(f"{url}/llm/readyz", timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, "the replica never warmed up"
+        time.sleep(0.5)
+    with requests.post(f"{url}/llm/generate", json={"prompt": PROMPT, "max_new_tokens": 10},
+                       stream=True, timeout=120) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith(
+            "text/event-stream"), r.text
+        events = sse_events(r.iter_lines(decode_unicode=True))
+    too_long = requests.post(f"{url}/llm/generate",
+                             json={"prompt": PROMPT, "max_new_tokens": 65}, timeout=60)
+    tokens = [e["id"] for kind, e in events if kind == "token"]
+    assert events[-1][0] == "done" and tokens == events[-1][1]["tokens"]
+    assert tokens == isolate.call("reference generation", greedy_reference, str(folder), PROMPT,
+                                  10)
+    assert too_long.status_code == 413 and "--max-seq-len" in too_long.json()["error"]
