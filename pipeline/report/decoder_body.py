@@ -2,8 +2,8 @@
 
 In: the config, the decoder recipe's ``Outcome`` and the run record (``DecoderReport.of``), or
 a report.json body read back (``DecoderReport.read``: the publish flow re-renders report.md
-from the body it updates). Out: frozen dataclasses read by field, and ``as_dict``: report.json's
-body, the keys and values every earlier decoder run wrote (``pipeline.core.json_record``).
+from the body it updates). Out: frozen dataclasses read by field; ``json_record.to_json`` of a
+``DecoderReport`` is report.json's body, the keys and values every earlier decoder run wrote.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pipeline.core.artifact import plain
 from pipeline.core.env import environment
-from pipeline.core.json_record import from_json, omitted, to_json
+from pipeline.core.json_record import from_json, omitted
 from pipeline.measure.decode_summary import NOT_TIMED, DecodeSummary
 from pipeline.measure.decoder_meta import DecoderFolder
 from pipeline.measure.results import NO_SCORES, DecodeResult, Role, Speedup, TextScores
@@ -120,8 +120,8 @@ class DecoderReport:
         export = DecoderFolder.of(fp32)
         return cls(cfg.model.name, cfg.quant.mode.value, config=plain(cfg),
                    environment=environment(cfg.hardware), decoder=plain(out.run),
-                   settings=out.quant.settings, verdict=from_json(VerdictBody,
-                                                                   out.verdict.as_dict()),
+                   settings=out.quant.settings,
+                   verdict=from_json(VerdictBody, out.verdict.as_dict(), known_only=True),
                    rows=rows(out, decode), evaluation=evaluation(out),
                    export=Export(export.nodes, export.parity_vs_transformers),
                    timing=Rounds(decode.rounds, decode.seconds, decode.noisy,
@@ -134,10 +134,7 @@ class DecoderReport:
     @classmethod
     def read(cls, body: dict) -> DecoderReport:
         """A report.json body (as written, or as the publish flow updated it)."""
-        return from_json(cls, body)
-
-    def as_dict(self) -> dict:
-        return to_json(self)
+        return from_json(cls, body, known_only=True)
 
     def row(self, role: Role) -> ModelRow:
         return next(r for r in self.rows if r.role == role)
