@@ -67,10 +67,15 @@ class MetricSpec:
 
 @dataclass(frozen=True)
 class LineageEntry:
+    """Where one model of the run came from (an encoder's report and a decoder's alike)."""
     digest: str
     stage: str
     parent: str | None
     path: str
+
+    @classmethod
+    def of(cls, art) -> LineageEntry:
+        return cls(art.digest, art.stage, art.parent, str(art.path))
 
 
 @dataclass(frozen=True)

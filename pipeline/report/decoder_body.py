@@ -17,6 +17,7 @@ from pipeline.measure.decode_summary import NOT_TIMED, DecodeSummary
 from pipeline.measure.decoder_meta import DecoderFolder
 from pipeline.measure.results import NO_SCORES, DecodeResult, Role, Speedup, TextScores
 from pipeline.recipes.decoder_record import DecoderAuto, DecoderSettings, ScoringCost, Trial
+from pipeline.report.body import LineageEntry
 
 
 @dataclass(frozen=True)
@@ -81,14 +82,6 @@ class VerdictBody:
 
 
 @dataclass(frozen=True)
-class Lineage:
-    digest: str
-    stage: str
-    parent: str | None
-    path: str
-
-
-@dataclass(frozen=True)
 class DecoderReport:
     model: str
     quant: str
@@ -107,7 +100,7 @@ class DecoderReport:
     auto: DecoderAuto | None = None
     scoring: ScoringCost | None = None
     stages: list | None = None
-    lineage: dict[str, Lineage] | None = None
+    lineage: dict[str, LineageEntry] | None = None
     # what the publish flow adds (pipeline.report.publish, pipeline.report.run)
     figures: dict | None = omitted()
     publish: dict | None = omitted()
@@ -128,8 +121,7 @@ class DecoderReport:
                                  decode.one_at_a_time),
                    search=out.quant.trials, auto=out.auto, scoring=out.quant.scoring,
                    stages=record,
-                   lineage={role: Lineage(a.digest, a.stage, a.parent, str(a.path))
-                            for role, a in out.models.items()})
+                   lineage={role: LineageEntry.of(a) for role, a in out.models.items()})
 
     @classmethod
     def read(cls, body: dict) -> DecoderReport:

@@ -27,7 +27,7 @@ def body(cfg, out, record: list) -> RunReport:
 
     mode, t = cfg.quant.mode.value, out.run.task
     bench = BenchRecord.of(out.bench)
-    lineage = {role: b.LineageEntry(a.digest, a.stage, a.parent, str(a.path)) for role, a in
+    lineage = {role: b.LineageEntry.of(a) for role, a in
                {"source": out.source, **out.models}.items()}
     pruning = None
     if out.pruning is not None:
