@@ -149,7 +149,11 @@ class Artifact:
 
 
 def plain(obj):
-    """Dataclasses and enums as JSON-ready values (for keys and manifests)."""
+    """Dataclasses and enums as JSON-ready values (for keys and manifests). Not
+    ``json_record.to_json``, though the walk is alike: a cache key must not follow what a record
+    does for its JSON (a ``to_json``/``as_dict`` method, ``omitted``/``rest``/``key`` fields, an
+    untyped payload's int keys, which ``sort_keys`` orders differently from their strings), or
+    adding one to a config class for a report would change every key made from it."""
     if dataclasses.is_dataclass(obj):
         # A field marked key_omit_default is left out at its default, so adding such a field
         # (a runtime setting) keeps every key made before it valid.

@@ -2,7 +2,7 @@
 
 In: a benchmark stage's ``meta`` (``stages/benchmark.py``, ``measure/latency.py``) and a
 loadtest stage's (``stages/loadtest.py``). Out: frozen records read once with
-``pipeline.core.typed_json`` and passed on by field: per batch the rounds, noise, core states,
+``pipeline.core.json_record`` and passed on by field: per batch the rounds, noise, core states,
 per-size medians, slow shapes and the A/A check; cold starts; the measured input contract; each
 model's load curve and soak. Each record names the fields the report reads; the keys it does not
 read stay in its ``REST`` field, so the report's JSON still carries them as the stage wrote them.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.core.typed_json import load, omitted, rest
+from pipeline.core.json_record import from_json, omitted, rest
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class BenchRecord:
 
     @classmethod
     def of(cls, bench) -> BenchRecord:
-        return load(cls, bench.meta)
+        return from_json(cls, bench.meta)
 
 
 @dataclass(frozen=True)
@@ -166,4 +166,4 @@ class LoadRecord:
 
     @classmethod
     def of(cls, loadtest) -> LoadRecord:
-        return load(cls, loadtest.meta)
+        return from_json(cls, loadtest.meta)

@@ -36,7 +36,9 @@ from typing import Sequence
 
 import numpy as np
 
+from pipeline.core.json_record import to_json
 from pipeline.measure import timing
+from pipeline.measure.decode_summary import DecodeSummary
 
 
 @dataclass(frozen=True)
@@ -50,25 +52,26 @@ class DecodeTiming:
                                          # prefill latency by length
 
     def summary(self) -> dict:
-        """Percentiles and rates, plain numbers for reports."""
+        """Percentiles and rates, plain numbers for reports: a ``DecodeSummary``'s JSON, so
+        the shape written here is the one the report reads back."""
         tok, ttft = np.asarray(self.token_ms), np.asarray(self.ttft_ms)
-        out = {"streams": self.streams, "new_tokens": self.new_tokens,
-               "tokens_per_s": self.tokens_per_s, "generations": int(ttft.size),
-               "steps": int(tok.size)}
-        if tok.size:
-            out.update(token_ms_p50=float(np.percentile(tok, 50)),
-                       token_ms_p99=float(np.percentile(tok, 99)))
-        if ttft.size:
-            out.update(ttft_ms_p50=float(np.percentile(ttft, 50)),
-                       ttft_ms_p99=float(np.percentile(ttft, 99)))
-        if self.prompt_tokens:
-            # prefill latency by prompt length: the median time to first token of each length
-            by_len: dict[int, list[float]] = {}
-            for n, ms in zip(self.prompt_tokens, self.ttft_ms):
-                by_len.setdefault(int(n), []).append(ms)
-            out["ttft_ms_by_prompt_tokens"] = {str(n): float(np.median(v))
-                                               for n, v in sorted(by_len.items())}
-        return out
+
+        def pct(a: np.ndarray, q: int) -> float | None:  # None: nothing timed, no key
+            return float(np.percentile(a, q)) if a.size else None
+
+        return to_json(DecodeSummary(
+            streams=self.streams, new_tokens=self.new_tokens, tokens_per_s=self.tokens_per_s,
+            generations=int(ttft.size), steps=int(tok.size),
+            token_ms_p50=pct(tok, 50), token_ms_p99=pct(tok, 99),
+            ttft_ms_p50=pct(ttft, 50), ttft_ms_p99=pct(ttft, 99),
+            ttft_ms_by_prompt_tokens=self._ttft_by_length() if self.prompt_tokens else None))
+
+    def _ttft_by_length(self) -> dict[str, float]:
+        """Prefill latency by prompt length: the median time to first token of each length."""
+        by_len: dict[int, list[float]] = {}
+        for n, ms in zip(self.prompt_tokens, self.ttft_ms):
+            by_len.setdefault(int(n), []).append(ms)
+        return {str(n): float(np.median(v)) for n, v in sorted(by_len.items())}
 
 
 def load_model(folder, threads: int | None = None):

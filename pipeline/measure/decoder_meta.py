@@ -19,7 +19,7 @@ class DecoderFolder:
 
     @classmethod
     def of(cls, art) -> DecoderFolder:
-        return from_json(cls, art.meta)
+        return from_json(cls, art.meta, known_only=True)
 
 
 @dataclass(frozen=True)
@@ -30,4 +30,4 @@ class ReferenceText:
 
     @classmethod
     def of(cls, art) -> ReferenceText:
-        return from_json(cls, art.meta)
+        return from_json(cls, art.meta, known_only=True)

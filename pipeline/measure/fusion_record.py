@@ -1,7 +1,7 @@
 """What a transformer's fuse stage recorded (``stages/fuse.py``), typed for the report.
 
 In: the fuse stage's ``meta``. Out: a frozen ``FuseRecord`` read once with
-``pipeline.core.typed_json``: the model type, heads and hidden size onnxruntime.transformers was
+``pipeline.core.json_record``: the model type, heads and hidden size onnxruntime.transformers was
 given, each fusion's count, the node counts before and after, and the parity with the export.
 The keys the report does not show stay in its ``REST`` field.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.core.typed_json import load, rest
+from pipeline.core.json_record import from_json, rest
 
 
 @dataclass(frozen=True)
@@ -32,4 +32,4 @@ class FuseRecord:
 
     @classmethod
     def of(cls, fuse) -> FuseRecord:
-        return load(cls, fuse.meta)
+        return from_json(cls, fuse.meta)

@@ -147,9 +147,10 @@ class DecodeResult:
         from pipeline.measure.decode_summary import DecodeSummary
 
         meta = speed.meta
+        timings = meta.get("timings") or {}
         return cls({r: Speedup.of(s) for r, s in (meta.get("speedup_vs_fp32") or {}).items()},
                    bool(meta.get("noisy")), meta.get("environment"),
-                   {r: from_json(DecodeSummary, t) for r, t in (meta.get("timings") or {}).items()},
+                   {r: from_json(DecodeSummary, t, known_only=True) for r, t in timings.items()},
                    meta.get("rounds"), meta.get("seconds"), meta.get("one_at_a_time"))
 
 

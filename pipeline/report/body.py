@@ -7,14 +7,14 @@ timed, the fusions, the load test, the environment, the stages and the lineage; 
 capabilities' sections (bill, runtimes, pruning, quantization, auto) ride along as those
 capabilities give them. ``InterruptedReport`` is the body of a run stopped in a stage. What
 happens after the body is written (figures, publishing, a signal) is the ``RunEnd``, which the
-publish flow updates. ``as_json`` writes either with ``pipeline.core.typed_json``: field names
+publish flow updates. ``as_json`` writes either with ``pipeline.core.json_record``: field names
 are the JSON's keys, so report.json keeps the keys every earlier run wrote.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.core.typed_json import dump, load, omitted, rest
+from pipeline.core.json_record import from_json, omitted, rest, to_json
 from pipeline.gate.verdict import Verdict
 from pipeline.measure.bench_record import (BatchRecord, BenchRecord, ColdStart, CoreState,
                                            InputContract, LoadRecord, Ratio, ShapeOutlier,
@@ -67,10 +67,15 @@ class MetricSpec:
 
 @dataclass(frozen=True)
 class LineageEntry:
+    """Where one model of the run came from (an encoder's report and a decoder's alike)."""
     digest: str
     stage: str
     parent: str | None
     path: str
+
+    @classmethod
+    def of(cls, art) -> LineageEntry:
+        return cls(art.digest, art.stage, art.parent, str(art.path))
 
 
 @dataclass(frozen=True)
@@ -222,7 +227,7 @@ class RunEnd:
     @classmethod
     def of(cls, report) -> RunEnd:
         """A dict body's end as it says it (a decoder's report), else a fresh one."""
-        return load(cls, report, known_only=True) if isinstance(report, dict) else cls()
+        return from_json(cls, report, known_only=True) if isinstance(report, dict) else cls()
 
 
 @dataclass(frozen=True)
@@ -250,7 +255,7 @@ class RuntimePlan:
 
     @classmethod
     def of(cls, plan: dict) -> RuntimePlan:
-        return load(cls, plan)
+        return from_json(cls, plan)
 
 
 @dataclass(frozen=True)
@@ -262,12 +267,12 @@ class DataSets:
 
     @classmethod
     def of(cls, art) -> DataSets:
-        return load(cls, art.meta, known_only=True)
+        return from_json(cls, art.meta, known_only=True)
 
 
 def as_json(report, end: RunEnd) -> dict:
     """report.json: the body (typed, or a decoder's dict) and its end."""
-    return {**(report if isinstance(report, dict) else dump(report)), **dump(end)}
+    return {**(report if isinstance(report, dict) else to_json(report)), **to_json(end)}
 
 
 def rows(outcome, mode: str, rtol: float = RTOL) -> tuple[Row, ...]:
@@ -304,7 +309,7 @@ class _Nodes:
 
 def _row(outcome, role: Role, title: str, batches: dict, agree) -> Row:
     art, ev = outcome.models[role], Evaluation.of(outcome.evals[role])
-    nodes = load(_Nodes, art.meta, known_only=True).nodes
+    nodes = from_json(_Nodes, art.meta, known_only=True).nodes
     latency = {}
     for b, t in batches.items():
         lat = t.latencies.get(role)
@@ -357,8 +362,8 @@ def aa_checks(record: BenchRecord) -> dict[str, Ratio]:
 
 
 def stages(record: list) -> tuple[StageRow, ...]:
-    return tuple(load(StageRow, s) for s in record)
+    return tuple(from_json(StageRow, s) for s in record)
 
 
 def environment(env: dict) -> Environment:
-    return load(Environment, env)
+    return from_json(Environment, env)

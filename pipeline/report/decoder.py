@@ -48,7 +48,7 @@ def _trial_verdict(t: Trial) -> str:
 def markdown(report: DecoderReport | dict) -> str:
     """report.md, from the typed report or from report.json's body (the publish flow renders
     the body it updates: the status, what was published)."""
-    body = report if isinstance(report, dict) else report.as_dict()
+    body = report if isinstance(report, dict) else to_json(report)
     r = DecoderReport.read(body)
     lines = [f"# {r.model} — decoder, quant={r.quant}", "",
              f"**Gate: {'PASS' if r.verdict.passed else 'FAIL'}**", "", *interruption(body)]
@@ -166,5 +166,5 @@ def shipment(cfg, out, report: DecoderReport):
     from pipeline.report.publish import Shipment
 
     cand = out.models[Role.candidate]
-    return Shipment(report.as_dict(), cfg.quant.mode.value, lambda: evidence(out, report),
+    return Shipment(to_json(report), cfg.quant.mode.value, lambda: evidence(out, report),
                     render=markdown, files=files(cand))

@@ -2,8 +2,8 @@
 
 In: the config, the decoder recipe's ``Outcome`` and the run record (``DecoderReport.of``), or
 a report.json body read back (``DecoderReport.read``: the publish flow re-renders report.md
-from the body it updates). Out: frozen dataclasses read by field, and ``as_dict``: report.json's
-body, the keys and values every earlier decoder run wrote (``pipeline.core.json_record``).
+from the body it updates). Out: frozen dataclasses read by field; ``json_record.to_json`` of a
+``DecoderReport`` is report.json's body, the keys and values every earlier decoder run wrote.
 """
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from pathlib import Path
 
 from pipeline.core.artifact import plain
 from pipeline.core.env import environment
-from pipeline.core.json_record import from_json, omitted, to_json
+from pipeline.core.json_record import from_json, omitted
 from pipeline.measure.decode_summary import NOT_TIMED, DecodeSummary
 from pipeline.measure.decoder_meta import DecoderFolder
 from pipeline.measure.results import NO_SCORES, DecodeResult, Role, Speedup, TextScores
 from pipeline.recipes.decoder_record import DecoderAuto, DecoderSettings, ScoringCost, Trial
+from pipeline.report.body import LineageEntry
 
 
 @dataclass(frozen=True)
@@ -81,14 +82,6 @@ class VerdictBody:
 
 
 @dataclass(frozen=True)
-class Lineage:
-    digest: str
-    stage: str
-    parent: str | None
-    path: str
-
-
-@dataclass(frozen=True)
 class DecoderReport:
     model: str
     quant: str
@@ -107,7 +100,7 @@ class DecoderReport:
     auto: DecoderAuto | None = None
     scoring: ScoringCost | None = None
     stages: list | None = None
-    lineage: dict[str, Lineage] | None = None
+    lineage: dict[str, LineageEntry] | None = None
     # what the publish flow adds (pipeline.report.publish, pipeline.report.run)
     figures: dict | None = omitted()
     publish: dict | None = omitted()
@@ -120,24 +113,20 @@ class DecoderReport:
         export = DecoderFolder.of(fp32)
         return cls(cfg.model.name, cfg.quant.mode.value, config=plain(cfg),
                    environment=environment(cfg.hardware), decoder=plain(out.run),
-                   settings=out.quant.settings, verdict=from_json(VerdictBody,
-                                                                   out.verdict.as_dict()),
+                   settings=out.quant.settings,
+                   verdict=from_json(VerdictBody, out.verdict.as_dict(), known_only=True),
                    rows=rows(out, decode), evaluation=evaluation(out),
                    export=Export(export.nodes, export.parity_vs_transformers),
                    timing=Rounds(decode.rounds, decode.seconds, decode.noisy,
                                  decode.one_at_a_time),
                    search=out.quant.trials, auto=out.auto, scoring=out.quant.scoring,
                    stages=record,
-                   lineage={role: Lineage(a.digest, a.stage, a.parent, str(a.path))
-                            for role, a in out.models.items()})
+                   lineage={role: LineageEntry.of(a) for role, a in out.models.items()})
 
     @classmethod
     def read(cls, body: dict) -> DecoderReport:
         """A report.json body (as written, or as the publish flow updated it)."""
-        return from_json(cls, body)
-
-    def as_dict(self) -> dict:
-        return to_json(self)
+        return from_json(cls, body, known_only=True)
 
     def row(self, role: Role) -> ModelRow:
         return next(r for r in self.rows if r.role == role)

@@ -12,7 +12,7 @@ quantization and runtime that were gated), handed to the one publish flow
 from __future__ import annotations
 
 from pipeline.core.errors import PipelineError
-from pipeline.core.typed_json import dump
+from pipeline.core.json_record import to_json
 from pipeline.measure.bench_record import BenchRecord, LoadRecord
 from pipeline.measure.results import Role
 from pipeline.report.body import DataSets, RunReport, RuntimePlan
@@ -27,7 +27,7 @@ def body(cfg, out, record: list) -> RunReport:
 
     mode, t = cfg.quant.mode.value, out.run.task
     bench = BenchRecord.of(out.bench)
-    lineage = {role: b.LineageEntry(a.digest, a.stage, a.parent, str(a.path)) for role, a in
+    lineage = {role: b.LineageEntry.of(a) for role, a in
                {"source": out.source, **out.models}.items()}
     pruning = None
     if out.pruning is not None:
@@ -102,13 +102,13 @@ def manifest(out, report: RunReport) -> dict:
     cand = report.row(Role.candidate)
     plan = RuntimePlan.of(out.runtimes)
     sets = DataSets.of(out.evals[Role.candidate]), DataSets.of(out.models[Role.candidate])
-    return {"config": report.config, "lineage": dump(report.lineage),
+    return {"config": report.config, "lineage": to_json(report.lineage),
             "verdict": out.verdict.as_dict(),
             "metrics": {**{m.name: cand.metrics.get(m.name) for m in report.metrics},
                         "agreement_with_fp16": cand.agreement_with_fp16,
                         "output_sha256": cand.output_sha256},
-            "latency": dump(cand.latency), "environment": dump(report.environment),
-            "input_contract": dump(report.timing.input_contract),
+            "latency": to_json(cand.latency), "environment": to_json(report.environment),
+            "input_contract": to_json(report.timing.input_contract),
             "evaluation_set": sets[0].evaluation_set, "calibration_set": sets[1].calibration_set,
             "serving": report.serving,
             "quantization": {k: report.quantization[k] for k in
@@ -117,7 +117,7 @@ def manifest(out, report: RunReport) -> dict:
             # what ships is the pruned network; unpruned manifests stay as they were
             **({"pruning": report.pruning} if report.pruning is not None else {}),
             # what was gated is what ships: engine, precision, threads, executed kernels
-            "runtime": {"deployed": dump(plan.deployed), "mode": plan.mode,
+            "runtime": {"deployed": to_json(plan.deployed), "mode": plan.mode,
                         "choice": {b: c.picked for b, c in plan.choice.items()}}}
 
 

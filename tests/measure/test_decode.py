@@ -28,6 +28,20 @@ def test_batches_cut_to_the_shortest_keeping_the_ends():
         decode.batches([[1], []], 1)
 
 
+def test_a_summary_writes_only_what_was_timed_in_the_order_reports_have_it():
+    """No decode step timed: no step percentiles (absent, not null); the rest as always."""
+    t = decode.DecodeTiming(ttft_ms=(10.0, 30.0, 40.0), token_ms=(), tokens_per_s=0.0, streams=1,
+                            new_tokens=1, prompt_tokens=(8, 8, 5))
+    s = t.summary()
+    assert list(s) == ["streams", "new_tokens", "tokens_per_s", "generations", "steps",
+                       "ttft_ms_p50", "ttft_ms_p99", "ttft_ms_by_prompt_tokens"]
+    assert (s["generations"], s["steps"], s["ttft_ms_p50"]) == (3, 0, 30.0)
+    assert s["ttft_ms_by_prompt_tokens"] == {"5": 40.0, "8": 20.0}
+    bare = decode.DecodeTiming((), (), 0.0, 2, 4).summary()
+    assert bare == {"streams": 2, "new_tokens": 4, "tokens_per_s": 0.0, "generations": 0,
+                    "steps": 0}
+
+
 @pytest.mark.slow  # seconds: out of make test-fast's edit loop
 def test_time_generation_counts_every_generation_and_step(int4):
     t = decode.time_generation(int4, PROMPTS, new_tokens=6, repeats=2, threads=1)

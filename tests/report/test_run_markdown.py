@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from pipeline.core.typed_json import dump, load
+from pipeline.core.json_record import from_json, to_json
 from pipeline.gate.verdict import Check, Verdict
 from pipeline.measure.bench_record import LoadRecord, Ratio
 from pipeline.measure.results import Role
@@ -36,14 +36,14 @@ def _report(**changes) -> RunReport:
         "max_qps_within_slo": 325.68, "throughput_at_max": 320.1,
         "steps": [{"achieved_qps": 1.0, "p99_ms": 2.0}, {"achieved_qps": 2.0, "p99_ms": 3.0}]}}}}
     report = RunReport(
-        model="ocr", quant="int8", config={}, environment=load(Environment, ENV),
+        model="ocr", quant="int8", config={}, environment=from_json(Environment, ENV),
         metrics=(MetricSpec("sequence_accuracy", "%", True, True, "labels"),
                  MetricSpec("cosine_mean", "", True, False, "labels")),
         verdict=Verdict([Check(c, v, lim, True, "d") for c, v, lim in checks]),
         rows=(fp32, row), aa_check={"8": Ratio(1.0251, (1.01, 1.04), {"ok": True})},
         timing=TimingReport({}, {}, None), bill={}, runtimes=None,
         stages=(StageRow("export", False, 12.345, "ab" * 32, {"stage": "export"}),),
-        lineage={}, load=load(LoadRecord, load_test))
+        lineage={}, load=from_json(LoadRecord, load_test))
     return dataclasses.replace(report, **changes)
 
 
@@ -159,6 +159,6 @@ def test_a_run_stopped_in_a_stage_says_how_far_it_got():
     assert md.startswith("# ocr — quant=int8\n\n**Gate: not judged: interrupted after stage "
                          "export (SIGINT)**\n")
     assert "the same command resumes from there" in md and "| export | reused |" in md
-    assert dump(stopped.verdict) == {"passed": False, "checks": [],
+    assert to_json(stopped.verdict) == {"passed": False, "checks": [],
                                      "summary": "not judged: interrupted after stage export "
                                                 "(SIGINT)"}
