@@ -36,4 +36,4 @@ class Outcome:
     quant: object = None  # QuantInfo (encoders) or WeightOnlyInfo (decoders)
     runtimes: dict | None = None  # targets per artifact, failures, the choice (runtimes.plan)
     pruning: dict | None = None  # prune=channels: the load, prune and unpruned export artifacts
-    auto: dict | None = None  # quant=auto: every candidate, the winner and why
+    auto: object = None  # quant=auto: every candidate, the winner and why (recipes.auto_result)

@@ -51,6 +51,10 @@ class Speedup:
     def text(self) -> str:
         return f"{self.median:.2f}x (95% CI {self.low:.2f}-{self.high:.2f})"
 
+    def as_dict(self) -> dict:
+        """The JSON every stage writes a ratio as (``of`` reads it back)."""
+        return {"median": self.median, "ci95": [self.low, self.high]}
+
 
 ONE = Speedup(1.0, 1.0, 1.0)  # a model against itself
 

@@ -28,11 +28,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+from dataclasses import replace
 
 from pipeline import gate
 from pipeline.config import QuantMode
 from pipeline.measure.results import BenchResult, Evaluation, Role, Timing
-from pipeline.recipes.auto_table import Row, choose, why
+from pipeline.recipes.auto_table import BatchLatency, Row, choose, why
 from pipeline.runtimes import PRIMARY, Target, cpu_supports
 from pipeline.runtimes.plan import Plan, label
 
@@ -45,7 +46,8 @@ def _drop_and_agreement(ev, ref, metric, rtol: float | None = None) -> tuple[flo
     ``rtol``: continuous outputs' tolerance (``gate.output_rtol``)."""
     from pipeline.metrics.outputs import RTOL, agreement
 
-    return (metric.drop(ref.meta["metrics"][metric.name], ev.meta["metrics"][metric.name]),
+    return (metric.drop(Evaluation.of(ref).metrics[metric.name],
+                        Evaluation.of(ev).metrics[metric.name]),
             agreement(ev, ref, RTOL if rtol is None else rtol))
 
 
@@ -86,18 +88,19 @@ def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_bat
     speedup at the gate's batch and the gate's verdict on it."""
     result = BenchResult.of(bench_view)
     at = result.at(gate_batch) or Timing(None, None)
-    latency = {str(b): {"p50": t.p50_ms, "p99": t.p99_ms}
+    latency = {str(b): BatchLatency(t.p50_ms, t.p99_ms)
                for b, t in result.batches.items() if t.label == lab}
-    row = Row(name, role, str(target), lab, target.runtime, target.precision, verdict.passed,
-              verdict.failed, [c.detail for c in verdict.checks if not c.passed], latency,
-              at.overall, at.fastest_float)
+    measured = {}
     if ev is not None:
         e = Evaluation.of(ev)
-        row.metric, row.accuracy, row.output_sha256 = metric.name, e.metric(metric.name), \
-            e.output_sha256
-        row.accuracy_drop, row.agreement = _drop_and_agreement(ev, ref, metric, rtol)
-    row.p50 = (latency.get(str(gate_batch)) or {}).get("p50")
-    return row
+        drop, agree = _drop_and_agreement(ev, ref, metric, rtol)
+        measured = dict(metric=metric.name, accuracy=e.metric(metric.name), accuracy_drop=drop,
+                        agreement_with_fp16=agree, output_sha256=e.output_sha256)
+    gated = latency.get(str(gate_batch))
+    return Row(name, role, str(target), lab, target.runtime, target.precision, verdict.passed,
+               verdict.failed, [c.detail for c in verdict.checks if not c.passed], latency,
+               at.overall, at.fastest_float, **measured,
+               p50=None if gated is None else gated.p50)
 
 
 def not_timed(hw, plan, evals: dict, roles: list, contenders: tuple, accurate) -> list[str]:
@@ -131,14 +134,13 @@ def _untimed_row(name, role, target, lab, ev, ref, g, metrics, metric) -> Row:
 
     drop, agree = _drop_and_agreement(ev, ref, metric, g.output_rtol)
     e, r = Evaluation.of(ev), Evaluation.of(ref)
-    failed = [("accuracy_drop" if i == 0 else f"{j['metric']}_drop") for i, j in enumerate(
-        metric_limits.judged(r.metrics, e.metrics, g.max_accuracy_drop, metrics))
-        if not j["passed"]]
+    failed = [("accuracy_drop" if i == 0 else f"{j.metric}_drop") for i, j in enumerate(
+        metric_limits.judged(r.metrics, e.metrics, g.max_accuracy_drop, metrics)) if not j.passed]
     if agree < g.min_output_agreement:
         failed.append("output_agreement")
     return Row(name, role, str(target), lab, target.runtime, target.precision, False, failed,
                ["not timed: it misses the accuracy budget on this runtime"], metric=metric.name,
-               accuracy=e.metric(metric.name), accuracy_drop=drop, agreement=agree,
+               accuracy=e.metric(metric.name), accuracy_drop=drop, agreement_with_fp16=agree,
                output_sha256=e.output_sha256, timed=False)
 
 
@@ -148,6 +150,7 @@ def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None,
     on: build every candidate, time them side by side, judge each (candidate, target) with the
     gate, and judge the winner as the shipped candidate."""
     from pipeline.gate.outcome import Outcome
+    from pipeline.recipes.auto_result import AutoResult, Int8Trials
 
     a = _Auto(cfg, runner, run.task, splits, exported, fp32, fp16, unfused or exported)
     a.candidates()
@@ -155,20 +158,13 @@ def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None,
     table = a.judge_all(bench, untimed)
     winner = choose(table)
     final, final_evals, view, verdict, summary = a.as_winner(bench, winner)
-    role, g, infos = winner.role, cfg.gate, a.infos
-    int8_info = infos[Role.candidate]
-    auto = {"winner": winner.as_dict(), "table": [r.as_dict() for r in table],
-            "why": why(winner, table),
-            "notes": a.notes, "targets": [str(x) for x in a.plan.options],
-            "unavailable": a.plan.unavailable, "failures": a.plan.failures,
-            "gate_batch": g.speedup_batch_size,
-            "int8": {"latency_trial": int8_info.latency_trial, "regions": int8_info.regions,
-                     "latency_exclusions": int8_info.latency_exclusions,
-                     "float_outputs": int8_info.float_outputs},
-            # a fused transformer's dynamic candidate: which graph it quantized, both timings
-            "dynamic_source": infos[Role.dynamic].dynamic_source if Role.dynamic in infos else None}
-    return Outcome(run, final, final_evals, view, verdict, source, None, infos.get(role), summary,
-                   pruning, auto=auto)
+    infos = a.infos
+    auto = AutoResult(winner, table, why(winner, table), a.notes,
+                      [str(x) for x in a.plan.options], a.plan.unavailable, a.plan.failures,
+                      cfg.gate.speedup_batch_size, Int8Trials.of(infos[Role.candidate]),
+                      infos[Role.dynamic].dynamic_source if Role.dynamic in infos else None)
+    return Outcome(run, final, final_evals, view, verdict, source, None, infos.get(winner.role),
+                   summary, pruning, auto=auto)
 
 
 class _Auto:
@@ -179,6 +175,7 @@ class _Auto:
         from pipeline.metrics.limits import limits
         from pipeline.stages.evaluate import Evaluate, baselines
 
+        from pipeline.recipes.auto_result import Notes
         from pipeline.recipes.job import Int8Job
 
         self.cfg, self.runner, self.t, self.splits = cfg, runner, t, splits
@@ -194,7 +191,7 @@ class _Auto:
         self.ref = self.evals[Role.fp16]
         self.fp32, self.export = fp32, source_for_dynamic
         self.models = {Role.export: exported, Role.fp32: fp32, Role.fp16: fp16}
-        self.infos, self.notes = {}, {}
+        self.infos, self.notes = {}, Notes()
 
     def build(self, mode, **changes):
         """A candidate as ``quant=<mode>`` builds it (its cached stages); every candidate is
@@ -209,8 +206,9 @@ class _Auto:
 
         g, ref = self.g, self.ref
         drop, agree = _drop_and_agreement(ev, ref, self.metric, g.output_rtol)
-        return (within(ref.meta["metrics"], ev.meta["metrics"], g.max_accuracy_drop,
-                       self.t.metrics) and agree >= g.min_output_agreement), drop, agree
+        return (within(Evaluation.of(ref).metrics, Evaluation.of(ev).metrics,
+                       g.max_accuracy_drop, self.t.metrics)
+                and agree >= g.min_output_agreement), drop, agree
 
     def _evaluated(self, role: str, label_: str):
         from pipeline.stages.evaluate import against
@@ -237,17 +235,18 @@ class _Auto:
             if self.accurate(first)[0]:
                 self.models[Role.candidate], self.infos[Role.candidate] = self.build(QuantMode.int8)
             else:
-                notes["regions"] = (f"not tried (quant.region_trials={regions}): static INT8 "
-                                    "misses the accuracy budget, so no faster INT8 model could "
-                                    "ship; the mixed candidate floats what accuracy needs")
+                notes = replace(notes, regions=(
+                    f"not tried (quant.region_trials={regions}): static INT8 misses the accuracy "
+                    "budget, so no faster INT8 model could ship; the mixed candidate floats what "
+                    "accuracy needs"))
         if dynamic_ops(cfg, t, self.fp32, self.export):
             # Dynamic INT8 quantizes the LSTM only: floating what profiles slower gives back FP32.
             self.models[Role.dynamic], self.infos[Role.dynamic] = self.build(
                 QuantMode.dynamic, region_trials=0, latency_aware=False)
         else:  # it would quantize nothing: the FP32 model again, evaluated and timed again
-            notes[Role.dynamic] = ("not built: the graph has no op dynamic INT8 quantizes (quant."
-                                f"dynamic_op_types: {', '.join(dynamic_op_types(cfg, t))}), so "
-                                "it would be the FP32 model itself")
+            notes = replace(notes, dynamic=(
+                "not built: the graph has no op dynamic INT8 quantizes (quant.dynamic_op_types: "
+                f"{', '.join(dynamic_op_types(cfg, t))}), so it would be the FP32 model itself"))
         for role in (Role.candidate, Role.dynamic):
             if role in self.models:
                 self.evals[role] = self._evaluated(role, f"evaluate[{NAMES[role]}]")
@@ -257,9 +256,10 @@ class _Auto:
                 QuantMode.mixed, max_accuracy_drop=self.budget, region_trials=0)
             self.evals[Role.mixed] = self._evaluated(Role.mixed, "evaluate[mixed]")
         else:
-            notes[Role.mixed] = (f"not built: static INT8 is already within the accuracy budget "
-                              f"(drop {drop:.2f} <= {self.budget:g}), so the mixed search would "
-                              "return that same model")
+            notes = replace(notes, mixed=(
+                f"not built: static INT8 is already within the accuracy budget (drop {drop:.2f} "
+                f"<= {self.budget:g}), so the mixed search would return that same model"))
+        self.notes = notes
         self.plan.evaluate_others(self.runner, self.evaluate, self.models,
                                   against(t, self.ref))
 

@@ -48,8 +48,8 @@ def body(cfg, out, record: list) -> dict:
     report["runtimes"] = out.runtimes
     if hasattr(t, "serving_spec"):  # what the evaluation fed the model: a server reproduces it
         report["serving"] = t.serving_spec()
-    if out.auto is not None:
-        report["auto"] = out.auto
+    if out.auto is not None:  # recipes.auto_result.AutoResult: its JSON, as earlier runs wrote it
+        report["auto"] = out.auto.as_dict()
     return report
 
 
@@ -87,7 +87,7 @@ def version_mode(cfg, out) -> str:
     if fallback.get("candidate") == "fp32":  # INT8 could not pay: the FP32 model is what passed
         mode = "fp32"
     if out.auto is not None:  # quant=auto: the version says which candidate won
-        mode = f"{mode}.{out.auto['winner']['candidate']}"
+        mode = f"{mode}.{out.auto.winner.candidate}"
     deployed = out.runtimes["deployed"]
     if (deployed["runtime"], deployed["precision"]) != ("onnxruntime", "fp32"):
         mode = f"{mode}.{deployed['runtime']}-{deployed['precision']}"  # the version says so

@@ -4,12 +4,12 @@ from __future__ import annotations
 from types import SimpleNamespace as NS
 
 from pipeline.measure.results import Role, Speedup
-from pipeline.recipes.auto_table import Row, choose
+from pipeline.recipes.auto_table import BatchLatency, Row, choose
 
 
 def _row(name, role, p50, failed=(), sp=1.5, drop=0.1):
     return Row(name, role, "onnxruntime fp32", f"{name}", "onnxruntime", "fp32", not failed,
-               list(failed), [], {"8": {"p50": p50, "p99": p50 * 2}},
+               list(failed), [], {"8": BatchLatency(p50, p50 * 2)},
                Speedup(sp, sp - .1, sp + .1),
                "fp32", "sequence_accuracy", 99.0, drop, 0.99, "ab", p50)
 
@@ -55,5 +55,6 @@ def test_a_row_reads_the_benchmark_view_of_its_own_label():
 
     r = row_of("int8", Role.candidate, Target("onnxruntime", "fp32"), "int8", None, None, view,
                verdict, MetricSpec("sequence_accuracy", True), 8)
-    assert r.latency_ms == {"8": {"p50": 2.0, "p99": 3.0}} and r.p50 == 2.0  # batch 1: not its
-    assert r.speedup == Speedup(2.0, 1.8, 2.2) and r.passed
+    assert r.latency_ms == {"8": BatchLatency(2.0, 3.0)} and r.p50 == 2.0  # batch 1: not its
+    assert r.speedup_vs_fastest_float == Speedup(2.0, 1.8, 2.2) and r.passed
+    assert r.as_dict()["latency_ms"] == {"8": {"p50": 2.0, "p99": 3.0}}
