@@ -191,13 +191,15 @@ def _slo(m: Measures, slo) -> Check:
 
 
 def measures(evals: dict, bench, gate, slo=None, candidate=None,
-             against_given: bool = False) -> Measures:
-    """An encoder candidate's measures: its evaluation and FP16's (``evals`` by role), the
-    benchmark at the speed gate's batch and at the SLO's, the candidate's file size.
+             against_given: bool = False, role: Role = Role.candidate) -> Measures:
+    """An encoder candidate's measures: its evaluation and FP16's (``evals`` by role; ``role``:
+    the one judged, which quant=auto names by what it is), the benchmark (an artifact, or a
+    ``BenchResult`` seen from the candidate's seat) at the speed gate's batch and at the SLO's,
+    the candidate's file size.
     ``against_given`` (``quant=none``): the speed check is "no slower than the file as given"
     instead of a speedup over the fastest float baseline, which is the candidate itself."""
     g = gate
-    ref, cand = Evaluation.of(evals[Role.fp16]), Evaluation.of(evals[Role.candidate])
+    ref, cand = Evaluation.of(evals[Role.fp16]), Evaluation.of(evals[role])
     rtol = getattr(g, "output_rtol", RTOL)
     try:
         agree, within = agreement(cand.artifact, ref.artifact, rtol), kind(ref.artifact) == "within"

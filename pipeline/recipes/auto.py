@@ -33,6 +33,7 @@ from dataclasses import replace
 from pipeline import gate
 from pipeline.config import QuantMode
 from pipeline.measure.results import BenchResult, Evaluation, Role, Timing
+from pipeline.measure.seat import Seats, seen_from
 from pipeline.recipes.auto_table import BatchLatency, Row, choose, why
 from pipeline.runtimes import PRIMARY, Target, cpu_supports
 from pipeline.runtimes.plan import Plan, label
@@ -51,42 +52,11 @@ def _drop_and_agreement(ev, ref, metric, rtol: float | None = None) -> tuple[flo
             agreement(ev, ref, RTOL if rtol is None else rtol))
 
 
-def _named(lab: str) -> str:
-    """A timing label with the benchmark's ``candidate`` role called what it is here: int8."""
-    return "int8" + lab[len(Role.candidate):] if lab.startswith(Role.candidate) else lab
-
-
-def as_candidate(bench, lab: str, raw_lab: str | None = None):
-    """The benchmark as the gate would see it if ``lab`` were the candidate: its latency, its
-    speedup over the fastest float and its core states, and every other model's ratio over it
-    (recomputed from the per-round times of the same run, where it is ``raw_lab``)."""
-    from pipeline.measure import timing
-
-    raw_lab = raw_lab or lab
-    raw = json.loads((bench.path / "times.json").read_text())
-    meta = copy.deepcopy(bench.meta)
-    for b, at in meta["batches"].items():
-        if lab not in at["latency_ms"]:
-            continue
-        at["candidate_label"] = lab
-        at["latency_ms"][Role.candidate] = at["latency_ms"][lab]
-        at["per_size"][Role.candidate] = at["per_size"][lab]
-        at["speedup_vs_fastest_float"] = at["speedup_vs_fastest_float_by_label"][lab]
-        states = at.get("core_state_by_label", {}).get(lab)
-        if states is not None:
-            at["core_state"] = states
-            at["noisy"] = bool(at["noisy"] or states["changed"])
-        times = raw[b]
-        at["speedup"] = {_named(o): timing.ratio_ci(times[o], times[raw_lab])
-                         for o in times if o != raw_lab}
-    return dataclasses.replace(bench, meta=meta)
-
-
-def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_batch,
+def _row(name, role, target, lab, ev, ref, result: BenchResult, verdict, metric, gate_batch,
          rtol=None) -> Row:
     """A timed (candidate, target): its accuracy against FP16, its latency per batch, its
-    speedup at the gate's batch and the gate's verdict on it."""
-    result = BenchResult.of(bench_view)
+    speedup at the gate's batch (``result``: the benchmark seen from its seat,
+    ``pipeline.measure.seat``) and the gate's verdict on it."""
     at = result.at(gate_batch) or Timing(None, None)
     latency = {str(b): BatchLatency(t.p50_ms, t.p99_ms)
                for b, t in result.batches.items() if t.label == lab}
@@ -282,7 +252,7 @@ class _Auto:
                                           options=plan.bench_options(), contenders=contenders,
                                           untimed=tuple(sorted(untimed))),
                                 models[Role.candidate], label="benchmark[auto]", **refs)
-        plan.failures.update(bench.meta.get("failures", {}))
+        plan.failures.update(Seats.of(bench).failures)
         return bench, untimed
 
     def judge_all(self, bench, untimed) -> list[Row]:
@@ -291,7 +261,7 @@ class _Auto:
 
         g, t, metric, hw, plan = self.g, self.t, self.metric, self.hw, self.plan
         env = environment(hw)
-        table = []
+        table, self.verdicts, seats = [], {}, Seats.of(bench)
         for role in (Role.fp32, Role.candidate, Role.dynamic, Role.mixed):
             if role not in self.models:
                 continue
@@ -302,21 +272,22 @@ class _Auto:
                     table.append(_untimed_row(NAMES[role], role, target, lab, ev, self.ref, g,
                                               t.metrics, metric))
                     continue
-                if lab not in bench.meta["targets"]:
+                if lab not in seats.timed:
                     continue  # failed to load on that runtime: recorded in failures
-                view = as_candidate(bench, lab)
-                measures = gate.measures({Role.fp16: self.ref, Role.candidate: ev}, view, g,
-                                         self.cfg.slo, self.models[role])
-                verdict = gate.judge(measures, g, t.metrics, self.cfg.slo, env)
-                table.append(_row(NAMES[role], role, target, lab, ev, self.ref, view, verdict,
+                seat = seen_from(bench, lab)  # its own timings, nothing renamed
+                measures = gate.measures({Role.fp16: self.ref, role: ev}, seat, g,
+                                         self.cfg.slo, self.models[role], role=role)
+                verdict = self.verdicts[lab] = gate.judge(measures, g, t.metrics, self.cfg.slo,
+                                                          env)
+                table.append(_row(NAMES[role], role, target, lab, ev, self.ref, seat, verdict,
                                   metric, g.speedup_batch_size, g.output_rtol))
         return table
 
     def as_winner(self, bench, winner: Row):
-        """The winner as "the candidate" everywhere the gate, report and registry look, judged
-        once more as the shipped candidate on its target."""
-        from pipeline.core.env import environment
-
+        """The winner ships. Its verdict is the one the table gave it (the same judge, from the
+        same seat of the same benchmark); the report, the manifest and the registry read what
+        ships as ``candidate``: the winner's artifact, its evaluation on its target, its
+        timings (``shipped_view``)."""
         g, t, hw, plan, models, evals = self.g, self.t, self.hw, self.plan, self.models, self.evals
         role, target = winner.role, Target(winner.runtime, winner.precision)
         floats = (Role.export, Role.fp32, Role.fp16)
@@ -329,26 +300,41 @@ class _Auto:
                     plan.extra[(Role.candidate, tg)] = plan.extra[(role, tg)]
                 else:
                     plan.extra.pop((Role.candidate, tg), None)
-        meta = copy.deepcopy(bench.meta)
-        for b, at in meta["batches"].items():
-            for tg in plan.options:
-                src, dst = label(hw, role, tg), label(hw, Role.candidate, tg)
-                for key in ("latency_ms", "per_size", "speedup_vs_fastest_float_by_label",
-                            "core_state_by_label"):
-                    if src in at.get(key, {}):
-                        at[key][dst] = at[key][src]
-                    elif src != dst:  # the winner did not run there: no INT8 numbers under its name
-                        at.get(key, {}).pop(dst, None)
-            if role != Role.candidate:
-                at["candidate_label"] = label(hw, role, PRIMARY)
-        view = as_candidate(dataclasses.replace(bench, meta=meta),
-                            label(hw, Role.candidate, target), label(hw, role, target))
         plan.allowed = [target]
-        final_evals, view, summary, _ = plan.decide(final_evals, view, g, t.metrics,
-                                                    g.speedup_batch_size)
-        verdict = gate.judge(gate.measures(final_evals, view, g, self.cfg.slo, models[role]), g,
-                             t.metrics, self.cfg.slo, environment(hw))
-        return final, final_evals, view, verdict, summary
+        final_evals, view, summary, _ = plan.decide(
+            final_evals, shipped_view(bench, hw, plan.options, role, target), g, t.metrics,
+            g.speedup_batch_size)
+        return final, final_evals, view, self.verdicts[winner.label], summary
+
+
+def shipped_view(bench, hw, options, role, target):
+    """The benchmark as the report reads a shipped candidate's timings: ``role``'s labels on
+    every target under the candidate's names, and at each batch its entry on ``target`` as the
+    candidate's (latency, sizes, speedup, core states). The ratios over every other model are
+    left out: the stage took them over the INT8 model."""
+    meta = copy.deepcopy(bench.meta)
+    shipped = label(hw, Role.candidate, target)
+    for at in meta["batches"].values():
+        for tg in options:
+            src, dst = label(hw, role, tg), label(hw, Role.candidate, tg)
+            for key in ("latency_ms", "per_size", "speedup_vs_fastest_float_by_label",
+                        "core_state_by_label"):
+                if src in at.get(key, {}):
+                    at[key][dst] = at[key][src]
+                elif src != dst:  # the winner did not run there: no INT8 numbers under its name
+                    at.get(key, {}).pop(dst, None)
+        at.pop("speedup", None)
+        if shipped not in at["latency_ms"]:
+            continue
+        at["candidate_label"] = shipped
+        for key in ("latency_ms", "per_size"):
+            at[key][Role.candidate] = at[key][shipped]
+        at["speedup_vs_fastest_float"] = at["speedup_vs_fastest_float_by_label"][shipped]
+        states = at.get("core_state_by_label", {}).get(shipped)
+        if states is not None:
+            at["core_state"] = states
+            at["noisy"] = bool(at["noisy"] or states["changed"])
+    return dataclasses.replace(bench, meta=meta)
 
 
 def dynamic_op_types(cfg, t) -> tuple:
@@ -379,12 +365,12 @@ def float_hint(verdict, evals: dict, bench, plan, gate_cfg, metric, model: str) 
     outcome: a model slower than its float baseline is not shipped."""
     if "speedup_ci_low" not in verdict.failed:
         return
-    at = bench.meta["batches"].get(str(gate_cfg.speedup_batch_size)) or {}
-    lab = at.get("fastest_float")
-    where = bench.meta.get("targets", {}).get(lab) or {}
+    at = BenchResult.of(bench).at(gate_cfg.speedup_batch_size)
+    lab = at.fastest_float if at is not None else None
+    where = Seats.of(bench).timed.get(lab)
     if not lab or not where:
         return
-    role, target = where["role"], Target(where["runtime"], where["precision"])
+    role, target = where.role, Target(where.runtime, where.precision)
     ev = plan.evaluation_of(evals, role, target)
     if ev is None:
         return
@@ -392,10 +378,10 @@ def float_hint(verdict, evals: dict, bench, plan, gate_cfg, metric, model: str) 
 
     metrics, metric = metric, primary(metric)
     drop, agree = _drop_and_agreement(ev, evals[Role.fp16], metric, gate_cfg.output_rtol)
-    ok = (within(evals[Role.fp16].meta["metrics"], ev.meta["metrics"], gate_cfg.max_accuracy_drop,
-                 metrics) and agree >= gate_cfg.min_output_agreement)
+    ok = (within(Evaluation.of(evals[Role.fp16]).metrics, Evaluation.of(ev).metrics,
+                 gate_cfg.max_accuracy_drop, metrics) and agree >= gate_cfg.min_output_agreement)
     title = {Role.fp32: "the optimized FP32 model", Role.fp16: "the FP16 model"}.get(role, role)
-    p50 = at["latency_ms"][lab]["p50"]
+    p50 = at.latencies[lab].p50
     if ok:
         hint = (f"{title} on {target} would pass (p50 {p50:.2f} ms at batch "
                 f"{gate_cfg.speedup_batch_size}, drop {drop:{'.2f' if metric.unit == '%' else '.4f'}} "
