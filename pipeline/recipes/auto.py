@@ -25,9 +25,7 @@ share their cached stages.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
-import json
 from dataclasses import replace
 
 from pipeline import gate
@@ -35,7 +33,7 @@ from pipeline.config import QuantMode
 from pipeline.measure.results import BenchResult, Evaluation, Role, Timing
 from pipeline.measure.seat import Seats, seen_from
 from pipeline.recipes.auto_table import BatchLatency, Row, choose, why
-from pipeline.runtimes import PRIMARY, Target, cpu_supports
+from pipeline.runtimes import Target, cpu_supports
 from pipeline.runtimes.plan import Plan, label
 
 # how the table names each role's candidate
@@ -127,14 +125,14 @@ def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None,
     bench, untimed = a.time()
     table = a.judge_all(bench, untimed)
     winner = choose(table)
-    final, final_evals, view, verdict, summary = a.as_winner(bench, winner)
+    final, final_evals, seat, verdict, summary = a.as_winner(bench, winner)
     infos = a.infos
     auto = AutoResult(winner, table, why(winner, table), a.notes,
                       [str(x) for x in a.plan.options], a.plan.unavailable, a.plan.failures,
                       cfg.gate.speedup_batch_size, Int8Trials.of(infos[Role.candidate]),
                       infos[Role.dynamic].dynamic_source if Role.dynamic in infos else None)
-    return Outcome(run, final, final_evals, view, verdict, source, None, infos.get(winner.role),
-                   summary, pruning, auto=auto)
+    return Outcome(run, final, final_evals, bench, verdict, source, None, infos.get(winner.role),
+                   summary, pruning, auto=auto, seat=seat)
 
 
 class _Auto:
@@ -284,57 +282,19 @@ class _Auto:
         return table
 
     def as_winner(self, bench, winner: Row):
-        """The winner ships. Its verdict is the one the table gave it (the same judge, from the
-        same seat of the same benchmark); the report, the manifest and the registry read what
-        ships as ``candidate``: the winner's artifact, its evaluation on its target, its
-        timings (``shipped_view``)."""
-        g, t, hw, plan, models, evals = self.g, self.t, self.hw, self.plan, self.models, self.evals
+        """The winner ships: (models, evaluations, seat, verdict, runtimes summary). Its verdict
+        is the one the table gave it (the same judge, from the same seat of the same benchmark);
+        the models and evaluations the report and the registry read hold it as the candidate,
+        the seat names the label it was timed under, and the benchmark is the one timed."""
+        g, t, plan, models, evals = self.g, self.t, self.plan, self.models, self.evals
         role, target = winner.role, Target(winner.runtime, winner.precision)
         floats = (Role.export, Role.fp32, Role.fp16)
-        final = {**{r: models[r] for r in floats}, Role.candidate: models[role]}
-        final_evals = {r: evals[r] for r in floats}
-        final_evals[Role.candidate] = plan.evaluation_of(evals, role, PRIMARY) or evals.get(role)
-        for tg in plan.options:
-            if tg != PRIMARY and role != Role.candidate:
-                if (role, tg) in plan.extra:
-                    plan.extra[(Role.candidate, tg)] = plan.extra[(role, tg)]
-                else:
-                    plan.extra.pop((Role.candidate, tg), None)
         plan.allowed = [target]
-        final_evals, view, summary, _ = plan.decide(
-            final_evals, shipped_view(bench, hw, plan.options, role, target), g, t.metrics,
-            g.speedup_batch_size)
-        return final, final_evals, view, self.verdicts[winner.label], summary
-
-
-def shipped_view(bench, hw, options, role, target):
-    """The benchmark as the report reads a shipped candidate's timings: ``role``'s labels on
-    every target under the candidate's names, and at each batch its entry on ``target`` as the
-    candidate's (latency, sizes, speedup, core states). The ratios over every other model are
-    left out: the stage took them over the INT8 model."""
-    meta = copy.deepcopy(bench.meta)
-    shipped = label(hw, Role.candidate, target)
-    for at in meta["batches"].values():
-        for tg in options:
-            src, dst = label(hw, role, tg), label(hw, Role.candidate, tg)
-            for key in ("latency_ms", "per_size", "speedup_vs_fastest_float_by_label",
-                        "core_state_by_label"):
-                if src in at.get(key, {}):
-                    at[key][dst] = at[key][src]
-                elif src != dst:  # the winner did not run there: no INT8 numbers under its name
-                    at.get(key, {}).pop(dst, None)
-        at.pop("speedup", None)
-        if shipped not in at["latency_ms"]:
-            continue
-        at["candidate_label"] = shipped
-        for key in ("latency_ms", "per_size"):
-            at[key][Role.candidate] = at[key][shipped]
-        at["speedup_vs_fastest_float"] = at["speedup_vs_fastest_float_by_label"][shipped]
-        states = at.get("core_state_by_label", {}).get(shipped)
-        if states is not None:
-            at["core_state"] = states
-            at["noisy"] = bool(at["noisy"] or states["changed"])
-    return dataclasses.replace(bench, meta=meta)
+        view, seat, summary, _ = plan.decide({**{r: evals[r] for r in floats}, role: evals[role]},
+                                             bench, g, t.metrics, g.speedup_batch_size, role=role)
+        return ({**{r: models[r] for r in floats}, Role.candidate: models[role]},
+                {r: view[r] for r in (*floats, Role.candidate)}, seat,
+                self.verdicts[winner.label], summary)
 
 
 def dynamic_op_types(cfg, t) -> tuple:

@@ -17,7 +17,7 @@ from pathlib import Path
 from pipeline.core.leftovers import temp_name
 from pipeline.metrics.outputs import RTOL, agreement
 from pipeline.core import numbers
-from pipeline.measure.results import BenchResult, Evaluation, Role
+from pipeline.measure.results import Evaluation, Role
 
 ROWS = ((Role.export, "export (torch -> ONNX, FP32)"), (Role.fp32, "optimize (FP32 baseline)"),
         (Role.fp16, "fp16 (baseline)"), (Role.candidate, "candidate"))
@@ -26,7 +26,7 @@ ROWS = ((Role.export, "export (torch -> ONNX, FP32)"), (Role.fp32, "optimize (FP
 def rows(outcome, mode: str, rtol: float = RTOL) -> list[dict]:
     """``rtol``: how close a continuous output must be to FP16's to agree (``gate.output_rtol``)."""
     out = []
-    batches = BenchResult.of(outcome.bench).batches
+    batches = outcome.timings().batches  # from the shipped candidate's seat (runtime=auto, quant=auto)
     for role, title in ROWS:
         art = outcome.models[role]
         if role == Role.fp32 and art.stage == "fuse":
@@ -44,7 +44,7 @@ def rows(outcome, mode: str, rtol: float = RTOL) -> list[dict]:
                                                 rtol),
                "output_sha256": ev.output_sha256, "latency": {}}
         for b, t in batches.items():
-            lat = t.latencies.get(role)
+            lat = t.latencies.get(t.label if role == Role.candidate else role)
             if lat is None:
                 continue  # quant=auto times only the models that compete (and FP32)
             entry = {"p50": lat.p50, "p99": lat.p99, "p999": lat.p999,
@@ -427,10 +427,12 @@ def aa_checks(outcome) -> dict:
 
 def timing(outcome) -> dict:
     """How the latencies were measured: rounds, noise, shapes, cold start, input contract."""
-    meta = outcome.bench.meta
-    return {"batches": {b: {"rounds": at["rounds"], "seconds": at["seconds"], "noisy": at["noisy"],
-                            "core_state": at.get("core_state"),
-                            "per_size": at["per_size"][Role.candidate],
+    meta, seat = outcome.bench.meta, outcome.timings().batches
+    return {"batches": {b: {"rounds": at["rounds"], "seconds": at["seconds"],
+                            "noisy": seat[int(b)].noisy,
+                            "core_state": (at.get("core_state_by_label") or {}).get(
+                                outcome.label_at(b), at.get("core_state")),
+                            "per_size": at["per_size"][outcome.label_at(b)],
                             "size_axis": meta.get("size_axis"),
                             "shape_outliers": at["shape_outliers"]}
                         for b, at in meta["batches"].items()},
