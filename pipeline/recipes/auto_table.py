@@ -20,8 +20,8 @@ TIMING_CHECKS = {"aa_check", "benchmark_sane", "same_environment"}
 @dataclass(frozen=True)
 class BatchLatency:
     """A row's latency at one batch size, in ms."""
-    p50: float | None
-    p99: float | None
+    p50: float | None = None
+    p99: float | None = None
 
 
 @dataclass(frozen=True)

@@ -156,5 +156,4 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
 
         float_hint(verdict, evals, bench, plan, cfg.gate, t.metrics, m.source)
         accuracy_hint(verdict, cfg.quant.mode, dynamic_op_types(cfg, t), m.source)
-    return Outcome(run, models, evals, bench, verdict, source, load, quant_info, targets, pruning,
-                   seat=seat)
+    return Outcome(run, models, evals, bench, verdict, source, load, quant_info, targets, pruning, seat=seat)
