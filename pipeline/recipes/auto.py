@@ -17,7 +17,10 @@ Candidates, each a cached stage output (a second run rebuilds nothing):
 All of them are timed in one benchmark (``stages/benchmark.py``, its ``contenders``): one
 process, interleaved rounds, blocks when runtimes mix, one A/A check, so every speedup is a ratio
 measured side by side. Each (candidate, target) is then judged by the gate exactly as a shipped
-candidate would be; the fastest at the gate's batch size that passes every check ships. A float
+candidate would be, from its own seat of that benchmark (``pipeline.measure.seat``: its label's
+numbers, nothing copied or renamed); the fastest at the gate's batch size that passes every
+check ships: a choice (the outcome holds its artifact and evaluation as the candidate and the
+label it was timed under, ``Outcome.seat``), with the verdict its row was given. A float
 winner is the fastest float baseline itself: its speedup over it is 1 by identity, never a slower
 model. With none passing, the most accurate fast one goes to the gate, which fails visibly.
 The INT8 sub-recipe runs on the configured target exactly as ``quant=int8`` does, so the two

@@ -5,9 +5,10 @@ artifacts. Out: the targets each role is evaluated and timed on, the labels its 
 ``latency.json`` (the plain role name for its home target, ``"<role> @ <runtime> <precision>"``
 for the others), and after the benchmark a decision: per batch size the fastest candidate target
 whose accuracy, measured on that target, passes the accuracy gate against the FP16 baseline; the
-views of the evaluations and the benchmark that the gate and the report read (``candidate`` is
-the chosen target's); and a summary for the report and manifest with one cell per artifact and
-target, and each runtime's failure on its own line.
+evaluations as the gate and the report read them (``candidate``: the shipped model's on the
+chosen target), the seat its timings are read from (its benchmark label per batch size: the
+benchmark itself is not copied or renamed); and a summary for the report and manifest with one
+cell per artifact and target, and each runtime's failure on its own line.
 
 With a fixed runtime R and precision P, the candidate runs on (R, P) and the float baselines on
 (R, fp32); the FP32 model is also timed on ONNX Runtime when R is another engine, so a runtime
