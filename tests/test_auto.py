@@ -141,8 +141,8 @@ def test_regions_follow_module_paths_and_join_weightless_runs(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph), path)
     regs = regions.regions(path)
-    assert [r["name"] for r in regs] == ["stem.0..stem.2", "blocks.0..pool", "blocks.1", "head"]
-    assert regs[1]["nodes"] == ["blocks.0.dw.0", "node_Relu_7", "pool"]
+    assert [r.name for r in regs] == ["stem.0..stem.2", "blocks.0..pool", "blocks.1", "head"]
+    assert regs[1].nodes == ("blocks.0.dw.0", "node_Relu_7", "pool")
     gains = {"stem.0": -1.0, "blocks.0.dw.0": -0.5, "blocks.1.expand.0": 0.3, "head": 0.1}
     trials = regions.plan(regs, gains, set(gains), limit=4)
     assert trials[0] == ("every region slower in INT8", ["stem.0..stem.2", "blocks.0..pool"])
@@ -161,7 +161,7 @@ def test_why_blames_the_timing_not_int8_when_every_candidate_fails_the_a_a_check
         runtime, precision = target.split()
         return Row(name, role, target, f"{name}@{target}", runtime, precision, not failed,
                    failed, [], p50=p50, accuracy_drop=0.0, fastest_float="fp32",
-                   speedup=Speedup(sp or 1.0, sp or 1.0, sp or 1.0))
+                   speedup_vs_fastest_float=Speedup(sp or 1.0, sp or 1.0, sp or 1.0))
 
     table = [row("fp32", "fp32", "openvino bf16", 45.8, ["aa_check"], 3.5),
              row("dynamic", "dynamic", "onnxruntime fp32", 52.5, ["aa_check"], 3.1),

@@ -60,20 +60,22 @@ def run_bill(outcome, cfg) -> dict:
     batch = cfg.gate.speedup_batch_size
     batches = outcome.bench.meta["batches"]
     timed = batches[str(batch)]
-    sizes = _sizes(timed)
+    sizes = _sizes(timed, outcome.label_at(batch))
     shape = sample_shape(outcome.run.key, sizes)  # the run's key: the model is not hashed again
     models = {}
     for role, art in outcome.models.items():
         bill = artifact_bill(art.model, batch, shape, cfg.hardware)
-        p50 = timed["latency_ms"].get(role, {}).get("p50")
+        lab = outcome.label_at(batch) if role == "candidate" else role  # the shipped one's seat
+        p50 = timed["latency_ms"].get(lab, {}).get("p50")
         bound = bill["roofline"]["bound_ms"]
         bill["measured_p50_ms"] = p50
         bill["measured_over_bound"] = p50 / bound if p50 and bound else None
         models[role] = bill
-    measured = {int(b): {"p99_ms": at["latency_ms"]["candidate"]["p99"],
-                         "throughput": at["latency_ms"]["candidate"]["throughput"]}
+    measured = {int(b): {"p99_ms": at["latency_ms"][outcome.label_at(b)]["p99"],
+                         "throughput": at["latency_ms"][outcome.label_at(b)]["throughput"]}
                 for b, at in batches.items()}
-    largest = max((w for at in batches.values() for w in _sizes(at)), default=None)
+    largest = max((w for b, at in batches.items() for w in _sizes(at, outcome.label_at(b))),
+                  default=None)
     return {"batch": batch, "input_shape": [batch, *shape] if shape else None,
             "size_from": ("median padded size of the benchmarked batches' dynamic axis" if sizes
                           else "the task's representative sample"),
@@ -83,11 +85,12 @@ def run_bill(outcome, cfg) -> dict:
             "capacity": capacity.plan(measured, cfg.slo, cfg.hardware.price_per_hour, largest)}
 
 
-def _sizes(timed: dict) -> list[int]:
-    """The padded sizes of the dynamic axis the benchmark timed at one batch size."""
+def _sizes(timed: dict, label: str = "candidate") -> list[int]:
+    """The padded sizes of the dynamic axis the benchmark timed at one batch size, for the
+    model timed under ``label``."""
     if "input_widths" in timed:
         return list(timed["input_widths"])
-    return [r["size"] for r in timed.get("per_size", {}).get("candidate", [])]
+    return [r["size"] for r in timed.get("per_size", {}).get(label, [])]
 
 
 def _hardware_summary(hw) -> dict:

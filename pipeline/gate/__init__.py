@@ -83,18 +83,16 @@ def _accuracy(m: Measures, g, metrics) -> list[Check]:
     checks = []
     for i, r in enumerate(metric_limits.judged(m.reference_metrics, m.candidate_metrics,
                                                g.max_accuracy_drop, metrics)):
-        f = f".{m.decimals}f" if m.decimals is not None else (".2f" if r["unit"] == "%" else ".4f")
-        scale = "points" if r["unit"] == "%" and m.decimals is None else r["scale"]
-        name = m.primary_check if i == 0 and m.primary_check else f"{r['metric']}_drop"
-        absent = [who for who, v in (("the candidate", r["candidate"]),
-                                     (m.reference, r["reference"]))
+        f = f".{m.decimals}f" if m.decimals is not None else (".2f" if r.unit == "%" else ".4f")
+        scale = "points" if r.unit == "%" and m.decimals is None else r.scale
+        name = m.primary_check if i == 0 and m.primary_check else f"{r.metric}_drop"
+        absent = [who for who, v in (("the candidate", r.candidate), (m.reference, r.reference))
                   if not isinstance(v, (int, float)) or not math.isfinite(v)]
-        checks.append(Check.of(name, r["drop"], r["limit"],
-                               lambda v, lim=r["limit"]: v <= lim + 1e-9,
-                               f"{r['metric']} {_fmt(r['candidate'], f)} vs {m.reference} "
-                               f"{_fmt(r['reference'], f)}: drop {_fmt(r['drop'], f)} "
+        checks.append(Check.of(name, r.drop, r.limit, lambda v, lim=r.limit: v <= lim + 1e-9,
+                               f"{r.metric} {_fmt(r.candidate, f)} vs {m.reference} "
+                               f"{_fmt(r.reference, f)}: drop {_fmt(r.drop, f)} "
                                f"{scale}".rstrip(),
-                               missing=f"no {r['metric']} measured for {' and '.join(absent)}"
+                               missing=f"no {r.metric} measured for {' and '.join(absent)}"
                                if absent else ""))
     return checks
 
@@ -193,13 +191,15 @@ def _slo(m: Measures, slo) -> Check:
 
 
 def measures(evals: dict, bench, gate, slo=None, candidate=None,
-             against_given: bool = False) -> Measures:
-    """An encoder candidate's measures: its evaluation and FP16's (``evals`` by role), the
-    benchmark at the speed gate's batch and at the SLO's, the candidate's file size.
+             against_given: bool = False, role: Role = Role.candidate) -> Measures:
+    """An encoder candidate's measures: its evaluation and FP16's (``evals`` by role; ``role``:
+    the one judged, which quant=auto names by what it is), the benchmark (an artifact, or a
+    ``BenchResult`` seen from the candidate's seat) at the speed gate's batch and at the SLO's,
+    the candidate's file size.
     ``against_given`` (``quant=none``): the speed check is "no slower than the file as given"
     instead of a speedup over the fastest float baseline, which is the candidate itself."""
     g = gate
-    ref, cand = Evaluation.of(evals[Role.fp16]), Evaluation.of(evals[Role.candidate])
+    ref, cand = Evaluation.of(evals[Role.fp16]), Evaluation.of(evals[role])
     rtol = getattr(g, "output_rtol", RTOL)
     try:
         agree, within = agreement(cand.artifact, ref.artifact, rtol), kind(ref.artifact) == "within"

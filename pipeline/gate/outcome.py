@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.gate.verdict import Verdict
+from pipeline.measure.results import Role
 
 
 @dataclass
@@ -27,4 +28,17 @@ class Outcome:
     quant: object = None  # QuantInfo (encoders) or recipes.decoder_record.WeightOnlyInfo
     runtimes: dict | None = None  # targets per artifact, failures, the choice (runtimes.plan)
     pruning: dict | None = None  # prune=channels: the load, prune and unpruned export artifacts
-    auto: dict | None = None  # quant=auto: every candidate, the winner and why
+    auto: object = None  # quant=auto: every candidate, the winner and why (recipes.auto_result)
+    # the benchmark label the shipped candidate was timed under, per batch size (str): the
+    # choice of runtime=auto and quant=auto; None: the benchmark's own candidate everywhere
+    seat: dict | None = None
+
+    def label_at(self, batch) -> str:
+        """The label of the shipped candidate's timings at ``batch`` in ``bench``."""
+        return (self.seat or {}).get(str(batch), Role.candidate.value)
+
+    def timings(self):
+        """The benchmark as the gate read it: from the shipped candidate's seat, typed."""
+        from pipeline.measure.seat import seen_from
+
+        return seen_from(self.bench, self.seat or Role.candidate.value)

@@ -73,6 +73,8 @@ class BatchRecord:
     shape_outliers: tuple[ShapeOutlier, ...]
     aa_check: Ratio                  # FP32 against a second copy of itself
     core_state: CoreState | None = None
+    # runtime=auto / quant=auto: each label's own core states (the shipped one's is reported)
+    core_state_by_label: dict[str, CoreState] | None = omitted()
     rest: dict = rest()
 
 

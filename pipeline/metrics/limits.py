@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 from pipeline.core.errors import ConfigError
 from pipeline.metrics import SPECS
@@ -67,21 +68,33 @@ def limits(setting, metrics) -> dict[str, float]:
     return out
 
 
-def judged(reference: dict, candidate: dict, setting, metrics) -> list[dict]:
-    """Each judged metric: FP16's value, the candidate's, the drop (positive: worse; NaN when
-    either is missing, which fails), the limit and the verdict."""
+@dataclass(frozen=True)
+class Judged:
+    """One judged metric: the reference's value, the candidate's, the drop (positive: worse;
+    NaN when either is missing, which fails), the limit in the metric's scale and the verdict."""
+    metric: str
+    reference: float
+    candidate: float
+    drop: float
+    limit: float
+    scale: str
+    unit: str
+    passed: bool
+
+
+def judged(reference: dict, candidate: dict, setting, metrics) -> list[Judged]:
+    """Each judged metric, the primary first."""
     specs, _ = _parts(metrics)
     rows = []
     for name, limit in limits(setting, metrics).items():
         s = specs[name]
         ref, cand = reference.get(name, math.nan), candidate.get(name, math.nan)
         drop = s.drop(ref, cand)
-        rows.append({"metric": name, "reference": ref, "candidate": cand, "drop": drop,
-                     "limit": limit, "scale": s.scale, "unit": s.unit,
-                     "passed": math.isfinite(drop) and drop <= limit + 1e-9})
+        rows.append(Judged(name, ref, cand, drop, limit, s.scale, s.unit,
+                           math.isfinite(drop) and drop <= limit + 1e-9))
     return rows
 
 
 def within(reference: dict, candidate: dict, setting, metrics) -> bool:
     """Every judged metric within its limit."""
-    return all(r["passed"] for r in judged(reference, candidate, setting, metrics))
+    return all(r.passed for r in judged(reference, candidate, setting, metrics))

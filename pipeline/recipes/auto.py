@@ -17,7 +17,10 @@ Candidates, each a cached stage output (a second run rebuilds nothing):
 All of them are timed in one benchmark (``stages/benchmark.py``, its ``contenders``): one
 process, interleaved rounds, blocks when runtimes mix, one A/A check, so every speedup is a ratio
 measured side by side. Each (candidate, target) is then judged by the gate exactly as a shipped
-candidate would be; the fastest at the gate's batch size that passes every check ships. A float
+candidate would be, from its own seat of that benchmark (``pipeline.measure.seat``: its label's
+numbers, nothing copied or renamed); the fastest at the gate's batch size that passes every
+check ships: a choice (the outcome holds its artifact and evaluation as the candidate and the
+label it was timed under, ``Outcome.seat``), with the verdict its row was given. A float
 winner is the fastest float baseline itself: its speedup over it is 1 by identity, never a slower
 model. With none passing, the most accurate fast one goes to the gate, which fails visibly.
 The INT8 sub-recipe runs on the configured target exactly as ``quant=int8`` does, so the two
@@ -25,15 +28,15 @@ share their cached stages.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
-import json
+from dataclasses import replace
 
 from pipeline import gate
 from pipeline.config import QuantMode
 from pipeline.measure.results import BenchResult, Evaluation, Role, Timing
-from pipeline.recipes.auto_table import Row, choose, why
-from pipeline.runtimes import PRIMARY, Target, cpu_supports
+from pipeline.measure.seat import Seats, seen_from
+from pipeline.recipes.auto_table import BatchLatency, Row, choose, why
+from pipeline.runtimes import Target, cpu_supports
 from pipeline.runtimes.plan import Plan, label
 
 # how the table names each role's candidate
@@ -45,59 +48,30 @@ def _drop_and_agreement(ev, ref, metric, rtol: float | None = None) -> tuple[flo
     ``rtol``: continuous outputs' tolerance (``gate.output_rtol``)."""
     from pipeline.metrics.outputs import RTOL, agreement
 
-    return (metric.drop(ref.meta["metrics"][metric.name], ev.meta["metrics"][metric.name]),
+    return (metric.drop(Evaluation.of(ref).metrics[metric.name],
+                        Evaluation.of(ev).metrics[metric.name]),
             agreement(ev, ref, RTOL if rtol is None else rtol))
 
 
-def _named(lab: str) -> str:
-    """A timing label with the benchmark's ``candidate`` role called what it is here: int8."""
-    return "int8" + lab[len(Role.candidate):] if lab.startswith(Role.candidate) else lab
-
-
-def as_candidate(bench, lab: str, raw_lab: str | None = None):
-    """The benchmark as the gate would see it if ``lab`` were the candidate: its latency, its
-    speedup over the fastest float and its core states, and every other model's ratio over it
-    (recomputed from the per-round times of the same run, where it is ``raw_lab``)."""
-    from pipeline.measure import timing
-
-    raw_lab = raw_lab or lab
-    raw = json.loads((bench.path / "times.json").read_text())
-    meta = copy.deepcopy(bench.meta)
-    for b, at in meta["batches"].items():
-        if lab not in at["latency_ms"]:
-            continue
-        at["candidate_label"] = lab
-        at["latency_ms"][Role.candidate] = at["latency_ms"][lab]
-        at["per_size"][Role.candidate] = at["per_size"][lab]
-        at["speedup_vs_fastest_float"] = at["speedup_vs_fastest_float_by_label"][lab]
-        states = at.get("core_state_by_label", {}).get(lab)
-        if states is not None:
-            at["core_state"] = states
-            at["noisy"] = bool(at["noisy"] or states["changed"])
-        times = raw[b]
-        at["speedup"] = {_named(o): timing.ratio_ci(times[o], times[raw_lab])
-                         for o in times if o != raw_lab}
-    return dataclasses.replace(bench, meta=meta)
-
-
-def _row(name, role, target, lab, ev, ref, bench_view, verdict, metric, gate_batch,
+def _row(name, role, target, lab, ev, ref, result: BenchResult, verdict, metric, gate_batch,
          rtol=None) -> Row:
     """A timed (candidate, target): its accuracy against FP16, its latency per batch, its
-    speedup at the gate's batch and the gate's verdict on it."""
-    result = BenchResult.of(bench_view)
+    speedup at the gate's batch (``result``: the benchmark seen from its seat,
+    ``pipeline.measure.seat``) and the gate's verdict on it."""
     at = result.at(gate_batch) or Timing(None, None)
-    latency = {str(b): {"p50": t.p50_ms, "p99": t.p99_ms}
+    latency = {str(b): BatchLatency(t.p50_ms, t.p99_ms)
                for b, t in result.batches.items() if t.label == lab}
-    row = Row(name, role, str(target), lab, target.runtime, target.precision, verdict.passed,
-              verdict.failed, [c.detail for c in verdict.checks if not c.passed], latency,
-              at.overall, at.fastest_float)
+    measured = {}
     if ev is not None:
         e = Evaluation.of(ev)
-        row.metric, row.accuracy, row.output_sha256 = metric.name, e.metric(metric.name), \
-            e.output_sha256
-        row.accuracy_drop, row.agreement = _drop_and_agreement(ev, ref, metric, rtol)
-    row.p50 = (latency.get(str(gate_batch)) or {}).get("p50")
-    return row
+        drop, agree = _drop_and_agreement(ev, ref, metric, rtol)
+        measured = dict(metric=metric.name, accuracy=e.metric(metric.name), accuracy_drop=drop,
+                        agreement_with_fp16=agree, output_sha256=e.output_sha256)
+    gated = latency.get(str(gate_batch))
+    return Row(name, role, str(target), lab, target.runtime, target.precision, verdict.passed,
+               verdict.failed, [c.detail for c in verdict.checks if not c.passed], latency,
+               at.overall, at.fastest_float, **measured,
+               p50=None if gated is None else gated.p50)
 
 
 def not_timed(hw, plan, evals: dict, roles: list, contenders: tuple, accurate) -> list[str]:
@@ -131,14 +105,13 @@ def _untimed_row(name, role, target, lab, ev, ref, g, metrics, metric) -> Row:
 
     drop, agree = _drop_and_agreement(ev, ref, metric, g.output_rtol)
     e, r = Evaluation.of(ev), Evaluation.of(ref)
-    failed = [("accuracy_drop" if i == 0 else f"{j['metric']}_drop") for i, j in enumerate(
-        metric_limits.judged(r.metrics, e.metrics, g.max_accuracy_drop, metrics))
-        if not j["passed"]]
+    failed = [("accuracy_drop" if i == 0 else f"{j.metric}_drop") for i, j in enumerate(
+        metric_limits.judged(r.metrics, e.metrics, g.max_accuracy_drop, metrics)) if not j.passed]
     if agree < g.min_output_agreement:
         failed.append("output_agreement")
     return Row(name, role, str(target), lab, target.runtime, target.precision, False, failed,
                ["not timed: it misses the accuracy budget on this runtime"], metric=metric.name,
-               accuracy=e.metric(metric.name), accuracy_drop=drop, agreement=agree,
+               accuracy=e.metric(metric.name), accuracy_drop=drop, agreement_with_fp16=agree,
                output_sha256=e.output_sha256, timed=False)
 
 
@@ -148,27 +121,21 @@ def recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning=None,
     on: build every candidate, time them side by side, judge each (candidate, target) with the
     gate, and judge the winner as the shipped candidate."""
     from pipeline.gate.outcome import Outcome
+    from pipeline.recipes.auto_result import AutoResult, Int8Trials
 
     a = _Auto(cfg, runner, run.task, splits, exported, fp32, fp16, unfused or exported)
     a.candidates()
     bench, untimed = a.time()
     table = a.judge_all(bench, untimed)
     winner = choose(table)
-    final, final_evals, view, verdict, summary = a.as_winner(bench, winner)
-    role, g, infos = winner.role, cfg.gate, a.infos
-    int8_info = infos[Role.candidate]
-    auto = {"winner": winner.as_dict(), "table": [r.as_dict() for r in table],
-            "why": why(winner, table),
-            "notes": a.notes, "targets": [str(x) for x in a.plan.options],
-            "unavailable": a.plan.unavailable, "failures": a.plan.failures,
-            "gate_batch": g.speedup_batch_size,
-            "int8": {"latency_trial": int8_info.latency_trial, "regions": int8_info.regions,
-                     "latency_exclusions": int8_info.latency_exclusions,
-                     "float_outputs": int8_info.float_outputs},
-            # a fused transformer's dynamic candidate: which graph it quantized, both timings
-            "dynamic_source": infos[Role.dynamic].dynamic_source if Role.dynamic in infos else None}
-    return Outcome(run, final, final_evals, view, verdict, source, None, infos.get(role), summary,
-                   pruning, auto=auto)
+    final, final_evals, seat, verdict, summary = a.as_winner(bench, winner)
+    infos = a.infos
+    auto = AutoResult(winner, table, why(winner, table), a.notes,
+                      [str(x) for x in a.plan.options], a.plan.unavailable, a.plan.failures,
+                      cfg.gate.speedup_batch_size, Int8Trials.of(infos[Role.candidate]),
+                      infos[Role.dynamic].dynamic_source if Role.dynamic in infos else None)
+    return Outcome(run, final, final_evals, bench, verdict, source, None, infos.get(winner.role),
+                   summary, pruning, auto=auto, seat=seat)
 
 
 class _Auto:
@@ -179,6 +146,7 @@ class _Auto:
         from pipeline.metrics.limits import limits
         from pipeline.stages.evaluate import Evaluate, baselines
 
+        from pipeline.recipes.auto_result import Notes
         from pipeline.recipes.job import Int8Job
 
         self.cfg, self.runner, self.t, self.splits = cfg, runner, t, splits
@@ -194,7 +162,7 @@ class _Auto:
         self.ref = self.evals[Role.fp16]
         self.fp32, self.export = fp32, source_for_dynamic
         self.models = {Role.export: exported, Role.fp32: fp32, Role.fp16: fp16}
-        self.infos, self.notes = {}, {}
+        self.infos, self.notes = {}, Notes()
 
     def build(self, mode, **changes):
         """A candidate as ``quant=<mode>`` builds it (its cached stages); every candidate is
@@ -209,8 +177,9 @@ class _Auto:
 
         g, ref = self.g, self.ref
         drop, agree = _drop_and_agreement(ev, ref, self.metric, g.output_rtol)
-        return (within(ref.meta["metrics"], ev.meta["metrics"], g.max_accuracy_drop,
-                       self.t.metrics) and agree >= g.min_output_agreement), drop, agree
+        return (within(Evaluation.of(ref).metrics, Evaluation.of(ev).metrics,
+                       g.max_accuracy_drop, self.t.metrics)
+                and agree >= g.min_output_agreement), drop, agree
 
     def _evaluated(self, role: str, label_: str):
         from pipeline.stages.evaluate import against
@@ -237,17 +206,18 @@ class _Auto:
             if self.accurate(first)[0]:
                 self.models[Role.candidate], self.infos[Role.candidate] = self.build(QuantMode.int8)
             else:
-                notes["regions"] = (f"not tried (quant.region_trials={regions}): static INT8 "
-                                    "misses the accuracy budget, so no faster INT8 model could "
-                                    "ship; the mixed candidate floats what accuracy needs")
+                notes = replace(notes, regions=(
+                    f"not tried (quant.region_trials={regions}): static INT8 misses the accuracy "
+                    "budget, so no faster INT8 model could ship; the mixed candidate floats what "
+                    "accuracy needs"))
         if dynamic_ops(cfg, t, self.fp32, self.export):
             # Dynamic INT8 quantizes the LSTM only: floating what profiles slower gives back FP32.
             self.models[Role.dynamic], self.infos[Role.dynamic] = self.build(
                 QuantMode.dynamic, region_trials=0, latency_aware=False)
         else:  # it would quantize nothing: the FP32 model again, evaluated and timed again
-            notes[Role.dynamic] = ("not built: the graph has no op dynamic INT8 quantizes (quant."
-                                f"dynamic_op_types: {', '.join(dynamic_op_types(cfg, t))}), so "
-                                "it would be the FP32 model itself")
+            notes = replace(notes, dynamic=(
+                "not built: the graph has no op dynamic INT8 quantizes (quant.dynamic_op_types: "
+                f"{', '.join(dynamic_op_types(cfg, t))}), so it would be the FP32 model itself"))
         for role in (Role.candidate, Role.dynamic):
             if role in self.models:
                 self.evals[role] = self._evaluated(role, f"evaluate[{NAMES[role]}]")
@@ -257,9 +227,10 @@ class _Auto:
                 QuantMode.mixed, max_accuracy_drop=self.budget, region_trials=0)
             self.evals[Role.mixed] = self._evaluated(Role.mixed, "evaluate[mixed]")
         else:
-            notes[Role.mixed] = (f"not built: static INT8 is already within the accuracy budget "
-                              f"(drop {drop:.2f} <= {self.budget:g}), so the mixed search would "
-                              "return that same model")
+            notes = replace(notes, mixed=(
+                f"not built: static INT8 is already within the accuracy budget (drop {drop:.2f} "
+                f"<= {self.budget:g}), so the mixed search would return that same model"))
+        self.notes = notes
         self.plan.evaluate_others(self.runner, self.evaluate, self.models,
                                   against(t, self.ref))
 
@@ -282,7 +253,7 @@ class _Auto:
                                           options=plan.bench_options(), contenders=contenders,
                                           untimed=tuple(sorted(untimed))),
                                 models[Role.candidate], label="benchmark[auto]", **refs)
-        plan.failures.update(bench.meta.get("failures", {}))
+        plan.failures.update(Seats.of(bench).failures)
         return bench, untimed
 
     def judge_all(self, bench, untimed) -> list[Row]:
@@ -291,7 +262,7 @@ class _Auto:
 
         g, t, metric, hw, plan = self.g, self.t, self.metric, self.hw, self.plan
         env = environment(hw)
-        table = []
+        table, self.verdicts, seats = [], {}, Seats.of(bench)
         for role in (Role.fp32, Role.candidate, Role.dynamic, Role.mixed):
             if role not in self.models:
                 continue
@@ -302,53 +273,31 @@ class _Auto:
                     table.append(_untimed_row(NAMES[role], role, target, lab, ev, self.ref, g,
                                               t.metrics, metric))
                     continue
-                if lab not in bench.meta["targets"]:
+                if lab not in seats.timed:
                     continue  # failed to load on that runtime: recorded in failures
-                view = as_candidate(bench, lab)
-                measures = gate.measures({Role.fp16: self.ref, Role.candidate: ev}, view, g,
-                                         self.cfg.slo, self.models[role])
-                verdict = gate.judge(measures, g, t.metrics, self.cfg.slo, env)
-                table.append(_row(NAMES[role], role, target, lab, ev, self.ref, view, verdict,
+                seat = seen_from(bench, lab)  # its own timings, nothing renamed
+                measures = gate.measures({Role.fp16: self.ref, role: ev}, seat, g,
+                                         self.cfg.slo, self.models[role], role=role)
+                verdict = self.verdicts[lab] = gate.judge(measures, g, t.metrics, self.cfg.slo,
+                                                          env)
+                table.append(_row(NAMES[role], role, target, lab, ev, self.ref, seat, verdict,
                                   metric, g.speedup_batch_size, g.output_rtol))
         return table
 
     def as_winner(self, bench, winner: Row):
-        """The winner as "the candidate" everywhere the gate, report and registry look, judged
-        once more as the shipped candidate on its target."""
-        from pipeline.core.env import environment
-
-        g, t, hw, plan, models, evals = self.g, self.t, self.hw, self.plan, self.models, self.evals
+        """The winner ships: (models, evaluations, seat, verdict, runtimes summary). Its verdict
+        is the one the table gave it (the same judge, from the same seat of the same benchmark);
+        the models and evaluations the report and the registry read hold it as the candidate,
+        the seat names the label it was timed under, and the benchmark is the one timed."""
+        g, t, plan, models, evals = self.g, self.t, self.plan, self.models, self.evals
         role, target = winner.role, Target(winner.runtime, winner.precision)
         floats = (Role.export, Role.fp32, Role.fp16)
-        final = {**{r: models[r] for r in floats}, Role.candidate: models[role]}
-        final_evals = {r: evals[r] for r in floats}
-        final_evals[Role.candidate] = plan.evaluation_of(evals, role, PRIMARY) or evals.get(role)
-        for tg in plan.options:
-            if tg != PRIMARY and role != Role.candidate:
-                if (role, tg) in plan.extra:
-                    plan.extra[(Role.candidate, tg)] = plan.extra[(role, tg)]
-                else:
-                    plan.extra.pop((Role.candidate, tg), None)
-        meta = copy.deepcopy(bench.meta)
-        for b, at in meta["batches"].items():
-            for tg in plan.options:
-                src, dst = label(hw, role, tg), label(hw, Role.candidate, tg)
-                for key in ("latency_ms", "per_size", "speedup_vs_fastest_float_by_label",
-                            "core_state_by_label"):
-                    if src in at.get(key, {}):
-                        at[key][dst] = at[key][src]
-                    elif src != dst:  # the winner did not run there: no INT8 numbers under its name
-                        at.get(key, {}).pop(dst, None)
-            if role != Role.candidate:
-                at["candidate_label"] = label(hw, role, PRIMARY)
-        view = as_candidate(dataclasses.replace(bench, meta=meta),
-                            label(hw, Role.candidate, target), label(hw, role, target))
         plan.allowed = [target]
-        final_evals, view, summary, _ = plan.decide(final_evals, view, g, t.metrics,
-                                                    g.speedup_batch_size)
-        verdict = gate.judge(gate.measures(final_evals, view, g, self.cfg.slo, models[role]), g,
-                             t.metrics, self.cfg.slo, environment(hw))
-        return final, final_evals, view, verdict, summary
+        view, seat, summary, _ = plan.decide({**{r: evals[r] for r in floats}, role: evals[role]},
+                                             bench, g, t.metrics, g.speedup_batch_size, role=role)
+        return ({**{r: models[r] for r in floats}, Role.candidate: models[role]},
+                {r: view[r] for r in (*floats, Role.candidate)}, seat,
+                self.verdicts[winner.label], summary)
 
 
 def dynamic_op_types(cfg, t) -> tuple:
@@ -379,12 +328,12 @@ def float_hint(verdict, evals: dict, bench, plan, gate_cfg, metric, model: str) 
     outcome: a model slower than its float baseline is not shipped."""
     if "speedup_ci_low" not in verdict.failed:
         return
-    at = bench.meta["batches"].get(str(gate_cfg.speedup_batch_size)) or {}
-    lab = at.get("fastest_float")
-    where = bench.meta.get("targets", {}).get(lab) or {}
+    at = BenchResult.of(bench).at(gate_cfg.speedup_batch_size)
+    lab = at.fastest_float if at is not None else None
+    where = Seats.of(bench).timed.get(lab)
     if not lab or not where:
         return
-    role, target = where["role"], Target(where["runtime"], where["precision"])
+    role, target = where.role, Target(where.runtime, where.precision)
     ev = plan.evaluation_of(evals, role, target)
     if ev is None:
         return
@@ -392,10 +341,10 @@ def float_hint(verdict, evals: dict, bench, plan, gate_cfg, metric, model: str) 
 
     metrics, metric = metric, primary(metric)
     drop, agree = _drop_and_agreement(ev, evals[Role.fp16], metric, gate_cfg.output_rtol)
-    ok = (within(evals[Role.fp16].meta["metrics"], ev.meta["metrics"], gate_cfg.max_accuracy_drop,
-                 metrics) and agree >= gate_cfg.min_output_agreement)
+    ok = (within(Evaluation.of(evals[Role.fp16]).metrics, Evaluation.of(ev).metrics,
+                 gate_cfg.max_accuracy_drop, metrics) and agree >= gate_cfg.min_output_agreement)
     title = {Role.fp32: "the optimized FP32 model", Role.fp16: "the FP16 model"}.get(role, role)
-    p50 = at["latency_ms"][lab]["p50"]
+    p50 = at.latencies[lab].p50
     if ok:
         hint = (f"{title} on {target} would pass (p50 {p50:.2f} ms at batch "
                 f"{gate_cfg.speedup_batch_size}, drop {drop:{'.2f' if metric.unit == '%' else '.4f'}} "

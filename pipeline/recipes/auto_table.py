@@ -8,15 +8,23 @@ and ``why`` (a few sentences on the choice).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
-from pipeline.measure.results import Speedup
+from pipeline.core.records import fields_from_json, to_json
+from pipeline.measure.results import Role, Speedup
 
 # Checks of the benchmark rather than of a candidate: failed by one, failed by all.
 TIMING_CHECKS = {"aa_check", "benchmark_sane", "same_environment"}
 
 
-@dataclass
+@dataclass(frozen=True)
+class BatchLatency:
+    """A row's latency at one batch size, in ms."""
+    p50: float | None = None
+    p99: float | None = None
+
+
+@dataclass(frozen=True)
 class Row:
     candidate: str                  # the candidate's name: fp32, int8, dynamic, mixed
     role: str                       # its Role in the run
@@ -27,34 +35,44 @@ class Row:
     passed: bool
     failed: list                    # the names of the checks it failed
     failed_detail: list
-    latency_ms: dict = field(default_factory=dict)  # batch (str) -> {p50, p99}
-    speedup: Speedup | None = None  # over the fastest float baseline, at the gate's batch
+    latency_ms: dict[str, BatchLatency] = field(default_factory=dict)  # by batch size (str)
+    # over the fastest float baseline, at the gate's batch
+    speedup_vs_fastest_float: Speedup | None = None
     fastest_float: str | None = None
     metric: str | None = None       # the primary metric's name, and its value here
     accuracy: float | None = None
     accuracy_drop: float | None = None
-    agreement: float | None = None  # with FP16's outputs
+    agreement_with_fp16: float | None = None
     output_sha256: str | None = None
     p50: float | None = None        # at the gate's batch; None: not timed
     timed: bool = True
 
     def as_dict(self) -> dict:
-        sp = self.speedup
+        """The JSON the report renders and every earlier run wrote: the metric's value under
+        its own name, ``timed`` only for a row that was not."""
         out = {"candidate": self.candidate, "role": str(self.role), "target": self.target,
                "label": self.label, "runtime": self.runtime, "precision": self.precision,
                "passed": self.passed, "failed": self.failed, "failed_detail": self.failed_detail,
-               "latency_ms": self.latency_ms,
-               "speedup_vs_fastest_float": None if sp is None else
-               {"median": sp.median, "ci95": [sp.low, sp.high]},
+               "latency_ms": to_json(self.latency_ms),
+               "speedup_vs_fastest_float": to_json(self.speedup_vs_fastest_float),
                "fastest_float": self.fastest_float}
         if self.metric is not None:
             out.update({self.metric: self.accuracy, "accuracy_drop": self.accuracy_drop,
-                        "agreement_with_fp16": self.agreement,
+                        "agreement_with_fp16": self.agreement_with_fp16,
                         "output_sha256": self.output_sha256})
         out["p50"] = self.p50
         if not self.timed:
             out["timed"] = False
         return out
+
+    @classmethod
+    def of(cls, data: dict) -> Row:
+        """A row from its JSON: every field by its name, and the metric, which the JSON names
+        by the one key that is no field."""
+        names = {f.name for f in fields(cls)}
+        metric = next((k for k in data if k not in names), None)
+        row = fields_from_json(cls, data)
+        return row if metric is None else replace(row, metric=metric, accuracy=data[metric])
 
 
 def choose(table: list[Row]) -> Row:
@@ -72,9 +90,10 @@ def choose(table: list[Row]) -> Row:
 
 
 def _sp(r: Row) -> str:
-    if r.speedup is None:
+    sp = r.speedup_vs_fastest_float
+    if sp is None:
         return "no speedup measured"
-    return f"{r.speedup.median:.2f}x (95 % CI {r.speedup.low:.2f}-{r.speedup.high:.2f})"
+    return f"{sp.median:.2f}x (95 % CI {sp.low:.2f}-{sp.high:.2f})"
 
 
 def why(winner: Row, table: list[Row]) -> list[str]:
@@ -104,10 +123,11 @@ def why(winner: Row, table: list[Row]) -> list[str]:
                      "candidate, so no speed here can be trusted: run again on a quieter machine, "
                      "or give the benchmark more time (bench.max_seconds).")
         return lines
-    quantized = [r for r in table if r.role != "fp32"]
+    quantized = [r for r in table if r.role != Role.fp32]
     if quantized and all(not r.passed for r in quantized):
-        best = max(quantized, key=lambda r: r.speedup.median if r.speedup else 0)
-        ships = winner.passed and winner.role == "fp32"
+        best = max(quantized, key=lambda r: r.speedup_vs_fastest_float.median
+                   if r.speedup_vs_fastest_float else 0)
+        ships = winner.passed and winner.role == Role.fp32
         lines.append(f"INT8 does not pay on this machine: the best quantized candidate, "
                      f"{best.candidate} on {best.target}, ran {_sp(best)} the fastest float "
                      "baseline" + (", so a float artifact ships." if ships else "."))

@@ -36,6 +36,7 @@ from pipeline.recipes.job import Int8Job
 from pipeline.runtimes import PRIMARY, settings_for
 from pipeline.runtimes.plan import Plan
 from pipeline.measure.results import Role
+from pipeline.measure.seat import seen_from
 
 OPSET = 18  # torch's exporter implements 18 natively; >= 13 is needed for per-channel QDQ
 
@@ -138,16 +139,16 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
     bench = runner.run(Benchmark(data=splits.evaluation, bench=cfg.bench.timing(),
                                  hardware=plan.hw, options=plan.bench_options()),
                        candidate, fp32=fp32, fp16=fp16, export=exported)
-    # runtime=auto picks the target here; the gate and the report see the chosen one.
-    evals, bench, targets, deployed = plan.decide(evals, bench, cfg.gate, t.metrics,
-                                                  cfg.gate.speedup_batch_size)
+    # runtime=auto picks the target here; the gate and the report read the chosen one's seat.
+    evals, seat, targets, deployed = plan.decide(evals, bench, cfg.gate, t.metrics,
+                                                 cfg.gate.speedup_batch_size)
     load = None
     if cfg.bench.mode.value != "latency":
         load = runner.run(LoadTest(data=splits.evaluation, mode=cfg.bench.mode.value,
                                    load=cfg.bench.load, slo_p99_ms=cfg.slo.p99_ms,
                                    hardware=deployed, nonce=cfg.bench.nonce),
                           candidate, fp32=fp32)
-    verdict = gate.judge(gate.measures(evals, bench, cfg.gate, cfg.slo, candidate,
+    verdict = gate.judge(gate.measures(evals, seen_from(bench, seat), cfg.gate, cfg.slo, candidate,
                                        against_given=cfg.quant.mode == QuantMode.none),
                          cfg.gate, t.metrics, cfg.slo, environment(hw))
     if not verdict.passed and quant_info is not None:  # which float artifact would pass
@@ -155,4 +156,4 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
 
         float_hint(verdict, evals, bench, plan, cfg.gate, t.metrics, m.source)
         accuracy_hint(verdict, cfg.quant.mode, dynamic_op_types(cfg, t), m.source)
-    return Outcome(run, models, evals, bench, verdict, source, load, quant_info, targets, pruning)
+    return Outcome(run, models, evals, bench, verdict, source, load, quant_info, targets, pruning, seat=seat)

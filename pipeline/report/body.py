@@ -20,7 +20,7 @@ from pipeline.measure.bench_record import (BatchRecord, BenchRecord, ColdStart, 
                                            InputContract, LoadRecord, Ratio, ShapeOutlier,
                                            SizeAxis, SizeP50)
 from pipeline.measure.fusion_record import FuseRecord, Parity
-from pipeline.measure.results import BenchResult, Evaluation, Role
+from pipeline.measure.results import Evaluation, Role
 from pipeline.metrics.outputs import RTOL, agreement
 
 ROWS = ((Role.export, "export (torch -> ONNX, FP32)"), (Role.fp32, "optimize (FP32 baseline)"),
@@ -277,7 +277,7 @@ def as_json(report, end: RunEnd) -> dict:
 
 def rows(outcome, mode: str, rtol: float = RTOL) -> tuple[Row, ...]:
     """``rtol``: how close a continuous output must be to FP16's to agree (``gate.output_rtol``)."""
-    batches = BenchResult.of(outcome.bench).batches
+    batches = outcome.timings().batches  # seen from the shipped candidate's seat (no relabelling)
     fp16 = outcome.evals[Role.fp16]
     return tuple(_row(outcome, role, _title(outcome, role, title, mode), batches,
                       agreement(outcome.evals[role], fp16, rtol)) for role, title in ROWS)
@@ -312,7 +312,7 @@ def _row(outcome, role: Role, title: str, batches: dict, agree) -> Row:
     nodes = from_json(_Nodes, art.meta, known_only=True).nodes
     latency = {}
     for b, t in batches.items():
-        lat = t.latencies.get(role)
+        lat = t.latencies.get(t.label if role == Role.candidate else role)
         if lat is None:
             continue  # quant=auto times only the models that compete (and FP32)
         if role == Role.candidate:  # the gated number: median of per-round ratios, with its CI
@@ -347,13 +347,18 @@ def metric_specs(t) -> tuple[MetricSpec, ...]:
                             against(s)) for s in specs)
 
 
-def timing(record: BenchRecord) -> TimingReport:
-    """How the latencies were measured: rounds, noise, shapes, cold start, input contract."""
-    def batch(at: BatchRecord) -> BatchTiming:
-        return BatchTiming(at.rounds, at.seconds, at.noisy, at.core_state,
-                           at.per_size[Role.candidate], record.size_axis, at.shape_outliers)
+def timing(record: BenchRecord, outcome) -> TimingReport:
+    """How the latencies were measured: rounds, noise, shapes, cold start, input contract; the
+    noise, core states and per-size medians are the shipped candidate's own (its seat)."""
+    seat = outcome.timings().batches
 
-    return TimingReport({b: batch(at) for b, at in record.batches.items()},
+    def batch(b: str, at: BatchRecord) -> BatchTiming:
+        label = outcome.label_at(b)
+        state = (at.core_state_by_label or {}).get(label, at.core_state)
+        return BatchTiming(at.rounds, at.seconds, seat[int(b)].noisy, state, at.per_size[label],
+                           record.size_axis, at.shape_outliers)
+
+    return TimingReport({b: batch(b, at) for b, at in record.batches.items()},
                         record.cold_start_ms or {}, record.input_contract)
 
 

@@ -42,7 +42,7 @@ def body(cfg, out, record: list) -> RunReport:
         model=cfg.model.name, quant=mode, config=plain(cfg),
         environment=b.environment(environment(cfg.hardware)), metrics=b.metric_specs(t),
         verdict=out.verdict, rows=b.rows(out, mode, cfg.gate.output_rtol),
-        aa_check=b.aa_checks(bench), timing=b.timing(bench), bill=_bill(out, cfg),
+        aa_check=b.aa_checks(bench), timing=b.timing(bench, out), bill=_bill(out, cfg),
         stages=b.stages(record), lineage=lineage, runtimes=out.runtimes,
         # what the terminal warned about before any stage ran belongs to the evidence too
         warnings=tuple(getattr(t, "warnings", ())),
@@ -90,7 +90,7 @@ def version_mode(cfg, out) -> str:
     if fallback.get("candidate") == "fp32":  # INT8 could not pay: the FP32 model is what passed
         mode = "fp32"
     if out.auto is not None:  # quant=auto: the version says which candidate won
-        mode = f"{mode}.{out.auto['winner']['candidate']}"
+        mode = f"{mode}.{out.auto.winner.candidate}"
     deployed = RuntimePlan.of(out.runtimes).deployed
     if (deployed.runtime, deployed.precision) != ("onnxruntime", "fp32"):
         mode = f"{mode}.{deployed.runtime}-{deployed.precision}"  # the version says so

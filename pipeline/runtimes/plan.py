@@ -5,9 +5,10 @@ artifacts. Out: the targets each role is evaluated and timed on, the labels its 
 ``latency.json`` (the plain role name for its home target, ``"<role> @ <runtime> <precision>"``
 for the others), and after the benchmark a decision: per batch size the fastest candidate target
 whose accuracy, measured on that target, passes the accuracy gate against the FP16 baseline; the
-views of the evaluations and the benchmark that the gate and the report read (``candidate`` is
-the chosen target's); and a summary for the report and manifest with one cell per artifact and
-target, and each runtime's failure on its own line.
+evaluations as the gate and the report read them (``candidate``: the shipped model's on the
+chosen target), the seat its timings are read from (its benchmark label per batch size: the
+benchmark itself is not copied or renamed); and a summary for the report and manifest with one
+cell per artifact and target, and each runtime's failure on its own line.
 
 With a fixed runtime R and precision P, the candidate runs on (R, P) and the float baselines on
 (R, fp32); the FP32 model is also timed on ONNX Runtime when R is another engine, so a runtime
@@ -17,7 +18,6 @@ baseline. ``quant=bf16`` is the FP32 model with P = bf16.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 from pipeline.core.errors import StageError
@@ -103,10 +103,14 @@ class Plan:
     def evaluation_of(self, evals: dict, role: str, t: Target):
         return evals.get(role) if t == home(self.hw, role) else self.extra.get((role, t))
 
-    def decide(self, evals: dict, bench, gate, metric, gate_batch: int):
-        """(evals view, bench view, summary): the gate and the report read the views.
-        ``metric``: the task's ``MetricsSpec`` (or its primary ``MetricSpec``): every metric the
-        gate judges must hold for a target to pass on accuracy."""
+    def decide(self, evals: dict, bench, gate, metric, gate_batch: int, role: str = "candidate"):
+        """(evals view, seat, summary, deployed settings). ``role``: the model that ships
+        (quant=auto: the winner's role), whose targets are weighed; the evals view holds its
+        evaluation on the chosen target as the candidate's, and the seat is the benchmark
+        label it was timed under per batch size (``pipeline.measure.seat``): the benchmark
+        itself is not copied or renamed. ``metric``: the task's ``MetricsSpec`` (or its primary
+        ``MetricSpec``): every metric the gate judges must hold for a target to pass on
+        accuracy. The summary names the shipped model ``candidate``, as reports always have."""
         from pipeline.metrics import limits
         from pipeline.metrics.outputs import RTOL, agreement
 
@@ -116,11 +120,11 @@ class Plan:
         self.failures.update(bench.meta.get("failures", {}))
         ref = evals["fp16"]
         ref_acc = ref.meta["metrics"][metric.name]
-        choice = {}
+        choice, seat = {}, {}
         for b, at in batches.items():
             rows = []
             for t in self.allowed:
-                lab, ev = label(self.hw, "candidate", t), self.evaluation_of(evals, "candidate", t)
+                lab, ev = label(self.hw, role, t), self.evaluation_of(evals, role, t)
                 lat = at["latency_ms"].get(lab)
                 if ev is None or lat is None:
                     continue
@@ -128,7 +132,7 @@ class Plan:
                 agree = agreement(ev, ref, rtol)
                 drop = metric.drop(ref_acc, acc)
                 rows.append({"target": str(t), "runtime": t.runtime, "precision": t.precision,
-                             "label": lab, metric.name: acc, "accuracy_drop": drop,
+                             "label": label(self.hw, "candidate", t), metric.name: acc, "accuracy_drop": drop,
                              "agreement_with_fp16": agree, "p50": lat["p50"], "p99": lat["p99"],
                              "speedup_vs_fastest_float":
                                  at.get("speedup_vs_fastest_float_by_label", {}).get(lab),
@@ -143,33 +147,20 @@ class Plan:
             pick = min(passing, key=lambda r: r["p50"]) if passing else \
                 min(rows, key=lambda r: (r["accuracy_drop"], r["p50"]))
             choice[b] = {**pick, "considered": rows}
+            seat[b] = label(self.hw, role, Target(pick["runtime"], pick["precision"]))
         deployed_row = choice.get(str(gate_batch)) or next(iter(choice.values()))
         deployed = Target(deployed_row["runtime"], deployed_row["precision"])
-        summary = self._summary(evals, bench, choice, deployed)
-        view = {**evals, "candidate": self.evaluation_of(evals, "candidate", deployed)}
-        if self.auto:
-            bench = self._bench_view(bench, choice)
-        return view, bench, summary, settings_for(self.hw, deployed)
+        summary = self._summary(evals, bench, choice, deployed, role)
+        view = {**evals, "candidate": self.evaluation_of(evals, role, deployed)}
+        return view, seat, summary, settings_for(self.hw, deployed)
 
-    def _bench_view(self, bench, choice):
-        meta = copy.deepcopy(bench.meta)
-        for b, at in meta["batches"].items():
-            lab = choice[b]["label"]
-            at["candidate_label"] = lab
-            at["latency_ms"]["candidate"] = at["latency_ms"][lab]
-            if lab in at.get("per_size", {}):
-                at["per_size"]["candidate"] = at["per_size"][lab]
-            by = at.get("speedup_vs_fastest_float_by_label", {})
-            if lab in by:
-                at["speedup_vs_fastest_float"] = by[lab]
-        return dataclasses.replace(bench, meta=meta)
-
-    def _summary(self, evals, bench, choice, deployed: Target) -> dict:
+    def _summary(self, evals, bench, choice, deployed: Target, shipped: str) -> dict:
         columns = list(self.options) if self.auto else sorted(
             {t for _, t in timed(self.hw, (), ("export", "fp32", "fp16", "candidate"), "").values()})
         cells: dict = {}
         raw = bench.meta["batches"]
-        for role in ("export", "fp32", "fp16", "candidate"):
+        for name in ("export", "fp32", "fp16", "candidate"):
+            role = shipped if name == "candidate" else name  # the shipped model's own labels
             for t in columns:
                 lab = label(self.hw, role, t)
                 ev = self.evaluation_of(evals, role, t)
@@ -186,8 +177,8 @@ class Plan:
                     if key in self.failures:
                         cell["error"] = self.failures[key]
                 if cell:
-                    cells.setdefault(role, {})[str(t)] = cell
-        dev = self.evaluation_of(evals, "candidate", deployed).meta.get("runtime") or {}
+                    cells.setdefault(name, {})[str(t)] = cell
+        dev = self.evaluation_of(evals, shipped, deployed).meta.get("runtime") or {}
         return {"mode": "auto" if self.auto else "fixed",
                 "targets": [str(t) for t in columns], "unavailable": self.unavailable,
                 "failures": self.failures, "cells": cells,

@@ -1,15 +1,13 @@
 """quant=auto's table: typed rows, the choice, and the JSON the report renders."""
 from __future__ import annotations
 
-from types import SimpleNamespace as NS
-
 from pipeline.measure.results import Role, Speedup
-from pipeline.recipes.auto_table import Row, choose
+from pipeline.recipes.auto_table import BatchLatency, Row, choose
 
 
 def _row(name, role, p50, failed=(), sp=1.5, drop=0.1):
     return Row(name, role, "onnxruntime fp32", f"{name}", "onnxruntime", "fp32", not failed,
-               list(failed), [], {"8": {"p50": p50, "p99": p50 * 2}},
+               list(failed), [], {"8": BatchLatency(p50, p50 * 2)},
                Speedup(sp, sp - .1, sp + .1),
                "fp32", "sequence_accuracy", 99.0, drop, 0.99, "ab", p50)
 
@@ -40,20 +38,19 @@ def test_rows_keep_the_json_shape_the_report_renders():
     assert "**Winner: fp32 on onnxruntime fp32.**" in md and "fail: speedup_ci_low" in md
 
 
-def test_a_row_reads_the_benchmark_view_of_its_own_label():
+def test_a_row_reads_the_benchmark_from_its_own_seat():
     from pipeline.gate.verdict import Check, Verdict
+    from pipeline.measure.results import BenchResult, Timing
     from pipeline.recipes.auto import _row as row_of
+    from pipeline.runtimes import Target
     from pipeline.task.metric import MetricSpec
 
-    def at(lab):
-        return {"candidate_label": lab, "fastest_float": "fp32",
-                "latency_ms": {"candidate": {"p50": 2.0, "p99": 3.0}},
-                "speedup_vs_fastest_float": {"median": 2.0, "ci95": [1.8, 2.2]}}
-    view = NS(meta={"batches": {"8": at("int8"), "1": at("other")}})
+    seat = BenchResult({8: Timing(Speedup(2.0, 1.8, 2.2), "fp32", p50_ms=2.0, p99_ms=3.0,
+                                  label="int8", overall=Speedup(2.0, 1.8, 2.2)),
+                        1: Timing(None, "fp32", p50_ms=9.0, p99_ms=9.5, label="other")}, None)
     verdict = Verdict([Check("speedup_ci_low", 1.8, 1.0, True, "ok")])
-    from pipeline.runtimes import Target
-
-    r = row_of("int8", Role.candidate, Target("onnxruntime", "fp32"), "int8", None, None, view,
+    r = row_of("int8", Role.candidate, Target("onnxruntime", "fp32"), "int8", None, None, seat,
                verdict, MetricSpec("sequence_accuracy", True), 8)
-    assert r.latency_ms == {"8": {"p50": 2.0, "p99": 3.0}} and r.p50 == 2.0  # batch 1: not its
-    assert r.speedup == Speedup(2.0, 1.8, 2.2) and r.passed
+    assert r.latency_ms == {"8": BatchLatency(2.0, 3.0)} and r.p50 == 2.0  # batch 1: not its
+    assert r.speedup_vs_fastest_float == Speedup(2.0, 1.8, 2.2) and r.passed
+    assert r.as_dict()["latency_ms"] == {"8": {"p50": 2.0, "p99": 3.0}}

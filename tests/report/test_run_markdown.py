@@ -92,8 +92,9 @@ def test_the_runtimes_and_auto_tables_read_a_cosine_as_a_cosine_not_as_a_percent
     md = "\n".join(runtimes_markdown(_runtimes("sequence_accuracy", 87.5, 0.25),
                                      "sequence_accuracy", "%"))
     assert "| ★ 87.50 % · b1 14.09 ms |" in md and "(drop 0.25 points vs FP16)" in md
-    row = {"candidate": "dynamic", "target": "onnxruntime fp32", "label": "dynamic",
-           "cosine_mean": 0.99037, "accuracy_drop": 0.00963, "latency_ms": {"8": {"p50": 66.8}},
+    row = {"candidate": "dynamic", "role": "dynamic", "target": "onnxruntime fp32",
+           "label": "dynamic", "runtime": "onnxruntime", "precision": "fp32",
+           "failed_detail": [], "cosine_mean": 0.99037, "accuracy_drop": 0.00963, "latency_ms": {"8": {"p50": 66.8}},
            "speedup_vs_fastest_float": {"median": 3.14, "ci95": [3.11, 3.17]}, "passed": True,
            "failed": []}
     auto = {"winner": row, "table": [row], "why": ["w"], "gate_batch": 8}
