@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pipeline.config import DynamicSource, QuantConfig, QuantMode
+from pipeline.measure.results import Speedup
 from pipeline.measure.timing import ratio_ci
 from pipeline.recipes import int8 as recipe
 
@@ -63,7 +64,8 @@ def _race(export_ms, fused_ms):
     cfg = SimpleNamespace(bench=SimpleNamespace(min_rounds=20, max_seconds=1.0),
                           gate=SimpleNamespace(speedup_batch_size=8))
     qz = SimpleNamespace(runner=runner, evaluation=None, hw=None)
-    built = {"fused": (qz, _art("quantize", "f"), None), "export": (qz, _art("quantize", "e"), None)}
+    built = {DynamicSource.fused: (qz, _art("quantize", "f"), None),
+             DynamicSource.export: (qz, _art("quantize", "e"), None)}
     chosen, record = recipe.race(cfg, built)
     stage, parent, other = runner.calls[0]
     assert (parent.digest, other.digest, stage.batch_size) == ("e", "f", 8)
@@ -78,15 +80,14 @@ def _race(export_ms, fused_ms):
 def test_the_faster_candidate_is_kept_and_ties_keep_the_fused_one(export_ms, chosen):
     fused = np.full(60, 100.0) * np.random.default_rng(1).uniform(0.99, 1.01, 60)
     got, record = _race(np.full(60, export_ms), fused)
-    assert got == record["chosen"] == chosen
-    assert record["ms"]["fused"] == pytest.approx(100.0, rel=0.02)
-    assert record["ms"]["export"] == pytest.approx(export_ms, rel=0.02)
-    assert record["candidates"] == {"fused": "f", "export": "e"} and record["batch_size"] == 8
-    lo, hi = record["export_over_fused_speedup"]["ci95"]
-    assert (lo > 1.0) == (chosen == "export")
+    assert got == record.chosen == chosen
+    assert record.ms.fused == pytest.approx(100.0, rel=0.02)
+    assert record.ms.export == pytest.approx(export_ms, rel=0.02)
+    assert record.candidates == {"fused": "f", "export": "e"} and record.batch_size == 8
+    assert (record.export_over_fused_speedup.low > 1.0) == (chosen == "export")
 
 
 def test_pick_source_needs_the_whole_interval_above_one():
-    assert recipe.pick_source({"median": 1.19, "ci95": [1.01, 1.30]}) == "export"
-    assert recipe.pick_source({"median": 1.05, "ci95": [0.99, 1.10]}) == "fused"
-    assert recipe.pick_source({"median": 0.80, "ci95": [0.75, 0.85]}) == "fused"
+    assert recipe.pick_source(Speedup(1.19, 1.01, 1.30)) == "export"
+    assert recipe.pick_source(Speedup(1.05, 0.99, 1.10)) == "fused"
+    assert recipe.pick_source(Speedup(0.80, 0.75, 0.85)) == "fused"

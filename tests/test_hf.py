@@ -181,6 +181,7 @@ def test_dynamic_int8_quantizes_both_graphs_and_keeps_the_faster(hf, embed_run):
     """The tiny BERT's fusions change its graph, so dynamic INT8 is built from the fused graph
     and from the export, both timed head to head at the gate's batch size; the one the timing
     picks (ties: the fused one) is the candidate, and the report says so with both timings."""
+    from pipeline.measure.results import Speedup
     from pipeline.recipes.int8 import pick_source
 
     src = embed_run["quantization"]["dynamic_source"]
@@ -188,7 +189,7 @@ def test_dynamic_int8_quantizes_both_graphs_and_keeps_the_faster(hf, embed_run):
     assert set(src["candidates"]) == {"fused", "export"}
     assert src["candidates"]["fused"] != src["candidates"]["export"]
     assert src["ms"]["fused"] > 0 and src["ms"]["export"] > 0
-    assert src["chosen"] == pick_source(src["export_over_fused_speedup"])
+    assert src["chosen"] == pick_source(Speedup.of(src["export_over_fused_speedup"]))
     assert embed_run["lineage"]["candidate"]["digest"] == src["candidates"][src["chosen"]]
     stages = [s["label"] for s in embed_run["stages"]]
     assert "compare[dynamic: export vs fused]" in stages
@@ -223,11 +224,11 @@ def test_per_layer_table_names_transformer_modules(hf, embed_run):
     rows = layer_rows(embed_run["quantization"])
     md = (hf / "run_embed" / "runs" / "latest" / "report.md").read_text()
     for r in rows:  # what stayed INT8 is listed under its module path
-        assert r["module"].startswith(module[r["node"]] or r["node"])
-        assert f"| {r['module']} | {r['op']} →" in md
+        assert r.module.startswith(module[r.node] or r.node)
+        assert f"| {r.module} | {r.op} →" in md
     # which nodes stay INT8 is the latency-aware step's timing verdict (on a busy machine every
     # one may time slower and go float): the names above are checked whatever it decided
-    assert not rows or any(r["module"].startswith("encoder.layer.") for r in rows)
+    assert not rows or any(r.module.startswith("encoder.layer.") for r in rows)
 
 
 def test_spearman_on_sentence_pairs_gates_when_named(hf, embed_run):

@@ -260,6 +260,7 @@ class FakeQuantizer:
     def quantize(self, method, exclude, label=""):
         return SimpleNamespace(floated=frozenset(exclude) - self.stuck,
                                meta={"precision": {n: "int8-static" for n in self.harms},
+                                     "excluded": sorted(exclude),
                                      "exclusion_ignored": sorted(self.stuck & set(exclude))})
 
     def score(self, art, label, subset=True):
@@ -267,8 +268,9 @@ class FakeQuantizer:
         return 99.0 - self.floor - sum(h for n, h in self.harms.items() if n not in art.floated)
 
     def explain(self, art, label=""):
-        return SimpleNamespace(meta={"int8_total_ms": 10.0, "nodes": [
-            {"node": n, "fp32_op": "Conv", "gain_ms": g} for n, g in self.gains.items()]})
+        from tests.recipes.support import explain_meta
+
+        return SimpleNamespace(meta=explain_meta(self.gains, 10.0))
 
 
 def test_search_finds_the_few_harmful_nodes_in_log_evaluations():
@@ -277,20 +279,20 @@ def test_search_finds_the_few_harmful_nodes_in_log_evaluations():
     gains = {n: 1.0 for n in names}
     fq = FakeQuantizer(harms, gains, budget=0.1)
     art, table, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()))
-    v = trace["verdict"]
-    assert v["met"] and set(v["chosen_float_nodes"]) >= {"n3", "n11"}
-    assert v["drop"] <= 0.1 and art.floated == frozenset(v["chosen_float_nodes"])
-    assert v["full_evaluations"] == fq.full <= 2 * math.log2(16) + 3
-    assert table[0]["node"] in ("n3", "n11") and table[1]["node"] in ("n3", "n11")
+    v = trace.verdict
+    assert v.met and set(v.chosen_float_nodes) >= {"n3", "n11"}
+    assert v.drop <= 0.1 and art.floated == frozenset(v.chosen_float_nodes)
+    assert v.full_evaluations == fq.full <= 2 * math.log2(16) + 3
+    assert table[0].node in ("n3", "n11") and table[1].node in ("n3", "n11")
 
 
 def test_search_keeps_the_best_and_says_so_when_the_budget_cannot_be_met():
     names = [f"n{i}" for i in range(8)]
     fq = FakeQuantizer({n: 0.2 for n in names}, {n: 1.0 for n in names}, budget=0.05, floor=0.5)
     art, _, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()))
-    v = trace["verdict"]
-    assert not v["met"] and "not met" in v["summary"]
-    assert v["drop"] == pytest.approx(min(r["drop"] for r in trace["trace"]))
+    v = trace.verdict
+    assert not v.met and "not met" in v.summary
+    assert v.drop == pytest.approx(min(r.drop for r in trace.trace))
 
 
 def test_search_leaves_out_nodes_that_cannot_be_made_float():
@@ -299,9 +301,9 @@ def test_search_leaves_out_nodes_that_cannot_be_made_float():
                        {n: 1.0 for n in names}, budget=0.1)
     fq.stuck = frozenset({"n2", "n6"})
     _, table, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()))
-    assert not {"n2", "n6"} & set(trace["order"]) and trace["order"][0] == "n5"
-    assert {r["node"] for r in table if not r["can_float"]} == {"n2", "n6"}
-    assert trace["verdict"]["met"] and trace["verdict"]["quantizable_nodes"] == 6
+    assert not {"n2", "n6"} & set(trace.order) and trace.order[0] == "n5"
+    assert {r.node for r in table if not r.can_float} == {"n2", "n6"}
+    assert trace.verdict.met and trace.verdict.quantizable_nodes == 6
 
 
 @pytest.mark.parametrize("medians, min_speedup, expect", [
@@ -313,15 +315,16 @@ def test_search_leaves_out_nodes_that_cannot_be_made_float():
 def test_int8_that_cannot_pay_falls_back_to_the_fp32_model(medians, min_speedup, expect):
     """The last INT8 step times the final model against FP32 at every benchmarked batch size
     (a stubbed runner stands in for the compare stage's timings)."""
-    from pipeline.recipes.int8_steps import QuantInfo
+    from pipeline.quant.int8_info import QuantInfo
     from pipeline.recipes.int8 import not_slower_than_fp32
+    from tests.recipes.support import compare_meta
 
     calls = []
 
     def run(stage, art, label, other):
         calls.append((stage.batch_size, label, other))
         m = medians[stage.batch_size]
-        return SimpleNamespace(meta={"a_over_b_speedup": {"median": m, "ci95": [m - 0.02, m + 0.02]}})
+        return SimpleNamespace(meta=compare_meta(m, m - 0.02, m + 0.02))
 
     cfg = SimpleNamespace(quant=SimpleNamespace(latency_aware=True),
                           gate=SimpleNamespace(min_speedup=min_speedup),
@@ -332,8 +335,8 @@ def test_int8_that_cannot_pay_falls_back_to_the_fp32_model(medians, min_speedup,
     chosen = not_slower_than_fp32(qz, "int8-artifact", info)
     assert chosen == {"int8": "int8-artifact", "fp32": "fp32-artifact"}[expect]
     if min_speedup == 0:
-        assert calls == [] and info.versus_fp32 is None
+        assert calls == [] and info.versus is None
     else:
         assert [c[0] for c in calls] == [1, 8] and all(c[2] == "fp32-artifact" for c in calls)
-        assert info.versus_fp32["candidate"] == expect
-        assert info.versus_fp32["slower_at_batch"] == (["8"] if expect == "fp32" else [])
+        assert info.versus.candidate == expect
+        assert info.versus.slower_at_batch == (("8",) if expect == "fp32" else ())

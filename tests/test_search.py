@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.recipes.mixed import search
 from pipeline.stages.float_nodes import edit
+from tests.recipes.support import explain_meta
 from tests.stages.support import qdq_scales, run_unoptimized, static_qdq
 
 
@@ -47,7 +48,8 @@ class Blocks:
 
     def _art(self, floated):
         return SimpleNamespace(floated=frozenset(floated), meta={
-            "precision": {n: "int8-static" for n in self.names}, "exclusion_ignored": []})
+            "precision": {n: "int8-static" for n in self.names}, "excluded": sorted(floated),
+            "exclusion_ignored": []})
 
     def quantize(self, method, exclude, label=""):
         self.quantizations += 1
@@ -64,8 +66,8 @@ class Blocks:
         return 99.0 - sum(h for n, h in self.harms.items() if n not in art.floated)
 
     def explain(self, art, label=""):
-        return SimpleNamespace(meta={"int8_total_ms": 50.0, "nodes": [
-            {"node": n, "fp32_op": "Conv", "gain_ms": 1.0, "module": n} for n in self.names]})
+        return SimpleNamespace(meta=explain_meta({n: 1.0 for n in self.names}, 50.0,
+                                                 modules={n: n for n in self.names}))
 
 
 @pytest.mark.parametrize("size", [4, 32])
@@ -76,15 +78,15 @@ def test_ranking_trials_grow_with_blocks_not_nodes(size):
     fq = Blocks(8, size, harmful={"blocks.2.1", "blocks.5.0"})
     art, table, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()), clock=fq.clock,
                                stream=io.StringIO())
-    v = trace["verdict"]
-    assert v["units"] == 8 and v["trials"]["ranking_trials"] == 8
-    assert v["met"] and {"blocks.2.1", "blocks.5.0"} <= set(v["chosen_float_nodes"])
-    assert len(v["chosen_float_nodes"]) < 2 * size  # not the two whole blocks
-    assert v["full_evaluations"] == fq.full <= v["evaluation_limit"]
-    hand_back = v["trials"]["hand_back_trials"]
+    v = trace.verdict
+    assert v.units == 8 and v.trials.ranking_trials == 8
+    assert v.met and {"blocks.2.1", "blocks.5.0"} <= set(v.chosen_float_nodes)
+    assert len(v.chosen_float_nodes) < 2 * size  # not the two whole blocks
+    assert v.full_evaluations == fq.full <= v.evaluation_limit
+    hand_back = v.trials.hand_back_trials
     assert hand_back <= 1 + max(8, math.ceil(math.sqrt(8 * size)))
-    assert fq.quantizations == v["full_evaluations"] + 1  # only what was evaluated in full
-    assert trace["order"][:2] == ["blocks.2", "blocks.5"] or trace["order"][:2] == ["blocks.5", "blocks.2"]
+    assert fq.quantizations == v.full_evaluations + 1  # only what was evaluated in full
+    assert set(trace.order[:2]) == {"blocks.2", "blocks.5"}
 
 
 def test_the_full_evaluations_count_up_from_one_block_when_one_block_matters():
@@ -93,11 +95,11 @@ def test_the_full_evaluations_count_up_from_one_block_when_one_block_matters():
     fq = Blocks(64, 2, harmful={"blocks.37.1"})
     _, _, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()), clock=fq.clock,
                          stream=io.StringIO())
-    v = trace["verdict"]
-    tops = [r["step"] for r in trace["trace"] if r["step"].startswith("top ")]
-    assert trace["order"][0] == "blocks.37" and tops == ["top 1 of 64 blocks float"]
-    assert v["met"] and "blocks.37.1" in v["chosen_float_nodes"]
-    assert v["full_evaluations"] == fq.full <= v["evaluation_limit"]
+    v = trace.verdict
+    tops = [r.step for r in trace.trace if r.step.startswith("top ")]
+    assert trace.order[0] == "blocks.37" and tops == ["top 1 of 64 blocks float"]
+    assert v.met and "blocks.37.1" in v.chosen_float_nodes
+    assert v.full_evaluations == fq.full <= v.evaluation_limit
 
 
 def test_the_time_budget_stops_the_search_with_its_best_model_so_far():
@@ -106,14 +108,14 @@ def test_the_time_budget_stops_the_search_with_its_best_model_so_far():
     fq = Blocks(16, 2, harmful={"blocks.3.0"}, time_budget=100.0, tick=10.0)
     art, _, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()), clock=fq.clock,
                            stream=io.StringIO())
-    v = trace["verdict"]
-    assert v["stopped_by_budget"] == "ranking"
-    assert v["trials"]["ranking_trials"] < 16
-    assert "stopped by quant.search_budget_s=100" in v["summary"]
-    evaluated = [r for r in trace["trace"]]
-    assert evaluated and v["drop"] == min(r["drop"] for r in evaluated if r["within_budget"]) \
-        if v["met"] else v["drop"] == min(r["drop"] for r in evaluated)
-    assert sorted(art.floated) == sorted(v["chosen_float_nodes"])
+    v = trace.verdict
+    assert v.stopped_by_budget == "ranking"
+    assert v.trials.ranking_trials < 16
+    assert "stopped by quant.search_budget_s=100" in v.summary
+    evaluated = [r for r in trace.trace]
+    assert evaluated and v.drop == min(r.drop for r in evaluated if r.within_budget) \
+        if v.met else v.drop == min(r.drop for r in evaluated)
+    assert sorted(art.floated) == sorted(v.chosen_float_nodes)
 
 
 def test_progress_lines_name_the_step_and_the_time_left():
@@ -344,7 +346,7 @@ def test_the_search_floats_a_layernorm_it_was_blind_to(tmp_path, by):
     fq = Norm()
     art, table, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()), clock=fq.clock,
                                stream=io.StringIO())
-    v = trace["verdict"]
-    assert v["met"], v["summary"]
-    assert {"norm", "flatten"} <= set(v["chosen_float_nodes"]) == set(art.floated)
-    assert any(r["node"] == "norm" and r["op"] == "LayerNormalization" for r in table)
+    v = trace.verdict
+    assert v.met, v.summary
+    assert {"norm", "flatten"} <= set(v.chosen_float_nodes) == set(art.floated)
+    assert any(r.node == "norm" and r.op == "LayerNormalization" for r in table)

@@ -38,11 +38,16 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pipeline.core.progress import Progress, hms
+from pipeline.measure.results import Evaluation
+from pipeline.quant.explanation import Explanation
 from pipeline.quant.groups import units as make_units
 from pipeline.quant.prefix import limit as prefix_limit, smallest_passing
+from pipeline.quant.quantized import Quantized
+from pipeline.quant.search_record import (HandBack, NodeSensitivity, SearchRecord,
+                                          SearchVerdict, TraceRow, TrialCounts, UnitRow)
 from pipeline.stages.sqnr import Sqnr
 
 CLEAN_DB = 40.0       # output SQNR above this: error below 1e-4 of the signal, nothing to recover
@@ -62,10 +67,9 @@ class Unit:
     can_float: bool = True
     stuck: list = field(default_factory=list)  # nodes the quantizer cannot make float
 
-    def as_dict(self) -> dict:
-        return {"name": self.name, "nodes": len(self.nodes), "gain_ms": self.gain_ms,
-                "sqnr_db": self.sqnr_db, "signal": self.signal, "effect": self.effect,
-                "can_float": self.can_float}
+    def row(self) -> UnitRow:
+        return UnitRow(self.name, len(self.nodes), self.gain_ms, self.sqnr_db, self.signal,
+                       self.effect, self.can_float)
 
 
 class Budget:
@@ -89,7 +93,8 @@ def search(qz, method: str, exclude: set, all_int8, clock=time.monotonic, stream
     """The mixed search, phase by phase (the module's docstring says why each): the units and
     their cheap signals, a ranking trial for each unit the signals cannot settle, the order,
     the full evaluations (bisection over the order's prefixes, then costly nodes handed back),
-    and the record. Returns the chosen artifact, the per-node table and the search record."""
+    and the record. Returns the chosen artifact, the per-node table (``NodeSensitivity``
+    rows) and the ``SearchRecord``."""
     s = _Search(qz, method, exclude, all_int8, clock, stream)
     units = s.units()
     s.rank(units)
@@ -97,15 +102,12 @@ def search(qz, method: str, exclude: set, all_int8, clock=time.monotonic, stream
     order = [u.name for u in ranked]
     members = {u.name: [n for n in u.nodes if n not in u.stuck] for u in ranked}
     handback = s.full_evaluations(order, members)
-    within = [r for r in s.trace if r["within_budget"]]
-    best = (min(within, key=lambda r: r["estimated_ms"]) if within
-            else min(s.trace, key=lambda r: r["drop"]))
-    verdict = s.verdict(best, bool(within), order, members, len(handback))
-    rows = [{k: v for k, v in r.items() if k != "artifact"} for r in s.trace]
-    groups = [u.as_dict() for u in units]
-    return best["artifact"], s.table(units, order), {"verdict": verdict, "trace": rows,
-                                                     "order": order, "groups": groups,
-                                                     "hand_back": handback}
+    within = [k for k, r in enumerate(s.trace) if r.within_budget]
+    best = (min(within, key=lambda k: s.trace[k].estimated_ms) if within
+            else min(range(len(s.trace)), key=lambda k: s.trace[k].drop))
+    verdict = s.verdict(s.trace[best], bool(within), order, members, len(handback))
+    return s.models[best], s.table(units, order), SearchRecord(
+        verdict, tuple(s.trace), tuple(order), tuple(u.row() for u in units), tuple(handback))
 
 
 def _order_key(u):
@@ -137,23 +139,24 @@ class _Search:
         self.clock_budget = Budget(float(getattr(q, "search_budget_s", DEFAULT_BUDGET_S)), clock)
         self.by = str(getattr(getattr(q, "search_groups", "blocks"), "value",
                               getattr(q, "search_groups", "blocks")))
-        self.ref = qz.fp16_eval.meta["metrics"][qz.metric.name]
-        expl = qz.explain(all_int8).meta
-        self.gains = {r["node"]: r["gain_ms"] for r in expl["nodes"]}
-        self.ops = {r["node"]: r["fp32_op"] for r in expl["nodes"]}
-        self.modules = {r["node"]: r.get("module") for r in expl["nodes"] if r.get("module")}
-        self.precision = all_int8.meta["precision"]
-        self.nodes, self.together, op_types = _candidates(all_int8, self.precision, exclude)
+        self.ref = Evaluation.of(qz.fp16_eval).metrics[qz.metric.name]
+        expl = Explanation.of(qz.explain(all_int8))
+        self.gains = expl.gains()
+        self.ops = {r.node: r.fp32_op for r in expl.nodes}
+        self.modules = {r.node: r.module for r in expl.nodes if r.module}
+        model = Quantized.of(all_int8)
+        self.precision = model.precision
+        self.nodes, self.together, op_types = _candidates(all_int8, model, exclude)
         for n, op in op_types.items():
             self.ops.setdefault(n, op)
         self.sqnr = qz.runner.run(Sqnr(qz.evaluation, qz.subset, qz.hw), all_int8,
                                   fp32=qz.fp32).meta["sqnr_db"]
-        self.int8_ms = expl["int8_total_ms"]
+        self.int8_ms = expl.int8_total_ms
         self.cheap_ms = CHEAP_SHARE * self.int8_ms
-        self.counts = {"ranking_trials": 0, "hand_back_trials": 0, "edited": 0,
-                       "requantized": 0, "full_evaluations": 0}
+        self.counts = TrialCounts()  # a tally until the verdict freezes a copy
         self.log = getattr(qz.runner, "log", None)
-        self.trace: list[dict] = []
+        self.trace: list[TraceRow] = []
+        self.models: list = []       # the artifact of each trace row
         self.steps = None
 
     def spread(self, names) -> tuple:
@@ -167,13 +170,17 @@ class _Search:
         qz, floated = self.qz, self.spread(floated)
         if not any(self.precision.get(n, "").startswith("int8-dynamic") for n in floated) \
                 and hasattr(qz, "edit"):
-            self.counts["edited"] += 1
+            self.counts.edited += 1
             return qz.edit(self.all_int8, floated, label=f"edit[{label}]")
-        self.counts["requantized"] += 1
+        self.counts.requantized += 1
         return qz.quantize(self.method, self.exclude | set(floated), label=f"quantize[{label}]")
 
-    def trial(self, art, label, phase="ranking_trials") -> float:
-        self.counts[phase] += 1
+    def trial(self, art, label, hand_back: bool = False) -> float:
+        """A score on the ranking subset: a ranking trial, or (``hand_back``) a hand-back one."""
+        if hand_back:
+            self.counts.hand_back_trials += 1
+        else:
+            self.counts.ranking_trials += 1
         return self.qz.score(art, f"rank[{label}]")
 
     def units(self) -> list[Unit]:
@@ -201,11 +208,11 @@ class _Search:
         trials.sort(key=lambda u: (u.sqnr_db if u.sqnr_db is not None else math.inf))
         bar = Progress(len(trials), f"mixed search: ranking {by}", self.stream, clock=clock,
                        unit="trials")
-        kinds = {k: sum(u.signal == k for u in units) for k in ("clean", "cheap", "trial")}
+        clean, cheap = (sum(u.signal == k for u in units) for k in ("clean", "cheap"))
         (self.stream or sys.stdout).write(
             f"  mixed search: {len(self.nodes)} INT8 nodes in {len(units)} {by}: "
-            f"{kinds['trial']} to rank, {kinds['clean']} clean (SQNR >= {CLEAN_DB:g} dB), "
-            f"{kinds['cheap']} cheap (< {100 * CHEAP_SHARE:g} % of the INT8 profile each), "
+            f"{len(trials)} to rank, {clean} clean (SQNR >= {CLEAN_DB:g} dB), "
+            f"{cheap} cheap (< {100 * CHEAP_SHARE:g} % of the INT8 profile each), "
             f"time budget {hms(self.clock_budget.seconds)}\n")
         if self.log is not None:
             qz.runner.log = bar.around(self.log)
@@ -215,7 +222,7 @@ class _Search:
                     break
                 bar.update(k, u.name)
                 art = self.variant(u.nodes, f"float {u.name}")
-                u.stuck = list(art.meta.get("exclusion_ignored", ()))
+                u.stuck = list(Quantized.of(art).exclusion_ignored)
                 if set(u.stuck) >= set(u.nodes) - set(self.exclude):
                     # Nothing of it can be handed back to float (a MaxPool between INT8
                     # neighbours): no choice for the search.
@@ -231,22 +238,21 @@ class _Search:
             if self.log is not None:
                 qz.runner.log = self.log
 
-    def evaluate(self, floated: tuple, why: str) -> dict:
+    def evaluate(self, floated: tuple, why: str) -> TraceRow:
         """A full evaluation of the model with ``floated`` float: its drop, whether it is
         within the budget, its estimated time (each float node gives its INT8 gain back)."""
         qz, floated = self.qz, self.spread(floated)
-        self.steps.update(min(self.counts["full_evaluations"], self.steps.total - 1), why)
+        self.steps.update(min(self.counts.full_evaluations, self.steps.total - 1), why)
         art = qz.quantize(self.method, self.exclude | set(floated),
                           label=f"quantize[mixed {len(floated)}]")
-        self.counts["requantized"] += 1
-        self.counts["full_evaluations"] += 1
+        self.counts.requantized += 1
+        self.counts.full_evaluations += 1
         acc = qz.score(art, f"evaluate[mixed {len(floated)} float]", subset=False)
         est = self.int8_ms + sum(self.gains.get(n, 0.0) for n in floated)
         drop = qz.metric.drop(self.ref, acc)
-        row = {"float_nodes": list(floated), "accuracy": acc, "drop": drop,
-               "within_budget": drop <= self.budget + 1e-9, "estimated_ms": est,
-               "artifact": art, "step": why}
+        row = TraceRow(tuple(floated), acc, drop, drop <= self.budget + 1e-9, est, why)
         self.trace.append(row)
+        self.models.append(art)
         return row
 
     def full_evaluations(self, order: list, members: dict) -> list:
@@ -263,20 +269,20 @@ class _Search:
             self.qz.runner.log = self.steps.around(self.log)
         handback = []
         try:
-            if self.evaluate((), "all INT8")["within_budget"]:
+            if self.evaluate((), "all INT8").within_budget:
                 return handback
             rows = {}
 
             def passes(k: int) -> bool:
                 rows[k] = self.evaluate(nodes_of(k), f"top {k} of {len(order)} {self.by} float")
-                return rows[k]["within_budget"]
+                return rows[k].within_budget
 
             hi = smallest_passing(len(order), passes,
                                   lambda: self.clock_budget.over(1.0, "bisection"))
             hi_row = rows.get(hi)
-            if hi_row is not None and hi_row["within_budget"]:
+            if hi_row is not None and hi_row.within_budget:
                 handback = _hand_back(self.qz, hi_row, self.gains, self.cheap_ms, self.variant,
-                                      lambda a, lab: self.trial(a, lab, "hand_back_trials"),
+                                      lambda a, lab: self.trial(a, lab, hand_back=True),
                                       self.evaluate, self.clock_budget,
                                       max(8, math.ceil(math.sqrt(len(self.nodes)))))
         finally:
@@ -285,32 +291,32 @@ class _Search:
                 self.qz.runner.log = self.log
         return handback
 
-    def verdict(self, best: dict, met: bool, order: list, members: dict, n_c: int) -> dict:
+    def verdict(self, best: TraceRow, met: bool, order: list, members: dict,
+                n_c: int) -> SearchVerdict:
         """The search's machine-readable record: what it chose, what it cost, whether the time
         budget stopped it."""
-        cb, counts, by, budget = self.clock_budget, self.counts, self.by, self.budget
+        cb, counts, by, budget = self.clock_budget, replace(self.counts), self.by, self.budget
         limit = prefix_limit(len(order)) + math.ceil(math.log2(n_c + 1)) + 2
         spent = cb.elapsed()
         stopped = (f"; stopped by quant.search_budget_s={cb.seconds:g} during the "
                    f"{cb.stopped} after {hms(spent)} with the best model so far"
                    if cb.stopped else "")
         total = sum(len(members[n]) for n in order)
-        return {"budget_points": budget, "met": met, "chosen_float_nodes": best["float_nodes"],
-                "drop": best["drop"], "full_evaluations": counts["full_evaluations"],
-                "evaluation_limit": limit, "within_limit": counts["full_evaluations"] <= limit,
-                "quantizable_nodes": total, "units": len(order),
-                "ranked_by": by, "trials": dict(counts), "seconds": round(spent, 3),
-                "time_budget_s": cb.seconds, "stopped_by_budget": cb.stopped,
-                "summary": (f"kept {len(best['float_nodes'])} of {total} "
-                            f"nodes float: drop {best['drop']:.2f} points (budget {budget}) after "
-                            f"{counts['full_evaluations']} full evaluations and "
-                            f"{counts['ranking_trials'] + counts['hand_back_trials']} ranking "
-                            f"trials over {len(order)} {by}"
-                            if met else
-                            f"budget {budget} not met; best drop {best['drop']:.2f} points with "
-                            f"{len(best['float_nodes'])} nodes float") + stopped}
+        floated = len(best.float_nodes)
+        summary = (f"kept {floated} of {total} nodes float: drop {best.drop:.2f} points (budget "
+                   f"{budget}) after {counts.full_evaluations} full evaluations and "
+                   f"{counts.ranking_trials + counts.hand_back_trials} ranking trials over "
+                   f"{len(order)} {by}" if met else
+                   f"budget {budget} not met; best drop {best.drop:.2f} points with {floated} "
+                   "nodes float")
+        return SearchVerdict(
+            budget_points=budget, met=met, chosen_float_nodes=best.float_nodes, drop=best.drop,
+            full_evaluations=counts.full_evaluations, evaluation_limit=limit,
+            within_limit=counts.full_evaluations <= limit, quantizable_nodes=total,
+            units=len(order), ranked_by=by, trials=counts, seconds=round(spent, 3),
+            time_budget_s=cb.seconds, stopped_by_budget=cb.stopped, summary=summary + stopped)
 
-    def table(self, units: list[Unit], order: list) -> list[dict]:
+    def table(self, units: list[Unit], order: list) -> list[NodeSensitivity]:
         """One row per node: its unit, signals, measured effect and whether it could float,
         in the search's order."""
         table = []
@@ -318,19 +324,19 @@ class _Search:
         for n in self.nodes:
             u = unit_of[n]
             floatable = u.can_float and n not in u.stuck
-            table.append({"node": n, "op": self.ops.get(n, "?"), "group": u.name,
-                          "sqnr_db": self.sqnr.get(n), "latency_gain_ms": self.gains.get(n, 0.0),
-                          "metric_effect": u.effect if floatable else None,
-                          "score": (u.effect / max(u.gain_ms, 0.01)
-                                    if floatable and u.effect is not None else None),
-                          "signal": u.signal, "can_float": floatable})
+            table.append(NodeSensitivity(
+                node=n, op=self.ops.get(n, "?"), group=u.name, sqnr_db=self.sqnr.get(n),
+                latency_gain_ms=self.gains.get(n, 0.0),
+                metric_effect=u.effect if floatable else None,
+                score=(u.effect / max(u.gain_ms, 0.01)
+                       if floatable and u.effect is not None else None),
+                signal=u.signal, can_float=floatable))
         rank_of = {name: k for k, name in enumerate(order)}
-        table.sort(key=lambda r: (not r["can_float"], rank_of.get(r["group"], len(order)),
-                                  r["node"]))
+        table.sort(key=lambda r: (not r.can_float, rank_of.get(r.group, len(order)), r.node))
         return table
 
 
-def _candidates(all_int8, precision: dict, exclude) -> tuple[list, dict, dict]:
+def _candidates(all_int8, model: Quantized, exclude) -> tuple[list, dict, dict]:
     """The nodes the search may float, in graph order; what floats together with each; the op
     types of those the profile does not name. Besides the nodes reported INT8, every node the
     quantizer wrapped in Q/DQ pairs (a LayerNormalization, a Concat): on a 258-node network a
@@ -340,22 +346,23 @@ def _candidates(all_int8, precision: dict, exclude) -> tuple[list, dict, dict]:
     from pipeline.stages.float_nodes import handback_candidates
 
     path = getattr(all_int8, "model", None)
-    reported = [n for n, p in precision.items() if p.startswith("int8")]
+    reported = model.int8()
     if path is None:  # no graph to read (a model of known sensitivities, in the tests)
         return reported, {}, {}
     graph = onnx.load(str(path), load_external_data=False).graph
-    excluded = set(exclude) | set(all_int8.meta.get("excluded", ()))
-    order, together = handback_candidates(graph, precision, excluded)
+    excluded = set(exclude) | set(model.excluded)
+    order, together = handback_candidates(graph, model.precision, excluded)
     order += [n for n in reported if n not in set(order)]  # (a name the graph spells otherwise)
     return order, together, {n.name: n.op_type for n in graph.node if n.name in together}
 
 
-def _hand_back(qz, row, gains, cheap_ms, variant, rank, evaluate, clock_budget, most) -> list:
+def _hand_back(qz, row: TraceRow, gains, cheap_ms, variant, rank, evaluate, clock_budget,
+               most) -> list[HandBack]:
     """The chosen units' costly nodes back to INT8, where accuracy allows: each ranked by what
     handing it back costs on the ranking subset (one edited trial each), then the number handed
     back bisected on the full set. Cheap nodes stay float: they never get a trial of their own;
     nor do more than ``most`` (about sqrt(N)) of the costly ones, the largest gains first."""
-    floated = list(row["float_nodes"])
+    floated = list(row.float_nodes)
     costly = sorted((n for n in floated if gains.get(n, 0.0) >= cheap_ms),
                     key=lambda n: -gains.get(n, 0.0))[:most]
     if len(floated) < 2 or not costly or clock_budget.over(0.75, "hand-back"):
@@ -374,9 +381,8 @@ def _hand_back(qz, row, gains, cheap_ms, variant, rank, evaluate, clock_budget, 
     while hi - lo > 0 and not clock_budget.over(1.0, "hand-back"):
         mid = (lo + hi + 1) // 2
         keep = tuple(m for m in floated if m not in back[:mid])
-        if evaluate(keep, f"{mid} of {len(back)} costly nodes back to INT8")["within_budget"]:
+        if evaluate(keep, f"{mid} of {len(back)} costly nodes back to INT8").within_budget:
             lo = mid
         else:
             hi = mid - 1
-    return [{"node": n, "gain_ms": gains.get(n, 0.0), "harm": harm[n],
-             "handed_back": k < lo} for k, n in enumerate(back)]
+    return [HandBack(n, gains.get(n, 0.0), harm[n], k < lo) for k, n in enumerate(back)]

@@ -40,11 +40,14 @@ def test_each_source_of_a_module_path():
 
 
 def test_the_table_names_rows_by_module_and_keeps_the_node_name_otherwise():
-    def node(name, module):
-        return {"node": name, "module": module, "fp32_op": "MatMul", "int8_op": "MatMulInteger",
-                "precision": "int8-dynamic", "fp32_ms": 1.0, "int8_ms": 0.5, "gain_ms": 0.5}
+    from pipeline.quant.explanation import Explanation, NodeProfile
+    from pipeline.quant.int8_info import QuantInfo
 
-    q = {"explain": {"nodes": [node("/m/a/MatMul", "a"), node("/m/a/MatMul_1", "a"),
-                               node("Add_12", None), node("/m/b/MatMul", "b"),
-                               {**node("/m/c/MatMul", "c"), "precision": "float"}]}}
-    assert [r["module"] for r in layer_rows(q)] == ["a [MatMul]", "a [MatMul_1]", "Add_12", "b"]
+    def node(name, module, precision="int8-dynamic"):
+        return NodeProfile(name, module, "MatMul", "MatMulInteger", precision, 1.0, 0.5, 0.5, False)
+
+    nodes = (node("/m/a/MatMul", "a"), node("/m/a/MatMul_1", "a"), node("Add_12", None),
+             node("/m/b/MatMul", "b"), node("/m/c/MatMul", "c", "float"))
+    q = QuantInfo(settings=None, calibration="none (dynamic)",
+                  explain=Explanation(8, 1, 4.0, 2.0, 0.0, nodes, (), 0, 0, (), ()))
+    assert [r.module for r in layer_rows(q)] == ["a [MatMul]", "a [MatMul_1]", "Add_12", "b"]

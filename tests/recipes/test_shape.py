@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[2] / "pipeline"
 FOLDERS = ("gate", "report", "recipes")
 # Issue 37 asks for fewer than 250 (977 when it was filed, counted this way). The ceiling only
 # comes down: lower it whenever a change reads fields instead of keys.
-CEILING = 228
+CEILING = 36
 
 
 def string_keyed(tree: ast.AST) -> int:
