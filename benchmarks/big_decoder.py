@@ -278,9 +278,23 @@ def _stage_peak(path: str | None) -> float | None:
 
 
 def record(bench_json: Path, out: dict) -> None:
-    """``out`` into ``bench_json``'s ``llm`` section as ``big_decoder_<shape>`` with its own time
-    and CPU (the section's others may come from another run), its target among the section's,
-    and the results page rendered again."""
+    """``out`` into ``bench_json``'s ``llm`` section as ``big_decoder_<shape>``, with its
+    targets (``add_to_llm_section``)."""
+    what = f"{out['shape']}-shaped decoder to INT4 on the streaming path"
+    targets = {f"{what}: peak RSS of the whole run (scoring and decode timing included) <= "
+               f"{TARGET_SHARE:.0%} of the machine's memory": [out["peak_share_of_machine"],
+                                                               out["target_met"]]}
+    if "compile_peak_share_of_machine" in out:
+        targets[f"{what}: peak RSS of the compile (export, quantizations) <= "
+                f"{TARGET_SHARE:.0%} of the machine's memory"] = [
+            out["compile_peak_share_of_machine"], out["compile_target_met"]]
+    add_to_llm_section(bench_json, f"big_decoder_{out['shape']}", out, targets)
+
+
+def add_to_llm_section(bench_json: Path, key: str, out: dict, targets: dict) -> None:
+    """``out`` into ``bench_json``'s ``llm`` section as ``key`` with its own time and CPU (the
+    section's others may come from another run), ``targets`` among the section's, and the
+    results page rendered again."""
     import time as _time
 
     from benchmarks import results as bench_results
@@ -288,17 +302,8 @@ def record(bench_json: Path, out: dict) -> None:
 
     results = json.loads(bench_json.read_text()) if bench_json.exists() else {}
     llm = results.setdefault("llm", {})
-    llm[f"big_decoder_{out['shape']}"] = {**out, "measured_at": _time.strftime(
-        "%Y-%m-%d %H:%M %Z"), "cpu": cpu_info()}
-    targets = llm.setdefault("targets", {})
-    what = f"{out['shape']}-shaped decoder to INT4 on the streaming path"
-    targets[f"{what}: peak RSS of the whole run (scoring and decode timing included) <= "
-            f"{TARGET_SHARE:.0%} of the machine's memory"] = [out["peak_share_of_machine"],
-                                                              out["target_met"]]
-    if "compile_peak_share_of_machine" in out:
-        targets[f"{what}: peak RSS of the compile (export, quantizations) <= "
-                f"{TARGET_SHARE:.0%} of the machine's memory"] = [
-            out["compile_peak_share_of_machine"], out["compile_target_met"]]
+    llm[key] = {**out, "measured_at": _time.strftime("%Y-%m-%d %H:%M %Z"), "cpu": cpu_info()}
+    llm.setdefault("targets", {}).update(targets)
     bench_json.write_text(json.dumps(results, indent=2, default=str))
     bench_results.write(bench_json, Path("docs") / "results.md")
 
