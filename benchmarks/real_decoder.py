@@ -13,8 +13,10 @@ fresh work folder (the GGUF's conversion, the export, the reference, every candi
 timing, the gate: everything a user's first run does), in a child whose process tree's
 resident memory is sampled (``benchmarks.big_decoder.TreeRss``). Out: the wall time against
 ``TARGET_SECONDS``, the peak RSS against the machine's memory, each stage's time and peak from
-the run's own record, the verdict, what shipped and why, and the machine's load average around
-the run (a shared machine stretches every stage). Not here: parity with llama.cpp itself (its
+the run's own record, the verdict, what shipped and why, the CPU time the run's processes
+used, and the machine's load average around the run (a shared machine stretches the wall time
+of every stage; the CPU time over the cores is what the run would take alone on them when
+every stage keeps both busy). Not here: parity with llama.cpp itself (its
 Python binding is not installed); the pipeline's export checks its graph's logits against
 transformers' own model of the same GGUF. A benchmark, not a test: nothing here asserts.
 """
@@ -136,6 +138,11 @@ def measure(key: str, root: Path = ROOT, overrides: tuple[str, ...] = ()) -> dic
            "fetch_seconds": round(fetched, 1), "chat_rows": rows,
            "command": "python -m pipeline " + " ".join(cmd[3:]), "returncode": proc.returncode,
            "seconds": round(seconds, 1), "target_seconds": TARGET_SECONDS,
+           # the run's CPU time over the cores: the wall time it would take on this machine's
+           # cores alone if every stage kept both busy (a lower bound; single-threaded steps
+           # take longer)
+           "cpu_seconds": round(tree.cpu_seconds, 1),
+           "cpu_seconds_per_core": round(tree.cpu_seconds / (os.cpu_count() or 1), 1),
            "peak_rss_bytes": tree.peak, "machine_bytes": machine,
            "peak_share_of_machine": round(tree.peak / machine, 4),
            "load_average_1min": {"before": load[0], "after": load[1], "cores": os.cpu_count()}}
