@@ -124,27 +124,22 @@ def _bound(folder: Path, tokens_per_s: float | None, kv_len: int = 64) -> dict:
             "share_of_bound": tokens_per_s / bound if tokens_per_s else None}
 
 
-def tree_rss(root: int) -> int:
-    """The summed resident bytes of ``root``'s descendants, from /proc (Linux): the parent of
-    every process from its ``stat``, the resident pages from its ``statm``."""
-    parent: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:  # the command may hold spaces and parentheses: the fields follow its last ")"
-                parent[int(d.name)] = int((d / "stat").read_text().rpartition(")")[2].split()[1])
-            except (OSError, ValueError, IndexError):  # ended meanwhile
-                pass
-    below, grew = {root}, True
-    while grew:
-        more = {p for p, pp in parent.items() if pp in below} - below
-        below, grew = below | more, bool(more)
-    page, total = os.sysconf("SC_PAGE_SIZE"), 0
-    for p in below - {root}:
+def tree_sample(root: int) -> tuple[int, dict[tuple[int, float], float]]:
+    """``root``'s descendants now (psutil): their resident bytes summed, and each one's CPU
+    seconds so far (user + system), keyed by (pid, start time) so that a reused pid is another
+    process."""
+    import psutil
+
+    rss, cpu = 0, {}
+    for proc in psutil.Process(root).children(recursive=True):
         try:
-            total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * page
-        except (OSError, ValueError, IndexError):
+            with proc.oneshot():
+                rss += proc.memory_info().rss
+                t = proc.cpu_times()
+                cpu[(proc.pid, proc.create_time())] = t.user + t.system
+        except psutil.Error:  # ended meanwhile
             pass
-    return total
+    return rss, cpu
 
 
 class TreeRss:
@@ -153,17 +148,27 @@ class TreeRss:
     not reach it: the pipeline's stage children hang under a forkserver that is not waited for
     when the run ends (``RUSAGE_CHILDREN`` then sees the parent alone), and they would give the
     largest process, not the sum of the parent's and a stage child's at one moment, which is
-    what the machine runs out of. A spike shorter than ``interval`` can be missed."""
+    what the machine runs out of. A spike shorter than ``interval`` can be missed.
+    ``cpu_seconds``: the CPU time the descendants used, each one's last sample summed (what a
+    process used after its last sample, at most ``interval`` of it, is missed): on a machine
+    shared with other work the wall time stretches with the load, the CPU time much less."""
 
     def __init__(self, interval: float = 0.2):
         import threading
 
         self.interval, self.peak, self._stop = interval, 0, threading.Event()
+        self._cpu: dict[tuple[int, float], float] = {}
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(self._cpu.values())
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, tree_rss(os.getpid()))
+            rss, cpu = tree_sample(os.getpid())
+            self.peak = max(self.peak, rss)
+            self._cpu.update(cpu)
             self._stop.wait(self.interval)
 
     def __enter__(self) -> "TreeRss":
@@ -220,7 +225,8 @@ def main(argv: list[str] | None = None) -> dict:
     out = {"shape": args.shape, "params": params, "overrides": overrides,
            "checkpoint_seconds": round(written, 1),
            "compile_seconds": round(time.time() - t1, 1), "returncode": proc.returncode,
-           "peak_rss_bytes": peak, "machine_bytes": _machine_bytes(),
+           "peak_rss_bytes": peak, "cpu_seconds": round(tree.cpu_seconds, 1),
+           "machine_bytes": _machine_bytes(),
            "peak_share_of_machine": round(peak / _machine_bytes(), 4),
            "target": f"peak RSS <= {TARGET_SHARE:.0%} of the machine's memory"}
     report = root / "work" / "runs" / "latest" / "report.json"
@@ -278,9 +284,23 @@ def _stage_peak(path: str | None) -> float | None:
 
 
 def record(bench_json: Path, out: dict) -> None:
-    """``out`` into ``bench_json``'s ``llm`` section as ``big_decoder_<shape>`` with its own time
-    and CPU (the section's others may come from another run), its target among the section's,
-    and the results page rendered again."""
+    """``out`` into ``bench_json``'s ``llm`` section as ``big_decoder_<shape>``, with its
+    targets (``add_to_llm_section``)."""
+    what = f"{out['shape']}-shaped decoder to INT4 on the streaming path"
+    targets = {f"{what}: peak RSS of the whole run (scoring and decode timing included) <= "
+               f"{TARGET_SHARE:.0%} of the machine's memory": [out["peak_share_of_machine"],
+                                                               out["target_met"]]}
+    if "compile_peak_share_of_machine" in out:
+        targets[f"{what}: peak RSS of the compile (export, quantizations) <= "
+                f"{TARGET_SHARE:.0%} of the machine's memory"] = [
+            out["compile_peak_share_of_machine"], out["compile_target_met"]]
+    add_to_llm_section(bench_json, f"big_decoder_{out['shape']}", out, targets)
+
+
+def add_to_llm_section(bench_json: Path, key: str, out: dict, targets: dict) -> None:
+    """``out`` into ``bench_json``'s ``llm`` section as ``key`` with its own time and CPU (the
+    section's others may come from another run), ``targets`` among the section's, and the
+    results page rendered again."""
     import time as _time
 
     from benchmarks import results as bench_results
@@ -288,17 +308,8 @@ def record(bench_json: Path, out: dict) -> None:
 
     results = json.loads(bench_json.read_text()) if bench_json.exists() else {}
     llm = results.setdefault("llm", {})
-    llm[f"big_decoder_{out['shape']}"] = {**out, "measured_at": _time.strftime(
-        "%Y-%m-%d %H:%M %Z"), "cpu": cpu_info()}
-    targets = llm.setdefault("targets", {})
-    what = f"{out['shape']}-shaped decoder to INT4 on the streaming path"
-    targets[f"{what}: peak RSS of the whole run (scoring and decode timing included) <= "
-            f"{TARGET_SHARE:.0%} of the machine's memory"] = [out["peak_share_of_machine"],
-                                                              out["target_met"]]
-    if "compile_peak_share_of_machine" in out:
-        targets[f"{what}: peak RSS of the compile (export, quantizations) <= "
-                f"{TARGET_SHARE:.0%} of the machine's memory"] = [
-            out["compile_peak_share_of_machine"], out["compile_target_met"]]
+    llm[key] = {**out, "measured_at": _time.strftime("%Y-%m-%d %H:%M %Z"), "cpu": cpu_info()}
+    llm.setdefault("targets", {}).update(targets)
     bench_json.write_text(json.dumps(results, indent=2, default=str))
     bench_results.write(bench_json, Path("docs") / "results.md")
 

@@ -19,8 +19,10 @@ quant=auto data=jsonl ...`` writes the pipeline's own artifact (``--quick``: on 
 - for the INT4 model: resident memory against the bill over growing lengths and batches, what
   fits the memory budget, and concurrent closed-loop streams against p99 targets.
 Then a decoder of over 0.4 B parameters with random weights (a Qwen2-shaped config saved with
-``save_pretrained``: no weights exist to download) built FP32 and INT8: the share of the bound it
-reaches, said as measured. A benchmark, not a test: nothing here asserts.
+``save_pretrained``) built FP32 and INT8: the share of the bound it reaches, said as measured;
+and (not with ``--quick``) a real one of over 0.4 B, Qwen2.5-Coder-0.5B-Instruct from the index,
+through ``quant=auto`` end to end (``benchmarks.real_decoder``: wall time, CPU time, peak RSS).
+A benchmark, not a test: nothing here asserts.
 """
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ PIPELINE_QUICK = {"evaluation": 24, "calibration": 8, "max_seconds": 30}  # --qu
 # shorter timings, so that the artifact still stands beside the builder's in a quick run
 TTFT_P99_MS = 1000.0      # a chat service's targets for the load test: the first token within
 TOKEN_P99_MS = 100.0      # a second, then at least 10 tokens/s per user
+REAL = "qwen2.5-coder-0.5b"  # the real >= 0.4 B decoder (benchmarks.real_decoder.MODELS)
 BIG = {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24,
        "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 49152}  # 0.41 B
 FULL = {"chunks": 48, "prompts": 4, "max_seconds": 180.0, "memory_points": [
@@ -342,6 +345,13 @@ def section(cli, quick: bool = False) -> dict:
     except Exception as e:  # noqa: BLE001 - recorded, as benchmarks.run records a section's
         big = {"error": f"{type(e).__name__}: {e}"}
     out["big"] = big
+    if not quick:  # a real >= 0.4 B decoder from the index, quant=auto from a fresh work folder
+        from benchmarks import real_decoder
+
+        try:  # its own record: a failure here keeps the numbers above
+            out[f"real_decoder_{REAL}"] = real_decoder.measure(REAL)
+        except Exception as e:  # noqa: BLE001 - recorded, as benchmarks.run records a section's
+            out[f"real_decoder_{REAL}"] = {"error": f"{type(e).__name__}: {e}"}
     out["seconds"] = round(time.time() - t0, 1)
     out["targets"] = targets(out)
     return out
@@ -396,6 +406,11 @@ def targets(out: dict) -> dict:
                                     (out["pipeline"].get("auto") or {}).get("winner") is not None]
     else:
         t["pipeline artifact side by side"] = [out["pipeline"].get("not_run"), False]
+    real = out.get(f"real_decoder_{REAL}") or {}
+    if "seconds" in real:
+        from benchmarks.real_decoder import targets as real_targets
+
+        t.update(real_targets(REAL, real))
     big = out.get("big", {}).get("decode_1_stream", {}).get("models", {})
     if big:
         best = max(big, key=lambda r: big[r]["share_of_bound"])
@@ -439,4 +454,32 @@ def table(section: dict) -> list[str]:
                      f"| {share(a.get('share_of_bound'))} / — |")
     if section.get("pipeline", {}).get("not_run"):
         lines.append(f"\nThe pipeline's artifact was not run: {section['pipeline']['not_run']}.")
+    return lines + [""] + real_table(section)
+
+
+def real_table(section: dict) -> list[str]:
+    """One row per real decoder run through ``quant=auto`` (``benchmarks.real_decoder``, each
+    recorded with its own time: the load average says how shared the machine was)."""
+    from pipeline.core import numbers as n
+
+    runs = {k[len("real_decoder_"):]: v for k, v in section.items()
+            if k.startswith("real_decoder_") and isinstance(v, dict)}
+    if not runs:
+        return []
+    lines = ["Real decoders from the package index, `quant=auto` end to end from a fresh work "
+             "folder (`python -m benchmarks.real_decoder`):", "",
+             "| model | parameters | wall time | CPU time / cores | load average (before, after) "
+             "| peak RSS (share of memory) | shipped | gate | measured |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for key, r in runs.items():
+        load = r.get("load_average_1min") or {}
+        auto = r.get("auto") or {}
+        lines.append(
+            f"| {key} | {r.get('params_b', 0):.2f} B | {n.number(r.get('seconds'))} s "
+            f"| {n.number(r.get('cpu_seconds_per_core'))} s "
+            f"| {n.number(load.get('before'))}, {n.number(load.get('after'))} on "
+            f"{load.get('cores')} cores | {n.size(r.get('peak_rss_bytes'))} "
+            f"({n.percent(r.get('peak_share_of_machine'), fraction=True)}) "
+            f"| {auto.get('winner', n.NONE)} | {r.get('verdict') or r.get('error')} "
+            f"| {r.get('measured_at', '')} |")
     return lines + [""]

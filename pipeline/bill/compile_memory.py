@@ -4,11 +4,12 @@ path against the streaming one (docs/llm.md, "Models larger than memory").
 Plain arithmetic on the parameter count, with factors measured on a 160 M-parameter random Llama
 with bf16 weights (resident high-water marks of each step above its imports; the measurements
 and the steps are in ``pipeline.recipes.decoder_memory``, which decides the path with these
-numbers): the FP32 path's worst step holds 1.4x the FP32 weights; the streaming path's is decode
-timing, which holds the INT8 reference's and the candidate's sessions side by side, times
-``SESSIONS_FACTOR``: its export and quantization hold one layer at a time (measured: a 24-layer
-model's compile peaked 3 MiB above its 2-layer twin's; a 7 B one's at 1.7 GB, imports included),
-nothing the size of the model.
+numbers): the FP32 path's worst step holds 1.4x the FP32 weights. The streaming path holds one
+model's session at a time (scoring reads the reference's kept log-probabilities, not its
+session; decode timing loads the reference and each candidate alone, in turn), so its peak is
+the largest of them, the INT8 reference, times ``ONE_SESSION_FACTOR``; its export and
+quantization hold one layer at a time (measured: a 24-layer model's compile peaked 3 MiB above
+its 2-layer twin's; a 7 B one's at 1.7 GB, imports included), nothing the size of the model.
 """
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ FP32_FACTOR = 1.4        # the FP32 path's peak over its weights' bytes (``weigh
 REFERENCE_BITS = 8       # the streaming path's reference: INT8 ...
 REFERENCE_BLOCK = 32     # ... at onnxruntime-genai's own block
 SCALE_BYTES = 4          # an FP32 scale per block, as MatMulNBits stores it in an FP32 graph
-# the run's peak (its process tree, summed) over the two sessions' weight bytes, measured on a
-# 7 B-shaped Llama at INT4 (benchmarks.big_decoder): 16.2 GB against 7.96 + 4.66 GB; the rest is
-# the runtime's buffers, three processes' imports and the pipeline's own process
-SESSIONS_FACTOR = 1.28
+# the run's peak (its process tree, summed) over the reference's weight bytes as estimated here
+# (parameters x 1.125), measured on a 7 B-shaped Llama at INT4 (benchmarks.big_decoder, decode
+# timed one model at a time): 10.57 GB against 6.74 B x 1.125 = 7.58 GB, 1.39, rounded up; the
+# rest is the embedding kept FP32, the runtime's buffers and the pipeline's own process (1.7 GB)
+# beside the stage's child. (Both sessions side by side, as decode timing held them before, came
+# to 16.2 GB: this estimate's 15.1 GB then.)
+ONE_SESSION_FACTOR = 1.4
 
 
 def nbits_bytes_per_param(bits: int, block: int) -> float:
@@ -31,5 +35,7 @@ def fp32_path_peak(params: float) -> float:
 
 
 def streaming_peak(params: float, bits: int, block: int) -> float:
-    return SESSIONS_FACTOR * params * (nbits_bytes_per_param(REFERENCE_BITS, REFERENCE_BLOCK)
-                                       + nbits_bytes_per_param(bits, block))
+    """One session at a time: the larger of the reference and the candidate (the reference,
+    unless a candidate is wider than INT8 at block 32)."""
+    return ONE_SESSION_FACTOR * params * max(
+        nbits_bytes_per_param(REFERENCE_BITS, REFERENCE_BLOCK), nbits_bytes_per_param(bits, block))

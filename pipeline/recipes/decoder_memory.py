@@ -103,9 +103,9 @@ def plan(decoder, q, total: int | None = None) -> MemoryPlan:
     ck = sum(by_dtype.values())
     fp32 = 4 * params
     budget = int(q.memory_budget * total)
-    # the streaming path's largest step: scoring with the INT8 reference's and the candidate's
-    # sessions side by side (the export and the quantization hold one layer at a time; the
-    # embedding, kept FP32, is a small share and left out)
+    # the streaming path's largest step: one model's session at a time (the reference's scoring
+    # and decode timing, each model alone), the INT8 reference the largest; the export and the
+    # quantization hold one layer at a time
     stream = int(streaming_peak(params, q.bits, q.block_size))
     streaming = fp32_path_peak(params) > budget
     name = DTYPE_NAMES.get(dtype, dtype.lower())
