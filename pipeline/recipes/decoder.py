@@ -95,6 +95,13 @@ def groups(names: list[str]) -> dict[str, list[str]]:
     return out
 
 
+# Decode timing's floor of interleaved rounds. A round is one whole generation per model (seconds
+# at 0.5 B, not an encoder's milliseconds), so bench.min_rounds (200, sized for batches) is capped:
+# 10 paired ratios give the median's interval, and timing goes on past them while that interval is
+# wider than bench.rel_ci, up to bench.max_seconds. (A floor of 30 made decode timing the largest
+# stage of a 0.5 B quant=auto run: 120 generations of FP32 and three candidates.)
+DECODE_MIN_ROUNDS = 10
+
 class _Run:
     """One decoder run's shared state: the stages' settings and the FP32 reference."""
 
@@ -217,7 +224,8 @@ class _Run:
             data=self.sets.evaluation, prompts=self.q.prompts,
             prompt_tokens=self.q.prompt_tokens, new_tokens=self.q.new_tokens,
             streams=self.q.streams, threads=self.hw.intra_op_threads,
-            max_seconds=b.max_seconds, rel_ci=b.rel_ci, min_rounds=min(b.min_rounds, 30),
+            max_seconds=b.max_seconds, rel_ci=b.rel_ci,
+            min_rounds=min(b.min_rounds, DECODE_MIN_ROUNDS),
             hardware=self.hw, nonce=b.nonce,
             # past the memory budget the reference and a candidate do not fit together
             one_at_a_time=self.memory.streaming), self.fp32, "decode_speed", **candidates)
