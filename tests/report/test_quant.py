@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from pipeline.measure.records import to_json
+from pipeline.core.json_record import to_json
 from pipeline.quant.explanation import Explanation
 from pipeline.quant.int8_info import NodeTrial, QuantInfo
 from pipeline.quant.search_record import NodeSensitivity, SearchRecord
