@@ -2,7 +2,8 @@
 always written: renamed keys, keys left out when None, nested records spread into their parent,
 the keys no field names kept (``rest``), enums by value, typed dict keys as strings and an
 untyped payload's keys as its producer made them; a key no field names, without ``rest`` to
-hold it, is a bug and raises, unless the reader asks for a view (``known_only``)."""
+hold it, is a bug and raises, unless the reader asks for a view (``known_only``); a union of
+records reads each object as the record its keys fit."""
 from __future__ import annotations
 
 import json
