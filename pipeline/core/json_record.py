@@ -19,8 +19,9 @@ Strict by default: a key no field names, in a record without ``rest()``, raises 
 is a bug, not missing data), and so does a field without a default whose key is absent.
 ``known_only=True`` reads a view: keys no field names are ignored and an absent key reads as
 the field's default, else None (a record read from a stage's ``meta``, or an older run's body).
-Deliberately not handled: type checking or coercion of values (a value keeps its JSON type),
-unions of records.
+A union of records (``list[NodeSensitivity | NodeSqnr]``: rows of two shapes in one list) reads
+each object as the record whose fields its keys fit (every required key there, no key it lacks).
+Deliberately not handled: type checking or coercion of values (a value keeps its JSON type).
 """
 from __future__ import annotations
 
@@ -145,7 +146,9 @@ def _read(hint, v, known_only: bool):
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not types.NoneType]
-        return _read(inner[0], v, known_only) if len(inner) == 1 else v
+        if len(inner) == 1:
+            return _read(inner[0], v, known_only)
+        return _read_union(inner, v, known_only)
     if hasattr(hint, "from_json"):
         return hint.from_json(v)
     if dataclasses.is_dataclass(hint) and isinstance(v, dict):
@@ -161,6 +164,21 @@ def _read(hint, v, known_only: bool):
     if origin is dict and isinstance(v, dict):
         return {_read_key(args[0], k): _read(args[1], x, known_only) for k, x in v.items()}
     return v
+
+
+def _read_union(options: list, v, known_only: bool):
+    """``v`` as the first record of ``options`` whose fields its keys fit; a value that is no
+    JSON object, or a union of no records, is kept as it is."""
+    records = [a for a in options if dataclasses.is_dataclass(a)]
+    if not records or not isinstance(v, dict):
+        return v
+    for cls in records:
+        fields = [f for f in dataclasses.fields(cls) if f.init]
+        names = {f.metadata.get(_KEY, f.name) for f in fields}
+        required = {f.metadata.get(_KEY, f.name) for f in fields if _required(f)}
+        if required <= v.keys() <= names:
+            return from_json(cls, v, known_only)
+    raise TypeError(f"no record of {[a.__name__ for a in records]} has the keys {sorted(v)}")
 
 
 def _read_key(hint, k):

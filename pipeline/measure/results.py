@@ -57,8 +57,6 @@ class Speedup:
     def to_json(self) -> dict:
         return {"median": self.median, "ci95": [self.low, self.high]}
 
-    as_dict = to_json  # pipeline.core.records' name for it
-
 
 ONE = Speedup(1.0, 1.0, 1.0)  # a model against itself
 

@@ -5,13 +5,13 @@ writes). Out: ``Explanation``: the profiled batch, both models' totals, the Q/DQ
 onnxruntime left unfused, its INT8 kernels and float compute, and one ``NodeProfile`` per node
 (FP32 and INT8 time, gain, whether INT8 lost), read once where the recipe reads the stage and
 passed on by field (the mixed search, the report's per-layer table). Written back
-(``measure.records.to_json``) it is the stage's meta, key for key.
+(``core.json_record.to_json``) it is the stage's meta, key for key.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from pipeline.measure.records import OMIT_NONE, from_json
+from pipeline.core.json_record import from_json, omitted
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class NodeProfile:
     int8_ms: float
     gain_ms: float           # FP32 minus INT8: negative where INT8 is slower
     slower_in_int8: bool
-    fusion_group: FusionGroup | None = field(default=None, metadata=OMIT_NONE)
+    fusion_group: FusionGroup | None = omitted()
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Explanation:
     unfused_dequantize: int
     int8_kernels: tuple[str, ...]
     float_compute: tuple[str, ...]
-    ran_alone: dict | None = field(default=None, metadata=OMIT_NONE)  # the runner's lock record
+    ran_alone: dict | None = omitted()  # the runner's lock record
 
     @classmethod
     def of(cls, art) -> Explanation:

@@ -7,14 +7,14 @@ how each method ranked, the outlier smoothing tried, the explanation of the fina
 float, the per-node sensitivity, the mixed search (``quant.search_record``), the check against
 FP32 and, for a fused transformer, which graph dynamic INT8 quantized. The report reads them by
 field; ``report.json``'s ``quantization`` section is ``to_json(info)`` and reads back with
-``QuantInfo.from_json`` (``measure.records``: the field names are the keys). The float-region
+``QuantInfo.from_json`` (``core.json_record``: the field names are the keys). The float-region
 record is the region search's own (``pipeline.recipes.regions``), kept as it gives it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.measure.records import OMIT_NONE, from_json, json_key, to_json
+from pipeline.core.json_record import from_json, key, omitted, to_json
 from pipeline.measure.results import Speedup
 from pipeline.quant.defaults import Int8Settings
 from pipeline.quant.explanation import Explanation
@@ -51,12 +51,12 @@ class DynamicSourceChoice:
     both: their timings head to head at the gate's batch size."""
     chosen: str                                  # fused | export
     forced: str | None                           # quant.dynamic_source when not auto
-    why: str | None = field(default=None, metadata=OMIT_NONE)
-    batch_size: int | None = field(default=None, metadata=OMIT_NONE)
-    ms: SourceTimes | None = field(default=None, metadata=OMIT_NONE)
-    export_over_fused_speedup: Speedup | None = field(default=None, metadata=OMIT_NONE)
-    noisy: bool | None = field(default=None, metadata=OMIT_NONE)
-    candidates: dict[str, str] | None = field(default=None, metadata=OMIT_NONE)  # source -> digest
+    why: str | None = omitted()
+    batch_size: int | None = omitted()
+    ms: SourceTimes | None = omitted()
+    export_over_fused_speedup: Speedup | None = omitted()
+    noisy: bool | None = omitted()
+    candidates: dict[str, str] | None = omitted()  # source -> digest
 
 
 @dataclass(frozen=True)
@@ -87,14 +87,14 @@ class QuantInfo:
     smoothing: Smoothing | None = None
     explain: Explanation | None = None
     latency_exclusions: list[str] = field(default_factory=list)
-    node_trial: NodeTrial | None = field(default=None, metadata=json_key("latency_trial"))
+    node_trial: NodeTrial | None = key("latency_trial", default=None)
     regions: object = None               # float regions tried end to end (quant.region_trials)
     float_outputs: list[str] = field(default_factory=list)  # outputs left float: no 8-bit logits
     sensitivity: list[NodeSensitivity | NodeSqnr] = field(default_factory=list)
     search: SearchRecord | None = None
-    versus: VersusFp32 | None = field(default=None, metadata=json_key("versus_fp32"))
+    versus: VersusFp32 | None = key("versus_fp32", default=None)
     #                                      when slower somewhere, the candidate is the FP32 model
-    source: DynamicSourceChoice | None = field(default=None, metadata=json_key("dynamic_source"))
+    source: DynamicSourceChoice | None = key("dynamic_source", default=None)
 
     @classmethod
     def from_json(cls, data: dict) -> QuantInfo:

@@ -3,7 +3,7 @@
 In: what the search measured. Out: ``SearchRecord`` (its verdict, the trace of full
 evaluations, the order the units were ranked in, each unit's signals, the costly nodes handed
 back to INT8) and the per-node ``NodeSensitivity`` rows, which the report reads by field and
-``report.json`` stores key for key (``measure.records.to_json``: the field names are the keys).
+``report.json`` stores key for key (``core.json_record.to_json``: the field names are the keys).
 """
 from __future__ import annotations
 

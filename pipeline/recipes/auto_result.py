@@ -3,14 +3,14 @@
 In: the judged table (``pipeline.recipes.auto_table``), the notes on candidates not built, the
 plan's targets and failures, and the INT8 candidate's float-node and float-region trials. Out:
 ``AutoResult``, the frozen record the recipe returns in ``Outcome.auto`` and the report renders
-by field (``pipeline.report.auto``); ``as_dict`` is report.json's ``auto`` section as every
-earlier run wrote it, ``of`` reads that JSON back.
+by field (``pipeline.report.auto``); its JSON (``pipeline.core.json_record.to_json``) is
+report.json's ``auto`` section as every earlier run wrote it, ``of`` reads that JSON back.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.core.records import OMIT_NONE, fields_from_json, fields_json
+from pipeline.core.json_record import from_json, omitted
 from pipeline.measure.results import Speedup
 from pipeline.recipes.auto_table import Row
 from pipeline.recipes.regions_record import FloatRegions
@@ -35,7 +35,7 @@ class Int8Trials:
     @classmethod
     def of(cls, info) -> Int8Trials:
         """From the INT8 sub-recipe's ``QuantInfo`` (its records as JSON or typed)."""
-        return cls(fields_from_json(LatencyTrial, info.latency_trial)
+        return cls(from_json(LatencyTrial, info.latency_trial)
                    if info.latency_trial is not None else None,
                    FloatRegions.of(info.regions), list(info.latency_exclusions),
                    list(info.float_outputs))
@@ -44,9 +44,9 @@ class Int8Trials:
 @dataclass(frozen=True)
 class Notes:
     """Why a candidate was not built or a search not tried (None: it was)."""
-    regions: str | None = field(default=None, metadata=OMIT_NONE)
-    dynamic: str | None = field(default=None, metadata=OMIT_NONE)
-    mixed: str | None = field(default=None, metadata=OMIT_NONE)
+    regions: str | None = omitted()
+    dynamic: str | None = omitted()
+    mixed: str | None = omitted()
 
 
 @dataclass(frozen=True)
@@ -63,10 +63,7 @@ class AutoResult:
     # a fused transformer's dynamic candidate: which graph it quantized, both timings
     dynamic_source: dict | None = None
 
-    def as_dict(self) -> dict:
-        return fields_json(self)
-
     @classmethod
     def of(cls, data) -> AutoResult:
         """The record from report.json's ``auto`` section, or the record itself."""
-        return data if isinstance(data, cls) else fields_from_json(cls, data)
+        return data if isinstance(data, cls) else from_json(cls, data)

@@ -1,7 +1,7 @@
 """``quant=auto``'s table: one typed row per (candidate, target), the choice and why.
 
 In: each (candidate, target)'s evaluation, its view of the side-by-side benchmark and the gate's
-verdict on it as if it shipped. Out: ``Row`` (read by field here; ``as_dict`` is the JSON the
+verdict on it as if it shipped. Out: ``Row`` (read by field here; ``to_json`` is the JSON the
 report renders and every earlier run wrote), ``choose`` (the fastest that passes every gate)
 and ``why`` (a few sentences on the choice).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, replace
 
-from pipeline.core.records import fields_from_json, to_json
+from pipeline.core.json_record import from_json, to_json
 from pipeline.measure.results import Role, Speedup
 
 # Checks of the benchmark rather than of a candidate: failed by one, failed by all.
@@ -47,7 +47,7 @@ class Row:
     p50: float | None = None        # at the gate's batch; None: not timed
     timed: bool = True
 
-    def as_dict(self) -> dict:
+    def to_json(self) -> dict:
         """The JSON the report renders and every earlier run wrote: the metric's value under
         its own name, ``timed`` only for a row that was not."""
         out = {"candidate": self.candidate, "role": str(self.role), "target": self.target,
@@ -66,12 +66,12 @@ class Row:
         return out
 
     @classmethod
-    def of(cls, data: dict) -> Row:
+    def from_json(cls, data: dict) -> Row:
         """A row from its JSON: every field by its name, and the metric, which the JSON names
         by the one key that is no field."""
         names = {f.name for f in fields(cls)}
         metric = next((k for k in data if k not in names), None)
-        row = fields_from_json(cls, data)
+        row = from_json(cls, {k: v for k, v in data.items() if k != metric})
         return row if metric is None else replace(row, metric=metric, accuracy=data[metric])
 
 

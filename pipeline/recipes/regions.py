@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import onnx
 
+from pipeline.core.json_record import to_json
+
 WEIGHTED = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN")
 NODE_TRIAL = "nodes profiled slower in INT8 (per node)"
 SEQUENCE = ("LSTM", "GRU", "RNN", "MatMul", "Gemm")  # where the convolutional trunk ends
@@ -135,7 +137,7 @@ def search(qz, method: str, exclude: set, art, expl_meta: dict, node_trial=None)
     """(model to keep, the nodes it adds float, the record's JSON): what ``QuantInfo.regions``
     holds until it keeps the typed record that ``search_regions`` returns."""
     keep, kept, record = search_regions(qz, method, exclude, art, expl_meta, node_trial)
-    return keep, kept, record.as_dict()
+    return keep, kept, to_json(record)
 
 
 def search_regions(qz, method: str, exclude: set, art, expl_meta: dict, node_trial=None):

@@ -3,14 +3,14 @@
 In: the regions of the prepared model, the trials the search built and the ``regions`` stage's
 timing of them (read once here: ``RegionsTimed``). Out: ``FloatRegions``, a frozen record that
 the INT8 sub-recipe keeps (``QuantInfo.regions``), ``quant=auto`` carries and the report renders
-by field; ``as_dict`` (``pipeline.core.records``) is the JSON every earlier run wrote, and
+by field; its JSON (``pipeline.core.json_record.to_json``) is the JSON every earlier run wrote, and
 ``of`` reads that JSON back (a report re-rendered from ``report.json``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from pipeline.core.records import OMIT_NONE, fields_from_json, fields_json, from_json
+from pipeline.core.json_record import from_json, omitted
 from pipeline.measure.results import Speedup
 
 
@@ -34,7 +34,8 @@ class RegionsTimed:
 
     @classmethod
     def of(cls, meta: dict) -> RegionsTimed:
-        return from_json(cls, meta)
+        """A view: the meta's other keys (each model's warm-up runs) are not read here."""
+        return from_json(cls, meta, known_only=True)
 
 
 @dataclass(frozen=True)
@@ -65,15 +66,12 @@ class FloatRegions:
     limit: int                       # quant.region_trials
     node_trial: Speedup | None       # the per-node trial's speedup over all-INT8, timed here
     # the timing of the trials; absent when no region could be made float
-    batch_size: int | None = field(default=None, metadata=OMIT_NONE)
-    rounds: int | None = field(default=None, metadata=OMIT_NONE)
-    all_int8_over_fp32: Speedup | None = field(default=None, metadata=OMIT_NONE)
-    p50_ms: dict[str, float] | None = field(default=None, metadata=OMIT_NONE)  # all-int8, fp32
-    faster_than_fp32: list[str] | None = field(default=None, metadata=OMIT_NONE)
+    batch_size: int | None = omitted()
+    rounds: int | None = omitted()
+    all_int8_over_fp32: Speedup | None = omitted()
+    p50_ms: dict[str, float] | None = omitted()  # all-int8, fp32
+    faster_than_fp32: list[str] | None = omitted()
     summary: str = ""
-
-    def as_dict(self) -> dict:
-        return fields_json(self)
 
     @classmethod
     def of(cls, data) -> FloatRegions | None:
@@ -81,4 +79,4 @@ class FloatRegions:
         None."""
         if data is None or isinstance(data, cls):
             return data
-        return fields_from_json(cls, data)
+        return from_json(cls, data)

@@ -10,7 +10,7 @@ INT8 candidate tried with what each cost or saved end to end.
 from __future__ import annotations
 
 from pipeline.core import numbers
-from pipeline.core.records import fields_json
+from pipeline.core.json_record import to_json
 from pipeline.recipes.auto_result import AutoResult
 from pipeline.recipes.regions_record import FloatRegions
 from pipeline.stages.regions import BASE, FP32
@@ -71,7 +71,7 @@ def markdown(auto, metric: str, unit: str = "%") -> list[str]:
         star = " ★" if r.label == w.label else ""
         lines.append(f"| {r.candidate}{star} | {r.target} | {acc} | {drop} | "
                      + " | ".join(lat) + f" | {_ci(r.speedup_vs_fastest_float)} | {verdict} |")
-    for k, v in fields_json(auto.notes).items():
+    for k, v in to_json(auto.notes).items():
         lines.append(f"- {k}: {v}")
     for k, v in auto.unavailable.items():
         lines.append(f"- not available: {k}: {v}")

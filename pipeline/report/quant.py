@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core import numbers
-from pipeline.measure.records import to_json
+from pipeline.core.json_record import to_json
 from pipeline.quant.int8_info import QuantInfo
 
 

@@ -2,7 +2,8 @@
 always written: renamed keys, keys left out when None, nested records spread into their parent,
 the keys no field names kept (``rest``), enums by value, typed dict keys as strings and an
 untyped payload's keys as its producer made them; a key no field names, without ``rest`` to
-hold it, is a bug and raises, unless the reader asks for a view (``known_only``)."""
+hold it, is a bug and raises, unless the reader asks for a view (``known_only``); a union of
+records reads each object as the record its keys fit."""
 from __future__ import annotations
 
 import json
@@ -152,3 +153,47 @@ def test_a_class_that_converts_itself_is_written_and_read_its_own_way():
     assert out == {"speedup": {"median": 1.5, "ci95": [1.2, 1.8]}, "counted": {"count": 2}}
     back = from_json(_WithHooks, {"speedup": out["speedup"]})
     assert back.speedup == Speedup(1.5, 1.2, 1.8) and back.counted is None
+
+
+@dataclass(frozen=True)
+class _Small:
+    node: str
+    value: float | None
+
+
+@dataclass(frozen=True)
+class _Wide:
+    node: str
+    value: float | None
+    extra: int
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Rows of two shapes in one list (as the quantization record's per-node sensitivity)."""
+    rows: tuple[_Wide | _Small, ...]
+    speedup: Speedup | None
+    by_batch: dict[str, Speedup]
+    old_name: str = key("name", default="")
+    maybe: _Small | None = omitted()
+
+
+def test_a_union_of_records_reads_each_object_as_the_record_its_keys_fit():
+    d = {"rows": [{"node": "a", "value": 1, "extra": 2}, {"node": "b", "value": None}],
+         "speedup": {"median": 1.5, "ci95": [1.25, 1.75]},
+         "by_batch": {"8": {"median": 0.5, "ci95": [0.25, 0.75]}}, "name": "x"}
+    r = from_json(_Rows, d)
+    assert [type(x) for x in r.rows] == [_Wide, _Small]
+    assert r.rows[0].value == 1 and isinstance(r.rows[0].value, int)  # never coerced
+    assert r.speedup == Speedup(1.5, 1.25, 1.75) and r.by_batch["8"].high == 0.75
+    assert r.old_name == "x" and r.maybe is None
+    assert to_json(r) == d  # "maybe" left out again, "name" under its key, tuples as lists
+    assert to_json(_Rows((), None, {}, maybe=_Small("c", 2.0)))["maybe"] == \
+        {"node": "c", "value": 2.0}
+
+
+def test_an_object_no_record_of_a_union_fits_is_refused_with_its_keys():
+    with pytest.raises(TypeError, match=r"no record of \['_Wide', '_Small'\] has the keys \['node'\]"):
+        from_json(_Rows, {"rows": [{"node": "a"}], "speedup": None, "by_batch": {}})
+    with pytest.raises(TypeError, match=r"no record of .* has the keys \['node', 'values'\]"):
+        from_json(_Rows, {"rows": [{"node": "a", "values": 1}], "speedup": None, "by_batch": {}})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from pipeline.core.json_record import to_json
 from pipeline.measure.results import Role, Speedup
 from pipeline.recipes.auto_result import AutoResult, Int8Trials, LatencyTrial, Notes
 from pipeline.recipes.auto_table import BatchLatency, Row
@@ -30,8 +31,8 @@ def test_the_region_record_writes_the_json_earlier_runs_wrote_and_reads_it_back(
     for data in (TIMED, UNTIMED):
         rec = FloatRegions.of(data)
         assert isinstance(rec, FloatRegions) and all(isinstance(r, RegionGain) for r in rec.regions)
-        assert json.dumps(rec.as_dict()) == json.dumps(data)  # same keys, same order, same values
-        assert FloatRegions.of(rec.as_dict()) == rec
+        assert json.dumps(to_json(rec)) == json.dumps(data)  # same keys, same order, same values
+        assert FloatRegions.of(to_json(rec)) == rec
     rec = FloatRegions.of(TIMED)
     assert isinstance(rec.trials[0], Trial) and rec.trials[0].speedup_over_all_int8 == \
         Speedup(1.25, 1.125, 1.5)
@@ -70,7 +71,7 @@ def test_the_auto_result_keeps_the_report_json_and_renders_the_same_from_either_
     from pipeline.report.auto import markdown
 
     auto = _auto()
-    data = auto.as_dict()
+    data = to_json(auto)
     assert list(data) == ["winner", "table", "why", "notes", "targets", "unavailable",
                           "failures", "gate_batch", "int8", "dynamic_source"]
     assert data["notes"] == {"mixed": "not built"}  # only what was not built

@@ -29,7 +29,7 @@ def test_rows_keep_the_json_shape_the_report_renders():
     from pipeline.report.auto import markdown
 
     win = _row("fp32", Role.fp32, 3.0)
-    rows = [win.as_dict(), _row("int8", Role.candidate, 1.0, ["speedup_ci_low"]).as_dict()]
+    rows = [win.to_json(), _row("int8", Role.candidate, 1.0, ["speedup_ci_low"]).to_json()]
     assert rows[0]["role"] == "fp32" and rows[0]["sequence_accuracy"] == 99.0
     assert rows[0]["speedup_vs_fastest_float"] == {"median": 1.5, "ci95": [1.4, 1.6]}
     assert "timed" not in rows[0]
@@ -53,4 +53,4 @@ def test_a_row_reads_the_benchmark_from_its_own_seat():
                verdict, MetricSpec("sequence_accuracy", True), 8)
     assert r.latency_ms == {"8": BatchLatency(2.0, 3.0)} and r.p50 == 2.0  # batch 1: not its
     assert r.speedup_vs_fastest_float == Speedup(2.0, 1.8, 2.2) and r.passed
-    assert r.as_dict()["latency_ms"] == {"8": {"p50": 2.0, "p99": 3.0}}
+    assert r.to_json()["latency_ms"] == {"8": {"p50": 2.0, "p99": 3.0}}
