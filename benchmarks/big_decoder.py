@@ -24,6 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import results as bench_results
+from benchmarks.decoder_runs import TreeRss, add_to_llm_section, stage_peak
+
 # Llama 2 7B's shape (Touvron et al. 2023; conf/model/llm_7b.yaml), and a tiny one for a check.
 SHAPES = {
     "7b": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
@@ -124,62 +127,6 @@ def _bound(folder: Path, tokens_per_s: float | None, kv_len: int = 64) -> dict:
             "share_of_bound": tokens_per_s / bound if tokens_per_s else None}
 
 
-def tree_sample(root: int) -> tuple[int, dict[tuple[int, float], float]]:
-    """``root``'s descendants now (psutil): their resident bytes summed, and each one's CPU
-    seconds so far (user + system), keyed by (pid, start time) so that a reused pid is another
-    process."""
-    import psutil
-
-    rss, cpu = 0, {}
-    for proc in psutil.Process(root).children(recursive=True):
-        try:
-            with proc.oneshot():
-                rss += proc.memory_info().rss
-                t = proc.cpu_times()
-                cpu[(proc.pid, proc.create_time())] = t.user + t.system
-        except psutil.Error:  # ended meanwhile
-            pass
-    return rss, cpu
-
-
-class TreeRss:
-    """The resident memory of this process's descendants summed, sampled every ``interval``
-    seconds; ``peak`` its largest sum. A sampler, because the kernel's own high-water marks do
-    not reach it: the pipeline's stage children hang under a forkserver that is not waited for
-    when the run ends (``RUSAGE_CHILDREN`` then sees the parent alone), and they would give the
-    largest process, not the sum of the parent's and a stage child's at one moment, which is
-    what the machine runs out of. A spike shorter than ``interval`` can be missed.
-    ``cpu_seconds``: the CPU time the descendants used, each one's last sample summed (what a
-    process used after its last sample, at most ``interval`` of it, is missed): on a machine
-    shared with other work the wall time stretches with the load, the CPU time much less."""
-
-    def __init__(self, interval: float = 0.2):
-        import threading
-
-        self.interval, self.peak, self._stop = interval, 0, threading.Event()
-        self._cpu: dict[tuple[int, float], float] = {}
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    @property
-    def cpu_seconds(self) -> float:
-        return sum(self._cpu.values())
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            rss, cpu = tree_sample(os.getpid())
-            self.peak = max(self.peak, rss)
-            self._cpu.update(cpu)
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> "TreeRss":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def _machine_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
@@ -236,7 +183,7 @@ def main(argv: list[str] | None = None) -> dict:
         out["memory"] = r["settings"].get("memory")
         out["stages"] = [{"stage": st.get("label"), "seconds": st.get("seconds"),
                           "reused": st.get("reused"),
-                          "peak_rss_mb": _stage_peak(st.get("path"))} for st in r["stages"]]
+                          "peak_rss_mb": stage_peak(st.get("path"))} for st in r["stages"]]
         out["stage_peak_rss"] = (r.get("scoring") or {}).get("peak_rss")
         out["reference"] = r["settings"].get("reference")
         out["gate"] = r["verdict"]["summary"]
@@ -276,13 +223,6 @@ def compile_peak(out: dict) -> None:
                              "beside other work, was under-measured; not a valid bound")
 
 
-def _stage_peak(path: str | None) -> float | None:
-    try:
-        return json.loads((Path(path) / "artifact.json").read_text())["meta"].get("peak_rss_mb")
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 def record(bench_json: Path, out: dict) -> None:
     """``out`` into ``bench_json``'s ``llm`` section as ``big_decoder_<shape>``, with its
     targets (``add_to_llm_section``)."""
@@ -295,23 +235,7 @@ def record(bench_json: Path, out: dict) -> None:
                 f"{TARGET_SHARE:.0%} of the machine's memory"] = [
             out["compile_peak_share_of_machine"], out["compile_target_met"]]
     add_to_llm_section(bench_json, f"big_decoder_{out['shape']}", out, targets)
-
-
-def add_to_llm_section(bench_json: Path, key: str, out: dict, targets: dict) -> None:
-    """``out`` into ``bench_json``'s ``llm`` section as ``key`` with its own time and CPU (the
-    section's others may come from another run), ``targets`` among the section's, and the
-    results page rendered again."""
-    import time as _time
-
-    from benchmarks import results as bench_results
-    from pipeline.core.env import cpu_info
-
-    results = json.loads(bench_json.read_text()) if bench_json.exists() else {}
-    llm = results.setdefault("llm", {})
-    llm[key] = {**out, "measured_at": _time.strftime("%Y-%m-%d %H:%M %Z"), "cpu": cpu_info()}
-    llm.setdefault("targets", {}).update(targets)
-    bench_json.write_text(json.dumps(results, indent=2, default=str))
-    bench_results.write(bench_json, Path("docs") / "results.md")
+    bench_results.write(bench_json, Path("docs") / "results.md")  # the page, never by hand
 
 
 if __name__ == "__main__":

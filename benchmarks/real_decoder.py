@@ -11,7 +11,7 @@ reference, the topic's text as the answer) rendered by that template, read from 
 transformers. Then ``python -m pipeline model=hf model.path=<the .gguf> quant=auto`` in a
 fresh work folder (the GGUF's conversion, the export, the reference, every candidate, decode
 timing, the gate: everything a user's first run does), in a child whose process tree's
-resident memory is sampled (``benchmarks.big_decoder.TreeRss``). Out: the wall time against
+resident memory is sampled (``benchmarks.decoder_runs.TreeRss``). Out: the wall time against
 ``TARGET_SECONDS``, the peak RSS against the machine's memory, each stage's time and peak from
 the run's own record, the verdict, what shipped and why, the CPU time the run's processes
 used, and the machine's load average around the run (a shared machine stretches the wall time
@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.big_decoder import TreeRss, _stage_peak, add_to_llm_section
+from benchmarks.decoder_runs import TreeRss, add_to_llm_section, stage_peak
 from benchmarks.zoo.fetch import fetch_parts
 
 TARGET_SECONDS = 900.0      # issue 39: a >= 0.4 B real decoder through quant=auto in 15 minutes
@@ -161,7 +161,7 @@ def _from_report(r: dict) -> dict:
     keep = ("role", "weights_mb", "matmuls", "perplexity", "perplexity_rise_pct",
             "top1_agreement", "kl_mean", "scored", "decode")
     return {"stages": [{"stage": st.get("label"), "seconds": st.get("seconds"),
-                        "reused": st.get("reused"), "peak_rss_mb": _stage_peak(st.get("path"))}
+                        "reused": st.get("reused"), "peak_rss_mb": stage_peak(st.get("path"))}
                        for st in r.get("stages", [])],
             "verdict": (r.get("verdict") or {}).get("summary"),
             "passed": (r.get("verdict") or {}).get("passed"),
@@ -193,6 +193,10 @@ def main(argv: list[str] | None = None) -> dict:
     if args.bench_json:
         add_to_llm_section(args.bench_json, f"real_decoder_{args.model}", out,
                            targets(args.model, out))
+        # the results page, rendered by its own command: benchmarks.results reaches this module
+        # through the llm section, so importing it here would close an import cycle
+        subprocess.run([sys.executable, "-m", "benchmarks.results", str(args.bench_json)],
+                       check=True)
     if not args.keep:
         shutil.rmtree(ROOT / args.model, ignore_errors=True)
     return out
