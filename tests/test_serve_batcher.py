@@ -71,3 +71,17 @@ def test_stop_answers_what_is_queued():
     assert [f.result(timeout=0)[0] for f in futures] == [0.0, 1.0, 2.0, 3.0, 4.0]
     with pytest.raises(RuntimeError):
         b.submit({}, 8)
+
+
+def test_a_request_not_held_runs_without_waiting_for_company():
+    """The server's warm-up (``hold=False``): with a wait of ten minutes for company, a held lone
+    request would still be queued when the test gives up; the one not held is answered at once,
+    and a held one behind it still waits for its batch."""
+    seen: list = []
+    b = Batcher(_echo(seen), max_batch=4, max_wait_ms=600_000, bucket=0)
+    b.start()
+    assert b.submit({"x": np.array([1])}, 8, hold=False).result(timeout=60)[0] == 1.0
+    held = b.submit({"x": np.array([2])}, 8)
+    assert not held.done()
+    b.stop()  # stopping answers what is queued
+    assert held.result(timeout=60)[0] == 2.0 and seen == [[8], [8]]

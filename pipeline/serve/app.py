@@ -112,11 +112,13 @@ class Server:
         """The whole path, a few times: workers, batcher, runtime (its first runs allocate)."""
         body, content_type = self.reader.warm_request()
         for _ in range(max(1, self.cfg.warmup_runs)):
-            await self.answer(body, content_type)
+            await self.answer(body, content_type, hold=False)
 
     # -- the data path -----------------------------------------------------------------------
-    async def answer(self, body: bytes, content_type: str) -> tuple[object, dict]:
-        """(prediction, stage timings in ms) for one request's bytes; raises ``BadInput``."""
+    async def answer(self, body: bytes, content_type: str,
+                     hold: bool = True) -> tuple[object, dict]:
+        """(prediction, stage timings in ms) for one request's bytes; raises ``BadInput``.
+        ``hold=False``: the batcher runs it without waiting for company (warm-up)."""
         if self.cfg.mode == "inline":
             return await run_in_threadpool(self._inline, body, content_type)
         loop = asyncio.get_running_loop()
@@ -135,7 +137,7 @@ class Server:
             raise WorkerLost("a preprocessing worker died while decoding this request; the "
                              "workers were restarted, retry") from None
         answer, timings = await asyncio.wrap_future(self.batcher.submit(prepared.feeds,
-                                                                        prepared.size))
+                                                                        prepared.size, hold))
         return answer, {"decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms,
                         **timings}
 

@@ -28,6 +28,7 @@ from typing import Callable
 class Job:
     feeds: dict
     size: int
+    hold: bool = True  # False: run as soon as the thread is free, without waiting for company
     arrived: float = field(default_factory=time.perf_counter)
     future: Future = field(default_factory=Future)
 
@@ -49,8 +50,11 @@ class Batcher:
     def start(self) -> None:
         self.thread.start()
 
-    def submit(self, feeds: dict, size: int) -> Future:
-        job = Job(feeds, size)
+    def submit(self, feeds: dict, size: int, hold: bool = True) -> Future:
+        """Queue one request. ``hold=False`` (the server's warm-up) is not held for company: a
+        warm-up run that waited ``max_wait_ms`` for requests that cannot come yet would only
+        delay readiness by that much per run."""
+        job = Job(feeds, size, hold)
         with self.cond:
             if self.stopping:
                 raise RuntimeError("the batcher has stopped")
@@ -73,7 +77,7 @@ class Batcher:
                 self.cond.wait()
             first = self.pending[0]
             cls = shape_class(first.size, self.bucket)
-            deadline = first.arrived + self.max_wait
+            deadline = first.arrived + (self.max_wait if first.hold else 0.0)
             while True:
                 batch = [j for j in self.pending
                          if shape_class(j.size, self.bucket) == cls][:self.max_batch]
