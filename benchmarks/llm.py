@@ -469,8 +469,8 @@ def real_table(section: dict) -> list[str]:
     lines = ["Real decoders from the package index, `quant=auto` end to end from a fresh work "
              "folder (`python -m benchmarks.real_decoder`):", "",
              "| model | parameters | wall time | CPU time / cores | load average (before, after) "
-             "| peak RSS (share of memory) | shipped | gate | measured |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| peak RSS (share of memory) | shipped | gate | measured | CPU |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for key, r in runs.items():
         load = r.get("load_average_1min") or {}
         auto = r.get("auto") or {}
@@ -481,5 +481,13 @@ def real_table(section: dict) -> list[str]:
             f"{load.get('cores')} cores | {n.size(r.get('peak_rss_bytes'))} "
             f"({n.percent(r.get('peak_share_of_machine'), fraction=True)}) "
             f"| {auto.get('winner', n.NONE)} | {r.get('verdict') or r.get('error')} "
-            f"| {r.get('measured_at', '')} |")
+            f"| {r.get('measured_at', '')} | {_cpu(r.get('cpu') or {})} |")
     return lines + [""]
+
+
+def _cpu(cpu: dict) -> str:
+    """The CPU a row was measured on, and its class: a wall time means nothing without it."""
+    flags = set(cpu.get("flags") or [])
+    isa = ("AMX" if "amx_int8" in flags else "AVX512-VNNI" if "avx512_vnni" in flags
+           else "AVX2" if "avx2" in flags else "no AVX2")
+    return f"{cpu.get('model', 'an unrecorded CPU')} ({isa}, {cpu.get('logical_cores', '?')} cores)"
