@@ -14,8 +14,10 @@ bytes by the load generator (``pipeline.serve.load``), on 127.0.0.1.
   processes + batcher) and a naive FastAPI handler per request (``benchmarks.serve_naive``), and
   the FP32 model behind ``pipeline``: each one's open-loop sweep (steps of ``step_seconds``,
   steady-state windows) and its highest steady rate within ``slo.p99_ms``, side by side.
-- ``soak``: the pipeline server at half its highest rate for ``soak_seconds`` (600 in make
-  bench): the windows' p99 first and last, and the server's RSS before and after.
+- ``soak``: the pipeline server at 70 % of its highest rate for ``soak_seconds`` (600 in make
+  bench): p99 per 10 s window and the server's process tree's RSS every 5 s, each with its
+  slope per minute (flat: both near 0), and the errors; a target asks for no errors, a p99
+  within the target in the last window and an RSS slope under ``bench.load.leak_mb_per_min``.
 - ``encoder``: the zoo's all-mpnet-base-v2 (dynamic INT8) served from UTF-8 sentences: the same
   CPU bound and sweeps (inline, producer/consumer, FP32), no naive row.
 - ``decoder``: SmolLM2-135M compiled by the pipeline and served from its run's folder: time to
@@ -28,6 +30,7 @@ import json
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +39,7 @@ from benchmarks.serve_decoder import decoder_section, decoder_table
 from benchmarks.serve_process import start, status_mb, stop
 
 SCALE = 4.0        # a 300 dpi scanner's line: about 128 pixels tall
+SOAK_SHARE = 0.7   # the soak's rate, as a share of the highest steady rate within the target
 LINES = 64         # distinct request bodies
 
 
@@ -110,19 +114,62 @@ def _sweep(servers: dict, bodies: list[bytes], cfg, start_qps: float, tmp: Path,
             out[name] = {"max_qps_within_slo": rep.max_qps_within_slo,
                          "steps": [vars(s) for s in rep.steps]}
             if name == "int8 pipeline" and soak_seconds > 0 and rep.max_qps_within_slo:
-                rss0 = status_mb(proc.pid, "VmRSS")
-                soak_cfg = load.LoadConfig(slo_p99_ms=cfg.slo_p99_ms, step_seconds=soak_seconds,
-                                           window_s=10.0)
-                s = load.run(url, bodies, soak_cfg, rates=[rep.max_qps_within_slo / 2])
-                step = s.steps[0]
-                soak = {"qps": step.offered_qps, "seconds": soak_seconds,
-                        "p99_ms": step.p99_ms, "errors": step.errors,
-                        "window_p99_ms_first_last": [step.window_p99_ms[0],
-                                                     step.window_p99_ms[-1]],
-                        "rss_mb_before_after": [rss0, status_mb(proc.pid, "VmRSS")]}
+                soak = _soak(url, proc.pid, bodies, cfg, SOAK_SHARE * rep.max_qps_within_slo,
+                             soak_seconds)
         finally:
             out.setdefault(name, {})["exit_code"] = stop(proc)
     return out, soak, http_ms
+
+
+def _slope_per_minute(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of (seconds, value) points, per minute; None with under 3 finite."""
+    pts = [(t, v) for t, v in points if v == v]
+    if len(pts) < 3:
+        return None
+    t, v = np.array(pts).T
+    return float(np.polyfit(t / 60.0, v, 1)[0])
+
+
+def _soak(url: str, pid: int, bodies: list[bytes], cfg, qps: float, seconds: float) -> dict:
+    """The server held at ``qps`` for ``seconds``, open loop: p99 per 10 s window and the
+    resident memory of the server's whole process tree (main process and workers) every 5 s,
+    each with its least-squares slope per minute (flat: both near 0), and the errors."""
+    import threading
+
+    import psutil
+
+    from benchmarks.decoder_runs import tree_sample
+    from pipeline.serve import load
+
+    def rss_mb() -> float:
+        return (psutil.Process(pid).memory_info().rss + tree_sample(pid)[0]) / 2 ** 20
+
+    samples, done, t0 = [(0.0, rss_mb())], threading.Event(), time.monotonic()
+
+    def sample() -> None:
+        while not done.wait(5.0):
+            samples.append((time.monotonic() - t0, rss_mb()))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    window = 10.0
+    try:
+        run = load.run(url, bodies, load.LoadConfig(slo_p99_ms=cfg.slo_p99_ms,
+                                                    step_seconds=seconds, window_s=window),
+                       rates=[qps])
+    finally:
+        done.set()
+        sampler.join()
+    samples.append((time.monotonic() - t0, rss_mb()))
+    step = run.steps[0]
+    p99s = step.window_p99_ms
+    return {"qps": step.offered_qps, "share_of_highest_rate": SOAK_SHARE, "seconds": seconds,
+            "sent": step.sent, "ok": step.ok, "p99_ms": step.p99_ms, "errors": step.errors,
+            "window_s": window, "window_p99_ms_first_last": [p99s[0], p99s[-1]] if p99s else [],
+            "p99_slope_ms_per_min": _slope_per_minute([((k + 0.5) * window, v)
+                                                       for k, v in enumerate(p99s)]),
+            "rss_mb_before_after": [samples[0][1], samples[-1][1]],
+            "rss_slope_mb_per_min": _slope_per_minute(samples), "rss_samples": len(samples)}
 
 
 def _measured(servers: dict, models: dict, bodies: list[bytes], cfg, tmp: Path,
@@ -265,7 +312,21 @@ def targets(section: dict) -> dict:
     if share is not None:
         out["INT8 producer/consumer reaches >= 80 % of the CPU bound"] = [round(share, 3),
                                                                            share >= 0.8]
+    from pipeline.config.bench import LoadConfig
+
+    leak = LoadConfig().leak_mb_per_min  # the pipeline's own leak threshold (bench.load)
+    soak = section.get("soak") or {}
+    if "rss_slope_mb_per_min" in soak:
+        flat = (not soak["errors"] and soak["window_p99_ms_first_last"][-1] <= section["slo_p99_ms"]
+                and soak["rss_slope_mb_per_min"] is not None
+                and soak["rss_slope_mb_per_min"] <= leak)
+        out[f"soak at {SOAK_SHARE:.0%} of the highest rate: no errors, last window's p99 within "
+            f"the target, RSS slope <= {leak:g} MB/min"] = [
+            {"errors": sum(soak["errors"].values()) if soak["errors"] else 0,
+             "last_p99_ms": round(soak["window_p99_ms_first_last"][-1], 1),
+             "rss_slope_mb_per_min": soak["rss_slope_mb_per_min"]}, flat]
     return out
+
 
 
 def table(section: dict) -> list[str]:
@@ -277,9 +338,12 @@ def table(section: dict) -> list[str]:
     lines = _rows(section, f"PNG at {section['scale']:g}x")
     if "soak" in section:
         k = section["soak"]
+        slopes = (f"; slopes per minute: p99 {_signed(k.get('p99_slope_ms_per_min'))} ms, "
+                  f"RSS {_signed(k.get('rss_slope_mb_per_min'))} MB (the server's process tree)"
+                  if "rss_slope_mb_per_min" in k else "")
         lines.append(f"\nSoak: {k['qps']:.1f} req/s for {k['seconds']:g} s, p99 {k['p99_ms']:.1f} "
                      f"ms, errors {k['errors'] or 0}, server RSS {k['rss_mb_before_after'][0]:.0f}"
-                     f" -> {k['rss_mb_before_after'][1]:.0f} MB.")
+                     f" -> {k['rss_mb_before_after'][1]:.0f} MB{slopes}.")
     enc = section.get("encoder") or {}
     if "servers" in enc:
         lines += ["", f"Text encoder {enc['model']} ({enc['quant']} INT8; gate: {enc['verdict']}):",
@@ -287,6 +351,10 @@ def table(section: dict) -> list[str]:
     elif "error" in enc:
         lines += ["", f"Text encoder: not measured ({enc['error']})"]
     return lines + [""] + decoder_table(section.get("decoder") or {})
+
+
+def _signed(value) -> str:
+    return f"{value:+.2f}" if isinstance(value, (int, float)) else "—"
 
 
 def _ms(value) -> str:

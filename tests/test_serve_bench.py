@@ -53,3 +53,23 @@ def test_table_shows_the_bound_and_each_rows_fraction_and_an_older_section_still
     text = "\n".join(table(older))
     assert "before issue 36's definition" in text and "at most 318 requests/s" in text
     assert "| int8 pipeline | 300.0 req/s | — | — |" in text
+
+
+def test_the_soak_is_flat_only_without_errors_growth_or_a_late_p99_past_the_target():
+    from benchmarks import serve
+
+    assert serve._slope_per_minute([(0, 100.0), (60, 103.0), (120, 106.0)]) == \
+        pytest.approx(3.0)
+    assert serve._slope_per_minute([(0, 1.0), (60, float("nan"))]) is None  # too few points
+
+    def met(**soak) -> bool:
+        flat = {"errors": {}, "window_p99_ms_first_last": [20.0, 22.0],
+                "rss_slope_mb_per_min": 0.1}
+        section = {"servers": {}, "slo_p99_ms": 100.0, "soak": {**flat, **soak}}
+        (value, ok), = [v for k, v in serve.targets(section).items() if k.startswith("soak")]
+        return ok
+
+    assert met()
+    assert not met(errors={"503": 2})
+    assert not met(window_p99_ms_first_last=[20.0, 150.0])
+    assert not met(rss_slope_mb_per_min=5.0)  # over bench.load.leak_mb_per_min (2 MB/min)
