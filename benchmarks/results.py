@@ -44,9 +44,10 @@ def _tables(name: str, section: dict) -> list[str]:
 
         return zoo_table(section)
     if name == "llm":
+        from benchmarks.decoder_side_by_side import table as side_by_side
         from benchmarks.llm import table as llm_table
 
-        return llm_table(section)
+        return llm_table(section) + side_by_side(section)
     if name == "serve":
         from benchmarks.serve import table as serve_table
 
