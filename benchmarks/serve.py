@@ -240,6 +240,7 @@ def section(base: list[str], cli, run_dir: Path | None = None, step_seconds: flo
         out.update(_measured(servers, models, bodies, cfg, tmp, soak_seconds))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    out["int8_vs_fp32"] = int8_vs_fp32(report, out["servers"])
     out["targets"] = targets(out)
     if encoder:
         try:
@@ -296,6 +297,24 @@ def encoder_section(cli, slo: float, step_seconds: float, quick: bool) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def int8_vs_fp32(report: dict, servers: dict) -> dict:
+    """The INT8 candidate's speedup over the FP32 model twice: the model alone (the run's own
+    benchmark, FP32 p50 over the candidate's, per batch size) and end to end from raw bytes
+    (behind the producer/consumer server: the ratio of the highest steady rates within the
+    target, and of the p50 at the sweep's first step, where neither server queues)."""
+    rows = {r.get("role"): r.get("latency") or {} for r in report.get("rows", [])}
+    model = {b: rows["fp32"][b]["p50"] / c["p50"] for b, c in rows.get("candidate", {}).items()
+             if b in rows.get("fp32", {}) and c.get("p50")}
+    int8, fp32 = servers.get("int8 pipeline") or {}, servers.get("fp32 pipeline") or {}
+    out: dict = {"model_only_p50_speedup": model}
+    if int8.get("max_qps_within_slo") and fp32.get("max_qps_within_slo"):
+        out["served_max_qps_ratio"] = int8["max_qps_within_slo"] / fp32["max_qps_within_slo"]
+    if int8.get("steps") and fp32.get("steps"):
+        out["served_p50_speedup_first_step"] = fp32["steps"][0]["p50_ms"] / \
+            int8["steps"][0]["p50_ms"]
+    return out
+
+
 def targets(section: dict) -> dict:
     """Highest steady rates within the target (req/s), compared as the issue asks, and the
     producer/consumer server's fraction of its CPU bound (>= 80 %); a comparison with a server
@@ -336,6 +355,15 @@ def table(section: dict) -> list[str]:
     if "servers" not in section:
         return []
     lines = _rows(section, f"PNG at {section['scale']:g}x")
+    versus = section.get("int8_vs_fp32") or {}
+    if versus:
+        model = ", ".join(f"{v:.2f}x at batch {b}"
+                          for b, v in versus.get("model_only_p50_speedup", {}).items())
+        lines.append(f"\nINT8 over FP32: the model alone {model or '—'} (the run's benchmark, "
+                     f"p50); end to end from PNG bytes "
+                     f"{_times(versus.get('served_max_qps_ratio'))} in the highest steady rate "
+                     f"and {_times(versus.get('served_p50_speedup_first_step'))} in p50 at the "
+                     "first step (producer/consumer).")
     if "soak" in section:
         k = section["soak"]
         slopes = (f"; slopes per minute: p99 {_signed(k.get('p99_slope_ms_per_min'))} ms, "
@@ -351,6 +379,10 @@ def table(section: dict) -> list[str]:
     elif "error" in enc:
         lines += ["", f"Text encoder: not measured ({enc['error']})"]
     return lines + [""] + decoder_table(section.get("decoder") or {})
+
+
+def _times(value) -> str:
+    return f"{value:.2f}x" if isinstance(value, (int, float)) else "—"
 
 
 def _signed(value) -> str:

@@ -73,3 +73,16 @@ def test_the_soak_is_flat_only_without_errors_growth_or_a_late_p99_past_the_targ
     assert not met(errors={"503": 2})
     assert not met(window_p99_ms_first_last=[20.0, 150.0])
     assert not met(rss_slope_mb_per_min=5.0)  # over bench.load.leak_mb_per_min (2 MB/min)
+
+
+def test_int8_over_fp32_is_shown_for_the_model_alone_and_end_to_end():
+    from benchmarks.serve import int8_vs_fp32
+
+    report = {"rows": [{"role": "fp32", "latency": {"1": {"p50": 2.0}, "8": {"p50": 9.0}}},
+                       {"role": "candidate", "latency": {"1": {"p50": 1.0}, "8": {"p50": 3.0}}}]}
+    servers = {"int8 pipeline": {"max_qps_within_slo": 300.0, "steps": [{"p50_ms": 4.0}]},
+               "fp32 pipeline": {"max_qps_within_slo": 200.0, "steps": [{"p50_ms": 5.0}]}}
+    v = int8_vs_fp32(report, servers)
+    assert v["model_only_p50_speedup"] == {"1": 2.0, "8": 3.0}
+    assert v["served_max_qps_ratio"] == 1.5 and v["served_p50_speedup_first_step"] == 1.25
+    assert "served_max_qps_ratio" not in int8_vs_fp32(report, {})  # a server that did not run
