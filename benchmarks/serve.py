@@ -110,7 +110,7 @@ def _sweep(servers: dict, bodies: list[bytes], cfg, start_qps: float, tmp: Path,
             if name == "int8 pipeline":
                 http_ms = http_cpu_ms(url, proc.pid)
             rep = load.run(url, bodies, cfg, start_qps=start_qps, growth=1.4, max_steps=14,
-                           probe=lambda: _cpu_seconds(proc.pid))
+                           probe=lambda: _cpu_seconds(proc.pid), refine=3)
             out[name] = {"max_qps_within_slo": rep.max_qps_within_slo,
                          "steps": [vars(s) for s in rep.steps]}
             if name == "int8 pipeline" and soak_seconds > 0 and rep.max_qps_within_slo:

@@ -75,3 +75,27 @@ def test_load_goes_to_this_machine_only(tmp_path):
                            "http://192.0.2.1:8000", "--rates", "1", "--seconds", "1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     one_line(proc, 2, "192.0.2.1", "--allow-remote")
+
+
+def test_refinement_bisects_between_the_last_rate_that_met_the_target_and_the_first_above():
+    """The outcomes are injected (a server that meets the target up to 140 req/s): each refined
+    rate is the geometric middle of the bracket, and the bracket narrows with every outcome."""
+    from pipeline.serve.load import Step, refined
+
+    def step(qps: float) -> Step:
+        return Step(qps, 1.0, steady=True, meets_slo=qps <= 140.0)
+
+    steps = [step(q) for q in (100.0, 150.0)]
+    tried = []
+    for qps in refined(steps, 3):
+        tried.append(qps)
+        steps.append(step(qps))
+    assert tried[0] == pytest.approx((100.0 * 150.0) ** 0.5)  # 122.5: meets, so lo rises
+    assert tried[1] == pytest.approx((tried[0] * 150.0) ** 0.5)  # 135.6: meets
+    assert tried[2] == pytest.approx((tried[1] * 150.0) ** 0.5)  # 142.6: misses
+    assert max(s.offered_qps for s in steps if s.meets_slo) == pytest.approx(tried[1])
+    # a step that met the target but never steadied bounds the bracket from above like a miss
+    unsteady = [Step(100.0, 1.0, steady=True, meets_slo=True), Step(150.0, 1.0, steady=False)]
+    assert list(refined(unsteady, 1)) == [pytest.approx(122.47, rel=1e-3)]
+    assert list(refined([step(100.0)], 3)) == []  # nothing above missed: nothing to refine
+    assert list(refined([step(200.0)], 3)) == []  # nothing met the target

@@ -288,12 +288,12 @@ async def closed_loop(url: str, bodies: list[bytes], concurrency: int,
 
 def run(url: str, bodies: list[bytes], cfg: LoadConfig, rates: list[float] | None = None,
         start_qps: float = 10.0, growth: float = 1.5, max_steps: int = 12,
-        concurrency: list[int] | None = None, probe: Callable[[], dict] | None = None
-        ) -> LoadReport:
+        concurrency: list[int] | None = None, probe: Callable[[], dict] | None = None,
+        refine: int = 0) -> LoadReport:
     """Open-loop steps at ``rates`` (all of them), or from ``start_qps`` up by ``growth`` until a
-    step misses the target; then the concurrency sweep, if asked. ``probe``: cumulative counters
-    of the server read before and after each step (the bench's: its processes' CPU seconds),
-    their differences kept in ``Step.server``."""
+    step misses the target, then ``refine`` bisection steps (``refined``); then the concurrency
+    sweep, if asked. ``probe``: cumulative counters of the server read before and after each
+    step (the bench's: its processes' CPU seconds), their differences kept in ``Step.server``."""
     if not bodies:
         raise ValueError("no request bodies")
     report = LoadReport(url, cfg.slo_p99_ms, len(bodies))
@@ -310,6 +310,11 @@ def run(url: str, bodies: list[bytes], cfg: LoadConfig, rates: list[float] | Non
         if sweep and (not step.p99_ms <= cfg.slo_p99_ms
                       or errors > cfg.max_error_share * max(step.sent, 1)):
             break
+    for qps in refined(report.steps, refine if sweep else 0):
+        step = asyncio.run(open_loop(url, bodies, qps, cfg, seed=cfg.seed + len(report.steps),
+                                     probe=probe))
+        report.steps.append(step)
+        print(_line(step), flush=True)
     report.max_qps_within_slo = max((s.offered_qps for s in report.steps if s.meets_slo),
                                     default=0.0)
     for c in concurrency or []:
@@ -318,6 +323,24 @@ def run(url: str, bodies: list[bytes], cfg: LoadConfig, rates: list[float] | Non
         print(f"concurrency {c:>3}: {cs.throughput_qps:8.1f} req/s  p50 {cs.p50_ms:7.2f} ms  "
               f"p99 {cs.p99_ms:7.2f} ms  errors {cs.errors or 0}", flush=True)
     return report
+
+
+def refined(steps: list[Step], count: int):
+    """Up to ``count`` rates between the highest step that met the target and the lowest step
+    above it that did not (missed it, failed, or never steadied), each the geometric middle of
+    the two, the bracket narrowed by each new step's outcome as it is appended to ``steps``. A
+    sweep grows its rate by a factor (1.5 by default), so its answer is only known within that
+    factor; three bisections narrow it to about 5 %. Nothing to refine when no step met the
+    target or none above it missed."""
+    for _ in range(count):
+        met = [s.offered_qps for s in steps if s.meets_slo]
+        if not met:
+            return
+        lo = max(met)
+        above = [s.offered_qps for s in steps if not s.meets_slo and s.offered_qps > lo]
+        if not above:
+            return
+        yield (lo * min(above)) ** 0.5
 
 
 def _line(s: Step) -> str:
