@@ -198,6 +198,9 @@ def _measured(servers: dict, models: dict, bodies: list[bytes], cfg, tmp: Path,
         if best:
             row["inference_busy_share"] = best.get("inference_busy_share")
             cpu = best.get("server", {}).get("cpu_s")
+            client = best.get("client_cpu_s")  # the load generator, on the same cores
+            row["client_cpu_ms_per_request"] = client * 1000.0 / best["ok"] \
+                if client and best["ok"] else None
             row["server_cpu_ms_per_request"] = cpu * 1000.0 / best["ok"] if cpu and best["ok"] \
                 else None
     out = {"cpu_bound": {key: b.as_dict() for key, b in bounds.items()}, "servers": rows}
@@ -411,12 +414,13 @@ def _rows(section: dict, bodies: str) -> list[str]:
             f"{b['threads']} thread(s) at {b['batches_from']}, HTTP {_ms(b['http_cpu_ms'])}).\n")
     lines += [f"| server (p99 <= {section['slo_p99_ms']:g} ms, {bodies}) "
               "| highest steady rate | of the CPU bound | model busy | server CPU-ms a request "
-              "| p50 / p99 there | decode | preprocess | queue | inference | postprocess "
-              "| network |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| load generator CPU-ms a request | p50 / p99 there | decode | preprocess | queue "
+              "| inference | postprocess | network |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in section["servers"].items():
         st = _best(s)
         if st is None:
-            lines.append(f"| {name} | 0 | 0 % | | | — | | | | | | |")
+            lines.append(f"| {name} | 0 | 0 % | | | | — | | | | | | |")
             continue
         ms = st.get("stage_ms", {})
         cells = [_ms(ms.get(k)) for k in ("decode", "preprocess", "queue", "inference",
@@ -426,7 +430,8 @@ def _rows(section: dict, bodies: str) -> list[str]:
                      + (f"{s['fraction_of_cpu_bound']:.0%}" if "fraction_of_cpu_bound" in s
                         else "—") + " | "
                      + (f"{busy:.0%}" if busy is not None and busy == busy else "—")
-                     + f" | {_ms(s.get('server_cpu_ms_per_request'))} | {st['p50_ms']:.1f} / "
+                     + f" | {_ms(s.get('server_cpu_ms_per_request'))} "
+                     f"| {_ms(s.get('client_cpu_ms_per_request'))} | {st['p50_ms']:.1f} / "
                      f"{st['p99_ms']:.1f} ms | " + " | ".join(cells)
                      + f" | {_ms(st['network_ms'])} |")
     return lines

@@ -49,6 +49,7 @@ def test_open_loop_and_concurrency_report_counts_what_was_sent(server, tmp_path)
     assert step["ok"] > 0 and step["errors"].get("415", 0) > 0, step
     assert set(step) >= {"p50_ms", "p99_ms", "p999_ms", "achieved_qps", "window_p50_ms", "window_p99_ms",
                          "steady", "meets_slo", "network_ms"}
+    assert step["client_cpu_s"] > 0  # the generator's own CPU over the step, measured
     assert set(step["stage_ms"]) == {"decode", "preprocess", "queue", "inference",
                                      "postprocess", "server_total"}
     assert len(step["window_p99_ms"]) == 4  # 2 s in windows of 0.5 s

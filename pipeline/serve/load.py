@@ -63,6 +63,9 @@ class Step:
     batch_sizes: dict = field(default_factory=dict)   # requests per model run -> runs
     inference_busy_share: float = float("nan")        # the model's thread: busy s / step s
     server: dict = field(default_factory=dict)        # the caller's probe: counter deltas
+    # The generator's own CPU seconds over the step (this process): on a server's own machine
+    # the client competes for the cores the server is measured on, and this says how much.
+    client_cpu_s: float = float("nan")
 
 
 @dataclass
@@ -190,7 +193,7 @@ async def open_loop(url: str, bodies: list[bytes], qps: float, cfg: LoadConfig,
     timeout = aiohttp.ClientTimeout(total=max(30.0, 10 * cfg.slo_p99_ms / 1000.0))
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         before, probed = await _counters(session, url), probe() if probe else {}
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
 
         async def one(k: int):
             nonlocal in_flight
@@ -214,6 +217,7 @@ async def open_loop(url: str, bodies: list[bytes], qps: float, cfg: LoadConfig,
             tasks.append(asyncio.create_task(one(k)))
         await asyncio.gather(*tasks)
         elapsed = time.perf_counter() - t0
+        step.client_cpu_s = time.process_time() - cpu0
         after = await _counters(session, url)
     if probe:
         step.server = {k: v - probed[k] for k, v in probe().items()}
