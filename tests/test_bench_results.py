@@ -116,3 +116,28 @@ def test_a_section_of_a_shape_never_seen_reads_as_named_values():
     assert "| rss per layer | 1 / 2.50, 3 / — | — |" in page
     assert "| nothing | — | — |" in page
     assert not [c for c in _cells(page) if "{" in c or "[" in c]
+
+
+def test_the_decoder_side_by_side_and_real_rows_name_their_code_and_cpu():
+    """The llm section's side-by-side run (benchmarks.decoder_side_by_side) renders both commits
+    with their times, verdicts and picks; its targets follow the ratio and the picks; a real
+    decoder's row names the CPU's class."""
+    from benchmarks import decoder_side_by_side as sbs
+    from benchmarks.llm import real_table
+
+    def side(commit, seconds, winner):
+        return {"commit": commit, "seconds": seconds, "returncode": 0, "verdict": "PASS",
+                "winner": winner, "load_average_1min": [0.1, 1.5]}
+
+    rec = {"model": "SmolLM2", "now": side("abc1234", 160.0, "int8_wide"),
+           "base": side("9f62cd7", 560.0, "int8_wide"), "ratio": round(160 / 560, 3),
+           "same_pick": True, "same_verdict": True}
+    page = bench_results.render({"llm": {"side_by_side": rec, "targets": sbs.targets(rec)}})
+    assert "| 9f62cd7 | 560.0 s | 0.1, 1.5 | PASS | int8_wide |" in page
+    assert "| abc1234 | 160.0 s |" in page and "Ratio of the wall times: 0.286." in page
+    assert all(met for _, met in sbs.targets(rec).values())
+    slower = {**rec, "ratio": 0.5, "same_pick": False}
+    assert not any(met for _, met in sbs.targets(slower).values())
+    row = real_table({"real_decoder_x": {"params_b": 0.6, "seconds": 800.0, "cpu": {
+        "model": "AMD EPYC", "flags": ["avx2"], "logical_cores": 2}}})
+    assert "AMD EPYC (AVX2, 2 cores)" in "".join(row)
