@@ -13,7 +13,8 @@ bytes by the load generator (``pipeline.serve.load``), on 127.0.0.1.
   32-pixel height, ``--scale 4``) behind ``inline`` (all in the handler), ``pipeline`` (worker
   processes + batcher) and a naive FastAPI handler per request (``benchmarks.serve_naive``), and
   the FP32 model behind ``pipeline``: each one's open-loop sweep (steps of ``step_seconds``,
-  steady-state windows) and its highest steady rate within ``slo.p99_ms``, side by side.
+  steady-state windows, three bisection steps) and its highest steady rate within ``slo.p99_ms``,
+  side by side, with a 95 % interval for the ratio of two servers' rates (``bracket``).
 - ``soak``: the pipeline server at 70 % of its highest rate for ``soak_seconds`` (600 in make
   bench): p99 per 10 s window and the server's process tree's RSS every 5 s, each with its
   slope per minute (flat: both near 0), and the errors; a target asks for no errors, a p99
@@ -41,6 +42,9 @@ from benchmarks.serve_process import start, status_mb, stop
 SCALE = 4.0        # a 300 dpi scanner's line: about 128 pixels tall
 SOAK_SHARE = 0.7   # the soak's rate, as a share of the highest steady rate within the target
 LINES = 64         # distinct request bodies
+# A ratio of two servers' rates rests on four step intervals (each server's bracket has two
+# ends): at 1 - 0.05/4 each they hold together with at least 95 % (Bonferroni).
+STEP_LEVEL = 1 - 0.05 / 4
 
 
 def _fp32_folder(run: Path, report: dict, dest: Path) -> Path:
@@ -201,6 +205,11 @@ def _measured(servers: dict, models: dict, bodies: list[bytes], cfg, tmp: Path,
             client = best.get("client_cpu_s")  # the load generator, on the same cores
             row["client_cpu_ms_per_request"] = client * 1000.0 / best["ok"] \
                 if client and best["ok"] else None
+            if row["client_cpu_ms_per_request"]:
+                # the bound again with the load generator's CPU in the sum: what the cores could
+                # serve with the client on them, as it is in this bench
+                row["bound_with_load_generator_qps"] = bound.cores * 1000.0 / (
+                    bound.cpu_ms_per_request + row["client_cpu_ms_per_request"])
             row["server_cpu_ms_per_request"] = cpu * 1000.0 / best["ok"] if cpu and best["ok"] \
                 else None
     out = {"cpu_bound": {key: b.as_dict() for key, b in bounds.items()}, "servers": rows}
@@ -225,7 +234,8 @@ def section(base: list[str], cli, run_dir: Path | None = None, step_seconds: flo
     bodies = load.ocr_lines(LINES, SCALE)
     out: dict = {"run": str(run_dir), "slo_p99_ms": slo, "scale": SCALE,
                  "body_bytes_median": int(np.median([len(b) for b in bodies]))}
-    cfg = load.LoadConfig(slo_p99_ms=slo, step_seconds=step_seconds, window_s=1.0)
+    cfg = load.LoadConfig(slo_p99_ms=slo, step_seconds=step_seconds, window_s=1.0,
+                          ci_level=STEP_LEVEL)
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     serve = [sys.executable, "-m", "pipeline.serve"]
     try:
@@ -285,7 +295,8 @@ def encoder_section(cli, slo: float, step_seconds: float, quick: bool) -> dict:
         out: dict = {"model": mpnet.NAME, "quant": "dynamic", "run": str(run_dir),
                      "slo_p99_ms": slo, "verdict": report["verdict"].get("summary"),
                      "body_bytes_median": int(np.median([len(b) for b in bodies]))}
-        cfg = load.LoadConfig(slo_p99_ms=slo, step_seconds=step_seconds, window_s=1.0)
+        cfg = load.LoadConfig(slo_p99_ms=slo, step_seconds=step_seconds, window_s=1.0,
+                              ci_level=STEP_LEVEL)
         serve = [sys.executable, "-m", "pipeline.serve"]
         fp32 = _fp32_folder(run_dir, report, tmp / "fp32")
         models = {"int8": open_ref(str(run_dir), tmp / "pulled"),
@@ -318,18 +329,55 @@ def int8_vs_fp32(report: dict, servers: dict) -> dict:
     return out
 
 
+def bracket(row: dict, slo: float, max_error_share: float = 0.01) -> tuple[float, float | None]:
+    """(low, high): a server's highest steady rate within the target lies in [low, high) with
+    each step's interval level (``Step.p99_ci_ms``). ``low``: the highest steady rate whose p99
+    interval lies wholly within the target, with its errors within their share (0 when none);
+    ``high``: the lowest rate above it whose p99 interval lies wholly past the target or that
+    failed more than that share (None when none did: unbounded). A step that never steadied, or
+    whose interval straddles the target, decides neither end. Assumes the rate a server holds
+    does not rise when it is offered more."""
+    low, misses = 0.0, []
+    for st in row.get("steps", []):
+        ci = st.get("p99_ci_ms") or [None, None]
+        failed = sum((st.get("errors") or {}).values()) > max_error_share * max(st.get("sent", 0), 1)
+        if st.get("steady") and not failed and ci[1] is not None and ci[1] <= slo:
+            low = max(low, st["offered_qps"])
+        elif failed or (ci[0] is not None and ci[0] > slo):
+            misses.append(st["offered_qps"])
+    above = [q for q in misses if q > low]
+    return low, (min(above) if above else None)
+
+
+def ratio_interval(a: dict, b: dict, slo: float) -> tuple[float, float | None]:
+    """An interval for the ratio of two servers' highest steady rates within the target, from
+    their brackets: [low_a / high_b, high_a / low_b], 0 and None where an end is unbounded."""
+    low_a, high_a = bracket(a, slo)
+    low_b, high_b = bracket(b, slo)
+    low = low_a / high_b if high_b else 0.0
+    high = high_a / low_b if high_a and low_b else None
+    return low, high
+
+
 def targets(section: dict) -> dict:
     """Highest steady rates within the target (req/s), compared as the issue asks, and the
     producer/consumer server's fraction of its CPU bound (>= 80 %); a comparison with a server
     the section did not run is left out."""
-    m = {k: round(v.get("max_qps_within_slo") or 0.0, 1) for k, v in section["servers"].items()}
-    pipe = m.get("int8 pipeline", 0.0)
+    servers, slo = section["servers"], section["slo_p99_ms"]
+    pipe = servers.get("int8 pipeline") or {}
     rows = {"INT8 from raw bytes: producer/consumer beats inline": ("int8 inline", "inline"),
             "INT8 from raw bytes: producer/consumer beats a naive FastAPI handler":
                 ("int8 naive FastAPI", "naive"),
             "producer/consumer: INT8 beats FP32 end to end": ("fp32 pipeline", "fp32")}
-    out = {what: [{"pipeline": pipe, short: m[name]}, pipe > m[name]]
-           for what, (name, short) in rows.items() if name in m}
+    out = {}
+    for what, (name, short) in rows.items():
+        if name not in servers:
+            continue
+        low, high = ratio_interval(pipe, servers[name], slo)
+        a, b = pipe.get("max_qps_within_slo") or 0.0, servers[name].get("max_qps_within_slo") or 0.0
+        out[f"{what} (95 % interval of the ratio above 1)"] = [
+            {"pipeline": round(a, 1), short: round(b, 1), "ratio": a / b if b else None,
+             "ci95": [low, high]}, low > 1.0]
     share = (section["servers"].get("int8 pipeline") or {}).get("fraction_of_cpu_bound")
     if share is not None:
         out["INT8 producer/consumer reaches >= 80 % of the CPU bound"] = [round(share, 3),
@@ -388,6 +436,12 @@ def _times(value) -> str:
     return f"{value:.2f}x" if isinstance(value, (int, float)) else "—"
 
 
+def _share(row: dict) -> str:
+    """The served rate as a share of the bound with the load generator's CPU counted, or —."""
+    shared = row.get("bound_with_load_generator_qps")
+    return f"{row['max_qps_within_slo'] / shared:.0%}" if shared else "—"
+
+
 def _signed(value) -> str:
     return f"{value:+.2f}" if isinstance(value, (int, float)) else "—"
 
@@ -414,13 +468,14 @@ def _rows(section: dict, bodies: str) -> list[str]:
             f"{b['threads']} thread(s) at {b['batches_from']}, HTTP {_ms(b['http_cpu_ms'])}).\n")
     lines += [f"| server (p99 <= {section['slo_p99_ms']:g} ms, {bodies}) "
               "| highest steady rate | of the CPU bound | model busy | server CPU-ms a request "
-              "| load generator CPU-ms a request | p50 / p99 there | decode | preprocess | queue "
+              "| load generator CPU-ms a request | of the bound with the load generator's CPU "
+              "| p50 / p99 there | decode | preprocess | queue "
               "| inference | postprocess | network |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in section["servers"].items():
         st = _best(s)
         if st is None:
-            lines.append(f"| {name} | 0 | 0 % | | | | — | | | | | | |")
+            lines.append(f"| {name} | 0 | 0 % | | | | | — | | | | | | |")
             continue
         ms = st.get("stage_ms", {})
         cells = [_ms(ms.get(k)) for k in ("decode", "preprocess", "queue", "inference",
@@ -431,7 +486,8 @@ def _rows(section: dict, bodies: str) -> list[str]:
                         else "—") + " | "
                      + (f"{busy:.0%}" if busy is not None and busy == busy else "—")
                      + f" | {_ms(s.get('server_cpu_ms_per_request'))} "
-                     f"| {_ms(s.get('client_cpu_ms_per_request'))} | {st['p50_ms']:.1f} / "
+                     f"| {_ms(s.get('client_cpu_ms_per_request'))} | {_share(s)} "
+                     f"| {st['p50_ms']:.1f} / "
                      f"{st['p99_ms']:.1f} ms | " + " | ".join(cells)
                      + f" | {_ms(st['network_ms'])} |")
     return lines

@@ -41,10 +41,12 @@ def test_table_shows_the_bound_and_each_rows_fraction_and_an_older_section_still
                "servers": {"int8 pipeline": {"max_qps_within_slo": 300.0, "steps": [step],
                                              "fraction_of_cpu_bound": 0.75,
                                              "inference_busy_share": 0.6,
-                                             "server_cpu_ms_per_request": 5.5}}}
+                                             "server_cpu_ms_per_request": 5.5,
+                                             "client_cpu_ms_per_request": 2.0,
+                                             "bound_with_load_generator_qps": 400.0}}}
     text = "\n".join(table(section))
     assert "400 requests/s = 2 cores / 5.00 CPU-ms a request" in text
-    assert "| int8 pipeline | 300.0 req/s | 75% | 60% | 5.50 |" in text
+    assert "| int8 pipeline | 300.0 req/s | 75% | 60% | 5.50 | 2.00 | 75% |" in text
     assert targets(section)["INT8 producer/consumer reaches >= 80 % of the CPU bound"] == \
         [0.75, False]
     older = {**section, "cpu_bound": {"cores": 2, "model_ms_b1": 1.9, "bound_qps_serial": 318.5,
@@ -86,3 +88,33 @@ def test_int8_over_fp32_is_shown_for_the_model_alone_and_end_to_end():
     assert v["model_only_p50_speedup"] == {"1": 2.0, "8": 3.0}
     assert v["served_max_qps_ratio"] == 1.5 and v["served_p50_speedup_first_step"] == 1.25
     assert "served_max_qps_ratio" not in int8_vs_fp32(report, {})  # a server that did not run
+
+
+def test_a_ratio_beats_1_only_when_its_interval_does():
+    """Each server's rate is bracketed by its steps' p99 intervals: the highest rate whose
+    interval lies wholly within the target, the lowest above it wholly past it (or failing); a
+    step straddling the target, or unsteady, decides nothing. The ratio's interval divides the
+    brackets crosswise, and the target reads true only when its low end is above 1."""
+    from benchmarks.serve import bracket, ratio_interval, targets
+
+    def st(qps, lo, hi, steady=True, errors=None, sent=1000):
+        return {"offered_qps": qps, "p99_ci_ms": [lo, hi], "steady": steady,
+                "errors": errors or {}, "sent": sent}
+
+    fast = {"steps": [st(100, 10, 20), st(200, 30, 60), st(300, 150, 400)],
+            "max_qps_within_slo": 200.0}
+    slow = {"steps": [st(100, 20, 40), st(140, 60, 130), st(150, 90, 95, steady=False),
+                      st(200, 50, 90, errors={"503": 30})], "max_qps_within_slo": 100.0}
+    assert bracket(fast, 100.0) == (200, 300)
+    # 140 straddles, 150 never steadied: neither decides; 200 failed 3 % of its requests
+    assert bracket(slow, 100.0) == (100, 200)
+    assert ratio_interval(fast, slow, 100.0) == (1.0, 3.0)
+    assert bracket({"steps": [st(100, 10, None)]}, 100.0) == (0.0, None)  # too few requests
+    assert ratio_interval(fast, {"steps": [st(100, 10, 20)]}, 100.0) == (0.0, 3.0)
+    section = {"slo_p99_ms": 100.0, "servers": {"int8 pipeline": fast, "int8 inline": slow}}
+    (value, ok), = [v for k, v in targets(section).items() if "beats inline" in k]
+    assert value["ratio"] == 2.0 and value["ci95"] == [1.0, 3.0] and not ok
+    slow["steps"][1] = st(140, 101, 130)  # now past the target for sure: the bracket tightens
+    assert bracket(slow, 100.0) == (100, 140)
+    (value, ok), = [v for k, v in targets(section).items() if "beats inline" in k]
+    assert value["ci95"][0] == pytest.approx(200 / 140) and ok
