@@ -64,19 +64,21 @@ def _fp32_folder(run: Path, report: dict, dest: Path) -> Path:
 
 
 def _cpu_seconds(pid: int) -> dict:
-    """CPU seconds (user + system) the server's processes spent so far: the main one and its
-    workers; the load generator's probe, so each step carries their difference."""
+    """CPU seconds (user + system) the server's processes spent so far: all of them (``cpu_s``)
+    and the main one alone (``main_cpu_s``: HTTP, the batcher, the model's thread; the rest is
+    the worker processes); the load generator's probe, so each step carries their difference."""
     import psutil
 
     main = psutil.Process(pid)
-    total = 0.0
-    for proc in [main, *main.children(recursive=True)]:
+    t = main.cpu_times()
+    total = own = t.user + t.system
+    for proc in main.children(recursive=True):
         try:
             t = proc.cpu_times()
         except psutil.NoSuchProcess:  # a worker replaced mid-step: its time is lost, not faked
             continue
         total += t.user + t.system
-    return {"cpu_s": total}
+    return {"cpu_s": total, "main_cpu_s": own}
 
 
 def _best(row: dict) -> dict | None:
@@ -212,6 +214,9 @@ def _measured(servers: dict, models: dict, bodies: list[bytes], cfg, tmp: Path,
                     bound.cpu_ms_per_request + row["client_cpu_ms_per_request"])
             row["server_cpu_ms_per_request"] = cpu * 1000.0 / best["ok"] if cpu and best["ok"] \
                 else None
+            main = best.get("server", {}).get("main_cpu_s")
+            row["server_main_cpu_ms_per_request"] = main * 1000.0 / best["ok"] \
+                if main and best["ok"] else None
     out = {"cpu_bound": {key: b.as_dict() for key, b in bounds.items()}, "servers": rows}
     if soak:
         out["soak"] = soak
@@ -485,7 +490,9 @@ def _rows(section: dict, bodies: str) -> list[str]:
                      + (f"{s['fraction_of_cpu_bound']:.0%}" if "fraction_of_cpu_bound" in s
                         else "—") + " | "
                      + (f"{busy:.0%}" if busy is not None and busy == busy else "—")
-                     + f" | {_ms(s.get('server_cpu_ms_per_request'))} "
+                     + f" | {_ms(s.get('server_cpu_ms_per_request'))}"
+                     + (f" (main {_ms(s['server_main_cpu_ms_per_request'])})"
+                        if s.get("server_main_cpu_ms_per_request") else "") + " "
                      f"| {_ms(s.get('client_cpu_ms_per_request'))} | {_share(s)} "
                      f"| {st['p50_ms']:.1f} / "
                      f"{st['p99_ms']:.1f} ms | " + " | ".join(cells)

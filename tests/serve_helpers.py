@@ -31,12 +31,15 @@ class Running:
             return next(int(ln.split()[1]) / 1024 for ln in f if ln.startswith("VmRSS:"))
 
 
-def start(ref: str, tmp: Path, *args: str, timeout: float = 180) -> Running:
-    """The server on 127.0.0.1, any free port (``--port 0``), once it says it is ready."""
+def start(ref: str, tmp: Path, *args: str, timeout: float = 180, port: int = 0,
+          env: dict | None = None) -> Running:
+    """The server on 127.0.0.1, any free port (``--port 0``) unless ``port``, once it says it is
+    ready; ``env``: more environment for it."""
     ready, log = tmp / "ready", tmp / "server.log"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     proc = subprocess.Popen([sys.executable, "-m", "pipeline.serve", ref, "--host", "127.0.0.1",
-                             "--port", "0", "--ready-file", str(ready), *args], cwd=ROOT, env=env,
+                             "--port", str(port), "--ready-file", str(ready), *args], cwd=ROOT,
+                            env=env,
                             stdout=log.open("w"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout
     while not ready.exists():

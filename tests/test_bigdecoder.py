@@ -60,7 +60,8 @@ def test_the_plan_counts_the_checkpoint_from_its_headers_and_picks_the_path(root
 
     from pipeline.config import DecoderQuant
     from pipeline.models.decoder import check_folder
-    from pipeline.recipes.decoder_memory import FP32_FACTOR, plan
+    from pipeline.bill.compile_memory import RUN_BYTES, fp32_path_peak
+    from pipeline.recipes.decoder_memory import plan
 
     decoder = check_folder(root / "tiny", "model.path=tiny")
     params = sum(t.numel() for t in load_file(str(root / "tiny" / "model.safetensors")).values())
@@ -72,7 +73,10 @@ def test_the_plan_counts_the_checkpoint_from_its_headers_and_picks_the_path(root
     # run holds at a time), well under FP32's
     assert fits.stream_peak_estimate < fits.fp32_peak_estimate
     # the FP32 path's estimate just past the budget: streaming, and the reference says why
-    total = int(FP32_FACTOR * 4 * params / 0.5) - 1000
+    assert fits.fp32_peak_estimate == int(1.4 * 4 * params + RUN_BYTES)  # a bf16 checkpoint's
+    # an FP32 checkpoint's (a GGUF file's conversion): both FP32 copies at the export
+    assert fp32_path_peak(params, "fp32") == pytest.approx(1.85 * 4 * params + RUN_BYTES)
+    total = int(fits.fp32_peak_estimate / 0.5) - 1000
     past = plan(decoder, DecoderQuant(memory_budget=0.5), total=total)
     assert past.streaming and past.budget_bytes < past.fp32_peak_estimate
     assert "INT8" in past.reference and "bf16" in past.reference

@@ -42,11 +42,12 @@ def test_table_shows_the_bound_and_each_rows_fraction_and_an_older_section_still
                                              "fraction_of_cpu_bound": 0.75,
                                              "inference_busy_share": 0.6,
                                              "server_cpu_ms_per_request": 5.5,
+                                             "server_main_cpu_ms_per_request": 3.0,
                                              "client_cpu_ms_per_request": 2.0,
                                              "bound_with_load_generator_qps": 400.0}}}
     text = "\n".join(table(section))
     assert "400 requests/s = 2 cores / 5.00 CPU-ms a request" in text
-    assert "| int8 pipeline | 300.0 req/s | 75% | 60% | 5.50 | 2.00 | 75% |" in text
+    assert "| int8 pipeline | 300.0 req/s | 75% | 60% | 5.50 (main 3.00) | 2.00 | 75% |" in text
     assert targets(section)["INT8 producer/consumer reaches >= 80 % of the CPU bound"] == \
         [0.75, False]
     older = {**section, "cpu_bound": {"cores": 2, "model_ms_b1": 1.9, "bound_qps_serial": 318.5,

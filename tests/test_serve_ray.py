@@ -1,15 +1,18 @@
-"""The Ray Serve deployments (``pipeline.serve.ray_serve``) on one local Ray cluster started here
-(starting one costs more than either test, so the module shares it):
+"""The Ray Serve deployments (``pipeline.serve.ray_serve``), each on a local Ray cluster:
 - two replicas of the tiny run's published model answer raw PNG bytes over Ray Serve's HTTP proxy
   on 127.0.0.1 with what the model says when it is run directly on the same preprocessed input,
   and bad input with the HTTP server's one-line 4xx;
-- the decoder's deployment (``generate_application``) streams the tiny Llama's tokens through the
-  proxy as server-sent events, one event per token, equal to onnxruntime-genai's greedy
-  generation run directly; a request over the sequence length is the HTTP server's 413.
+- the decoder's deployment (``generate_application``), started by the command line
+  (``python -m pipeline.serve FOLDER --replicas 1``, a cluster of its own), streams the tiny
+  Llama's tokens through the proxy as server-sent events, one event per token, equal to
+  onnxruntime-genai's greedy generation run directly; a request over the sequence length is the
+  HTTP server's 413; SIGTERM stops it with exit 0.
 """
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,7 +20,8 @@ import pytest
 import requests
 
 from tests.conftest import run_folder
-from tests.serve_helpers import greedy_reference, line_png, local_ray, sse_events, tiny_decoder
+from tests.serve_helpers import (greedy_reference, line_png, local_ray, sse_events, start,
+                                 tiny_decoder)
 
 PROMPT = "the quick brown fox jumps over"
 
@@ -81,30 +85,58 @@ def test_replicas_answer_raw_bytes_and_bad_input(ray_app):
     assert status.replica_states.get("RUNNING") == 2, json.dumps(str(status))
 
 
-def test_a_decoder_replica_streams_the_greedy_tokens_through_the_proxy(cluster, tmp_path):
-    from pipeline.core import isolate
-    from pipeline.serve.artifact import open_ref
-    from pipeline.serve.config import ServeConfig
-    from pipeline.serve.ray_serve import generate_application
+def test_the_command_line_deploys_a_decoder_replica_that_streams_the_greedy_tokens(tmp_path):
+    """``python -m pipeline.serve FOLDER --replicas 1``: a local Ray cluster of its own, the
+    decoder's deployment behind Ray Serve's proxy on the port given; SIGTERM deletes the
+    application, stops the cluster and exits 0."""
+    import socket
+    import tempfile
 
-    serve, url = cluster
+    from pipeline.core import isolate
+
+    pytest.importorskip("ray.serve")
     folder = tiny_decoder(tmp_path / "decoder")
-    served = open_ref(str(folder), tmp_path / "pulled")
-    cfg = ServeConfig(intra_op_threads=1, max_seq_len=64, max_sequences=2, warmup_runs=1)
-    serve.run(generate_application(served, cfg, num_cpus=0.5), name="decoder", route_prefix="/llm")
-    deadline = time.monotonic() + 300
-    while requests.get(f"{url}/llm/readyz", timeout=30).status_code != 200:
-        assert time.monotonic() < deadline, "the replica never warmed up"
-        time.sleep(0.5)
-    with requests.post(f"{url}/llm/generate", json={"prompt": PROMPT, "max_new_tokens": 10},
-                       stream=True, timeout=120) as r:
-        assert r.status_code == 200 and r.headers["content-type"].startswith(
-            "text/event-stream"), r.text
-        events = sse_events(r.iter_lines(decode_unicode=True))
-    too_long = requests.post(f"{url}/llm/generate",
-                             json={"prompt": PROMPT, "max_new_tokens": 65}, timeout=60)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # as local_ray does: no token written to the user's home, a temp folder of its own (short:
+    # Ray's socket paths must fit 107 bytes)
+    env = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray-")}
+    running = start(str(folder), tmp_path, "--replicas", "1", "--replica-cpus", "0.5",
+                    "--threads", "1", "--max-seq-len", "64", "--max-sequences", "2",
+                    port=port, env=env, timeout=420)
+    try:
+        url = running.url
+        assert url.endswith(f":{port}")
+        deadline = time.monotonic() + 300
+        while requests.get(f"{url}/readyz", timeout=30).status_code != 200:
+            assert time.monotonic() < deadline, "the replica never warmed up"
+            time.sleep(0.5)
+        with requests.post(f"{url}/generate", json={"prompt": PROMPT, "max_new_tokens": 10},
+                           stream=True, timeout=120) as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith(
+                "text/event-stream"), r.text
+            events = sse_events(r.iter_lines(decode_unicode=True))
+        too_long = requests.post(f"{url}/generate",
+                                 json={"prompt": PROMPT, "max_new_tokens": 65}, timeout=60)
+    finally:
+        code = running.stop(timeout=180)
+    assert code == 0, running.log.read_text()
     tokens = [e["id"] for kind, e in events if kind == "token"]
     assert events[-1][0] == "done" and tokens == events[-1][1]["tokens"]
     assert tokens == isolate.call("reference generation", greedy_reference, str(folder), PROMPT,
                                   10)
     assert too_long.status_code == 413 and "--max-seq-len" in too_long.json()["error"]
+
+
+def test_ray_serve_arguments_that_cannot_work_are_refused_in_one_line(tmp_path):
+    from tests.conftest import ROOT, one_line
+
+    def serve(*args):
+        return subprocess.run([sys.executable, "-m", "pipeline.serve", str(tmp_path), *args],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    one_line(serve("--replicas", "2", "--port", "0"), 2, "--port 0", "Ray Serve")
+    one_line(serve("--ray-address", "127.0.0.1:6379", "--port", "8123"), 2, "--replicas")
+    one_line(serve("--replicas", "-1"), 2, "--replicas")

@@ -4,7 +4,8 @@ path against the streaming one (docs/llm.md, "Models larger than memory").
 Plain arithmetic on the parameter count, with factors measured on a 160 M-parameter random Llama
 with bf16 weights (resident high-water marks of each step above its imports; the measurements
 and the steps are in ``pipeline.recipes.decoder_memory``, which decides the path with these
-numbers): the FP32 path's worst step holds 1.4x the FP32 weights. The streaming path holds one
+numbers): the FP32 path's worst step holds 1.4x the FP32 weights of a 16-bit checkpoint, 1.85x
+of an FP32 one, plus what the run holds whatever the model (``RUN_BYTES``). The streaming path holds one
 model's session at a time (scoring reads the reference's kept log-probabilities, not its
 session; decode timing loads the reference and each candidate alone, in turn), so its peak is
 the largest of them, the INT8 reference, times ``ONE_SESSION_FACTOR``; its export and
@@ -14,6 +15,17 @@ its 2-layer twin's; a 7 B one's at 1.7 GB, imports included), nothing the size o
 from __future__ import annotations
 
 FP32_FACTOR = 1.4        # the FP32 path's peak over its weights' bytes (``weight_only``: 1.37)
+# From an FP32 checkpoint (a GGUF file converts to one) the export is the worst step instead:
+# transformers' model and the builder's copy are both FP32, then the parity check's session. The
+# whole run's peak (its process tree, summed) of two real decoders fed from GGUF files
+# (benchmarks.real_decoder; Xeon with AMX, 24 GB): Qwen2.5-Coder-0.5B, 2.52 GB of FP32 weights,
+# 7.41 GB; Qwen2.5-Coder-1.5B, 7.11 GB, 15.88 GB. A line through both: 1.85 per FP32 byte and
+# 2.76 GB besides. (1.4 alone estimated the second at 9.95 GB: 63 % of the machine where the
+# plan said 39 %.)
+FP32_CHECKPOINT_FACTOR = 1.85
+# What a run holds whatever the model: the pipeline's own process and the stage's imports
+# (torch, transformers, onnxruntime and its GenAI), which the 160 M measurement was taken above.
+RUN_BYTES = 2.76e9
 REFERENCE_BITS = 8       # the streaming path's reference: INT8 ...
 REFERENCE_BLOCK = 32     # ... at onnxruntime-genai's own block
 SCALE_BYTES = 4          # an FP32 scale per block, as MatMulNBits stores it in an FP32 graph
@@ -30,8 +42,11 @@ def nbits_bytes_per_param(bits: int, block: int) -> float:
     return bits / 8 + SCALE_BYTES / block
 
 
-def fp32_path_peak(params: float) -> float:
-    return FP32_FACTOR * 4 * params
+def fp32_path_peak(params: float, checkpoint_dtype: str = "bf16") -> float:
+    """The FP32 path's whole-run peak for a checkpoint of ``checkpoint_dtype`` ("fp32", "bf16",
+    "fp16")."""
+    factor = FP32_CHECKPOINT_FACTOR if checkpoint_dtype == "fp32" else FP32_FACTOR
+    return factor * 4 * params + RUN_BYTES
 
 
 def streaming_peak(params: float, bits: int, block: int) -> float:

@@ -79,7 +79,8 @@ def compile_peaks(llm, precision: Precision, checkpoint_bytes_per_param: float =
 
     params = llm.params_b * 1e9
     bits = 4 if precision == Precision.int4 else 8
-    return {"fp32_path_peak_gb": fp32_path_peak(params) / GB,
+    dtype = "fp32" if checkpoint_bytes_per_param >= 4 else "bf16"
+    return {"fp32_path_peak_gb": fp32_path_peak(params, dtype) / GB,
             "streaming_peak_gb": streaming_peak(params, bits, 32) / GB,
             "checkpoint_bytes_per_param": checkpoint_bytes_per_param, "candidate_bits": bits}
 

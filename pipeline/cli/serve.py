@@ -11,6 +11,10 @@ over HTTP (``pipeline.serve``).
     --queue-limit N           requests admitted at once; past it 503 + Retry-After (64)
     --max-body-bytes N --max-pixels N --max-side N     input limits (10 MiB, 16 Mpx, 16384)
     --ready-file PATH         written (the port) once warm: how a script learns the port
+    --replicas N              serve on Ray Serve instead (pipeline.serve.ray_serve): N replicas
+                              behind Ray Serve's proxy on --host:--port (a port other than 0)
+    --ray-address ADDR        a running Ray cluster to deploy to (default: a local one of its
+                              own, stopped on exit); --replica-cpus F  CPUs per replica (1)
     --max-sequences N --max-seq-len N --max-new-tokens N --kv-budget-mb MB
                               a decoder: sequences at once (4), prompt + new tokens per sequence
                               (the model's context), new tokens when a request names none (64),
@@ -58,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seq-len", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--kv-budget-mb", type=float, default=0.0)
+    p.add_argument("--replicas", type=int, default=0)
+    p.add_argument("--ray-address", default=None)
+    p.add_argument("--replica-cpus", type=float, default=1.0)
     return p
 
 
@@ -78,6 +85,13 @@ def parse(argv: list[str]):
             from None
     if unknown:
         raise ConfigError(f"unknown argument(s) {' '.join(unknown)} (python -m pipeline.serve -h)")
+    if ns.replicas < 0 or ns.replica_cpus <= 0:
+        raise ConfigError("--replicas must be >= 0 and --replica-cpus > 0")
+    if (ns.replicas or ns.ray_address) and ns.port == 0:
+        raise ConfigError("--port 0 with Ray Serve: its proxy listens on the port it is given, "
+                          "and cannot say which one it drew; name a free port")
+    if ns.ray_address and not ns.replicas:
+        raise ConfigError("--ray-address without --replicas: say how many replicas to deploy")
     cfg = ServeConfig(host=ns.host, port=ns.port, mode=ns.mode, workers=ns.workers,
                       intra_op_threads=ns.threads, max_batch=ns.max_batch,
                       max_wait_ms=ns.max_wait_ms, shape_bucket=ns.shape_bucket,
@@ -173,6 +187,8 @@ def _serve(argv: list[str]) -> int:
     ns, cfg, overrides = parse(argv)
     with tempfile.TemporaryDirectory(prefix="pipeline-serve-") as tmp:
         served = open_ref(ns.ref, Path(tmp) / "pulled", overrides)
+        if ns.replicas:
+            return _serve_ray(ns, cfg, served)
         if served.kind == "generate":  # a decoder: streamed generation, KV-cache admission
             from pipeline.serve.generate import build as build_generate
 
@@ -198,6 +214,53 @@ def _serve(argv: list[str]) -> int:
         print(f"error: {server.failed}", file=sys.stderr)
         return 3
     print("serve: drained and stopped", flush=True)
+    return 0
+
+
+def _serve_ray(ns, cfg, served) -> int:
+    """``served`` as a Ray Serve application (``pipeline.serve.ray_serve``) of ``--replicas``
+    replicas, on ``--ray-address``'s cluster or a local one of its own (on 127.0.0.1 when
+    ``--host`` is, and stopped on exit), Ray Serve's proxy on ``--host:--port``. Blocks until
+    SIGTERM or Ctrl-C, then deletes the application (Ray Serve lets each replica finish what it
+    holds) and exits 0. The replicas read the model from this machine's disk: a cluster of
+    several machines needs the artifact where each of them can read it."""
+    import signal
+    import threading
+
+    import ray
+    from ray import serve
+
+    from pipeline.serve import ray_serve
+
+    stop = threading.Event()
+    local = ns.ray_address is None
+    ray.init(address=ns.ray_address or "local", include_dashboard=False, logging_level="ERROR",
+             log_to_driver=False,
+             **({"_node_ip_address": "127.0.0.1"} if local and cfg.host == "127.0.0.1" else {}))
+    name = f"pipeline-{served.model_name}"
+    try:
+        serve.start(http_options={"host": cfg.host, "port": cfg.port})
+        build = ray_serve.generate_application if served.kind == "generate" else \
+            ray_serve.application
+        serve.run(build(served, cfg, ns.replicas, ns.replica_cpus), name=name, route_prefix="/")
+        # after ray.init, which installs its own SIGTERM handler (it logs and aborts)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        what = "a decoder" if served.kind == "generate" else f"task {served.task_key}"
+        print(f"serving {served.ref} ({served.model_name}, {what}) on Ray Serve "
+              f"at http://{cfg.host}:{cfg.port}: {ns.replicas} replica(s) of "
+              f"{ns.replica_cpus:g} CPU, cluster {ns.ray_address or 'local'}", flush=True)
+        if ns.ready_file:  # serve.run returns once every replica is up: ready
+            tmp = Path(ns.ready_file).with_name(Path(ns.ready_file).name + ".tmp")
+            tmp.write_text(str(cfg.port))
+            tmp.rename(ns.ready_file)
+        stop.wait()
+        serve.delete(name)
+    finally:
+        if local:
+            serve.shutdown()
+        ray.shutdown()
+    print("serve: Ray Serve application deleted, stopped", flush=True)
     return 0
 
 

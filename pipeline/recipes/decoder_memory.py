@@ -3,14 +3,16 @@ for a model whose FP32 copies would not fit ``quant.decoder.memory_budget`` (doc
 "Models larger than memory").
 
 The FP32 path's peak is estimated as the FP32 weights' bytes (parameters x 4, counted from the
-safetensors headers: nothing is loaded) times ``FP32_FACTOR``. Measured on a 160 M-parameter
+safetensors headers: nothing is loaded) times ``FP32_FACTOR`` (``FP32_CHECKPOINT_FACTOR`` for an
+FP32 checkpoint, as a GGUF file converts to), plus ``RUN_BYTES`` (``pipeline.bill.compile_memory``
+has the measurements). Measured on a 160 M-parameter
 random Llama (bf16 checkpoint, 640 MB in FP32; Xeon with AMX, 2 cores), each step's resident
 high-water mark above its own imports: ``weight_only`` 1.37x (``onnx.load`` plus the
 quantizer's copies), the export's parity check about 1.2x (transformers' FP32 model and the
 graph's session, whose external data onnxruntime maps), the builder's own FP32 export 0.59x of
 the *checkpoint's* bytes (it keeps them in their dtype and casts each as it writes it); its
 ``-p int4`` 1.27x of FP32's (``to_nbits`` serializes the whole FP32 graph before quantizing).
-So 1.4: the worst step, rounded up.
+So 1.4: the worst step, rounded up; each step above its imports, which ``RUN_BYTES`` adds.
 
 Past the budget, the streaming path (``pipeline.stages.decoder_stream``): the builder's graph
 with every MatMul weight left in the checkpoint (the model built on the meta device, no parity
@@ -31,8 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 # the arithmetic, shared with the bill
-from pipeline.bill.compile_memory import (FP32_FACTOR, REFERENCE_BITS, REFERENCE_BLOCK,
-                                          fp32_path_peak, streaming_peak)
+from pipeline.bill.compile_memory import (REFERENCE_BITS, REFERENCE_BLOCK, fp32_path_peak,
+                                          streaming_peak)
 from pipeline.core.errors import ConfigError
 from pipeline.models.checkpoint_tensors import CheckpointTensors
 
@@ -49,7 +51,7 @@ class MemoryPlan:
     checkpoint_dtype: str       # the dtype holding most of the checkpoint's bytes
     checkpoint_bytes: int
     fp32_bytes: int             # params x 4
-    fp32_peak_estimate: int     # fp32_bytes x FP32_FACTOR
+    fp32_peak_estimate: int     # fp32_path_peak: fp32_bytes x its factor, plus the run's own
     stream_peak_estimate: int   # the streaming path's largest step (see ``plan``)
     stream_fits: bool           # that estimate within the budget (else the run is tried anyway)
     machine_bytes: int          # physical memory, or the cgroup's limit when lower
@@ -107,13 +109,14 @@ def plan(decoder, q, total: int | None = None) -> MemoryPlan:
     # and decode timing, each model alone), the INT8 reference the largest; the export and the
     # quantization hold one layer at a time
     stream = int(streaming_peak(params, q.bits, q.block_size))
-    streaming = fp32_path_peak(params) > budget
     name = DTYPE_NAMES.get(dtype, dtype.lower())
+    fp32_peak = int(fp32_path_peak(params, name))
+    streaming = fp32_peak > budget
     reference = (f"INT8 (block {REFERENCE_BLOCK}, round to nearest) of the {name} checkpoint: "
-                 f"FP32 (about {FP32_FACTOR * fp32 / GB:.3g} GB at its peak) is past "
+                 f"FP32 (about {fp32_peak / GB:.3g} GB at its peak) is past "
                  f"quant.decoder.memory_budget={q.memory_budget} ({budget / GB:.3g} GB)"
                  if streaming else "FP32")
-    return MemoryPlan(params, name, ck, fp32, int(fp32_path_peak(params)), stream, stream <= budget,
+    return MemoryPlan(params, name, ck, fp32, fp32_peak, stream, stream <= budget,
                       total, q.memory_budget, budget, streaming, reference,
                       decoder.architecture)
 
@@ -132,7 +135,8 @@ def check_streaming(cfg, memory: MemoryPlan) -> None:
                           f"{', '.join(STREAMED)}")
     if mode not in ("int8", "dynamic"):
         raise ConfigError(f"quant={mode}: {past}; its streaming path builds one width "
-                          "everywhere: quant=int8 with quant.decoder.bits=4 or 8")
+                          "everywhere: quant=int8 with quant.decoder.bits=4 or 8 (or a larger "
+                          "quant.decoder.memory_budget, where the machine has the room)")
     if q.algorithm != "rtn":
         raise ConfigError(f"quant.decoder.algorithm={q.algorithm}: {past}; its streaming path "
                           "quantizes one weight at a time, round to nearest (rtn)")
