@@ -161,8 +161,11 @@ def _starts_cli(fn, module, seen: set) -> bool:
     if _STARTS_CLI.search(src):
         return True
     helpers = (getattr(module, name, None) for name in set(re.findall(r"\b(\w+)\(", src)))
-    return any(_starts_cli(h, module, seen) for h in helpers
-               if inspect.isfunction(h) and h.__module__ == module.__name__)
+    # the module's own helpers and those it imports from tests/ (serve_helpers.start, which
+    # starts `python -m pipeline.serve`), each read in its own module
+    return any(_starts_cli(h, inspect.getmodule(h), seen) for h in helpers
+               if inspect.isfunction(h) and (h.__module__ == module.__name__
+                                             or h.__module__.split(".")[0] == "tests"))
 
 
 def pytest_collection_modifyitems(config, items):
