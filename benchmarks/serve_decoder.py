@@ -13,7 +13,10 @@ time to first token (from the request sent to the first ``token`` event, client 
 per stream (tokens after the first over the time from the first to the last), and all streams'
 tokens/s; the server's resident memory when ready and its peak (``VmHWM``) against the KV bytes
 admitted at 8 streams and the budget; refusals counted (none expected: the budget holds 8).
-Not measured here: the model alone (``benchmarks.llm``: decode against the bandwidth bound).
+The same again with ``--decode-batch 8 --max-wait-ms 20`` (``engine``): onnxruntime-genai's
+Engine decoding the streams together in static batches, its KV buffer (8 rows of the longest
+sequence) reserved at start. Not measured here: the model alone (``benchmarks.llm``: decode
+against the bandwidth bound).
 """
 from __future__ import annotations
 
@@ -111,8 +114,12 @@ def _prompts(hf: Path, n: int) -> list[str]:
     return [tok.decode(ids[:PROMPT_TOKENS]) for ids in tok(texts(n))["input_ids"]]
 
 
-def serve_streams(run: Path, prompts: list[str], rounds: int) -> dict:
-    """The run's folder served with the limits above; each concurrency's streams; memory."""
+ENGINE = ("--decode-batch", str(max(STREAMS)), "--max-wait-ms", "20")
+
+
+def serve_streams(run: Path, prompts: list[str], rounds: int, extra: tuple = ()) -> dict:
+    """The run's folder served with the limits above (and ``extra`` arguments); each
+    concurrency's streams; memory."""
     import requests
 
     from benchmarks.serve_process import start, status_mb, stop
@@ -127,7 +134,7 @@ def serve_streams(run: Path, prompts: list[str], rounds: int) -> dict:
         proc, url = start([sys.executable, "-m", "pipeline.serve", str(run), "--port", "0",
                             "--ready-file", str(port), "--max-sequences", str(max(STREAMS)),
                             "--max-seq-len", str(MAX_SEQ_LEN), "--kv-budget-mb",
-                            f"{budget_mb:.6f}"], port)
+                            f"{budget_mb:.6f}", *extra], port)
         try:
             ready = requests.get(f"{url}/readyz", timeout=30).json()
             rss_ready = status_mb(proc.pid, "VmRSS")
@@ -137,7 +144,8 @@ def serve_streams(run: Path, prompts: list[str], rounds: int) -> dict:
             code = stop(proc)
     # what 8 streams of these prompts reserve: the server reserves (prompt + new) positions each
     return {"server": {k: ready.get(k) for k in ("max_sequences", "max_seq_len", "kv_budget_mb",
-                                                  "kv_bytes_per_token", "intra_op_threads")},
+                                                  "kv_bytes_per_token", "intra_op_threads",
+                                                  "decode_batch")},
             "new_tokens": NEW_TOKENS, "prompt_tokens": PROMPT_TOKENS, "rounds": rounds,
             "steps": steps, "rss_ready_mb": rss_ready, "rss_peak_mb": peak,
             "rss_growth_mb": peak - rss_ready,
@@ -174,7 +182,12 @@ def decoder_section(cli, quick: bool = False, run: Path | None = None) -> dict:
                        f"({record['verdict']})"
         return out
     out["served"] = str(run)
-    out.update(serve_streams(run, _prompts(hf, 16), 1 if quick else 3))
+    prompts = _prompts(hf, 16)
+    out.update(serve_streams(run, prompts, 1 if quick else 3))
+    try:
+        out["engine"] = serve_streams(run, prompts, 1 if quick else 3, ENGINE)
+    except Exception as e:  # noqa: BLE001 - a benchmark: the rows above stand
+        out["engine"] = {"error": f"{type(e).__name__}: {e}"}
     return out
 
 
@@ -183,10 +196,6 @@ def decoder_table(dec: dict) -> list[str]:
     if "steps" not in dec:
         return [f"Decoder: not measured ({dec['error']})", ""] if "error" in dec else []
     s = dec["server"]
-
-    def num(v, fmt):
-        return format(v, fmt) if isinstance(v, (int, float)) else "—"
-
     when = (f" Measured {dec['measured_at']} on {dec['cpu'].get('model', 'an unrecorded CPU')}"
             f" ({dec.get('note', '')})." if "measured_at" in dec else "")  # apart from the rest
     lines = [f"Decoder {dec['model']}, served from its run's folder: {dec['prompt_tokens']}-token "
@@ -194,16 +203,32 @@ def decoder_table(dec: dict) -> list[str]:
              f"thread(s), at most {s['max_sequences']} sequences of {s['max_seq_len']} tokens, "
              f"KV budget {s['kv_budget_mb']:.1f} MB ({s['kv_bytes_per_token']} bytes a token)."
              + when,
-             "", "| streams | time to first token p50 / max | tokens/s per stream p50 / min "
-             "| tokens/s all streams | refused |", "|---|---|---|---|---|"]
+             ""] + _steps(dec, "one generator per sequence")
+    engine = dec.get("engine") or {}
+    if "steps" in engine:
+        lines += [f"With `--decode-batch {engine['server'].get('decode_batch')}` "
+                  "(onnxruntime-genai's Engine, static batches; its KV buffer reserved at start):",
+                  ""] + _steps(engine, "sequences decoded together")
+    elif "error" in engine:
+        lines += [f"With the Engine: not measured ({engine['error']})", ""]
+    return lines
+
+
+def _steps(dec: dict, how: str) -> list[str]:
+    def num(v, fmt):
+        return format(v, fmt) if isinstance(v, (int, float)) else "—"
+
+    lines = [f"| streams ({how}) | time to first token p50 / max "
+             "| tokens/s per stream p50 / min | tokens/s all streams | refused |",
+             "|---|---|---|---|---|"]
     for st in dec["steps"]:
         lines.append(f"| {st['streams']} | {num(st['ttft_ms_p50'], '.0f')} / "
                      f"{num(st['ttft_ms_max'], '.0f')} ms | "
                      f"{num(st['tokens_per_s_per_stream_p50'], '.1f')} / "
                      f"{num(st['tokens_per_s_per_stream_min'], '.1f')} | "
                      f"{st['tokens_per_s_all']:.1f} | {st['refused'] or 0} |")
-    lines += ["", f"Server memory: {dec['rss_ready_mb']:.0f} MB resident when ready, peak "
-                  f"{dec['rss_peak_mb']:.0f} MB (+{dec['rss_growth_mb']:.0f} MB) against "
-                  f"{dec['kv_admitted_8_streams_mb']:.1f} MB of KV cache admitted for 8 streams "
-                  f"(budget {s['kv_budget_mb']:.1f} MB).", ""]
-    return lines
+    s = dec["server"]
+    return lines + ["", f"Server memory: {dec['rss_ready_mb']:.0f} MB resident when ready, peak "
+                        f"{dec['rss_peak_mb']:.0f} MB (+{dec['rss_growth_mb']:.0f} MB) against "
+                        f"{dec['kv_admitted_8_streams_mb']:.1f} MB of KV cache admitted for 8 "
+                        f"streams (budget {s['kv_budget_mb']:.1f} MB).", ""]

@@ -119,3 +119,26 @@ def test_a_ratio_beats_1_only_when_its_interval_does():
     assert bracket(slow, 100.0) == (100, 140)
     (value, ok), = [v for k, v in targets(section).items() if "beats inline" in k]
     assert value["ci95"][0] == pytest.approx(200 / 140) and ok
+
+
+def test_the_decoder_rows_show_the_engine_beside_one_generator_per_sequence():
+    from benchmarks.serve_decoder import decoder_table
+
+    def part(all_rate: float, batch: int) -> dict:
+        return {"server": {"max_sequences": 8, "max_seq_len": 128, "kv_budget_mb": 45.0,
+                           "kv_bytes_per_token": 46080, "intra_op_threads": 1,
+                           "decode_batch": batch},
+                "steps": [{"streams": 4, "ttft_ms_p50": 300.0, "ttft_ms_max": 600.0,
+                           "tokens_per_s_per_stream_p50": all_rate / 4,
+                           "tokens_per_s_per_stream_min": all_rate / 5,
+                           "tokens_per_s_all": all_rate, "refused": {}}],
+                "rss_ready_mb": 400.0, "rss_peak_mb": 500.0, "rss_growth_mb": 100.0,
+                "kv_admitted_8_streams_mb": 33.75}
+
+    dec = {"model": "SmolLM2", "prompt_tokens": 64, "new_tokens": 32, **part(58.0, 0),
+           "engine": part(99.0, 8)}
+    text = "\n".join(decoder_table(dec))
+    assert "| 4 | 300 / 600 ms | 14.5 / 11.6 | 58.0 | 0 |" in text
+    assert "`--decode-batch 8`" in text and "| 4 | 300 / 600 ms | 24.8 / 19.8 | 99.0 | 0 |" in text
+    assert "With the Engine: not measured (boom)" in "\n".join(
+        decoder_table({**dec, "engine": {"error": "boom"}}))

@@ -147,3 +147,51 @@ def test_sigterm_finishes_the_stream_in_flight_refuses_new_ones_and_exits_0(slow
         assert "shutting down" in late_answer[1]
     with pytest.raises(requests.ConnectionError):  # nothing listens any more
         requests.get(f"{running.url}/healthz", timeout=5)
+
+
+def test_decode_batch_streams_each_sequences_greedy_tokens_and_survives_a_client_gone(decoder,
+                                                                                       tmp_path):
+    """``--decode-batch 4``: onnxruntime-genai's Engine decodes the sequences together. Four
+    prompts sent at once, one of whose clients hangs up after its first token, the others
+    streaming to the end: each finished stream is that prompt's own greedy generation (the
+    Generator run alone, in a child), and the server then serves a fifth as before. A budget
+    smaller than the Engine's buffer (4 rows of --max-seq-len) is refused at start, exit 3."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipeline.core import isolate
+
+    prompts = [PROMPT, "a b c d", "once upon a time there", "hello"]
+    running = start(str(decoder), tmp_path, "--threads", "1", "--max-seq-len", "64",
+                    "--decode-batch", "4", "--max-wait-ms", "50")
+
+    def stream(k: int):
+        with requests.post(f"{running.url}/generate",
+                           json={"prompt": prompts[k], "max_new_tokens": 12},
+                           stream=True, timeout=120) as r:
+            assert r.status_code == 200, r.text
+            if k == 1:  # this client goes away after its first token
+                next(line for line in r.iter_lines(decode_unicode=True) if line.startswith("data"))
+                return None
+            return _events(r)
+
+    try:
+        assert requests.get(f"{running.url}/readyz", timeout=30).json()["decode_batch"] == 4
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(stream, range(4)))
+        after = requests.post(f"{running.url}/generate",
+                              json={"prompt": prompts[0], "max_new_tokens": 12}, timeout=120)
+    finally:
+        assert running.stop() == 0, running.log.read_text()
+    for k, events in enumerate(results):
+        if k == 1:
+            continue
+        tokens = [e["id"] for kind, e in events if kind == "token"]
+        assert events[-1][0] == "done" and tokens == events[-1][1]["tokens"]
+        assert tokens == isolate.call("reference", greedy_reference, str(decoder), prompts[k], 12)
+    assert after.status_code == 200 and "event: done" in after.text
+    # the Engine's buffer (4 x 64 positions) over the budget: refused before serving
+    small = tmp_path / "small"
+    small.mkdir()
+    with pytest.raises(AssertionError, match=r"(?s)exit 3\).*--decode-batch 4.*--kv-budget-mb"):
+        start(str(decoder), small, "--threads", "1", "--max-seq-len", "64", "--decode-batch", "4",
+              "--kv-budget-mb", "0.01", timeout=120)

@@ -19,6 +19,8 @@ over HTTP (``pipeline.serve``).
                               a decoder: sequences at once (4), prompt + new tokens per sequence
                               (the model's context), new tokens when a request names none (64),
                               KV cache all sequences may reserve (half the memory available)
+    --decode-batch N          a decoder: sequences decoded together in batches of up to N by
+                              onnxruntime-genai's Engine (0: one generator per sequence)
 
     python -m pipeline.serve load URL [--files DIR | --texts FILE |
         --ocr-lines N [--scale S] [--format F]]
@@ -62,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seq-len", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--kv-budget-mb", type=float, default=0.0)
+    p.add_argument("--decode-batch", type=int, default=0)
     p.add_argument("--replicas", type=int, default=0)
     p.add_argument("--ray-address", default=None)
     p.add_argument("--replica-cpus", type=float, default=1.0)
@@ -98,7 +101,8 @@ def parse(argv: list[str]):
                       queue_limit=ns.queue_limit, max_body_bytes=ns.max_body_bytes,
                       max_pixels=ns.max_pixels, max_side=ns.max_side,
                       max_sequences=ns.max_sequences, max_seq_len=ns.max_seq_len,
-                      max_new_tokens=ns.max_new_tokens, kv_budget_mb=ns.kv_budget_mb).resolved()
+                      max_new_tokens=ns.max_new_tokens, kv_budget_mb=ns.kv_budget_mb,
+                      decode_batch=ns.decode_batch).resolved()
     return ns, cfg, overrides
 
 

@@ -74,15 +74,18 @@ class DecodeTiming:
         return {str(n): float(np.median(v)) for n, v in sorted(by_len.items())}
 
 
-def load_model(folder, threads: int | None = None):
+def load_model(folder, threads: int | None = None, overlay: str | None = None):
     """An ``og.Model`` for ``folder`` on the CPU with ``threads`` intra-op threads (None: the
-    runtime's own choice). The overlay changes the loaded config only, never the folder."""
+    runtime's own choice), and ``overlay`` (JSON) over its config. Overlays change the loaded
+    config only, never the folder."""
     import onnxruntime_genai as og
 
     cfg = og.Config(str(folder))
     if threads is not None:
         cfg.overlay(json.dumps({"model": {"decoder": {"session_options": {
             "intra_op_num_threads": int(threads), "inter_op_num_threads": 1}}}}))
+    if overlay:
+        cfg.overlay(overlay)
     return og.Model(cfg)
 
 

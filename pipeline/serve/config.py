@@ -49,6 +49,8 @@ class ServeConfig:
     max_new_tokens: int = 64        # new tokens when a request names none
     kv_budget_mb: float = 0.0       # KV cache all sequences may reserve; 0 = half the memory
                                     # available when the server starts
+    decode_batch: int = 0           # 0: one generator per sequence; N: onnxruntime-genai's
+                                    # Engine, sequences decoded together in batches of up to N
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -58,7 +60,7 @@ class ServeConfig:
             if getattr(self, key) <= 0:
                 raise ConfigError(f"--{key.replace('_', '-')}={getattr(self, key)}: must be > 0")
         for key in ("workers", "intra_op_threads", "shape_bucket", "warmup_runs", "port",
-                    "max_seq_len", "kv_budget_mb"):
+                    "max_seq_len", "kv_budget_mb", "decode_batch"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"--{key.replace('_', '-')}={getattr(self, key)}: must be >= 0")
         if self.max_wait_ms < 0:

@@ -20,8 +20,13 @@ the event loop keeps streaming. Admission, before a token is generated, in this 
   the memory available when the server started), or more than the machine has available now
   less a margin: 503 with Retry-After. A sequence's reservation is returned when its stream ends,
   finished or abandoned by the client.
-Not handled: sampling, continuous batching of sequences into one generator (each sequence has its
-own; the model's weights are read once per step per sequence), prefix caching.
+With ``--decode-batch N`` the sequences are decoded together instead, in batches of up to N, by
+onnxruntime-genai's Engine (``pipeline.serve.decode_engine``): the weights are read once per step
+for the whole batch. Its KV cache is one buffer for N rows of ``--max-seq-len`` positions,
+reserved against the budget when the server starts (a budget it does not fit is refused then);
+admission then counts sequences only. Without it, each sequence has its own generator, and the
+weights are read once per step per sequence. Not handled: sampling, adding a sequence to a batch
+already running (the static Engine waits for the batch to finish), prefix caching.
 """
 from __future__ import annotations
 
@@ -128,6 +133,7 @@ class Generating:
         available = meminfo_bytes("MemAvailable") or 0
         budget = int(cfg.kv_budget_mb * MB) if cfg.kv_budget_mb else available // 2
         self.admission = Admission(cfg.max_sequences, budget)
+        self.engine = None  # --decode-batch: the EngineLoop, started with the model
         self.limits = Limits(cfg.max_body_bytes, 1, 1)
         self.metrics = ServerMetrics(1)
         r = self.metrics.registry
@@ -154,22 +160,50 @@ class Generating:
 
     async def stop(self) -> None:
         self.ready = False
+        if self.engine is not None:
+            self.engine.stop()
+
+    def engine_bytes(self) -> int:
+        """The Engine's KV buffer: every row of a batch at the longest sequence."""
+        return self.cfg.decode_batch * self.max_seq_len * self.kv.bytes_per_token
 
     def _load(self):
         import onnxruntime_genai as og
 
         from pipeline.measure.decode import load_model
 
-        model = load_model(self.folder, self.cfg.intra_op_threads or None)
+        if not self.cfg.decode_batch:
+            model = load_model(self.folder, self.cfg.intra_op_threads or None)
+            return model, og.Tokenizer(model)
+        from pipeline.core.errors import ConfigError
+        from pipeline.serve.decode_engine import EngineLoop, overlay
+
+        need = self.engine_bytes()
+        if need > self.admission.budget:
+            raise ConfigError(
+                f"--decode-batch {self.cfg.decode_batch}: its KV buffer of {need / MB:.1f} MB "
+                f"({self.cfg.decode_batch} rows of {self.max_seq_len} positions, --max-seq-len) "
+                f"is over the budget of {self.admission.budget / MB:.1f} MB (--kv-budget-mb)")
+        model = load_model(self.folder, self.cfg.intra_op_threads or None,
+                           overlay(self.cfg.decode_batch, self.max_seq_len))
+        self.engine = EngineLoop(model, self.cfg.decode_batch, self.cfg.max_wait_ms / 1000.0)
+        self.admission.reserved = need  # held from now on; sequences take slots only
         return model, og.Tokenizer(model)
 
     def encode(self, text: str) -> list[int]:
         return [int(t) for t in self.tokenizer.encode(text)]
 
     def _greedy(self, prompt: list[int], new_tokens: int):
+        if self.engine is not None:
+            return self.engine.generate(prompt, new_tokens)
         from pipeline.measure.decode import greedy
 
         return greedy(self.model, prompt, new_tokens)
+
+    def kv_need(self, prompt: list[int], new_tokens: int) -> int:
+        """What a sequence reserves at admission: its own KV cache, or nothing more with the
+        Engine, whose buffer was reserved whole at start."""
+        return 0 if self.cfg.decode_batch else (len(prompt) + new_tokens) * self.kv.bytes_per_token
 
     def request(self, body: bytes, content_type: str) -> tuple[list[int], int]:
         """(prompt ids, new tokens) of a request, checked against the length limits."""
@@ -225,7 +259,7 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Generating]:
                                                   request.headers.get("content-type", ""))
         except BadInput as e:
             return refuse(e.status, e.line, "bad_input")
-        need = (len(prompt) + new) * server.kv.bytes_per_token
+        need = server.kv_need(prompt, new)
         try:
             server.admission.admit(need)
         except Refused as e:
@@ -268,6 +302,6 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Generating]:
     ready = {"model": served.ref, "mode": "generate", "max_sequences": a.max_sequences,
              "max_seq_len": server.max_seq_len, "kv_budget_mb": round(a.budget / MB, 3),
              "kv_bytes_per_token": server.kv.bytes_per_token,
-             "intra_op_threads": cfg.intra_op_threads}
+             "intra_op_threads": cfg.intra_op_threads, "decode_batch": cfg.decode_batch}
     routes = [Route("/generate", generate, methods=["POST"]), *service_routes(server, m, ready)]
     return Starlette(routes=routes, lifespan=lifespan(server)), server
