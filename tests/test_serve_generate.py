@@ -195,3 +195,17 @@ def test_decode_batch_streams_each_sequences_greedy_tokens_and_survives_a_client
     with pytest.raises(AssertionError, match=r"(?s)exit 3\).*--decode-batch 4.*--kv-budget-mb"):
         start(str(decoder), small, "--threads", "1", "--max-seq-len", "64", "--decode-batch", "4",
               "--kv-budget-mb", "0.01", timeout=120)
+
+
+def test_an_engine_that_cannot_start_fails_each_request_with_why_instead_of_hanging():
+    """Not a model at all: ``og.Engine`` refuses it on the loop's thread, and every sequence
+    asked of the loop (the server's warm-up first) raises the reason at once."""
+    from pipeline.serve.decode_engine import EngineLoop
+
+    loop = EngineLoop(object(), max_batch=2)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="Engine cannot run this model"):
+            list(loop.generate([1, 2, 3], 4))
+    loop.stop()
+    loop.thread.join(timeout=30)
+    assert not loop.thread.is_alive()

@@ -65,8 +65,19 @@ class EngineLoop:
     def _run(self) -> None:
         import onnxruntime_genai as og
 
-        engine = og.Engine(self.model)
-        buffer = engine.create_event_buffer(self.events)
+        try:
+            engine = og.Engine(self.model)
+            buffer = engine.create_event_buffer(self.events)
+        except Exception as e:  # noqa: BLE001 - a model the Engine cannot run: every request
+            # (the warm-up's first) is answered with why, and the server's start fails on it
+            self.failed = RuntimeError(f"onnxruntime-genai's Engine cannot run this model "
+                                       f"(--decode-batch): {type(e).__name__}: {e}")
+            while True:
+                cmd = self.inbox.get()
+                if cmd[0] == "stop":
+                    return
+                if cmd[0] == "add":
+                    cmd[4].put(self.failed)
         live: dict = {}     # og.Request -> (ticket, out queue, turn id)
         tickets: dict = {}  # ticket -> og.Request
         while True:
