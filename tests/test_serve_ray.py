@@ -1,12 +1,13 @@
-"""The Ray Serve deployments (``pipeline.serve.ray_serve``), each on a local Ray cluster:
+"""The Ray Serve deployments (``pipeline.serve.ray_serve``) on one local Ray cluster started here
+(starting one costs more than either test, so the module shares it):
 - two replicas of the tiny run's published model answer raw PNG bytes over Ray Serve's HTTP proxy
   on 127.0.0.1 with what the model says when it is run directly on the same preprocessed input,
   and bad input with the HTTP server's one-line 4xx;
-- the decoder's deployment (``generate_application``), started by the command line
-  (``python -m pipeline.serve FOLDER --replicas 1``, a cluster of its own), streams the tiny
+- the decoder's deployment (``generate_application``), started by the command line on that
+  cluster (``python -m pipeline.serve FOLDER --replicas 1 --ray-address ADDR``), streams the tiny
   Llama's tokens through the proxy as server-sent events, one event per token, equal to
   onnxruntime-genai's greedy generation run directly; a request over the sequence length is the
-  HTTP server's 413; SIGTERM stops it with exit 0.
+  HTTP server's 413; SIGTERM deletes its application, leaves the other, and exits 0.
 """
 from __future__ import annotations
 
@@ -85,26 +86,24 @@ def test_replicas_answer_raw_bytes_and_bad_input(ray_app):
     assert status.replica_states.get("RUNNING") == 2, json.dumps(str(status))
 
 
-def test_the_command_line_deploys_a_decoder_replica_that_streams_the_greedy_tokens(tmp_path):
-    """``python -m pipeline.serve FOLDER --replicas 1``: a local Ray cluster of its own, the
-    decoder's deployment behind Ray Serve's proxy on the port given; SIGTERM deletes the
-    application, stops the cluster and exits 0."""
-    import socket
-    import tempfile
+def test_the_command_line_deploys_a_decoder_replica_that_streams_the_greedy_tokens(cluster,
+                                                                                   tmp_path):
+    """``python -m pipeline.serve FOLDER --replicas 1 --ray-address ADDR``: the decoder's
+    deployment on the module's cluster, behind its Ray Serve proxy; SIGTERM deletes that
+    application alone (the recognizer's stays) and exits 0. (Without ``--ray-address`` the
+    command starts a cluster of its own, the same code but for ``ray.init``'s address.)"""
+    import ray
 
     from pipeline.core import isolate
 
-    pytest.importorskip("ray.serve")
+    serve, url = cluster
     folder = tiny_decoder(tmp_path / "decoder")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # as local_ray does: no token written to the user's home, a temp folder of its own (short:
-    # Ray's socket paths must fit 107 bytes)
-    env = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-           "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray-")}
+    port = int(url.rsplit(":", 1)[1])
+    # as local_ray's cluster was started: without token authentication
+    env = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     running = start(str(folder), tmp_path, "--replicas", "1", "--replica-cpus", "0.5",
                     "--threads", "1", "--max-seq-len", "64", "--max-sequences", "2",
+                    "--ray-address", ray.get_runtime_context().gcs_address,
                     port=port, env=env, timeout=420)
     try:
         url = running.url
@@ -123,6 +122,7 @@ def test_the_command_line_deploys_a_decoder_replica_that_streams_the_greedy_toke
     finally:
         code = running.stop(timeout=180)
     assert code == 0, running.log.read_text()
+    assert "pipeline-tiny-llama" not in serve.status().applications
     tokens = [e["id"] for kind, e in events if kind == "token"]
     assert events[-1][0] == "done" and tokens == events[-1][1]["tokens"]
     assert tokens == isolate.call("reference generation", greedy_reference, str(folder), PROMPT,
