@@ -131,3 +131,13 @@ def test_the_p99_interval_covers_the_true_p99_at_about_its_level_and_is_open_whe
     assert 0.90 <= hits / 400 <= 0.99
     lo, hi = quantile_interval(rng.exponential(size=50), 0.99, 0.95)
     assert hi is None and lo is not None
+
+
+def test_a_window_whose_p99_falls_on_failed_requests_reads_infinitely_late_not_nan():
+    from pipeline.serve.load import LoadConfig, Step, _summarize
+
+    ok = [(k / 100.0, 5.0, 200, {"total": 4.0}) for k in range(98)]
+    failed = [(0.985, float("inf"), "503", None), (0.99, float("inf"), "503", None)]
+    step = _summarize(Step(100.0, 1.0), ok + failed, 1.0, LoadConfig(slo_p99_ms=100.0))
+    assert step.window_p99_ms == [float("inf")] and step.window_p50_ms == [5.0]
+    assert step.errors == {"503": 2} and not step.meets_slo

@@ -275,9 +275,13 @@ def _summarize(step: Step, records: list, elapsed: float, cfg: LoadConfig) -> St
     for w in range(windows):
         lat = [r[1] if r[2] == 200 else float("inf") for r in records
                if w * cfg.window_s <= r[0] < (w + 1) * cfg.window_s]
-        # a failed or dropped request counts as infinitely late: errors are not fast answers
-        step.window_p50_ms.append(float(np.percentile(lat, 50)) if lat else float("nan"))
-        step.window_p99_ms.append(float(np.percentile(lat, 99)) if lat else float("nan"))
+        # a failed or dropped request counts as infinitely late: errors are not fast answers;
+        # "higher" takes a window's own order statistic, so a rank that falls on such a request
+        # reads inf (interpolating between two of them read nan)
+        step.window_p50_ms.append(float(np.percentile(lat, 50, method="higher")) if lat
+                                  else float("nan"))
+        step.window_p99_ms.append(float(np.percentile(lat, 99, method="higher")) if lat
+                                  else float("nan"))
     step.steady = _steady(step.window_p50_ms, cfg)
     errors = sum(step.errors.values())
     step.meets_slo = (step.steady and step.p99_ms <= cfg.slo_p99_ms
