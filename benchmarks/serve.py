@@ -345,7 +345,8 @@ def bracket(row: dict, slo: float, max_error_share: float = 0.01) -> tuple[float
     low, misses = 0.0, []
     for st in row.get("steps", []):
         ci = st.get("p99_ci_ms") or [None, None]
-        failed = sum((st.get("errors") or {}).values()) > max_error_share * max(st.get("sent", 0), 1)
+        errors = sum((st.get("errors") or {}).values())
+        failed = errors > max_error_share * max(st.get("sent", 0), 1)
         if st.get("steady") and not failed and ci[1] is not None and ci[1] <= slo:
             low = max(low, st["offered_qps"])
         elif failed or (ci[0] is not None and ci[0] > slo):

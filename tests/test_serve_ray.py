@@ -131,6 +131,8 @@ def test_the_command_line_deploys_a_decoder_replica_that_streams_the_greedy_toke
 
 
 def test_ray_serve_arguments_that_cannot_work_are_refused_in_one_line(tmp_path):
+    import socket
+
     from tests.conftest import ROOT, one_line
 
     def serve(*args):
@@ -140,3 +142,9 @@ def test_ray_serve_arguments_that_cannot_work_are_refused_in_one_line(tmp_path):
     one_line(serve("--replicas", "2", "--port", "0"), 2, "--port 0", "Ray Serve")
     one_line(serve("--ray-address", "127.0.0.1:6379", "--port", "8123"), 2, "--replicas")
     one_line(serve("--replicas", "-1"), 2, "--replicas")
+    # nothing listens there: one line at once, where ray.init would retry for minutes
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    one_line(serve("--replicas", "1", "--ray-address", f"127.0.0.1:{free}", "--port", "8123"), 3,
+             f"127.0.0.1:{free}", "no Ray cluster answers")

@@ -5,8 +5,8 @@ Plain arithmetic on the parameter count, with factors measured on a 160 M-parame
 with bf16 weights (resident high-water marks of each step above its imports; the measurements
 and the steps are in ``pipeline.recipes.decoder_memory``, which decides the path with these
 numbers): the FP32 path's worst step holds 1.4x the FP32 weights of a 16-bit checkpoint, 1.85x
-of an FP32 one, plus what the run holds whatever the model (``RUN_BYTES``). The streaming path holds one
-model's session at a time (scoring reads the reference's kept log-probabilities, not its
+of an FP32 one, plus what the run holds whatever the model (``RUN_BYTES``). The streaming path
+holds one model's session at a time (scoring reads the reference's kept log-probabilities, not its
 session; decode timing loads the reference and each candidate alone, in turn), so its peak is
 the largest of them, the INT8 reference, times ``ONE_SESSION_FACTOR``; its export and
 quantization hold one layer at a time (measured: a 24-layer model's compile peaked 3 MiB above

@@ -41,7 +41,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pipeline.core.errors import ConfigError, cli
+from pipeline.core.errors import ConfigError, PipelineError, cli
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,6 +95,8 @@ def parse(argv: list[str]):
                           "and cannot say which one it drew; name a free port")
     if ns.ray_address and not ns.replicas:
         raise ConfigError("--ray-address without --replicas: say how many replicas to deploy")
+    if ns.ray_address:  # before anything is pulled
+        _check_reachable(ns.ray_address)
     cfg = ServeConfig(host=ns.host, port=ns.port, mode=ns.mode, workers=ns.workers,
                       intra_op_threads=ns.threads, max_batch=ns.max_batch,
                       max_wait_ms=ns.max_wait_ms, shape_bucket=ns.shape_bucket,
@@ -238,9 +240,15 @@ def _serve_ray(ns, cfg, served) -> int:
 
     stop = threading.Event()
     local = ns.ray_address is None
-    ray.init(address=ns.ray_address or "local", include_dashboard=False, logging_level="ERROR",
-             log_to_driver=False,
-             **({"_node_ip_address": "127.0.0.1"} if local and cfg.host == "127.0.0.1" else {}))
+    try:
+        ray.init(address=ns.ray_address or "local", include_dashboard=False,
+                 logging_level="ERROR", log_to_driver=False,
+                 **({"_node_ip_address": "127.0.0.1"} if local and cfg.host == "127.0.0.1"
+                    else {}))
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise PipelineError(f"Ray cluster {ns.ray_address or '(local)'}: cannot start or join it "
+                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+                            ) from None
     name = f"pipeline-{served.model_name}"
     try:
         serve.start(http_options={"host": cfg.host, "port": cfg.port})
@@ -266,6 +274,23 @@ def _serve_ray(ns, cfg, served) -> int:
         ray.shutdown()
     print("serve: Ray Serve application deleted, stopped", flush=True)
     return 0
+
+
+def _check_reachable(address: str) -> None:
+    """A cluster's ``HOST:PORT`` (its GCS) refused in one line when nothing answers there:
+    ``ray.init`` would retry it for minutes, printing as it goes. ``ray://`` and ``auto`` are
+    left to Ray."""
+    import socket
+
+    if "://" in address or address == "auto" or ":" not in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            return
+    except (OSError, ValueError) as e:
+        raise PipelineError(f"--ray-address {address}: no Ray cluster answers there "
+                            f"({type(e).__name__}: {e})") from None
 
 
 def _announce(userver, server, path: Path) -> None:

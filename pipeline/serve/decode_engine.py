@@ -20,8 +20,25 @@ import json
 import queue
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class _Add:  # a sequence to start: its tokens go to ``out``
+    ticket: object
+    prompt: list
+    new_tokens: int
+    out: queue.SimpleQueue
+
+
+@dataclass(frozen=True)
+class _Cancel:  # its reader is gone
+    ticket: object
+
+
+_STOP = object()  # the server is stopping
 
 
 def overlay(max_batch: int, max_seq_len: int) -> str:
@@ -47,7 +64,7 @@ class EngineLoop:
     def generate(self, prompt, new_tokens: int):
         out: queue.SimpleQueue = queue.SimpleQueue()
         ticket = object()
-        self.inbox.put(("add", ticket, list(prompt), int(new_tokens), out))
+        self.inbox.put(_Add(ticket, list(prompt), int(new_tokens), out))
         try:
             while True:
                 item = out.get()
@@ -57,10 +74,10 @@ class EngineLoop:
                     raise item
                 yield item
         finally:  # finished, or abandoned by its reader: the engine lets the row go
-            self.inbox.put(("cancel", ticket))
+            self.inbox.put(_Cancel(ticket))
 
     def stop(self) -> None:
-        self.inbox.put(("stop",))
+        self.inbox.put(_STOP)
 
     def _run(self) -> None:
         import onnxruntime_genai as og
@@ -74,10 +91,10 @@ class EngineLoop:
                                        f"(--decode-batch): {type(e).__name__}: {e}")
             while True:
                 cmd = self.inbox.get()
-                if cmd[0] == "stop":
+                if cmd is _STOP:
                     return
-                if cmd[0] == "add":
-                    cmd[4].put(self.failed)
+                if isinstance(cmd, _Add):
+                    cmd.out.put(self.failed)
         live: dict = {}     # og.Request -> (ticket, out queue, turn id)
         tickets: dict = {}  # ticket -> og.Request
         while True:
@@ -97,26 +114,26 @@ class EngineLoop:
                         cmd = self.inbox.get(block=False)
                 except queue.Empty:
                     break
-                if cmd[0] == "stop":
+                if cmd is _STOP:
                     self._fail(live, tickets, RuntimeError("the server is stopping"))
                     return
-                if cmd[0] == "add":
-                    _, ticket, prompt, new, out = cmd
+                if isinstance(cmd, _Add):
                     if self.failed is not None:
-                        out.put(self.failed)
+                        cmd.out.put(self.failed)
                         continue
                     try:
                         request = engine.create_request()
                         options = og.TurnOptions(request)
-                        options.set_max_generated_tokens(new)
-                        turn = request.begin_turn(np.asarray(prompt, dtype=np.int32), options)
+                        options.set_max_generated_tokens(cmd.new_tokens)
+                        turn = request.begin_turn(np.asarray(cmd.prompt, dtype=np.int32),
+                                                  options)
                     except Exception as e:  # noqa: BLE001 - the one sequence fails, not the loop
-                        out.put(e)
+                        cmd.out.put(e)
                         continue
-                    live[request] = (ticket, out, turn)
-                    tickets[ticket] = request
-                elif cmd[0] == "cancel":  # a reader gone before its sequence ended
-                    request = tickets.pop(cmd[1], None)
+                    live[request] = (cmd.ticket, cmd.out, turn)
+                    tickets[cmd.ticket] = request
+                elif isinstance(cmd, _Cancel):  # a reader gone before its sequence ended
+                    request = tickets.pop(cmd.ticket, None)
                     if request in live:
                         ticket, _, turn = live[request]
                         live[request] = (ticket, None, turn)  # its tokens go nowhere now

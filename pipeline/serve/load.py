@@ -25,9 +25,9 @@ agree with theirs within ``steady_tolerance`` of their median, or within ``stead
 p99 target where that is wider; a step whose latencies still climb is saturated, not measured.
 The floor is there because a relative tolerance alone calls a server unsteady whose medians move
 from 12 to 19 ms against a 200 ms target: scheduling noise on a shared host, not a queue (a queue
-that grows without bound crosses any fixed margin within a step). The windows' medians, not their p99: at 17 requests a second a one-second window's
-p99 is its slowest request, one hiccup of a shared host, while a queue that grows lifts the
-median as surely. Each window's p99 is reported beside it. A sweep stops at the first step that
+that grows without bound crosses any fixed margin within a step). The windows' medians, not
+their p99: at 17 requests a second a one-second window's p99 is its slowest request, one hiccup
+of a shared host, while a queue that grows lifts the median as surely. Each window's p99 is reported beside it. A sweep stops at the first step that
 misses the target or fails more than 1 % of its requests; a step that is not steady is not
 counted, and the sweep goes on.
 """
