@@ -334,7 +334,8 @@ def int8_vs_fp32(report: dict, servers: dict) -> dict:
     return out
 
 
-def bracket(row: dict, slo: float, max_error_share: float = 0.01) -> tuple[float, float | None]:
+def bracket(row: dict, slo: float, max_error_share: float | None = None
+            ) -> tuple[float, float | None]:
     """(low, high): a server's highest steady rate within the target lies in [low, high) with
     each step's interval level (``Step.p99_ci_ms``). ``low``: the highest steady rate whose p99
     interval lies wholly within the target, with its errors within their share (0 when none);
@@ -342,6 +343,10 @@ def bracket(row: dict, slo: float, max_error_share: float = 0.01) -> tuple[float
     failed more than that share (None when none did: unbounded). A step that never steadied, or
     whose interval straddles the target, decides neither end. Assumes the rate a server holds
     does not rise when it is offered more."""
+    from pipeline.serve.load import LoadConfig
+
+    if max_error_share is None:  # the share the load generator's own verdict allows
+        max_error_share = LoadConfig().max_error_share
     low, misses = 0.0, []
     for st in row.get("steps", []):
         ci = st.get("p99_ci_ms") or [None, None]
