@@ -172,6 +172,10 @@ def _soak(url: str, pid: int, bodies: list[bytes], cfg, qps: float, seconds: flo
     return {"qps": step.offered_qps, "share_of_highest_rate": SOAK_SHARE, "seconds": seconds,
             "sent": step.sent, "ok": step.ok, "p99_ms": step.p99_ms, "errors": step.errors,
             "window_s": window, "window_p99_ms_first_last": [p99s[0], p99s[-1]] if p99s else [],
+            # the windows that had errors (their start in s, and how many): one burst shed or a
+            # steady trickle read apart here
+            "error_windows": [[k * window, n] for k, n in enumerate(step.window_errors) if n],
+            "window_p99_ms_max": max(p99s) if p99s else None,
             "p99_slope_ms_per_min": _slope_per_minute([((k + 0.5) * window, v)
                                                        for k, v in enumerate(p99s)]),
             "rss_mb_before_after": [samples[0][1], samples[-1][1]],
@@ -434,6 +438,10 @@ def table(section: dict) -> list[str]:
         lines.append(f"\nSoak: {k['qps']:.1f} req/s for {k['seconds']:g} s, p99 {k['p99_ms']:.1f} "
                      f"ms, errors {k['errors'] or 0}, server RSS {k['rss_mb_before_after'][0]:.0f}"
                      f" -> {k['rss_mb_before_after'][1]:.0f} MB{slopes}.")
+        if k.get("error_windows"):  # when the errors came: one burst, or spread over the soak
+            spans = ", ".join(f"{n} at {t:g}-{t + k['window_s']:g} s" for t, n in k["error_windows"])
+            lines.append(f"Errors by {k['window_s']:g} s window: {spans}; the worst window's p99 "
+                         f"{k['window_p99_ms_max']:.0f} ms.")
     enc = section.get("encoder") or {}
     if "servers" in enc:
         lines += ["", f"Text encoder {enc['model']} ({enc['quant']} INT8; gate: {enc['verdict']}):",

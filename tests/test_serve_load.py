@@ -141,3 +141,13 @@ def test_a_window_whose_p99_falls_on_failed_requests_reads_infinitely_late_not_n
     step = _summarize(Step(100.0, 1.0), ok + failed, 1.0, LoadConfig(slo_p99_ms=100.0))
     assert step.window_p99_ms == [float("inf")] and step.window_p50_ms == [5.0]
     assert step.errors == {"503": 2} and not step.meets_slo
+
+
+def test_errors_are_counted_in_the_window_they_were_sent_in():
+    from pipeline.serve.load import LoadConfig, Step, _summarize
+
+    ok = [(k / 100.0, 5.0, 200, {"total": 4.0}) for k in range(300)]  # 3 s at 100 req/s
+    shed = [(1.2, 40.0, "503", None), (1.3, 41.0, "503", None), (2.5, float("inf"), "dropped", None)]
+    step = _summarize(Step(100.0, 3.0), ok + shed, 3.0, LoadConfig(slo_p99_ms=100.0))
+    assert step.window_errors == [0, 2, 1]
+    assert step.errors == {"503": 2, "dropped": 1}

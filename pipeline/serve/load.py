@@ -65,6 +65,9 @@ class Step:
     network_ms: float = float("nan")              # median client latency minus server total
     window_p50_ms: list = field(default_factory=list)
     window_p99_ms: list = field(default_factory=list)
+    # requests per window that were not answered 200 (shed, failed or dropped by the client):
+    # a burst the server shed in one window reads apart from errors spread over the step
+    window_errors: list = field(default_factory=list)
     steady: bool = False
     meets_slo: bool = False
     # from the server's /metrics before and after the step (absent on a server without them)
@@ -275,6 +278,7 @@ def _summarize(step: Step, records: list, elapsed: float, cfg: LoadConfig) -> St
     for w in range(windows):
         lat = [r[1] if r[2] == 200 else float("inf") for r in records
                if w * cfg.window_s <= r[0] < (w + 1) * cfg.window_s]
+        step.window_errors.append(int(sum(v == float("inf") for v in lat)))
         # a failed or dropped request counts as infinitely late: errors are not fast answers;
         # "higher" takes a window's own order statistic, so a rank that falls on such a request
         # reads inf (interpolating between two of them read nan)
