@@ -102,6 +102,30 @@ def test_refinement_bisects_between_the_last_rate_that_met_the_target_and_the_fi
     assert list(refined([step(200.0)], 3)) == []  # nothing met the target
 
 
+def test_a_sweep_whose_first_rate_misses_steps_down_until_one_holds_then_refines(monkeypatch):
+    """The outcomes are injected (a server that meets the target up to 7 req/s, swept from 20):
+    the sweep goes down by its growth factor until a rate holds, then bisects the bracket above
+    it, and reports that rate, not 0."""
+    from pipeline.serve import load
+
+    sent = []
+
+    async def open_loop(url, bodies, qps, cfg, seed=0, probe=None):
+        sent.append(qps)
+        ok = qps <= 7.0
+        return load.Step(qps, 1.0, sent=10, p99_ms=50.0 if ok else 500.0, steady=True,
+                         meets_slo=ok)
+
+    monkeypatch.setattr(load, "open_loop", open_loop)
+    report = load.run("http://127.0.0.1:1", [b"x"], load.LoadConfig(slo_p99_ms=100.0),
+                      start_qps=20.0, growth=2.0, max_steps=6, refine=2)
+    assert sent[:4] == [20.0, 10.0, 5.0, pytest.approx((5.0 * 10.0) ** 0.5)]
+    assert report.max_qps_within_slo == max(q for q in sent if q <= 7.0)
+    assert report.max_qps_within_slo > 5.0  # refined above the first rate that held
+    assert list(load.lower([load.Step(20.0, 1.0, steady=True, meets_slo=True)], 20.0, 2.0,
+                           6)) == []  # a rate held: nothing to go down to
+
+
 def test_medians_within_a_small_share_of_the_target_are_steady_and_a_climbing_queue_is_not():
     """Window medians of 12-19 ms against a 200 ms target (a shared host's noise) are steady; the
     same relative spread at 100-180 ms, or medians that climb, are not."""

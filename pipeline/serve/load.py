@@ -348,6 +348,11 @@ def run(url: str, bodies: list[bytes], cfg: LoadConfig, rates: list[float] | Non
         if sweep and (not step.p99_ms <= cfg.slo_p99_ms
                       or errors > cfg.max_error_share * max(step.sent, 1)):
             break
+    for qps in lower(report.steps, start_qps, growth, max_steps if sweep else 0):
+        step = asyncio.run(open_loop(url, bodies, qps, cfg, seed=cfg.seed + len(report.steps),
+                                     probe=probe))
+        report.steps.append(step)
+        print(_line(step), flush=True)
     for qps in refined(report.steps, refine if sweep else 0):
         step = asyncio.run(open_loop(url, bodies, qps, cfg, seed=cfg.seed + len(report.steps),
                                      probe=probe))
@@ -361,6 +366,19 @@ def run(url: str, bodies: list[bytes], cfg: LoadConfig, rates: list[float] | Non
         print(f"concurrency {c:>3}: {cs.throughput_qps:8.1f} req/s  p50 {cs.p50_ms:7.2f} ms  "
               f"p99 {cs.p99_ms:7.2f} ms  errors {cs.errors or 0}", flush=True)
     return report
+
+
+def lower(steps: list[Step], start_qps: float, growth: float, count: int):
+    """When the sweep's first rate already missed the target (a slower model than the start
+    assumed), up to ``count`` rates below it, each ``growth`` times lower, until a step meets
+    the target: the sweep then has a rate that held, not 0, and ``refined`` narrows the bracket
+    above it. Nothing when any step met the target."""
+    rate = start_qps
+    for _ in range(count):
+        if any(s.meets_slo for s in steps):
+            return
+        rate /= growth
+        yield rate
 
 
 def refined(steps: list[Step], count: int):
