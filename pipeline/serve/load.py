@@ -329,7 +329,8 @@ def run(url: str, bodies: list[bytes], cfg: LoadConfig, rates: list[float] | Non
         concurrency: list[int] | None = None, probe: Callable[[], dict] | None = None,
         refine: int = 0) -> LoadReport:
     """Open-loop steps at ``rates`` (all of them), or from ``start_qps`` up by ``growth`` until a
-    step misses the target, then ``refine`` bisection steps (``refined``); then the concurrency
+    step misses the target (down instead when the first already missed: ``lower``), then
+    ``refine`` bisection steps (``refined``); then the concurrency
     sweep, if asked. ``probe``: cumulative counters of the server read before and after each
     step (the bench's: its processes' CPU seconds), their differences kept in ``Step.server``."""
     if not bodies:
@@ -337,10 +338,16 @@ def run(url: str, bodies: list[bytes], cfg: LoadConfig, rates: list[float] | Non
     report = LoadReport(url, cfg.slo_p99_ms, len(bodies))
     sweep = rates is None
     plan = list(rates or [start_qps * growth ** k for k in range(max_steps)])
-    for k, qps in enumerate(plan):
-        step = asyncio.run(open_loop(url, bodies, qps, cfg, seed=cfg.seed + k, probe=probe))
+
+    def measure(qps: float) -> Step:
+        step = asyncio.run(open_loop(url, bodies, qps, cfg, seed=cfg.seed + len(report.steps),
+                                     probe=probe))
         report.steps.append(step)
         print(_line(step), flush=True)
+        return step
+
+    for qps in plan:
+        step = measure(qps)
         # The sweep ends when the target is missed or requests fail; a step that met the
         # target without reaching steady state (a shared host's burst) does not count, but
         # it does not end the sweep either.
@@ -349,15 +356,9 @@ def run(url: str, bodies: list[bytes], cfg: LoadConfig, rates: list[float] | Non
                       or errors > cfg.max_error_share * max(step.sent, 1)):
             break
     for qps in lower(report.steps, start_qps, growth, max_steps if sweep else 0):
-        step = asyncio.run(open_loop(url, bodies, qps, cfg, seed=cfg.seed + len(report.steps),
-                                     probe=probe))
-        report.steps.append(step)
-        print(_line(step), flush=True)
+        measure(qps)
     for qps in refined(report.steps, refine if sweep else 0):
-        step = asyncio.run(open_loop(url, bodies, qps, cfg, seed=cfg.seed + len(report.steps),
-                                     probe=probe))
-        report.steps.append(step)
-        print(_line(step), flush=True)
+        measure(qps)
     report.max_qps_within_slo = max((s.offered_qps for s in report.steps if s.meets_slo),
                                     default=0.0)
     for c in concurrency or []:
