@@ -71,6 +71,39 @@ def test_open_loop_and_concurrency_report_counts_what_was_sent(server, tmp_path)
     assert "highest rate with p99" in proc.stdout
 
 
+def test_the_generator_keeps_no_python_object_per_request(server, tmp_path, monkeypatch):
+    """A soak sends hundreds of thousands of requests: what the generator keeps of each must not
+    be a Python object, or the collector's full passes grow with the step until one stalls the
+    sends for longer than the server's queue absorbs (a soak's 503s were that). Counted where
+    the step's sending ends, for a short step and one five times longer, against the real
+    server."""
+    import asyncio
+    import gc
+
+    from pipeline.serve import load
+
+    bodies = [line_png(width=80, seed=0)]
+    cfg = load.LoadConfig(step_seconds=1.0, slo_p99_ms=10000.0)
+    grown = {}
+    summarize = load._summarize
+
+    def counting(step, records, elapsed, cfg):
+        gc.collect()
+        grown[step.offered_qps] = (len(gc.get_objects()) - start, step.sent)
+        return summarize(step, records, elapsed, cfg)
+
+    monkeypatch.setattr(load, "_summarize", counting)
+    for qps in (20.0, 40.0, 200.0):  # the first imports aiohttp and opens its first connections
+        gc.collect()
+        start = len(gc.get_objects())
+        step = asyncio.run(load.open_loop(server.url, bodies, qps, cfg))
+        assert step.ok == step.sent, step.errors
+    (few, sent_few), (many, sent_many) = grown[40.0], grown[200.0]
+    assert sent_many - sent_few > 100
+    # a tuple, a timings dict and a finished task per request would be 3 objects each
+    assert many - few < 0.25 * (sent_many - sent_few), grown
+
+
 def test_load_goes_to_this_machine_only(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pipeline.serve", "load",
                            "http://192.0.2.1:8000", "--rates", "1", "--seconds", "1"],
@@ -158,20 +191,20 @@ def test_the_p99_interval_covers_the_true_p99_at_about_its_level_and_is_open_whe
 
 
 def test_a_window_whose_p99_falls_on_failed_requests_reads_infinitely_late_not_nan():
-    from pipeline.serve.load import LoadConfig, Step, _summarize
+    from pipeline.serve.load import LoadConfig, Records, Step, _summarize
 
     ok = [(k / 100.0, 5.0, 200, {"total": 4.0}) for k in range(98)]
     failed = [(0.985, float("inf"), "503", None), (0.99, float("inf"), "503", None)]
-    step = _summarize(Step(100.0, 1.0), ok + failed, 1.0, LoadConfig(slo_p99_ms=100.0))
+    step = _summarize(Step(100.0, 1.0), Records.of(ok + failed), 1.0, LoadConfig(slo_p99_ms=100.0))
     assert step.window_p99_ms == [float("inf")] and step.window_p50_ms == [5.0]
     assert step.errors == {"503": 2} and not step.meets_slo
 
 
 def test_errors_are_counted_in_the_window_they_were_sent_in():
-    from pipeline.serve.load import LoadConfig, Step, _summarize
+    from pipeline.serve.load import LoadConfig, Records, Step, _summarize
 
     ok = [(k / 100.0, 5.0, 200, {"total": 4.0}) for k in range(300)]  # 3 s at 100 req/s
     shed = [(1.2, 40.0, "503", None), (1.3, 41.0, "503", None), (2.5, float("inf"), "dropped", None)]
-    step = _summarize(Step(100.0, 3.0), ok + shed, 3.0, LoadConfig(slo_p99_ms=100.0))
+    step = _summarize(Step(100.0, 3.0), Records.of(ok + shed), 3.0, LoadConfig(slo_p99_ms=100.0))
     assert step.window_errors == [0, 2, 1]
     assert step.errors == {"503": 2, "dropped": 1}

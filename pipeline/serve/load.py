@@ -206,6 +206,47 @@ def _batches(before: _Counters, after: _Counters) -> dict:
     return runs
 
 
+class Records:
+    """What each request of a step came to, in arrays allocated once for the step's schedule.
+
+    Why arrays: a soak sends hundreds of thousands of requests, and a Python tuple (and a dict
+    of server timings) kept per request makes the generator's heap grow for the whole step, so
+    each of CPython's full collections takes longer than the last: at 336 req/s they reached a
+    few hundred milliseconds past 100,000 requests, the generator sent nothing meanwhile, then
+    sent the overdue requests at once, and the server shed the burst (503) that the generator
+    itself had made. Arrays are not tracked by the collector, whatever their length."""
+
+    CODES = {-1: "connection", -2: "dropped"}  # not HTTP statuses: the client's own outcomes
+
+    def __init__(self, due: np.ndarray):
+        n = due.size
+        self.due = np.asarray(due, dtype=float)
+        self.latency_ms = np.full(n, np.inf)
+        self.status = np.zeros(n, dtype=np.int32)   # HTTP status, or a key of CODES
+        self.stage_ms = np.full((n, len(STAGES) + 1), np.nan)  # STAGES, then the server's total
+
+    def add(self, k: int, latency_ms: float, status, timings: dict | None) -> None:
+        self.latency_ms[k] = latency_ms
+        self.status[k] = (int(status) if str(status).isdigit() else
+                          next(c for c, name in self.CODES.items() if name == status))
+        for j, stage in enumerate((*STAGES, "total")):
+            if timings and stage in timings:
+                self.stage_ms[k, j] = timings[stage]
+
+    @classmethod
+    def of(cls, rows: list[tuple]) -> "Records":
+        """From (due s, latency ms, status, server timings or None) rows, in any order."""
+        out = cls(np.asarray([r[0] for r in rows], dtype=float))
+        for k, (_, latency, status, timings) in enumerate(rows):
+            out.add(k, latency, status, timings)
+        return out
+
+    def outcomes(self, which: np.ndarray) -> dict:
+        """{outcome as ``Step.errors`` keys it ("503", "dropped"...): requests} of ``which``."""
+        codes, counts = np.unique(self.status[which], return_counts=True)
+        return {self.CODES.get(int(c), str(int(c))): int(n) for c, n in zip(codes, counts)}
+
+
 async def open_loop(url: str, bodies: list[bytes], qps: float, cfg: LoadConfig,
                     seed: int = 0, probe: Callable[[], dict] | None = None) -> Step:
     import aiohttp
@@ -215,8 +256,11 @@ async def open_loop(url: str, bodies: list[bytes], qps: float, cfg: LoadConfig,
     due = due[due < cfg.step_seconds]
     picks = rng.integers(0, len(bodies), size=due.size)
     step = Step(qps, cfg.step_seconds, sent=int(due.size))
-    records: list[tuple[float, float, object, dict | None]] = []  # (due, latency ms, status, t)
+    records = Records(due)
     in_flight = 0
+    # Only the requests still unanswered are held: a finished task is dropped at once, so the
+    # heap stays the size of what is in flight (see Records).
+    pending: set = set()
     connector = aiohttp.TCPConnector(limit=cfg.max_in_flight)
     timeout = aiohttp.ClientTimeout(total=max(30.0, 10 * cfg.slo_p99_ms / 1000.0))
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
@@ -232,18 +276,19 @@ async def open_loop(url: str, bodies: list[bytes], qps: float, cfg: LoadConfig,
             finally:
                 in_flight -= 1
             end = time.perf_counter() - t0
-            records.append((float(due[k]), (end - due[k]) * 1000.0, status, timings))
+            records.add(k, (end - due[k]) * 1000.0, status, timings)
 
-        tasks = []
         for k in range(due.size):
             wait = due[k] - (time.perf_counter() - t0)
             if wait > 0:
                 await asyncio.sleep(wait)
             if in_flight >= cfg.max_in_flight:  # the client's own bound: counted, not sent
-                records.append((float(due[k]), float("inf"), "dropped", None))
+                records.add(k, float("inf"), "dropped", None)
                 continue
-            tasks.append(asyncio.create_task(one(k)))
-        await asyncio.gather(*tasks)
+            task = asyncio.create_task(one(k))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        await asyncio.gather(*pending)
         elapsed = time.perf_counter() - t0
         step.client_cpu_s = time.process_time() - cpu0
         after = await _counters(session, url)
@@ -256,35 +301,35 @@ async def open_loop(url: str, bodies: list[bytes], qps: float, cfg: LoadConfig,
     return _summarize(step, records, elapsed, cfg)
 
 
-def _summarize(step: Step, records: list, elapsed: float, cfg: LoadConfig) -> Step:
-    ok = [r for r in records if r[2] == 200]
-    step.ok = len(ok)
-    for r in records:
-        if r[2] != 200:
-            step.errors[str(r[2])] = step.errors.get(str(r[2]), 0) + 1
-    step.achieved_qps = len(ok) / max(elapsed, step.seconds)
-    if ok:
-        lat = np.asarray([r[1] for r in ok])
+def _summarize(step: Step, records: Records, elapsed: float, cfg: LoadConfig) -> Step:
+    ok = records.status == 200
+    step.errors.update(records.outcomes(~ok))
+    step.ok = int(ok.sum())
+    step.achieved_qps = step.ok / max(elapsed, step.seconds)
+    if step.ok:
+        lat = records.latency_ms[ok]
         step.p50_ms, step.p99_ms, step.p999_ms = (float(np.percentile(lat, q))
                                                   for q in (50, 99, 99.9))
         step.p99_ci_ms = quantile_interval(lat, 0.99, cfg.ci_level)
-        for stage in STAGES:  # the stages this server reports (a naive one: only its total)
-            values = [r[3][stage] for r in ok if stage in r[3]]
-            if values:
+        timed = records.stage_ms[ok]
+        for j, stage in enumerate(STAGES):  # the stages this server reports (a naive one: only
+            values = timed[:, j][~np.isnan(timed[:, j])]   # its total)
+            if values.size:
                 step.stage_ms[stage] = float(np.mean(values))
-        step.stage_ms["server_total"] = float(np.mean([r[3]["total"] for r in ok]))
-        step.network_ms = float(np.median([r[1] - r[3]["total"] for r in ok]))
+        total = timed[:, -1]
+        step.stage_ms["server_total"] = float(np.mean(total))
+        step.network_ms = float(np.median(lat - total))
+    # a failed or dropped request counts as infinitely late: errors are not fast answers
+    late = np.where(ok, records.latency_ms, np.inf)
     windows = int(np.ceil(step.seconds / cfg.window_s))
     for w in range(windows):
-        lat = [r[1] if r[2] == 200 else float("inf") for r in records
-               if w * cfg.window_s <= r[0] < (w + 1) * cfg.window_s]
-        step.window_errors.append(int(sum(v == float("inf") for v in lat)))
-        # a failed or dropped request counts as infinitely late: errors are not fast answers;
+        lat = late[(w * cfg.window_s <= records.due) & (records.due < (w + 1) * cfg.window_s)]
+        step.window_errors.append(int(np.isinf(lat).sum()))
         # "higher" takes a window's own order statistic, so a rank that falls on such a request
         # reads inf (interpolating between two of them read nan)
-        step.window_p50_ms.append(float(np.percentile(lat, 50, method="higher")) if lat
+        step.window_p50_ms.append(float(np.percentile(lat, 50, method="higher")) if lat.size
                                   else float("nan"))
-        step.window_p99_ms.append(float(np.percentile(lat, 99, method="higher")) if lat
+        step.window_p99_ms.append(float(np.percentile(lat, 99, method="higher")) if lat.size
                                   else float("nan"))
     step.steady = _steady(step.window_p50_ms, cfg)
     errors = sum(step.errors.values())
