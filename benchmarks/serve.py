@@ -5,8 +5,9 @@ bytes by the load generator (``pipeline.serve.load``), on 127.0.0.1.
   CPU-seconds one request costs, its parts measured each alone in process CPU time
   (``benchmarks.serve_bound``): decode + preprocess (the server's reader, one process), inference
   on the producer/consumer server's threads at the batch sizes its batcher formed at its highest
-  steady rate within the target (read from ``/metrics`` per step), and the HTTP layer (``GET
-  /healthz`` on the running server, its main process's CPU). Every served row reports its
+  steady rate within the target (read from ``/metrics`` per step), and the HTTP layer (the bodies
+  ``POST``-ed to the server's HTTP stack with no model behind it, ``benchmarks.serve_http_floor``;
+  ``GET /healthz`` on the running server beside it, not summed). Every served row reports its
   fraction of its model's bound, the share of the step the model's thread was busy (the article's
   utilisation) and the CPU the server's processes spent per request there (a check of the sum).
 - ``servers``: the INT8 candidate from PNG bytes of lines at a scanner's size (4x the model's
@@ -194,12 +195,14 @@ def _measured(servers: dict, models: dict, bodies: list[bytes], cfg, tmp: Path,
 
     threads = ServeConfig().resolved().intra_op_threads  # the producer/consumer server's split
     first = serve_bound.measure(models["int8"], bodies, threads)
-    rows, soak, http_ms = _sweep(servers, bodies, cfg, max(1.0, first.bound_qps / 16), tmp,
-                                 soak_seconds)
+    rows, soak, http_get_ms = _sweep(servers, bodies, cfg, max(1.0, first.bound_qps / 16), tmp,
+                                     soak_seconds)
+    http_ms = serve_bound.http_floor_cpu_ms(bodies, tmp)
     # one reader serves both models (the same task, the same tokenizer files): its cost is one
     bounds = {key: serve_bound.measure(
         served, bodies, threads, _batches_formed(rows.get(f"{key} pipeline", {})), http_ms,
-        prepare_cpu_ms=first.decode_preprocess_cpu_ms) for key, served in models.items()}
+        prepare_cpu_ms=first.decode_preprocess_cpu_ms, http_get_ms=http_get_ms)
+        for key, served in models.items()}
     for name, row in rows.items():
         bound = bounds[name.split()[0]]
         row["cpu_bound_qps"] = bound.bound_qps
@@ -484,7 +487,8 @@ def _rows(section: dict, bodies: str) -> list[str]:
             f"{b['bound_qps']:.0f} requests/s = {b['cores']} cores / "
             f"{b['cpu_ms_per_request']:.2f} CPU-ms a request (decode + preprocess "
             f"{b['decode_preprocess_cpu_ms']:.2f}, inference {b['inference_cpu_ms']:.2f} on "
-            f"{b['threads']} thread(s) at {b['batches_from']}, HTTP {_ms(b['http_cpu_ms'])}).\n")
+            f"{b['threads']} thread(s) at {b['batches_from']}, HTTP {_ms(b['http_cpu_ms'])} "
+            f"with its body; a GET /healthz: {_ms(b.get('http_get_cpu_ms'))}).\n")
     lines += [f"| server (p99 <= {section['slo_p99_ms']:g} ms, {bodies}) "
               "| highest steady rate | of the CPU bound | model busy | server CPU-ms a request "
               "| load generator CPU-ms a request | of the bound with the load generator's CPU "

@@ -14,10 +14,12 @@ a part that spins (onnxruntime's pool threads spin between runs) costs what it b
 - inference: the model on the server's runtime with its intra-op threads, in a child, at each batch
   size the batcher formed (copies of one request: a batch is one shape class), per request, then
   weighted by the share of requests each size answered;
-- HTTP: ``GET /healthz`` (no model work) sent one at a time to the running server, its main
-  process's CPU time (``psutil``, user + system) per request: uvicorn reading and parsing the
-  request, Starlette routing it, a JSON answer written. The request body's bytes (a few recv
-  calls for a 30 KB PNG) are not in it.
+- HTTP: the request bodies ``POST``-ed one at a time to the server's HTTP stack with nothing
+  behind it (``benchmarks.serve_http_floor``: uvicorn, Starlette, the server's own body reader, a
+  JSON answer of the server's shape), that process's CPU time (``psutil``, user + system) per
+  request: reading and parsing a request with its 30 KB body, routing it, writing the answer.
+  ``GET /healthz`` on the running server (no body, a short answer) is kept beside it
+  (``http_get_cpu_ms``), not in the sum: it leaves the body's bytes out.
 Not handled: the load generator's own CPU (another process, left out), the kernel's loopback work
 outside the server's process.
 """
@@ -37,7 +39,8 @@ class CpuBound:
     inference_cpu_ms_by_batch: dict = field(default_factory=dict)  # batch size -> per request
     batch_share: dict = field(default_factory=dict)   # batch size -> share of requests answered
     batches_from: str = "batch 1"     # where the batch sizes came from
-    http_cpu_ms: float = float("nan")  # per request, the server's main process
+    http_cpu_ms: float = float("nan")  # per request with its body, the HTTP stack alone
+    http_get_cpu_ms: float = float("nan")  # per GET /healthz on the running server: not summed
 
     @property
     def inference_cpu_ms(self) -> float:
@@ -121,9 +124,42 @@ def http_cpu_ms(url: str, pid: int, requests: int = 1000) -> float:
     return ((after.user - before.user) + (after.system - before.system)) * 1000.0 / requests
 
 
+def http_floor_cpu_ms(bodies: list[bytes], tmp, requests: int = 1000) -> float:
+    """CPU-ms per request of ``benchmarks.serve_http_floor`` (the HTTP stack, no model), the
+    bodies ``POST``-ed one at a time on one connection."""
+    import sys
+
+    import psutil
+    import requests as http
+
+    from benchmarks.serve_process import start, stop
+    from pipeline.serve.load import _content_type
+
+    port_file = tmp / "http_floor.port"
+    proc, url = start([sys.executable, "-m", "benchmarks.serve_http_floor", str(port_file)],
+                      port_file)
+    try:
+        cpu = psutil.Process(proc.pid)
+        with http.Session() as s:
+            def post(k: int) -> None:
+                body = bodies[k % len(bodies)]
+                s.post(f"{url}/predict", data=body, timeout=30,
+                       headers={"Content-Type": _content_type(body)}).raise_for_status()
+
+            for k in range(WARM):
+                post(k)
+            before = cpu.cpu_times()
+            for k in range(requests):
+                post(k)
+            after = cpu.cpu_times()
+    finally:
+        stop(proc)
+    return ((after.user - before.user) + (after.system - before.system)) * 1000.0 / requests
+
+
 def measure(served, bodies: list[bytes], threads: int, batch_counts: dict | None = None,
             http_ms: float = float("nan"), prepare_cpu_ms: float | None = None,
-            runs: int = 400) -> CpuBound:
+            runs: int = 400, http_get_ms: float = float("nan")) -> CpuBound:
     """Decode + preprocess (unless ``prepare_cpu_ms`` gives it: the same reader measured before)
     and inference, each in a child process of its own; inference at the batch sizes of
     ``batch_counts`` ({size: batches formed}; None or empty: batch 1 alone)."""
@@ -139,4 +175,4 @@ def measure(served, bodies: list[bytes], threads: int, batch_counts: dict | None
     infer = isolate.call("serve bound: inference", _inference_cpu_ms, served, bodies, threads,
                          sorted(share or {1: 1.0}), runs)
     return CpuBound(usable_cores(), threads, prepare_cpu_ms, infer, share,
-                    "the batcher's batches" if share else "batch 1", http_ms)
+                    "the batcher's batches" if share else "batch 1", http_ms, http_get_ms)
