@@ -42,7 +42,12 @@ $(VENV)/.installed: pyproject.toml
 	$(UV) -e ".[test,registry,ray,hf,llm,serve]"
 	touch $@
 
-setup: $(VENV)/.installed
+# The venv's Python on an emulated AVX2-only CPU (QEMU user mode; .ci/run installs qemu-user):
+# the `isa` tests' AVX2 runs use it where qemu-x86_64 is installed (tests/conftest.py).
+$(VENV)/bin/python-avx2: tests/python-avx2 $(VENV)/.installed
+	install -m 755 $< $@
+
+setup: $(VENV)/.installed $(VENV)/bin/python-avx2
 
 run: setup  ## compile, gate and publish the OCR model as INT8
 	$(PY) -m pipeline $(ARGS)

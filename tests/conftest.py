@@ -75,8 +75,20 @@ def tiny_run(tmp_path_factory):
 # this CPU's full instruction set and "avx2" in a child pytest with the libraries capped at AVX2
 # (oneDNN in OpenVINO and torch, torch's ATen kernels), so a VNNI/AMX machine also exercises the
 # AVX2 path. Under the cap the pipeline's own flags (pipeline.core.env.effective_flags) drop what the
-# cap forbids, so the test's expectations follow it.
+# cap forbids, so the test's expectations follow it. What the caps do not reach (ONNX Runtime's
+# MLAS and OpenVINO's plugin read cpuid) the same AVX2 runs meet on an emulated AVX2-only CPU,
+# all in one child: tests/test_cpu_emulation.py.
 AVX2_CAPS = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+
+
+def avx2_python() -> Path | None:
+    """The venv's Python on an emulated AVX2-only CPU (``tests/python-avx2``, copied into the
+    venv's bin/ by ``make setup``), when it and QEMU's ``qemu-x86_64`` (``.ci/run`` installs it)
+    are both there; else None."""
+    import shutil
+
+    wrapper = Path(sys.executable).with_name("python-avx2")
+    return wrapper if wrapper.exists() and shutil.which("qemu-x86_64") else None
 
 
 def capped_now() -> bool:
@@ -179,6 +191,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.cli)
         if getattr(getattr(item, "callspec", None), "params", {}).get("isa") == "avx2":
             item.add_marker(pytest.mark.slow)  # a child pytest replays it under the AVX2 cap
+            item.add_marker(pytest.mark.avx2)
 
 
 @pytest.fixture(autouse=True)

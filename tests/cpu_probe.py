@@ -1,0 +1,75 @@
+"""What a Python process's CPU looks like to the libraries, and what ONNX Runtime's u8 x s8
+MatMul makes of full-range and 7-bit weights there: run by ``tests/test_cpu_emulation.py`` inside
+the emulated AVX2 CPU (``tests/python-avx2``) and natively, as ``python -m tests.cpu_probe OUT``,
+which writes one JSON object to OUT."""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+
+def features() -> dict:
+    """The instruction sets as the libraries that dispatch on cpuid see them."""
+    from numpy._core._multiarray_umath import __cpu_features__ as numpy_cpu
+
+    out = {"numpy": {k: bool(numpy_cpu.get(k)) for k in
+                     ("AVX2", "FMA3", "AVX512F", "AVX512_VNNI", "AVX512_BF16", "AVX_VNNI")}}
+    import torch
+
+    out["torch"] = torch.backends.cpu.get_cpu_capability()
+    try:
+        import openvino as ov
+
+        out["openvino"] = list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    except ImportError:
+        out["openvino"] = None
+    return out
+
+
+def u8s8_error(reduce_range: bool) -> float:
+    """Dynamic INT8 of one MatMul (onnxruntime.quantization, signed symmetric weights per
+    channel; ``reduce_range``: 7-bit weights) on the worst case for AVX2's vpmaddubsw, activations
+    near 255 times weights near the top of their range: ONNX Runtime's output against the exact
+    integer product of the same quantized values, as a share of the largest output (0: exact; a
+    16-bit pair sum that saturated costs tens of percent)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    w = rng.uniform(0.9, 1.0, size=(64, 16)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], "mm")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 16])],
+        [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    with tempfile.TemporaryDirectory() as tmp:
+        f, q = Path(tmp) / "f.onnx", Path(tmp) / "q.onnx"
+        onnx.save(m, str(f))
+        quantize_dynamic(str(f), str(q), per_channel=True, reduce_range=reduce_range,
+                         weight_type=QuantType.QInt8)
+        inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(q)).graph.initializer}
+        x = rng.uniform(0.95, 1.0, size=(2, 5, 64)).astype(np.float32)
+        got = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"]).run(
+            None, {"x": x})[0]
+    wq, ws = inits["w_quantized"].astype(np.int64), inits["w_scale"].astype(np.float64)
+    # DynamicQuantizeLinear: [min(x, 0), max(x, 0)] on 0..255, round half to even
+    lo, hi = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
+    sx = np.float32((hi - lo) / 255)
+    zp = int(np.clip(np.round(-lo / sx), 0, 255))
+    xq = np.clip(np.round(x / sx) + zp, 0, 255).astype(np.int64)
+    want = ((xq - zp) @ wq) * float(sx) * ws
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+if __name__ == "__main__":
+    Path(sys.argv[1]).write_text(json.dumps({
+        "features": features(),
+        "error": {"full_range": u8s8_error(False), "7_bit": u8s8_error(True)}}))
