@@ -181,6 +181,7 @@ def _starts_cli(fn, module, seen: set) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    _leave_emulated_avx2_runs_to_the_emulator(config, items)
     for item in items:
         fn = getattr(item, "function", None)
         if fn is None:
@@ -192,6 +193,25 @@ def pytest_collection_modifyitems(config, items):
         if getattr(getattr(item, "callspec", None), "params", {}).get("isa") == "avx2":
             item.add_marker(pytest.mark.slow)  # a child pytest replays it under the AVX2 cap
             item.add_marker(pytest.mark.avx2)
+
+
+def _leave_emulated_avx2_runs_to_the_emulator(config, items) -> None:
+    """Where the emulated AVX2 CPU is there, the AVX2 runs of the files it runs
+    (``tests/test_cpu_emulation.py: EMULATED``) are not also run capped: it sets the same caps
+    and runs the kernels an AVX2 machine runs besides, so a capped copy would only cost time.
+    Not inside that emulated run itself, nor when its test is not in this session."""
+    if os.environ.get("PIPELINE_TEST_EMULATED_AVX2") or capped_now() or avx2_python() is None:
+        return
+    from tests.test_cpu_emulation import EMULATED
+
+    if not any(i.nodeid.startswith("tests/test_cpu_emulation.py::test_the_isa_tests_pass")
+               for i in items):
+        return
+    dropped = [i for i in items if i.nodeid.split("::", 1)[0] in EMULATED
+               and getattr(getattr(i, "callspec", None), "params", {}).get("isa") == "avx2"]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [i for i in items if i not in dropped]
 
 
 @pytest.fixture(autouse=True)
