@@ -273,11 +273,21 @@ def zoo(quick: bool, only: str) -> dict:
     return section(_cli, quick, tuple(only.split(",")) if only else ENTRIES)
 
 
-def serve(base: list[str], run_dir: Path | None, quick: bool) -> dict:
+def serve(base: list[str], run_dir: Path | None, quick: bool, parts: list[str],
+          earlier: dict) -> dict:
+    """The serve section; ``parts`` (ocr, encoder, decoder) are measured, the encoder's and the
+    decoder's others kept from ``earlier`` (the section of a previous run) with that run's time
+    and CPU inside them, so a part re-measured alone does not pass its old siblings off as new."""
     from benchmarks.serve import section
 
-    return section(base, _cli, run_dir, step_seconds=3.0 if quick else 5.0,
-                   soak_seconds=0.0 if quick else 600.0, quick=quick)
+    out = section(base, _cli, run_dir, step_seconds=3.0 if quick else 5.0,
+                  soak_seconds=0.0 if quick else 600.0, quick=quick,
+                  encoder="encoder" in parts, decoder="decoder" in parts)
+    for part in ("encoder", "decoder"):
+        if part not in parts and part in earlier:
+            out[part] = {"measured_at": earlier.get("measured_at"), "cpu": earlier.get("cpu"),
+                         **earlier[part]}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
                             "transformer,zoo,search,llm,serve")
     ap.add_argument("--serve-run", type=Path, default=None,
                     help="serve: a run folder to serve instead of running the spine's command")
+    ap.add_argument("--serve-parts", default="ocr,encoder,decoder",
+                    help="serve: the parts to measure (the OCR servers are always measured); "
+                         "an encoder or decoder part left out is kept from bench.json with its "
+                         "own time and CPU")
     ap.add_argument("--zoo", default="",
                     help="zoo: a comma-separated subset of its entries (default: all of them), "
                          "each optionally with its quant modes: mpnet:dynamic+auto")
@@ -317,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
                 "zoo": lambda: zoo(args.quick, args.zoo),
                 "search": lambda: search(args.quick),
                 "llm": lambda: llm(args.quick),
-                "serve": lambda: serve(base, args.serve_run, args.quick)}
+                "serve": lambda: serve(base, args.serve_run, args.quick,
+                                       args.serve_parts.split(","), results.get("serve", {}))}
     for name in wanted:
         try:
             results[name] = sections[name]()

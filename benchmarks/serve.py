@@ -151,11 +151,18 @@ def _soak(url: str, pid: int, bodies: list[bytes], cfg, qps: float, seconds: flo
     def rss_mb() -> float:
         return (psutil.Process(pid).memory_info().rss + tree_sample(pid)[0]) / 2 ** 20
 
+    def steal_s() -> float:
+        """CPU time the hypervisor gave to other guests (``steal``), all cores, since boot: a
+        window of errors with steal in it is the host's, not the server's."""
+        return float(psutil.cpu_times().steal) if hasattr(psutil.cpu_times(), "steal") else 0.0
+
     samples, done, t0 = [(0.0, rss_mb())], threading.Event(), time.monotonic()
+    steals = [(0.0, steal_s())]
 
     def sample() -> None:
         while not done.wait(5.0):
             samples.append((time.monotonic() - t0, rss_mb()))
+            steals.append((time.monotonic() - t0, steal_s()))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -180,7 +187,22 @@ def _soak(url: str, pid: int, bodies: list[bytes], cfg, qps: float, seconds: flo
             "p99_slope_ms_per_min": _slope_per_minute([((k + 0.5) * window, v)
                                                        for k, v in enumerate(p99s)]),
             "rss_mb_before_after": [samples[0][1], samples[-1][1]],
-            "rss_slope_mb_per_min": _slope_per_minute(samples), "rss_samples": len(samples)}
+            "rss_slope_mb_per_min": _slope_per_minute(samples), "rss_samples": len(samples),
+            # the whole course, window by window: when the p99 rose, when errors came, and how
+            # much CPU the host took from this machine meanwhile (steal, summed over 5 s samples)
+            "window_p99_ms": p99s, "window_errors": step.window_errors,
+            "window_steal_s": _per_window(steals, window, len(p99s))}
+
+
+def _per_window(samples: list[tuple[float, float]], window: float, count: int) -> list[float]:
+    """A cumulative counter's increase in each of ``count`` windows of ``window`` s, from
+    (time, value) samples: each interval's increase goes to the window its end falls in."""
+    out = [0.0] * count
+    for (_, v0), (t1, v1) in zip(samples, samples[1:]):
+        k = min(int(t1 // window), count - 1) if count else 0
+        if count:
+            out[k] += v1 - v0
+    return [round(v, 2) for v in out]
 
 
 def _measured(servers: dict, models: dict, bodies: list[bytes], cfg, tmp: Path,
@@ -447,11 +469,22 @@ def table(section: dict) -> list[str]:
                          f"{k['window_p99_ms_max']:.0f} ms.")
     enc = section.get("encoder") or {}
     if "servers" in enc:
-        lines += ["", f"Text encoder {enc['model']} ({enc['quant']} INT8; gate: {enc['verdict']}):",
-                  ""] + _rows(enc, "UTF-8 sentences")
+        lines += ["", f"Text encoder {enc['model']} ({enc['quant']} INT8; gate: {enc['verdict']})"
+                      f"{_kept(enc)}:", ""] + _rows(enc, "UTF-8 sentences")
     elif "error" in enc:
         lines += ["", f"Text encoder: not measured ({enc['error']})"]
-    return lines + [""] + decoder_table(section.get("decoder") or {})
+    dec = section.get("decoder") or {}
+    return lines + [""] + ([f"Decoder{_kept(dec)}:", ""] if _kept(dec) else []) + \
+        decoder_table(dec)
+
+
+def _kept(part: dict) -> str:
+    """Where a part was kept from an earlier bench run (``benchmarks.run --serve-parts``): its
+    own time and CPU, else nothing."""
+    if not part.get("measured_at"):
+        return ""
+    cpu = (part.get("cpu") or {}).get("model", "CPU not recorded")
+    return f", kept from the run of {part['measured_at']} on {cpu}"
 
 
 def _times(value) -> str:
