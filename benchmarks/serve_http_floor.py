@@ -11,7 +11,6 @@ PORT_FILE once listening.
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -42,20 +41,9 @@ def app() -> Starlette:
 
 
 def main(argv: list) -> int:
-    import uvicorn
+    from benchmarks.serve_process import serve_announcing
 
-    port_file = Path(argv[0])
-    server = uvicorn.Server(uvicorn.Config(app(), host="127.0.0.1", port=0, log_level="warning",
-                                           access_log=False))
-
-    def announce():
-        while not (server.started and server.servers):
-            time.sleep(0.05)
-        port_file.write_text(str(server.servers[0].sockets[0].getsockname()[1]))
-
-    threading.Thread(target=announce, daemon=True).start()
-    server.run()
-    return 0
+    return serve_announcing(app(), Path(argv[0]))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ written to PORT_FILE once listening.
 # and ``Request`` must be a class there, not a string, or it becomes a query parameter (422).
 import io
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -47,20 +46,9 @@ def app_for(model: Path):
 
 
 def main(argv: list) -> int:
-    import uvicorn
+    from benchmarks.serve_process import serve_announcing
 
-    model, port_file = Path(argv[0]), Path(argv[1])
-    server = uvicorn.Server(uvicorn.Config(app_for(model), host="127.0.0.1", port=0,
-                                           log_level="warning", access_log=False))
-
-    def announce():
-        while not (server.started and server.servers):
-            time.sleep(0.05)
-        port_file.write_text(str(server.servers[0].sockets[0].getsockname()[1]))
-
-    threading.Thread(target=announce, daemon=True).start()
-    server.run()
-    return 0
+    return serve_announcing(app_for(Path(argv[0])), Path(argv[1]))
 
 
 if __name__ == "__main__":

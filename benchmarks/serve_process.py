@@ -38,3 +38,23 @@ def status_mb(pid: int, key: str) -> float:
     peak)."""
     with open(f"/proc/{pid}/status") as f:
         return next(int(ln.split()[1]) / 1024 for ln in f if ln.startswith(key + ":"))
+
+
+def serve_announcing(app, port_file: Path) -> int:
+    """``app`` on uvicorn at 127.0.0.1, a free port, written to ``port_file`` once listening
+    (what ``start`` waits for); returns when the server stops."""
+    import threading
+
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                           access_log=False))
+
+    def announce():
+        while not (server.started and server.servers):
+            time.sleep(0.05)
+        port_file.write_text(str(server.servers[0].sockets[0].getsockname()[1]))
+
+    threading.Thread(target=announce, daemon=True).start()
+    server.run()
+    return 0
