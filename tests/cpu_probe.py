@@ -1,15 +1,14 @@
 """What a Python process's CPU looks like to the libraries, and what ONNX Runtime's u8 x s8
-MatMul makes of full-range and 7-bit weights there: run by ``tests/test_cpu_emulation.py`` inside
-the emulated AVX2 CPU (``tests/python-avx2``) and natively, as ``python -m tests.cpu_probe OUT``,
-which writes one JSON object to OUT."""
+MatMul makes of full-range and 7-bit weights there: asked by ``tests/test_cpu_emulation.py``
+inside the emulated AVX2 CPU (``tests/python-avx2``)."""
 from __future__ import annotations
 
-import json
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from tests.stages.support import exact_dynamic_matmul
 
 
 def features() -> dict:
@@ -59,17 +58,5 @@ def u8s8_error(reduce_range: bool) -> float:
         x = rng.uniform(0.95, 1.0, size=(2, 5, 64)).astype(np.float32)
         got = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"]).run(
             None, {"x": x})[0]
-    wq, ws = inits["w_quantized"].astype(np.int64), inits["w_scale"].astype(np.float64)
-    # DynamicQuantizeLinear: [min(x, 0), max(x, 0)] on 0..255, round half to even
-    lo, hi = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
-    sx = np.float32((hi - lo) / 255)
-    zp = int(np.clip(np.round(-lo / sx), 0, 255))
-    xq = np.clip(np.round(x / sx) + zp, 0, 255).astype(np.int64)
-    want = ((xq - zp) @ wq) * float(sx) * ws
+    want = exact_dynamic_matmul(x, inits["w_quantized"], inits["w_scale"])
     return float(np.abs(got - want).max() / np.abs(want).max())
-
-
-if __name__ == "__main__":
-    Path(sys.argv[1]).write_text(json.dumps({
-        "features": features(),
-        "error": {"full_range": u8s8_error(False), "7_bit": u8s8_error(True)}}))

@@ -181,6 +181,18 @@ def dynamic_int8(src: Path, out_dir: Path, per_channel: bool = True) -> Path:
     return out_dir / "model.onnx"
 
 
+def exact_dynamic_matmul(x: np.ndarray, wq: np.ndarray, ws: np.ndarray) -> np.ndarray:
+    """What dynamic INT8 MatMul computes from float ``x`` and the model's quantized weights
+    ``wq`` (signed, symmetric) and scales ``ws``, in exact integers: DynamicQuantizeLinear (the
+    range [min(x, 0), max(x, 0)] on 0..255, round half to even), then the integer product,
+    scaled back. The reference an INT8 kernel must meet up to float32 scaling."""
+    lo, hi = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
+    sx = np.float32((hi - lo) / 255)
+    zp = int(np.clip(np.round(-lo / sx), 0, 255))
+    xq = np.clip(np.round(x / sx) + zp, 0, 255).astype(np.int64)
+    return ((xq - zp) @ wq.astype(np.int64)) * float(sx) * ws.astype(np.float64)
+
+
 class _Images:
     """Four calibration batches of x [2, 3, 8, 8] for ``static_qdq``."""
 

@@ -11,8 +11,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from pipeline.stages.quantize import Quantize
-from tests.stages.support import (INT8, artifact, dynamic_int8, mlp_graph, outputs, run,
-                                  split, sqnr_db, token_graph)
+from tests.stages.support import (INT8, artifact, dynamic_int8, exact_dynamic_matmul,
+                                  mlp_graph, outputs, run, split, sqnr_db, token_graph)
 
 def test_weighted_ops_get_qdq_and_an_excluded_node_stays_float(tmp_path):
     from pipeline.stages.calibrate import Calibrate
@@ -85,13 +85,8 @@ def test_the_resolved_weight_range_multiplies_exactly(tmp_path, isa):
         assert 2 * 255 * int(np.abs(wq.astype(np.int64)).max()) <= 32767, INT8
 
     x = rng.uniform(0.95, 1.0, size=(2, 5, 64)).astype(np.float32)
-    # DynamicQuantizeLinear: the range [min(x, 0), max(x, 0)] on 0..255, round half to even
-    lo, hi = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
-    sx = np.float32((hi - lo) / 255)
-    zp = int(np.clip(np.round(-lo / sx), 0, 255))
-    xq = np.clip(np.round(x / sx) + zp, 0, 255).astype(np.int64)
-    assert xq.min() > 200  # the activations fill the top of the u8 range
-    want = ((xq - zp) @ wq.astype(np.int64)) * float(sx) * ws.astype(np.float64)
+    assert np.round(x.min() * 255 / x.max()) > 200  # the activations fill the top of the u8 range
+    want = exact_dynamic_matmul(x, wq, ws)
     got = outputs(q, {"x": x})[0]
     # exact up to float32 scaling (~1e-7 relative); a saturated pair sum costs ~50 %
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), (INT8, np.abs(got - want).max())
