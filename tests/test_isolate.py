@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
 import sys
 
 from pipeline.core import isolate
@@ -23,6 +25,23 @@ def test_a_childs_own_children_preload_only_the_runtime():
     inner, modules = isolate.call("outer", _nested)
     assert modules == isolate.ALWAYS
     assert inner == {"onnxruntime"}
+
+
+def _preloaded() -> list[str]:
+    return sorted(m for m in isolate.IF_INSTALLED if m in sys.modules)
+
+
+def test_a_run_without_torch_in_its_parent_still_preloads_what_most_stages_import():
+    """torch, sympy and onnxscript are imported once in the forkserver, not in each stage (a
+    torch model's load, export and prepare each imported torch: 2.5 CPU-s of a tiny run's 19)."""
+    from tests.conftest import ROOT
+
+    code = ("import sys; from pipeline.core import isolate; from tests.test_isolate import "
+            "_preloaded; assert 'torch' not in sys.modules; print(isolate.call('probe', _preloaded))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(sorted(isolate.IF_INSTALLED)), proc.stdout
 
 
 def _fails_in_an_expression(names):

@@ -25,6 +25,12 @@ ALWAYS = ["numpy", "onnx", "onnxruntime"]
 # The forkserver imports them once when the parent already has (it checked the model and data
 # before the first stage), instead of every child paying for them again.
 IF_LOADED = ["datasets", "torch", "transformers"]
+# Imported by several children of nearly every run, whatever the parent holds, when installed:
+# torch by a torch model's load and export and by every INT8 run's prepare (onnxruntime.tools,
+# which its shape inference imports, imports torch whenever it is installed); sympy by export
+# and by that shape inference; onnxscript by export and optimize. Measured on the tiny OCR run:
+# torch imported three times, sympy and onnxscript twice each, 2.5 of its 19 CPU-seconds.
+IF_INSTALLED = ["torch", "sympy", "onnxscript"]
 # Asked for by a task whose every stage imports more than these (model=hf: transformers' model
 # and tokenizer code, seconds per child): ``preload``.
 ASKED: list[str] = []
@@ -46,7 +52,15 @@ def preload(modules) -> None:
 def _modules() -> list[str]:
     if _IN_CHILD:  # a child's own children only probe a runtime: 0.4 s to start, not 1.4 with torch
         return ALWAYS
-    return ALWAYS + [m for m in IF_LOADED if m in sys.modules] + ASKED
+    loaded = [m for m in IF_LOADED if m in sys.modules]
+    installed = [m for m in IF_INSTALLED if m not in loaded and _installed(m)]
+    return ALWAYS + loaded + installed + ASKED
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
 
 
 def context():
