@@ -28,20 +28,22 @@ def test_a_childs_own_children_preload_only_the_runtime():
 
 
 def _preloaded() -> list[str]:
-    return sorted(m for m in isolate.IF_INSTALLED if m in sys.modules)
+    return sorted(m for m in isolate.STAGE_IMPORTS if m in sys.modules)
 
 
-def test_a_run_without_torch_in_its_parent_still_preloads_what_most_stages_import():
+def test_a_run_without_torch_in_its_parent_still_preloads_what_most_stages_import(tmp_path):
     """torch, sympy and onnxscript are imported once in the forkserver, not in each stage (a
-    torch model's load, export and prepare each imported torch: 2.5 CPU-s of a tiny run's 19)."""
+    torch model's load, export and prepare each imported torch: 2.5 CPU-s of a tiny run's 18)."""
     from tests.conftest import ROOT
 
-    code = ("import sys; from pipeline.core import isolate; from tests.test_isolate import "
-            "_preloaded; assert 'torch' not in sys.modules; print(isolate.call('probe', _preloaded))")
+    code = ("import sys; from pipeline.core import isolate; from pipeline.engine.runner import "
+            f"Runner; from tests.test_isolate import _preloaded; Runner({str(tmp_path)!r}, None, "
+            "log=print); assert 'torch' not in sys.modules; "
+            "print(isolate.call('probe', _preloaded))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == str(sorted(isolate.IF_INSTALLED)), proc.stdout
+    assert proc.stdout.strip() == str(sorted(isolate.STAGE_IMPORTS)), proc.stdout
 
 
 def _fails_in_an_expression(names):

@@ -25,12 +25,13 @@ ALWAYS = ["numpy", "onnx", "onnxruntime"]
 # The forkserver imports them once when the parent already has (it checked the model and data
 # before the first stage), instead of every child paying for them again.
 IF_LOADED = ["datasets", "torch", "transformers"]
-# Imported by several children of nearly every run, whatever the parent holds, when installed:
-# torch by a torch model's load and export and by every INT8 run's prepare (onnxruntime.tools,
-# which its shape inference imports, imports torch whenever it is installed); sympy by export
-# and by that shape inference; onnxscript by export and optimize. Measured on the tiny OCR run:
-# torch imported three times, sympy and onnxscript twice each, 2.5 of its 19 CPU-seconds.
-IF_INSTALLED = ["torch", "sympy", "onnxscript"]
+# Imported by several stages of nearly every pipeline run, whatever the parent holds: torch by a
+# torch model's load and export and by every INT8 run's prepare (onnxruntime.tools, which its shape
+# inference imports, imports torch whenever it is installed); sympy by export and by that shape
+# inference; onnxscript by export and optimize. The runner asks for them (``preload``), once a
+# run: the tiny OCR run imported torch three times, sympy and onnxscript twice each, 2.5 of its
+# 18 CPU-seconds. A lone ``call`` (a probe, a unit test) does not pay for them.
+STAGE_IMPORTS = ["torch", "sympy", "onnxscript"]
 # Asked for by a task whose every stage imports more than these (model=hf: transformers' model
 # and tokenizer code, seconds per child): ``preload``.
 ASKED: list[str] = []
@@ -52,15 +53,13 @@ def preload(modules) -> None:
 def _modules() -> list[str]:
     if _IN_CHILD:  # a child's own children only probe a runtime: 0.4 s to start, not 1.4 with torch
         return ALWAYS
-    loaded = [m for m in IF_LOADED if m in sys.modules]
-    installed = [m for m in IF_INSTALLED if m not in loaded and _installed(m)]
-    return ALWAYS + loaded + installed + ASKED
+    return ALWAYS + [m for m in IF_LOADED if m in sys.modules] + ASKED
 
 
-def _installed(module: str) -> bool:
+def installed(modules) -> list[str]:
     import importlib.util
 
-    return importlib.util.find_spec(module) is not None
+    return [m for m in modules if importlib.util.find_spec(m) is not None]
 
 
 def context():
