@@ -76,7 +76,7 @@ def test_this_cpu_is_avx2_only_and_saturates_full_range_int8():
 
     seen = features()
     assert seen["numpy"]["AVX2"] and seen["numpy"]["FMA3"], seen
-    assert not seen["numpy"]["AVX512F"] and seen["torch"] == "AVX2", seen
+    assert not seen["numpy"]["AVX512F"], seen
     if seen["openvino"] is not None:  # a real AVX2 machine offers no bf16 (docs/cpus.md)
         assert "BF16" not in seen["openvino"] and "FP32" in seen["openvino"], seen
     # full-range weights: pair sums past 32767 saturate (about half the product is lost); the
