@@ -107,7 +107,9 @@ def interleaved(fns: dict[str, Callable], inputs: Sequence, pairs: Sequence[tupl
             if runs is not None:
                 runs.setdefault(role, []).extend(ms)
         rounds += 1
-        if rounds >= min_rounds and rounds % check_every == 0:
+        # first at min_rounds, then every check_every rounds: checking only at multiples of
+        # check_every ran 50 rounds where 20 were asked for, past max_seconds
+        if rounds >= min_rounds and (rounds - min_rounds) % check_every == 0:
             arrays = {r: np.asarray(v) for r, v in times.items()}
             widest = max(rel_width(ratio_ci(arrays[a], arrays[b])) for a, b in pairs)
             elapsed = clock.now() - t_start

@@ -23,6 +23,16 @@ def test_the_models_are_timed_on_the_clock_given():
     assert timing.ratio_ci(times["b"], times["a"])["median"] == pytest.approx(2.0)
 
 
+def test_the_first_check_is_at_min_rounds_not_at_a_multiple_of_check_every():
+    clock = VirtualClock()
+    _, info = timing.interleaved(_fns(clock), [0], [("b", "a")], min_rounds=20, max_seconds=0.01,
+                                 rel_ci=10.0, check_every=50, clock=clock)
+    assert info["rounds"] == 20  # not 50: past max_seconds, with a wide-enough interval
+    _, info = timing.interleaved(_fns(clock), [0], [("b", "a")], min_rounds=20, max_seconds=0.1,
+                                 rel_ci=10.0, check_every=50, min_seconds=0.1, clock=clock)
+    assert info["rounds"] == 70  # 20 rounds (60 ms) too short; the next check 50 rounds on
+
+
 def test_min_seconds_spreads_the_rounds_over_time():
     clock = VirtualClock()
     _, info = timing.interleaved(_fns(clock), [0], [("b", "a")], min_rounds=10, max_seconds=5,
