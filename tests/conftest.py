@@ -62,6 +62,22 @@ def run_folder(proc: subprocess.CompletedProcess) -> Path:
     return Path(line.split("report: ", 1)[1].strip()).parent
 
 
+def seeded(tiny_run, work: Path) -> Path:
+    """``work`` holding a copy of the shared tiny run's cache: a run there with ``seeded_args``
+    reuses every stage its settings do not change (a full tiny run is 15 CPU-seconds)."""
+    import shutil
+
+    shutil.copytree(tiny_run[0] / "cache", work / "cache", ignore=shutil.ignore_patterns(".tmp-*"))
+    return work
+
+
+def seeded_args(tiny_run, work: Path, *extra: str) -> list[str]:
+    """``tiny_args`` on ``work``, reading the tiny run's data sets (their folder is part of the
+    stages' keys), then ``extra``."""
+    args = [a for a in tiny_args(work) if not a.startswith("data_dir=")]
+    return [*args, f"data_dir={tiny_run[0] / 'data'}", *extra]
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """The first full run of the tiny pipeline: (workdir, CompletedProcess)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,29 +13,15 @@ from onnx import helper, numpy_helper
 
 from pipeline import runtimes
 from pipeline.core.artifact import Artifact, content_digest, digest_files
-from tests.conftest import run_cli, tiny_args
+from tests.conftest import run_cli, seeded, seeded_args
 
 needs_openvino = pytest.mark.skipif(not runtimes.installed("openvino"),
                                     reason="openvino is not installed")
 
 
-def _args(tiny_workdir: Path, workdir: Path, *extra: str) -> list[str]:
-    """tiny_args on a copy of the tiny run's cache, reading its data sets (their path is part
-    of the keys), so only the stages a runtime setting changes are built again."""
-    args = [a for a in tiny_args(workdir) if not a.startswith("data_dir=")]
-    return [*args, f"data_dir={tiny_workdir / 'data'}", *extra]
-
-
-def _copy_cache(tiny_workdir: Path, workdir: Path) -> None:
-    shutil.copytree(tiny_workdir / "cache", workdir / "cache",
-                    ignore=shutil.ignore_patterns(".tmp-*"))
-
-
 @needs_openvino
 def test_auto_benchmarks_every_target_and_records_the_choice(tiny_run, tmp_path):
-    tiny = tiny_run[0]
-    _copy_cache(tiny, tmp_path)
-    proc = run_cli(*_args(tiny, tmp_path, "hardware.runtime=auto"))
+    proc = run_cli(*seeded_args(tiny_run, seeded(tiny_run, tmp_path), "hardware.runtime=auto"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rep = json.loads((tmp_path / "runs" / "latest" / "report.json").read_text())
     rt = rep["runtimes"]
@@ -107,7 +92,7 @@ def test_a_failing_runtime_is_recorded_while_the_others_run(tiny_run, tmp_path):
     from pipeline.stages.evaluate import Evaluate
 
     tiny = tiny_run[0]
-    cfg = compose(_args(tiny, tmp_path, "hardware.runtime=auto"))
+    cfg = compose(seeded_args(tiny_run, tmp_path, "hardware.runtime=auto"))
     lineage = json.loads((tiny / "runs" / "latest" / "report.json").read_text())["lineage"]
     fp32 = Artifact.read(Path(lineage["fp32"]["path"]))
     bad = _poisoned(fp32.model, tmp_path / "poisoned")
@@ -143,7 +128,7 @@ def test_the_latency_aware_comparison_runs_on_the_target_runtime(tiny_run, tmp_p
     from pipeline.stages.compare import Compare
 
     tiny = tiny_run[0]
-    cfg = compose(_args(tiny, tmp_path))
+    cfg = compose(seeded_args(tiny_run, tmp_path))
     lineage = json.loads((tiny / "runs" / "latest" / "report.json").read_text())["lineage"]
     fp32, cand = (Artifact.read(Path(lineage[r]["path"])) for r in ("fp32", "candidate"))
     m = cfg.model

@@ -18,26 +18,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli, tiny_args
+from tests.conftest import ROOT, run_cli, seeded, seeded_args
 
 # Short timings: one batch size, no cold start (every other stage comes from the copied cache).
 FAST = ["bench.batch_sizes=[8]", "bench.cold_start_repeats=0"]
-
-
-def seeded(tiny_run, tmp_path: Path) -> Path:
-    """A workdir holding a copy of the shared tiny run's cache (its data sets are shared: their
-    folder is part of the stages' keys)."""
-    work = tmp_path / "work"
-    shutil.copytree(tiny_run[0] / "cache", work / "cache")
-    return work
 
 
 def sweep_args(tiny_run, work: Path, *extra: str, fast=True) -> list[str]:
     """The shared tiny run's arguments on ``work``, FAST, then ``extra`` (which wins)."""
     fast = FAST if fast else []
     mine = {a.split("=", 1)[0] for a in (*fast, *extra)}
-    args = [a for a in tiny_args(work) if a.split("=", 1)[0] not in mine | {"data_dir"}]
-    return ["-m", *args, f"data_dir={tiny_run[0] / 'data'}", *fast, *extra]
+    args = [a for a in seeded_args(tiny_run, work) if a.split("=", 1)[0] not in mine]
+    return ["-m", *args, *fast, *extra]
 
 
 def summary_of(proc) -> dict:
@@ -97,7 +89,7 @@ def check_parallel_sweep(s: dict, nonce: str, nonces: str = "ab") -> list[dict]:
 
 @pytest.mark.slow
 def test_joblib_sweep_of_four_points(tiny_run, tmp_path):
-    work = seeded(tiny_run, tmp_path)
+    work = seeded(tiny_run, tmp_path / "work")
     nonce = uuid.uuid4().hex[:6]
     proc = run_cli(*sweep_args(tiny_run, work, f"bench.nonce={nonce}a,{nonce}b",
                                "gate.max_accuracy_drop=0.3,0.5",
@@ -109,7 +101,7 @@ def test_joblib_sweep_of_four_points(tiny_run, tmp_path):
 @pytest.mark.slow
 def test_failed_points_are_rows(tiny_run, tmp_path):
     """A failed gate and a point that cannot start are rows; the sweep goes on and exits 3."""
-    work = seeded(tiny_run, tmp_path)
+    work = seeded(tiny_run, tmp_path / "work")
     proc = run_cli(*sweep_args(tiny_run, work, "gate.min_speedup=100",
                                "hardware.provider=CPUExecutionProvider,NoSuchExecutionProvider",
                                fast=False))
@@ -175,7 +167,7 @@ def ray_cluster():
 
 @pytest.mark.slow
 def test_ray_sweep_on_a_local_cluster(tiny_run, tmp_path, ray_cluster):
-    work = seeded(tiny_run, tmp_path)
+    work = seeded(tiny_run, tmp_path / "work")
     nonce = uuid.uuid4().hex[:6]
     # two points (the four-point case is the joblib test's): the cluster's part is the same
     proc = run_cli(*sweep_args(tiny_run, work, f"bench.nonce={nonce}a",
