@@ -2,9 +2,10 @@
 measured by the load generator from raw PNG bytes, is judged against ``slo.p99_ms``.
 
 The tiny OCR run twice in one workdir seeded with the shared tiny run's cache (every stage is
-reused; the served check is not a stage: only the gate and the served load test run): with a generous target the served check passes and the run
-publishes, with an impossible one (a microsecond) it fails and the run exits 1. No timing is
-asserted beyond "a real, finite p99 was measured and compared with the target given".
+reused; the served check is not a stage: only the gate and the served load test run): with a
+generous target the served check passes and the run publishes, with an impossible one (a
+microsecond) it fails and the run exits 1. No timing is asserted beyond "a real, finite p99 was
+measured and compared with the target given".
 """
 from __future__ import annotations
 

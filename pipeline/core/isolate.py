@@ -30,7 +30,8 @@ IF_LOADED = ["datasets", "torch", "transformers"]
 # inference imports, imports torch whenever it is installed); sympy by export and by that shape
 # inference; onnxscript by export and optimize. The runner asks for them (``preload``), once a
 # run: the tiny OCR run imported torch three times, sympy and onnxscript twice each, 2.5 of its
-# 18 CPU-seconds. A lone ``call`` (a probe, a unit test) does not pay for them.
+# 18 CPU-seconds. A lone ``call`` (a probe, a unit test) does not pay for them. One that is not
+# installed is skipped: the forkserver passes over a preload that raises ImportError.
 STAGE_IMPORTS = ["torch", "sympy", "onnxscript"]
 # Asked for by a task whose every stage imports more than these (model=hf: transformers' model
 # and tokenizer code, seconds per child): ``preload``.
@@ -54,12 +55,6 @@ def _modules() -> list[str]:
     if _IN_CHILD:  # a child's own children only probe a runtime: 0.4 s to start, not 1.4 with torch
         return ALWAYS
     return ALWAYS + [m for m in IF_LOADED if m in sys.modules] + ASKED
-
-
-def installed(modules) -> list[str]:
-    import importlib.util
-
-    return [m for m in modules if importlib.util.find_spec(m) is not None]
 
 
 def context():

@@ -80,7 +80,7 @@ class Runner:
         self.hardware = hardware
         self.log = log
         self.record: list[dict] = []  # one row per stage call: label, stage, reused, seconds
-        isolate.preload(isolate.installed(isolate.STAGE_IMPORTS))
+        isolate.preload(isolate.STAGE_IMPORTS)
         self.sweep(Path(workdir))
 
     @functools.cached_property
