@@ -28,7 +28,14 @@ if os.environ.get("PYTEST_XDIST_WORKER") and "PIPELINE_LOCK_DIR" not in os.envir
 
 def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600,
             env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m pipeline *args``; forked from a warm interpreter where that is the same
+    (tests/warm_cli.py)."""
+    from tests import warm_cli
+
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    warm = warm_cli.run(list(args), cwd, env, timeout)
+    if warm is not None:
+        return warm
     return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 

@@ -1,0 +1,62 @@
+"""``run_cli``'s warm interpreter (tests/warm_cli.py) ends a run as ``python -m pipeline`` does.
+
+Most of the suite's command lines run forked from it, so what it changes would change what every
+end-to-end test proves: these compare it with a cold start of the same command.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import warm_cli
+from tests.conftest import ROOT, tiny_args
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    z = warm_cli.Zygote({**os.environ, "PYTHONPATH": str(ROOT)})
+    yield z
+    z.close()
+
+
+def cold(args, cwd, env):
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("args", [["model=nope"], ["quant=int9"], ["gate.min_speedup=fast"],
+                                  ["model.checkpoint=missing.safetensors"]])
+def test_a_forked_run_ends_with_the_cold_runs_code_and_words(zygote, tmp_path, args):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    warm, ref = zygote.run(args, tmp_path, env, 300), cold(args, tmp_path, env)
+    assert (warm.returncode, warm.stdout, warm.stderr) == (ref.returncode, ref.stdout, ref.stderr)
+    assert warm.returncode == 2, warm.stderr  # each is a config error: not a pass by accident
+
+
+def test_a_forked_run_has_its_own_folder_environment_and_module_path(zygote, tmp_path):
+    """The zygote started elsewhere, without the variable: the run still sees the test's."""
+    (tmp_path / "probe_here.py").write_text(
+        "import json, os, sys\n"
+        "json.dump({'cwd': os.getcwd(), 'probe': os.environ.get('WARM_PROBE'),\n"
+        "           'path0': sys.path[0], 'argv0': sys.argv[0]}, open('seen.json', 'w'))\n"
+        "def build():\n    raise ValueError('not a network')\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WARM_PROBE": "from the test"}
+    args = ["model=torch", "model.factory=probe_here:build", "model.inputs={x: [batch, 4]}",
+            "model.outputs=[y]", "data=imagefolder", f"data.path={tmp_path}", "metric=agreement",
+            f"workdir={tmp_path / 'work'}"]
+    proc = zygote.run(args, tmp_path, env, 300)
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert seen == {"cwd": str(tmp_path), "probe": "from the test", "path0": str(tmp_path),
+                    "argv0": str(ROOT / "pipeline" / "__main__.py")}, proc.stderr
+    assert proc.returncode != 0
+
+
+def test_a_run_past_its_timeout_is_killed_and_raises(zygote, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with pytest.raises(subprocess.TimeoutExpired):
+        zygote.run(tiny_args(tmp_path), tmp_path, env, timeout=0.5)
+    assert not list(zygote.folder.glob("*.out"))  # nothing of the run is left behind

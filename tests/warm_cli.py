@@ -1,0 +1,238 @@
+"""``python -m pipeline`` for the tests, forked from a warm interpreter instead of started cold.
+
+The suite runs the command line about 85 times. A cold start imports the same libraries each
+time (``datasets``, onnx, onnxruntime, hydra and its plugins, matplotlib, the pipeline's own
+modules): 1.5 to 2 CPU-seconds of a tiny run's 15, and nearly all of a run refused at compose.
+Each xdist worker therefore keeps one interpreter that has imported them (the "zygote"); a run
+is a fork of it that then does exactly what ``python -m pipeline`` does: ``runpy`` runs the
+package's ``__main__`` with the run's argv, working directory and ``sys.path[0]``, and the
+process ends through the interpreter's own exit (atexit, multiprocessing's cleanup). Its
+forkserver, stages and children are started by the run as they are in a cold one.
+
+What a fork cannot make equal it does not try to: a run whose environment differs from the one
+the zygote was started with (a variable read when a library was imported would keep its old
+value) starts cold, as does every run when ``PIPELINE_TEST_COLD_CLI=1`` (the whole suite then
+runs as it did before). The zygote imports neither torch nor transformers: the pipeline's
+forkserver preloads what its parent holds of those (``pipeline.core.isolate.IF_LOADED``), and a
+run that never needed them must not look as if it had.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# What a run's parent imports before its first stage (measured on a tiny OCR run), less torch
+# and transformers (above).
+WARM = ["datasets", "onnx", "onnxruntime", "PIL.Image", "hydra", "omegaconf",
+        "pipeline.cli.main", "pipeline.cli.finish", "pipeline.recipes.main",
+        "pipeline.engine.runner", "pipeline.report.manifest", "pipeline.models.ocr.task",
+        "pipeline.data.real_batches"]
+MUST_NOT_HOLD = ("torch", "transformers", "ray")
+
+
+def _send(sock: socket.socket, obj) -> None:
+    data = pickle.dumps(obj)
+    sock.sendall(struct.pack("!I", len(data)) + data)
+
+
+def _recv(sock: socket.socket):
+    head = _exactly(sock, 4)
+    return None if head is None else pickle.loads(_exactly(sock, struct.unpack("!I", head)[0]))
+
+
+def _exactly(sock: socket.socket, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+# ---- the test's side ------------------------------------------------------------------------
+
+class Zygote:
+    """One warm interpreter, started on first use by this process and ended with it (it reads
+    its stdin, a pipe from here, and leaves at end of file)."""
+
+    def __init__(self, env: dict[str, str]):
+        self.folder = Path(tempfile.mkdtemp(prefix="pipeline-zygote-"))
+        self.address = str(self.folder / "socket")
+        self.proc = subprocess.Popen([sys.executable, __file__, self.address], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        ready = self.proc.stdout.readline()
+        if ready.strip() != b"ready":
+            raise RuntimeError(f"the warm interpreter did not start: {ready!r}")
+
+    def close(self) -> None:
+        self.proc.stdin.close()  # it leaves at end of file; runs it forked go on to their end
+        self.proc.wait()
+        self.proc.stdout.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def run(self, args: list[str], cwd: Path, env: dict[str, str],
+            timeout: float) -> subprocess.CompletedProcess:
+        out, err = (Path(tempfile.mkstemp(dir=self.folder, suffix=s)[1]) for s in (".out", ".err"))
+        cmd = [sys.executable, "-m", "pipeline", *args]
+        try:
+            code = self._ask({"argv": list(args), "cwd": str(cwd), "env": env,
+                              "stdout": str(out), "stderr": str(err)}, cmd, timeout)
+            return subprocess.CompletedProcess(cmd, code, out.read_text(), err.read_text())
+        finally:
+            out.unlink(missing_ok=True)
+            err.unlink(missing_ok=True)
+
+    def _ask(self, request: dict, cmd: list[str], timeout: float) -> int:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(self.address)
+            _send(sock, request)
+            pid = _recv(sock)
+            sock.settimeout(timeout)
+            try:
+                return _recv(sock)
+            except TimeoutError:
+                os.kill(pid, signal.SIGKILL)
+                raise subprocess.TimeoutExpired(cmd, timeout) from None
+            except BaseException:  # the test was interrupted: no run outlives it
+                os.kill(pid, signal.SIGKILL)
+                raise
+
+
+# One zygote for each environment a run asked for twice (pytest's PYTEST_CURRENT_TEST aside):
+# the first run with an environment starts cold, so one that only a single test sets (a
+# variable naming its temporary folder) never pays for a zygote. A few at most; the oldest goes.
+ZYGOTES = 3
+_zygotes: dict[frozenset, Zygote] = {}
+_seen: set[frozenset] = set()
+
+
+@atexit.register
+def _close_all() -> None:
+    while _zygotes:
+        _zygotes.popitem()[1].close()
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str],
+        timeout: float) -> subprocess.CompletedProcess | None:
+    """The run, forked from a zygote; None where it is to start cold (above)."""
+    if os.environ.get("PIPELINE_TEST_COLD_CLI") == "1" or (args and args[0] == "-m"):
+        return None  # -m: a sweep hands its jobs to launchers that start interpreters anyway
+    key = frozenset((k, v) for k, v in env.items() if k != "PYTEST_CURRENT_TEST")
+    if key not in _zygotes:
+        if key not in _seen:
+            _seen.add(key)
+            return None
+        if len(_zygotes) >= ZYGOTES:
+            _zygotes.pop(next(iter(_zygotes))).close()
+        _zygotes[key] = Zygote(env)
+    return _zygotes[key].run(args, cwd, env, timeout)
+
+
+# ---- the zygote's side ----------------------------------------------------------------------
+
+def _serve(address: str) -> None:
+    import importlib
+
+    import matplotlib
+
+    matplotlib.use("Agg")  # as pipeline.report.plots does before its first plot
+    for name in WARM:
+        importlib.import_module(name)
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # the scan of hydra_plugins every compose starts with
+    held = [m for m in MUST_NOT_HOLD if m in sys.modules]
+    assert not held, f"the warm interpreter must not hold {held}"
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(64)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # its waiters are reaped by the kernel
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    events = selectors.DefaultSelector()
+    events.register(listener, selectors.EVENT_READ)
+    events.register(sys.stdin, selectors.EVENT_READ)
+    while True:
+        for key, _ in events.select():
+            if key.fileobj is sys.stdin:  # the test process is gone
+                return
+            conn, _ = listener.accept()
+            if os.fork() == 0:
+                events.close()
+                listener.close()
+                _wait_for_run(conn)  # never returns
+            conn.close()
+
+
+def _wait_for_run(conn: socket.socket) -> None:
+    """A waiter: fork the run, tell the test its pid, then its exit code."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    request = _recv(conn)
+    pid = os.fork()
+    if pid == 0:
+        conn.close()
+        _become_the_run(request)  # never returns
+    try:
+        _send(conn, pid)
+        _, status = os.waitpid(pid, 0)
+        _send(conn, os.waitstatus_to_exitcode(status))
+    except OSError:  # the test gave up on the run (a timeout) and killed it
+        pass
+    os._exit(0)
+
+
+def _become_the_run(request: dict) -> None:
+    import runpy
+
+    os.setsid()  # as a test's subprocess: no terminal, and not in the zygote's process group
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    for fd, name in ((0, os.devnull), (1, request["stdout"]), (2, request["stderr"])):
+        target = os.open(name, os.O_RDONLY if fd == 0 else os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(target, fd)
+        os.close(target)
+    sys.path[0] = request["cwd"]  # ``python -m`` puts the working directory first
+    sys.argv = ["-m", *request["argv"]]
+    try:
+        runpy.run_module("pipeline", run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as e:
+        code = _exit_code(e.code)
+    except BaseException:  # noqa: BLE001 - what the interpreter does with an uncaught error
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    # The interpreter's own exit, less the C libraries' static destructors: onnxruntime's wait
+    # forever on a thread pool the zygote had and a fork does not (multiprocessing's children
+    # leave through os._exit for the same reason).
+    import threading
+
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
+
+
+def _exit_code(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+if __name__ == "__main__":
+    _serve(sys.argv[1])
