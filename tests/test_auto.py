@@ -18,7 +18,10 @@ from tests.conftest import run_cli
 
 FAST = ["bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=0.3",
         "bench.warmup_max_runs=20", "bench.size_buckets=2", "bench.batches_per_bucket=1",
-        "bench.cold_start_repeats=0", "bench.batch_sizes=[8]", "bench.aa_tolerance=0.5",
+        "bench.cold_start_repeats=0", "bench.batch_sizes=[8]",
+        # wide: every candidate on every runtime is timed in one interleaved benchmark, whose
+        # FP32 twin read 1.55 twice in a busy hour (the A/A check has tests of its own)
+        "bench.aa_tolerance=0.9",
         # random weights decode noise: agreement with FP16 says nothing about quantization here
         "gate.min_output_agreement=0", "slo.p99_ms=100000",
         # the SLO is judged at its own batch size (1 by default), which this run does not time
