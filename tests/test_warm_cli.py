@@ -15,6 +15,10 @@ import pytest
 from tests import warm_cli
 from tests.conftest import ROOT, tiny_args
 
+# Every test here runs the command line, some through the zygote's own call, which the cli
+# marking in tests/conftest.py does not follow.
+pytestmark = pytest.mark.cli
+
 
 @pytest.fixture(scope="module")
 def zygote():
