@@ -23,6 +23,11 @@ def small_cnn(classes: int = CLASSES, width: int = 8) -> nn.Module:
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, classes))
 
 
+def exits(**params) -> nn.Module:
+    """A factory that ends the process, as a script's argument parsing does."""
+    raise SystemExit("usage: train.py [-h] --epochs N")
+
+
 def image(label: int, rng: np.random.Generator) -> np.ndarray:
     x = rng.uniform(0, 60, size=(SIZE, SIZE, 3))
     if label == 0:

@@ -243,6 +243,9 @@ def test_bad_inputs_end_with_one_line(byo, tmp_path):
          ("not an ONNX model",)),
         ([*TORCH[:1], "model.factory=no_such_pkg.mod:fn", *TORCH[2:], *labelled,
           "metric=classification"], 2, ("cannot import no_such_pkg.mod",)),
+        ([*TORCH[:1], "model.factory=tests.byo_net:exits", *TORCH[2:], *labelled,
+          "metric=classification"], 2, ("model.factory=tests.byo_net:exits", "SystemExit",
+                                        "usage: train.py")),  # it exited: not exit 1, a gate's
         ([*TORCH, f"model.checkpoint={bad_ck}", *labelled, "metric=classification"], 2,
          ("does not fit",)),
         ([*onnx, "data=imagefolder", f"data.path={empty}", "metric=classification"], 3,

@@ -26,7 +26,8 @@ def resolve(spec: str):
     mod_name, _, fn_name = spec.partition(":")
     try:
         module = importlib.import_module(mod_name)
-    except Exception as e:  # noqa: BLE001 - any import failure of the user's code is one line
+    # SystemExit too: a training script that parses its arguments when imported ends there
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - any failure of the user's code: one line
         raise ConfigError(f"model.factory={spec}: cannot import {mod_name} "
                           f"({type(e).__name__}: {e})") from None
     fn = getattr(module, fn_name, None)
@@ -106,7 +107,7 @@ class TorchTask(UserTask):
         torch.manual_seed(0)  # a factory's own initialisation, reproducibly
         try:
             net = self.factory(**params)
-        except Exception as e:  # noqa: BLE001 - the user's code: one line naming it
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's code: one line naming it
             raise ConfigError(f"model.factory={self.key.path}: failed with params {params} "
                               f"({type(e).__name__}: {e})") from None
         if not isinstance(net, torch.nn.Module):
