@@ -130,8 +130,10 @@ def _close_all() -> None:
 def run(args: list[str], cwd: Path, env: dict[str, str],
         timeout: float) -> subprocess.CompletedProcess | None:
     """The run, forked from a zygote; None where it is to start cold (above)."""
-    if os.environ.get("PIPELINE_TEST_COLD_CLI") == "1" or (args and args[0] == "-m"):
-        return None  # -m: a sweep hands its jobs to launchers that start interpreters anyway
+    from pipeline.cli.sweep.launch import is_sweep
+
+    if os.environ.get("PIPELINE_TEST_COLD_CLI") == "1" or is_sweep(args):
+        return None  # a sweep hands its jobs to launchers that start interpreters anyway
     key = frozenset((k, v) for k, v in env.items() if k != "PYTEST_CURRENT_TEST")
     if key not in _zygotes:
         if key not in _seen:
