@@ -127,6 +127,22 @@ if __name__ == "__main__":
 """
 
 
+def test_a_signal_handled_inside_a_finalizer_still_interrupts_the_run(capfd):
+    """Python drops an exception raised in ``__del__`` (or a weakref callback) after printing
+    it; the run went on and ignored every later signal."""
+    class Collected:
+        def __del__(self):
+            signal.raise_signal(signal.SIGTERM)  # the handler runs here, inside __del__
+
+    with pytest.raises(interrupt.Interrupted) as e, interrupt.handled():
+        Collected()  # dropped at once: __del__ runs
+        deadline = time.time() + 60
+        while time.time() < deadline:  # ordinary code, where the signal is raised again
+            time.sleep(0.01)
+    assert e.value.signum == signal.SIGTERM
+    assert "Exception ignored" not in capfd.readouterr().err  # nothing but the run's one line
+
+
 def test_a_killed_childs_semaphores_are_cleaned_up_without_a_word(tmp_path):
     """multiprocessing's resource tracker removes what a killed child left, and warned about it
     on stderr after the run's one line."""

@@ -96,12 +96,41 @@ def handled():
     if _QUIET_TRACKER not in sys.warnoptions:
         sys.warnoptions.append(_QUIET_TRACKER)
     old = {s: signal.signal(s, _handler) for s in SIGNALS}
+    hook, sys.unraisablehook = sys.unraisablehook, _redelivering(sys.unraisablehook)
     try:
         yield
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        sys.unraisablehook = hook
         _raised = False
+
+
+def _redelivering(previous):
+    """The handler runs wherever the main thread is, and that may be a weakref callback or a
+    ``__del__`` (a garbage collection), where Python prints the exception and drops it. The run
+    then went on, deaf: later signals are ignored once one was raised (seen: a SIGTERM while a
+    push waited on a registry that never answered, and the run hung). Such an Interrupted is
+    raised again, silently, once the main thread is back in ordinary code: another thread sends
+    the signal again a moment later (sent from here, its handler would run inside this hook,
+    where an exception is dropped too; one that lands in a finalizer again comes back again)."""
+    import threading
+
+    def hook(unraisable):
+        global _raised
+        if not isinstance(unraisable.exc_value, Interrupted):
+            return previous(unraisable)
+        _raised = False
+        threading.Thread(target=_send_again, args=(unraisable.exc_value.signum,),
+                         daemon=True).start()
+    return hook
+
+
+def _send_again(signum: int) -> None:
+    import time
+
+    time.sleep(0.05)  # the hook and the finalizer it reports on have returned by then
+    os.kill(os.getpid(), signum)
 
 
 @contextlib.contextmanager
