@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tiny_args
+from tests.conftest import seeded, tiny_args
 
 
 @contextmanager
@@ -37,10 +37,8 @@ def tmpfs(path: Path, size: str = "1m", fill_to_bytes: int | None = None,
 def copy_of_tiny_run(tiny_run, dest: Path, **overrides: str) -> list[str]:
     """Arguments for a run in ``dest``, a workdir holding a copy of the tiny run's cache; the data
     folder stays the tiny run's (it is part of stage keys), so a re-run reuses every stage."""
-    src, _ = tiny_run
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(src / "cache", dest / "cache", symlinks=True)
-    return args_with(dest, data_dir=str(src / "data"), **overrides)
+    seeded(tiny_run, dest)
+    return args_with(dest, data_dir=str(tiny_run[0] / "data"), **overrides)
 
 
 def args_with(workdir: Path, **overrides: str) -> list[str]:
