@@ -85,3 +85,41 @@ def test_a_request_not_held_runs_without_waiting_for_company():
     assert not held.done()
     b.stop()  # stopping answers what is queued
     assert held.result(timeout=60)[0] == 2.0 and seen == [[8], [8]]
+
+
+def test_a_request_given_up_on_is_skipped_and_the_batcher_goes_on():
+    """A request whose waiter gave up (its future cancelled while queued) is skipped when its
+    batch is answered; the thread goes on answering the others (it used to die on setting a
+    cancelled future's result, and every later request waited forever)."""
+    release = threading.Event()
+
+    def run(jobs):
+        release.wait(60)
+        return [(float(j.feeds["x"][0]), {}) for j in jobs]
+
+    b = Batcher(run, max_batch=2, max_wait_ms=0, bucket=0)
+    b.start()
+    first = b.submit({"x": np.array([1])}, 8)
+    gone = b.submit({"x": np.array([2])}, 8)
+    assert gone.cancel()
+    release.set()
+    assert first.result(timeout=60)[0] == 1.0
+    assert b.submit({"x": np.array([3])}, 8).result(timeout=60)[0] == 3.0
+    b.stop()
+
+
+def test_with_a_loop_a_batch_is_answered_on_the_loop():
+    """The server's way: futures of its event loop, resolved on the loop's own thread."""
+    import asyncio
+
+    async def main():
+        b = Batcher(_echo([]), max_batch=4, max_wait_ms=50, bucket=0,
+                    loop=asyncio.get_running_loop())
+        b.start()
+        futures = [b.submit({"x": np.array([k])}, 8) for k in range(4)]
+        assert all(isinstance(f, asyncio.Future) for f in futures)
+        answers = await asyncio.wait_for(asyncio.gather(*futures), 60)
+        await asyncio.to_thread(b.stop)
+        return [a for a, _ in answers]
+
+    assert asyncio.run(main()) == [0.0, 1.0, 2.0, 3.0]

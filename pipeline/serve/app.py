@@ -6,7 +6,7 @@ decodes it, the model, and the time each stage took), ``GET /healthz`` (the proc
 (Prometheus text).
 
 ``pipeline`` mode is Case 1's fix: decoding and preprocessing run in worker processes
-(``ProcessPoolExecutor``, started before the model so no runtime thread is forked), the batcher
+(``workers``: spawned, each on a socket the event loop reads and writes), the batcher
 (``batcher``) runs the model on its own thread and postprocesses, and the event loop only moves
 bytes. ``inline`` mode decodes, preprocesses, runs a batch of one and postprocesses in the request
 handler (Starlette's thread pool), as a first server would: kept to measure against.
@@ -23,8 +23,6 @@ import contextlib
 import os
 import signal
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 
 import uvicorn
 from starlette.applications import Starlette
@@ -36,12 +34,9 @@ from starlette.routing import Route
 from pipeline.serve.batcher import Batcher, Job
 from pipeline.serve.config import ServeConfig
 from pipeline.serve.inputs import BadInput, Limits, Prepared
-from pipeline.serve.readers import prepare, warm
+from pipeline.serve.readers import prepare
 from pipeline.serve.metrics import ServerMetrics
-
-
-class WorkerLost(Exception):
-    """A preprocessing worker died with this request: 500, and the server goes on."""
+from pipeline.serve.workers import WorkerLost, Workers
 
 
 class Server:
@@ -58,7 +53,7 @@ class Server:
         self.stopping = False  # set on SIGTERM: new requests are refused, admitted ones answered
         self.failed: str | None = None  # why start-up failed (one line); the CLI exits non-zero
         self.admitted = 0
-        self.pool: ProcessPoolExecutor | None = None
+        self.workers: Workers | None = None
         self.batcher: Batcher | None = None
         self.model = None
 
@@ -67,24 +62,17 @@ class Server:
         return f"{self.admitted} request(s)"
 
     # -- life cycle ------------------------------------------------------------------------
-    def _new_pool(self) -> ProcessPoolExecutor:
-        import multiprocessing
-
-        # spawn, not fork: a forked child of a process with runtime threads can deadlock
-        return ProcessPoolExecutor(self.cfg.workers,
-                                   mp_context=multiprocessing.get_context("spawn"))
-
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
         if self.cfg.mode == "pipeline":
-            self.pool = self._new_pool()
-            await asyncio.gather(*(loop.run_in_executor(self.pool, warm, self.served.task_key)
-                                   for _ in range(self.cfg.workers)))
+            self.workers = Workers(self.cfg.workers, self.served.task_key,
+                                   on_restart=self.metrics.worker_restarts.inc)
+            await self.workers.start()
         self.model = await run_in_threadpool(self._load)
         if self.cfg.mode == "pipeline":
             self.batcher = Batcher(self._run_batch, self.cfg.max_batch, self.cfg.max_wait_ms,
                                    self.cfg.shape_bucket,
-                                   on_batch=self.metrics.batch_size.observe)
+                                   on_batch=self.metrics.batch_size.observe,
+                                   loop=asyncio.get_running_loop())
             self.batcher.start()
         await self._warm_up()
         self.ready = True
@@ -93,8 +81,8 @@ class Server:
         self.ready = False
         if self.batcher is not None:
             await run_in_threadpool(self.batcher.stop)
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.workers is not None:
+            await self.workers.stop()
 
     def _load(self):
         from pipeline import runtimes
@@ -121,23 +109,11 @@ class Server:
         ``hold=False``: the batcher runs it without waiting for company (warm-up)."""
         if self.cfg.mode == "inline":
             return await run_in_threadpool(self._inline, body, content_type)
-        loop = asyncio.get_running_loop()
-        pool = self.pool
-        try:
-            prepared: Prepared = await loop.run_in_executor(pool, prepare, body, content_type,
-                                                            self.limits, self.served.task_key)
-        except BrokenProcessPool:
-            # A worker died (killed, out of memory, a decoder that crashed on these bytes): this
-            # request fails, the pool is replaced and the server goes on. Not retried: bytes that
-            # crash a decoder would crash the next worker too.
-            if self.pool is pool:
-                self.pool = self._new_pool()
-                pool.shutdown(wait=False, cancel_futures=True)
-                self.metrics.worker_restarts.inc()
-            raise WorkerLost("a preprocessing worker died while decoding this request; the "
-                             "workers were restarted, retry") from None
-        answer, timings = await asyncio.wrap_future(self.batcher.submit(prepared.feeds,
-                                                                        prepared.size, hold))
+        # A worker that dies with this request (killed, out of memory, a decoder that crashed on
+        # these bytes) fails it with WorkerLost and is replaced; not retried: bytes that crash a
+        # decoder would crash the next worker too.
+        prepared: Prepared = await self.workers.prepare(body, content_type, self.limits)
+        answer, timings = await self.batcher.submit(prepared.feeds, prepared.size, hold)
         return answer, {"decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms,
                         **timings}
 

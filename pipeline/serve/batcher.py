@@ -2,8 +2,10 @@
 own.
 
 In: prepared requests (feeds of a batch of one and their size class) and a function that runs a
-list of them as one batch and returns one answer per request. Out: a ``Future`` per request,
-resolved with (answer, timings) or the exception the batch raised.
+list of them as one batch and returns one answer per request. Out: a future per request,
+resolved with (answer, timings) or the exception the batch raised: an asyncio future of ``loop``
+when the batcher is given one (the server: a batch's answers reach the event loop in one
+hand-over, not one wake-up per request), else a ``concurrent.futures.Future``.
 
 The policy is the load test's (``pipeline.measure.serving``), now on real threads: take the
 oldest request, then wait for more of its shape class until the batch is full or the oldest has
@@ -17,6 +19,7 @@ request is refused before it reaches here.
 """
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from concurrent.futures import Future
@@ -30,7 +33,7 @@ class Job:
     size: int
     hold: bool = True  # False: run as soon as the thread is free, without waiting for company
     arrived: float = field(default_factory=time.perf_counter)
-    future: Future = field(default_factory=Future)
+    future: Future | asyncio.Future = field(default_factory=Future)
 
 
 def shape_class(size: int, bucket: int) -> int:
@@ -39,8 +42,9 @@ def shape_class(size: int, bucket: int) -> int:
 
 class Batcher:
     def __init__(self, run_batch: Callable[[list[Job]], list], max_batch: int, max_wait_ms: float,
-                 bucket: int = 0, on_batch: Callable[[int], None] | None = None):
-        self.run_batch, self.max_batch = run_batch, max_batch
+                 bucket: int = 0, on_batch: Callable[[int], None] | None = None,
+                 loop: asyncio.AbstractEventLoop | None = None):
+        self.run_batch, self.max_batch, self.loop = run_batch, max_batch, loop
         self.max_wait, self.bucket, self.on_batch = max_wait_ms / 1000.0, bucket, on_batch
         self.pending: list[Job] = []
         self.cond = threading.Condition()
@@ -50,11 +54,14 @@ class Batcher:
     def start(self) -> None:
         self.thread.start()
 
-    def submit(self, feeds: dict, size: int, hold: bool = True) -> Future:
-        """Queue one request. ``hold=False`` (the server's warm-up) is not held for company: a
-        warm-up run that waited ``max_wait_ms`` for requests that cannot come yet would only
-        delay readiness by that much per run."""
+    def submit(self, feeds: dict, size: int, hold: bool = True) -> Future | asyncio.Future:
+        """Queue one request (from the loop's own thread when the batcher has a loop).
+        ``hold=False`` (the server's warm-up) is not held for company: a warm-up run that waited
+        ``max_wait_ms`` for requests that cannot come yet would only delay readiness by that much
+        per run."""
         job = Job(feeds, size, hold)
+        if self.loop is not None:
+            job.future = self.loop.create_future()
         with self.cond:
             if self.stopping:
                 raise RuntimeError("the batcher has stopped")
@@ -99,10 +106,24 @@ class Batcher:
             started = time.perf_counter()
             try:
                 answers = self.run_batch(batch)
+                outcomes = []
+                for job, (answer, timings) in zip(batch, answers):
+                    timings["queue"] = (started - job.arrived) * 1000.0
+                    outcomes.append((job, (answer, timings), None))
             except BaseException as e:  # noqa: BLE001 - every waiting request gets the error
-                for job in batch:
-                    job.future.set_exception(e)
-                continue
-            for job, (answer, timings) in zip(batch, answers):
-                timings["queue"] = (started - job.arrived) * 1000.0
-                job.future.set_result((answer, timings))
+                outcomes = [(job, None, e) for job in batch]
+            if self.loop is not None:
+                self.loop.call_soon_threadsafe(_settle, outcomes)
+            else:
+                _settle(outcomes)
+
+
+def _settle(outcomes: list) -> None:
+    """Each job's future gets its answer or error; one given up on (cancelled) is left alone."""
+    for job, result, error in outcomes:
+        if job.future.done():
+            continue
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(result)

@@ -134,9 +134,3 @@ def prepare(body: bytes, content_type: str, limits: Limits, key) -> Prepared:
     """Decode and preprocess one request for the artifact ``key`` names: a worker's entry."""
     return reader(key).prepare(body, content_type, limits)
 
-
-def warm(key) -> bool:
-    """A worker's first call: build the reader (imports, the task, the tokenizer) before the first
-    request needs it."""
-    reader(key)
-    return True

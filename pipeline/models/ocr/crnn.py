@@ -169,6 +169,8 @@ def stack(requests: list[np.ndarray]) -> np.ndarray:
     """Join single-line inputs [1, 1, H, W_i] into one batch, edge-padded to the widest
     (the same padding ``collate`` uses), as a serving batcher must."""
     w_max = max(r.shape[-1] for r in requests)
+    if all(r.shape[-1] == w_max for r in requests):  # a batcher's exact shape class: no padding
+        return np.concatenate(requests)
     return np.concatenate([np.pad(r, ((0, 0), (0, 0), (0, 0), (0, w_max - r.shape[-1])), mode="edge")
                            for r in requests])
 
