@@ -50,8 +50,18 @@ def _serve(sock: socket.socket, key) -> None:
         try:
             answer = (ident, True, prepare(body, content_type, limits, key))
         except Exception as e:  # noqa: BLE001 - BadInput, or a reader's failure: the server's
-            answer = (ident, False, e)
+            answer = (ident, False, _portable(e))
         sock.sendall(_frame(answer))
+
+
+def _portable(error: Exception) -> Exception:
+    """``error`` if the server can unpickle it, else a RuntimeError with its line: an exception
+    the server could not rebuild would end the link, and every request on this worker with it."""
+    try:
+        pickle.loads(pickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL))
+        return error
+    except Exception:  # noqa: BLE001 - any failure to round-trip
+        return RuntimeError(f"{type(error).__name__}: {error}")
 
 
 def _frame(message) -> bytes:
