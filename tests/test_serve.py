@@ -49,6 +49,16 @@ def post(url: str, body, content_type: str = "image/png", **kw) -> requests.Resp
                          timeout=120, **kw)
 
 
+def admitted(pool, url: str):
+    """One request sent from ``pool``, returned (a future) once the server has admitted it."""
+    sent = pool.submit(post, url, line_png())
+    deadline = time.monotonic() + 60
+    while metrics(url).get(("serve_queue_depth",)) != 1:
+        assert time.monotonic() < deadline, "the request was never admitted"
+        time.sleep(0.02)
+    return sent
+
+
 def test_predicts_from_png_and_jpeg_bytes_of_any_size(server):
     from PIL import Image
     import io
@@ -169,11 +179,7 @@ def test_sigterm_answers_what_is_in_flight_then_exits_0(published, tmp_path):
     running = start(ref, tmp_path, *overrides, "--max-wait-ms", "5000", "--workers", "1",
                     "--threads", "1")
     with ThreadPoolExecutor(1) as pool:
-        inflight = pool.submit(post, running.url, line_png())
-        deadline = time.monotonic() + 60
-        while metrics(running.url).get(("serve_queue_depth",)) != 1:
-            assert time.monotonic() < deadline, "the request was never admitted"
-            time.sleep(0.02)
+        inflight = admitted(pool, running.url)
         running.proc.send_signal(__import__("signal").SIGTERM)
         answer = inflight.result()
     assert answer.status_code == 200, answer.text
@@ -307,11 +313,7 @@ def test_a_dead_worker_fails_its_request_and_the_server_goes_on(server):
     for w in workers:
         os.kill(w, signal.SIGSTOP)
     with ThreadPoolExecutor(1) as pool:
-        held = pool.submit(post, server.url, line_png())
-        deadline = time.monotonic() + 60
-        while metrics(server.url).get(("serve_queue_depth",)) != 1:
-            assert time.monotonic() < deadline, "the request never reached the server"
-            time.sleep(0.05)
+        held = admitted(pool, server.url)
         time.sleep(0.3)  # its body is read and written to a worker's socket just after
         for w in workers:
             os.kill(w, signal.SIGKILL)
