@@ -279,10 +279,15 @@ def test_a_run_whose_cached_model_was_edited_is_refused(tiny_run, tmp_path):
 def _workers(pid: int) -> list[int]:
     """The server's preprocessing processes (children started by multiprocessing's spawn, from
     whichever of its threads)."""
-    children = [c for task in Path(f"/proc/{pid}/task").iterdir()
-                for c in (task / "children").read_text().split()]
-    return [int(c) for c in children
-            if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:  # a thread, or a child, may end while it is read
+            for c in (task / "children").read_text().split():
+                if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes():
+                    out.append(int(c))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return out
 
 
 def _replaced(pid: int, dead: list[int], count: int) -> list[int]:

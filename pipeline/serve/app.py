@@ -36,7 +36,7 @@ from pipeline.serve.config import ServeConfig
 from pipeline.serve.inputs import BadInput, Limits, Prepared
 from pipeline.serve.readers import prepare
 from pipeline.serve.metrics import ServerMetrics
-from pipeline.serve.workers import WorkerLost, Workers
+from pipeline.serve.workers import WorkerError, WorkerLost, Workers
 
 
 class Server:
@@ -182,7 +182,7 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
             m.requests.labels("bad_input").inc()
             m.errors.labels(str(e.status)).inc()
             return _error(e.status, e.line)
-        except WorkerLost as e:
+        except (WorkerLost, WorkerError) as e:
             m.requests.labels("error").inc()
             m.errors.labels("500").inc()
             return _error(500, str(e))
