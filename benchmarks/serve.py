@@ -206,7 +206,7 @@ def _per_window(samples: list[tuple[float, float]], window: float, count: int) -
 
 
 def _measured(servers: dict, models: dict, bodies: list[bytes], cfg, tmp: Path,
-              soak_seconds: float = 0.0) -> dict:
+              soak_seconds: float = 0.0, text: bool = False) -> dict:
     """The sweeps of ``servers`` ({name: command}; a name starts with its model's key in
     ``models``: {"int8": Served, "fp32": Served}) and each model's CPU bound, each row with its
     fraction of its model's bound, its model thread's busy share and its processes' CPU per
@@ -215,7 +215,8 @@ def _measured(servers: dict, models: dict, bodies: list[bytes], cfg, tmp: Path,
     from benchmarks import serve_bound
     from pipeline.serve.config import ServeConfig
 
-    threads = ServeConfig().resolved().intra_op_threads  # the producer/consumer server's split
+    # the producer/consumer server's threads per run of the model (``text``: a text model's split)
+    threads = ServeConfig().resolved(text=text).intra_op_threads
     first = serve_bound.measure(models["int8"], bodies, threads)
     rows, soak, http_get_ms = _sweep(servers, bodies, cfg, max(1.0, first.bound_qps / 16), tmp,
                                      soak_seconds)
@@ -338,7 +339,7 @@ def encoder_section(cli, slo: float, step_seconds: float, quick: bool) -> dict:
         servers = {"int8 inline": serve + [str(run_dir), "--mode", "inline"],
                    "int8 pipeline": serve + [str(run_dir)],
                    "fp32 pipeline": serve + [str(fp32)]}
-        out.update(_measured(servers, models, bodies, cfg, tmp))
+        out.update(_measured(servers, models, bodies, cfg, tmp, text=True))
         out["targets"] = targets(out)
         return out
     finally:

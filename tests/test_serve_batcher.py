@@ -123,3 +123,35 @@ def test_with_a_loop_a_batch_is_answered_on_the_loop():
         return [a for a, _ in answers]
 
     assert asyncio.run(main()) == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_consumers_run_batches_side_by_side():
+    """Two consumers: two batches (two shape classes) are in the model at once. Each run waits
+    for the other at a barrier; one consumer would leave the first waiting alone until it broke."""
+    meet = threading.Barrier(2, timeout=60)
+
+    def run(jobs):
+        meet.wait()
+        return [(j.size, {}) for j in jobs]
+
+    b = Batcher(run, max_batch=4, max_wait_ms=0, bucket=0, consumers=2)
+    b.start()
+    first, second = b.submit({}, 8), b.submit({}, 16)
+    assert (first.result(timeout=60)[0], second.result(timeout=60)[0]) == (8, 16)
+    b.stop()
+    assert not any(t.is_alive() for t in b.threads)
+
+
+def test_a_text_model_runs_on_every_core_and_an_image_model_keeps_the_split(monkeypatch):
+    from pipeline.serve import config
+    from pipeline.serve.config import ServeConfig
+
+    monkeypatch.setattr(config, "usable_cores", lambda: 6)
+    text = ServeConfig().resolved(text=True)
+    assert (text.workers, text.consumers, text.intra_op_threads) == (1, 6, 1)
+    image = ServeConfig().resolved()
+    assert (image.workers, image.consumers, image.intra_op_threads) == (2, 1, 4)
+    mine = ServeConfig(workers=2, consumers=3, intra_op_threads=2).resolved(text=True)
+    assert (mine.workers, mine.consumers, mine.intra_op_threads) == (2, 3, 2)
+    inline = ServeConfig(mode="inline").resolved(text=True)
+    assert (inline.workers, inline.intra_op_threads) == (0, 6)

@@ -7,12 +7,14 @@ version (the model, its tokenizer files and ``config.json``, every blob re-hashe
 evaluation sentence with the evaluation's own ``encode`` and answers the embedding. The vectors,
 in the split's order, must hash to the candidate's output-hash ledger. The run evaluates one
 sentence at a time (``model.eval_batch_size=1``) and the server runs batches of one
-(``--max-batch 1``): dynamic INT8 computes each activation's scale over the whole batch, so a
+(``--max-batch 1``), on as many threads side by side as it has cores: dynamic INT8 computes each activation's scale over the whole batch, so a
 vector computed beside other sentences differs in its last digits from the one computed alone.
 """
 from __future__ import annotations
 
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -82,18 +84,25 @@ def test_server_embeddings_equal_the_runs_output_hash_ledger(text_run, tmp_path)
     root, report, ref = text_run
     candidate = next(r for r in report["rows"] if r["role"] == "candidate")
     texts = _evaluation_texts(root, report)
-    running = start(ref, tmp_path, f"registry.root={root / 'registry'}", "--workers", "1",
-                    "--threads", "1", "--max-batch", "1")
+    # the text model's own split: one worker, the model on every usable core, one intra-op
+    # thread each; sentences sent four at a time, so the consumers run side by side
+    running = start(ref, tmp_path, f"registry.root={root / 'registry'}", "--max-batch", "1")
     try:
-        vectors = []
-        for k, text in enumerate(texts):
+        split = requests.get(f"{running.url}/readyz", timeout=60).json()
+        assert (split["workers"], split["intra_op_threads"]) == (1, 1), split
+        assert split["consumers"] == len(os.sched_getaffinity(0)), split
+
+        def ask(k: int) -> list:
             # half as plain UTF-8, half as JSON: both are read the same way
-            r = (requests.post(f"{running.url}/predict", data=text.encode(),
+            r = (requests.post(f"{running.url}/predict", data=texts[k].encode(),
                                headers={"Content-Type": "text/plain; charset=utf-8"}, timeout=60)
                  if k % 2 else
-                 requests.post(f"{running.url}/predict", json={"text": text}, timeout=60))
+                 requests.post(f"{running.url}/predict", json={"text": texts[k]}, timeout=60))
             assert r.status_code == 200, r.text
-            vectors.append(r.json()["prediction"])
+            return r.json()["prediction"]
+
+        with ThreadPoolExecutor(4) as pool:
+            vectors = list(pool.map(ask, range(len(texts))))
         bad = [requests.post(f"{running.url}/predict", data=body, headers={"Content-Type": ct},
                              timeout=60) for body, ct in
                ((b"caf\xe9", "text/plain"), (b'{"txt": 1}', "application/json"),

@@ -6,7 +6,10 @@ over HTTP (``pipeline.serve``).
     --host H --port P         where to listen (127.0.0.1:8000; port 0: any free port)
     --mode pipeline|inline    worker processes + dynamic batcher (default), or all in the handler
     --workers N               preprocessing processes (default: a third of the usable cores)
-    --threads N               the runtime's intra-op threads (default: the other usable cores)
+    --threads N               the runtime's intra-op threads (default: the other usable cores;
+                              1 for a text model)
+    --consumers N             threads running the model, a batch each (default: 1; for a text
+                              model, the usable cores)
     --max-batch N --max-wait-ms MS --shape-bucket N    the batcher (8, 2 ms, 0: exact sizes)
     --queue-limit N           requests admitted at once; past it 503 + Retry-After (64)
     --max-body-bytes N --max-pixels N --max-side N     input limits (10 MiB, 16 Mpx, 16384)
@@ -52,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="pipeline")
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--consumers", type=int, default=0)
     p.add_argument("--max-batch", type=int, default=8)
     p.add_argument("--max-wait-ms", type=float, default=2.0)
     p.add_argument("--shape-bucket", type=int, default=0)
@@ -98,13 +102,14 @@ def parse(argv: list[str]):
     if ns.ray_address:  # before anything is pulled
         _check_reachable(ns.ray_address)
     cfg = ServeConfig(host=ns.host, port=ns.port, mode=ns.mode, workers=ns.workers,
-                      intra_op_threads=ns.threads, max_batch=ns.max_batch,
+                      intra_op_threads=ns.threads, consumers=ns.consumers,
+                      max_batch=ns.max_batch,
                       max_wait_ms=ns.max_wait_ms, shape_bucket=ns.shape_bucket,
                       queue_limit=ns.queue_limit, max_body_bytes=ns.max_body_bytes,
                       max_pixels=ns.max_pixels, max_side=ns.max_side,
                       max_sequences=ns.max_sequences, max_seq_len=ns.max_seq_len,
                       max_new_tokens=ns.max_new_tokens, kv_budget_mb=ns.kv_budget_mb,
-                      decode_batch=ns.decode_batch).resolved()
+                      decode_batch=ns.decode_batch)
     return ns, cfg, overrides
 
 
@@ -189,10 +194,12 @@ def _serve(argv: list[str]) -> int:
 
     from pipeline.serve.app import Draining, build
     from pipeline.serve.artifact import open_ref
+    from pipeline.serve.readers import TextKey
 
     ns, cfg, overrides = parse(argv)
     with tempfile.TemporaryDirectory(prefix="pipeline-serve-") as tmp:
         served = open_ref(ns.ref, Path(tmp) / "pulled", overrides)
+        cfg = cfg.resolved(text=isinstance(served.task_key, TextKey))  # the split needs its kind
         if ns.replicas:
             return _serve_ray(ns, cfg, served)
         if served.kind == "generate":  # a decoder: streamed generation, KV-cache admission
@@ -212,7 +219,8 @@ def _serve(argv: list[str]) -> int:
             signal.signal(sig, lambda *_: None)
         print(f"serving {served.ref} ({served.model_name}, task {served.task_key}) on "
               f"http://{cfg.host}:{cfg.port} mode={cfg.mode} workers={cfg.workers} "
-              f"threads={cfg.intra_op_threads} max_batch={cfg.max_batch}", flush=True)
+              f"consumers={cfg.consumers} threads={cfg.intra_op_threads} "
+              f"max_batch={cfg.max_batch}", flush=True)
         if ns.ready_file:
             _announce(userver, server, Path(ns.ready_file))
         userver.run()

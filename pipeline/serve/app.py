@@ -72,7 +72,8 @@ class Server:
             self.batcher = Batcher(self._run_batch, self.cfg.max_batch, self.cfg.max_wait_ms,
                                    self.cfg.shape_bucket,
                                    on_batch=self.metrics.batch_size.observe,
-                                   loop=asyncio.get_running_loop())
+                                   loop=asyncio.get_running_loop(),
+                                   consumers=self.cfg.consumers)
             self.batcher.start()
         await self._warm_up()
         self.ready = True
@@ -201,7 +202,7 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
                                            for k, v in timings.items()}})
 
     ready = {"model": server.served.ref, "mode": cfg.mode, "workers": cfg.workers,
-             "intra_op_threads": cfg.intra_op_threads}
+             "consumers": cfg.consumers, "intra_op_threads": cfg.intra_op_threads}
     routes = [Route("/predict", predict, methods=["POST"]), *service_routes(server, m, ready)]
     return Starlette(routes=routes, lifespan=lifespan(server)), server
 

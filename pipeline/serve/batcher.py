@@ -12,9 +12,10 @@ oldest request, then wait for more of its shape class until the batch is full or
 waited ``max_wait_ms``; requests of other classes keep their place. A shape class is the size
 axis rounded up to ``bucket`` (0: the exact size), so a batch pads little or nothing: padding a
 narrow text line to the widest in a batch costs more than batching saves, and with exact classes
-a line's outputs are the ones it would get alone. The model runs on this one thread, with the
-runtime's intra-op threads under it; nothing else in the process competes for those cores but
-the event loop. The queue is bounded by the caller's admission (``app``): past its limit a
+a line's outputs are the ones it would get alone. The model runs on ``consumers`` threads, each
+taking the next batch when it is free (one, the default for an image model: its batches run one
+after another with the runtime's intra-op threads under them; several for a text model, whose
+requests then run side by side, each on a core of its own). The queue is bounded by the caller's admission (``app``): past its limit a
 request is refused before it reaches here.
 """
 from __future__ import annotations
@@ -43,16 +44,18 @@ def shape_class(size: int, bucket: int) -> int:
 class Batcher:
     def __init__(self, run_batch: Callable[[list[Job]], list], max_batch: int, max_wait_ms: float,
                  bucket: int = 0, on_batch: Callable[[int], None] | None = None,
-                 loop: asyncio.AbstractEventLoop | None = None):
+                 loop: asyncio.AbstractEventLoop | None = None, consumers: int = 1):
         self.run_batch, self.max_batch, self.loop = run_batch, max_batch, loop
         self.max_wait, self.bucket, self.on_batch = max_wait_ms / 1000.0, bucket, on_batch
         self.pending: list[Job] = []
         self.cond = threading.Condition()
         self.stopping = False
-        self.thread = threading.Thread(target=self._loop, name="inference", daemon=True)
+        self.threads = [threading.Thread(target=self._loop, name=f"inference-{k}", daemon=True)
+                        for k in range(max(1, consumers))]
 
     def start(self) -> None:
-        self.thread.start()
+        for thread in self.threads:
+            thread.start()
 
     def submit(self, feeds: dict, size: int, hold: bool = True) -> Future | asyncio.Future:
         """Queue one request (from the loop's own thread when the batcher has a loop).
@@ -70,11 +73,12 @@ class Batcher:
         return job.future
 
     def stop(self) -> None:
-        """Answer everything queued, then end the thread."""
+        """Answer everything queued, then end the threads."""
         with self.cond:
             self.stopping = True
-            self.cond.notify()
-        self.thread.join()
+            self.cond.notify_all()
+        for thread in self.threads:
+            thread.join()
 
     def _take(self) -> list[Job] | None:
         with self.cond:

@@ -33,7 +33,8 @@ class ServerMetrics:
         self.batch_size = Histogram("serve_batch_size", "Requests per model run",
                                     buckets=tuple(range(1, max_batch + 1)), registry=r)
         # the article's utilisation: busy seconds over a step's seconds is the share of time the
-        # model's thread worked (inline: summed over the request threads running the model)
+        # model's thread worked (summed over the threads running the model: the consumers, or
+        # inline's request threads; over 1 when they overlap)
         self.busy = Counter("serve_inference_busy_seconds", "Seconds spent running the model "
                             "and decoding its outputs (a batch's time once)", registry=r)
         for outcome in ("ok", "bad_input", "overloaded", "error"):
