@@ -5,6 +5,8 @@ anything runs: only on which requests ended up together."""
 from __future__ import annotations
 
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -155,3 +157,27 @@ def test_a_text_model_runs_on_every_core_and_an_image_model_keeps_the_split(monk
     assert (mine.workers, mine.consumers, mine.intra_op_threads) == (2, 3, 2)
     inline = ServeConfig(mode="inline").resolved(text=True)
     assert (inline.workers, inline.intra_op_threads) == (0, 6)
+
+
+def test_consumers_never_run_an_empty_batch():
+    """Two consumers may wait for company for the same request; the one that finds it taken
+    starts over rather than running nothing. Requests from four threads, two shape classes."""
+    import random
+
+    seen: list = []
+    b = Batcher(_echo(seen), max_batch=4, max_wait_ms=3, bucket=0, consumers=2)
+    b.start()
+
+    def client(k: int) -> list:
+        rng = random.Random(k)
+        futures = []
+        for n in range(50):
+            futures.append(b.submit({"x": np.array([k * 100 + n])}, 8 if n % 3 else 16))
+            time.sleep(rng.random() / 1000)
+        return [f.result(timeout=60)[0] for f in futures]
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(client, range(4)))
+    b.stop()
+    assert answers == [[float(k * 100 + n) for n in range(50)] for k in range(4)]
+    assert all(seen) and sum(map(len, seen)) == 200, [len(s) for s in seen if not s]

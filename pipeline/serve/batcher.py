@@ -82,23 +82,26 @@ class Batcher:
 
     def _take(self) -> list[Job] | None:
         with self.cond:
-            while not self.pending:
-                if self.stopping:
-                    return None
-                self.cond.wait()
-            first = self.pending[0]
-            cls = shape_class(first.size, self.bucket)
-            deadline = first.arrived + (self.max_wait if first.hold else 0.0)
             while True:
-                batch = [j for j in self.pending
-                         if shape_class(j.size, self.bucket) == cls][:self.max_batch]
-                left = deadline - time.perf_counter()
-                if len(batch) == self.max_batch or left <= 0 or self.stopping:
-                    break
-                self.cond.wait(left)
-            taken = set(map(id, batch))
-            self.pending[:] = [j for j in self.pending if id(j) not in taken]
-            return batch
+                while not self.pending:
+                    if self.stopping:
+                        return None
+                    self.cond.wait()
+                first = self.pending[0]
+                cls = shape_class(first.size, self.bucket)
+                deadline = first.arrived + (self.max_wait if first.hold else 0.0)
+                while True:
+                    batch = [j for j in self.pending
+                             if shape_class(j.size, self.bucket) == cls][:self.max_batch]
+                    left = deadline - time.perf_counter()
+                    if len(batch) == self.max_batch or left <= 0 or self.stopping:
+                        break
+                    self.cond.wait(left)
+                if batch:
+                    taken = set(map(id, batch))
+                    self.pending[:] = [j for j in self.pending if id(j) not in taken]
+                    return batch
+                # another consumer took this class while this one waited for company: start over
 
     def _loop(self) -> None:
         while True:
