@@ -7,8 +7,9 @@ version (the model, its tokenizer files and ``config.json``, every blob re-hashe
 evaluation sentence with the evaluation's own ``encode`` and answers the embedding. The vectors,
 in the split's order, must hash to the candidate's output-hash ledger. The run evaluates one
 sentence at a time (``model.eval_batch_size=1``) and the server runs batches of one
-(``--max-batch 1``), on as many threads side by side as it has cores: dynamic INT8 computes each activation's scale over the whole batch, so a
-vector computed beside other sentences differs in its last digits from the one computed alone.
+(``--max-batch 1``), on as many threads side by side as it has cores: dynamic INT8 computes
+each activation's scale over the whole batch, so a vector computed beside other sentences differs
+in its last digits from the one computed alone.
 """
 from __future__ import annotations
 

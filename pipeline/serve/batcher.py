@@ -1,4 +1,4 @@
-"""The dynamic batcher: requests of one shape class grouped into a batch, run on a thread of its
+"""The dynamic batcher: requests of one shape class grouped into a batch, run on threads of its
 own.
 
 In: prepared requests (feeds of a batch of one and their size class) and a function that runs a
@@ -15,8 +15,8 @@ narrow text line to the widest in a batch costs more than batching saves, and wi
 a line's outputs are the ones it would get alone. The model runs on ``consumers`` threads, each
 taking the next batch when it is free (one, the default for an image model: its batches run one
 after another with the runtime's intra-op threads under them; several for a text model, whose
-requests then run side by side, each on a core of its own). The queue is bounded by the caller's admission (``app``): past its limit a
-request is refused before it reaches here.
+requests then run side by side, each on a core of its own). The queue is bounded by the
+caller's admission (``app``): past its limit a request is refused before it reaches here.
 """
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ A text model is split otherwise: tokenizing a request costs a hundredth of what 
 transformer's inference does (all-mpnet-base-v2: 0.06 against 12 CPU-ms), so a third of the cores
 for workers would sit idle while the model's one thread queues. Its server keeps one worker and
 runs the model on every core, one request (or batch) per core side by side, each with one
-intra-op thread: on 2 cores its p99 at 110 requests/s was 152 ms, against more than a second for
-one thread at 90 requests/s.
+intra-op thread: on 2 cores its p99 at 110 requests/s was 142 to 152 ms, against more than a
+second for one thread at 90 requests/s.
 """
 from __future__ import annotations
 
@@ -68,8 +68,8 @@ class ServeConfig:
                     "max_sequences", "max_new_tokens"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"--{key.replace('_', '-')}={getattr(self, key)}: must be > 0")
-        for key in ("workers", "intra_op_threads", "consumers", "shape_bucket", "warmup_runs", "port",
-                    "max_seq_len", "kv_budget_mb", "decode_batch"):
+        for key in ("workers", "intra_op_threads", "consumers", "shape_bucket", "warmup_runs",
+                    "port", "max_seq_len", "kv_budget_mb", "decode_batch"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"--{key.replace('_', '-')}={getattr(self, key)}: must be >= 0")
         if self.max_wait_ms < 0:

@@ -59,9 +59,11 @@ def _serve(sock: socket.socket, key) -> None:
         head = stream.read(FRAME.size)
         if len(head) < FRAME.size:
             return  # the server closed the socket: it is stopping
-        header, body = split(head + stream.read(FRAME.unpack(head)[0] - FRAME.size))
+        size, length = FRAME.unpack(head)
+        header = json.loads(stream.read(length))
+        body = stream.read(size - FRAME.size - length)
         try:
-            prepared = prepare(bytes(body), header["type"], Limits(*header["limits"]), key)
+            prepared = prepare(body, header["type"], Limits(*header["limits"]), key)
         except BadInput as e:
             sock.sendall(frame({"id": header["id"], "ok": False, "status": e.status,
                                 "line": e.line}))
@@ -105,7 +107,7 @@ def answer(header: dict, payload: memoryview):
         if kind.kind not in "biuf":  # numbers only: never an object array
             return WorkerError(f"a preprocessing worker sent an array of dtype {dtype}")
         count = int(np.prod(shape, dtype=np.int64))
-        # a copy: the frame's buffer is not kept alive by the arrays the batcher stacks
+        # a copy: writeable, as the reader made it (an array over the frame's bytes is not)
         feeds[name] = np.frombuffer(payload, kind, count, at).reshape(shape).copy()
         at += count * kind.itemsize
     return Prepared(feeds, int(header["size"]), float(header["decode_ms"]),
@@ -121,7 +123,7 @@ class _Link(asyncio.Protocol):
         self.buffer = bytearray()
         self.waiting: dict[int, asyncio.Future] = {}
         self.ready: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.alive = True
+        self.started = False  # it said it was ready (one that dies before is not replaced here)
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -138,6 +140,7 @@ class _Link(asyncio.Protocol):
             future = self.ready if ident == 0 else self.waiting.pop(ident, None)
             if future is None or future.done():
                 continue
+            self.started = True
             value = answer(header, payload) if ident else None
             if isinstance(value, Exception):
                 future.set_exception(value)
@@ -145,7 +148,6 @@ class _Link(asyncio.Protocol):
                 future.set_result(value)
 
     def connection_lost(self, exc) -> None:
-        self.alive = False
         lost = WorkerLost("a preprocessing worker died while decoding this request; it was "
                           "restarted, retry")
         for future in [self.ready, *self.waiting.values()]:
@@ -191,18 +193,31 @@ class Workers:
     def _lost(self, link: _Link) -> None:
         if link in self.links:
             self.links.remove(link)
-        # reap the dead process off the loop; then, unless stopping, a fresh one takes its place
-        task = asyncio.ensure_future(self._replace(link))
+        # reap the dead process off the loop; then, unless stopping, a fresh one takes its place.
+        # One that died before it was ready is its starter's to handle (_spawn raised there).
+        task = asyncio.ensure_future(self._replace(link) if link.started else
+                                     asyncio.to_thread(link.process.join, 10))
         self.starting.add(task)
         task.add_done_callback(self.starting.discard)
 
-    async def _replace(self, link: _Link) -> None:
+    async def _replace(self, link: _Link, tries: int = 3) -> None:
         await asyncio.to_thread(link.process.join, 10)
         if self.stopping:
             return
-        if self.on_restart is not None:
-            self.on_restart()
-        self.links.append(await self._spawn())
+        # a few tries (a replacement may itself be killed while it starts), never forever: a
+        # worker that cannot start fails the same way every time. Each try is a worker started.
+        for _ in range(tries):
+            if self.on_restart is not None:
+                self.on_restart()
+            try:
+                self.links.append(await self._spawn())
+                return
+            except Exception as e:  # noqa: BLE001 - the server goes on with the workers it has
+                if self.stopping:
+                    return
+                failed = f"{type(e).__name__}: {e}"
+        print(f"serve: a preprocessing worker could not be restarted ({tries} tries): {failed}",
+              flush=True)
 
     async def prepare(self, body: bytes, content_type: str, limits: Limits) -> Prepared:
         while not self.links:  # every worker died at once: wait for a replacement
