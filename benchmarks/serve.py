@@ -14,6 +14,7 @@ bytes by the load generator (``pipeline.serve.load``), on 127.0.0.1.
   32-pixel height, ``--scale 4``) behind ``inline`` (all in the handler), ``pipeline`` (worker
   processes + batcher) and a naive FastAPI handler per request (``benchmarks.serve_naive``), and
   the FP32 model behind ``pipeline``: each one's open-loop sweep (steps of ``step_seconds``,
+  longer at a rate too low for its p99 interval to close, ``MAX_STEP_SECONDS`` at most;
   steady-state windows, three bisection steps) and its highest steady rate within ``slo.p99_ms``,
   side by side, with a 95 % interval for the ratio of two servers' rates (``bracket``).
 - ``soak``: the pipeline server at 70 % of its highest rate for ``soak_seconds`` (600 in make
@@ -46,6 +47,10 @@ LINES = 64         # distinct request bodies
 # A ratio of two servers' rates rests on four step intervals (each server's bracket has two
 # ends): at 1 - 0.05/4 each they hold together with at least 95 % (Bonferroni).
 STEP_LEVEL = 1 - 0.05 / 4
+# A step at a low rate runs up to this long, so that its p99 interval can close at STEP_LEVEL
+# (618 answered requests): the encoder's rates (30 to 130 req/s) left every 5 s step's interval
+# open above, and no comparison of its servers could be decided (load.step_length).
+MAX_STEP_SECONDS = 30.0
 
 
 def _fp32_folder(run: Path, report: dict, dest: Path) -> Path:
@@ -270,7 +275,7 @@ def section(base: list[str], cli, run_dir: Path | None = None, step_seconds: flo
     out: dict = {"run": str(run_dir), "slo_p99_ms": slo, "scale": SCALE,
                  "body_bytes_median": int(np.median([len(b) for b in bodies]))}
     cfg = load.LoadConfig(slo_p99_ms=slo, step_seconds=step_seconds, window_s=1.0,
-                          ci_level=STEP_LEVEL)
+                          ci_level=STEP_LEVEL, max_step_seconds=MAX_STEP_SECONDS)
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     serve = [sys.executable, "-m", "pipeline.serve"]
     try:
@@ -331,7 +336,7 @@ def encoder_section(cli, slo: float, step_seconds: float, quick: bool) -> dict:
                      "slo_p99_ms": slo, "verdict": report["verdict"].get("summary"),
                      "body_bytes_median": int(np.median([len(b) for b in bodies]))}
         cfg = load.LoadConfig(slo_p99_ms=slo, step_seconds=step_seconds, window_s=1.0,
-                              ci_level=STEP_LEVEL)
+                              ci_level=STEP_LEVEL, max_step_seconds=MAX_STEP_SECONDS)
         serve = [sys.executable, "-m", "pipeline.serve"]
         fp32 = _fp32_folder(run_dir, report, tmp / "fp32")
         models = {"int8": open_ref(str(run_dir), tmp / "pulled"),

@@ -36,6 +36,8 @@ def test_open_loop_and_concurrency_report_counts_what_was_sent(server, tmp_path)
     before = metrics(server.url)
     proc = subprocess.run([sys.executable, "-m", "pipeline.serve", "load", server.url,
                            "--files", str(folder), "--rates", "6", "--seconds", "2",
+                           # 6 req/s is far too few for a p99 interval: the step runs to 3 s
+                           "--max-seconds", "3",
                            "--window", "0.5", "--slo-ms", "10000", "--concurrency", "2",
                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
@@ -52,7 +54,7 @@ def test_open_loop_and_concurrency_report_counts_what_was_sent(server, tmp_path)
     assert step["client_cpu_s"] > 0  # the generator's own CPU over the step, measured
     assert set(step["stage_ms"]) == {"decode", "preprocess", "queue", "inference",
                                      "postprocess", "server_total"}
-    assert len(step["window_p99_ms"]) == 4  # 2 s in windows of 0.5 s
+    assert step["seconds"] == 3 and len(step["window_p99_ms"]) == 6  # 3 s in windows of 0.5 s
     (conc,) = report["concurrency"]
     assert conc["concurrency"] == 2 and conc["ok"] > 0 and conc["errors"].get("415", 0) > 0
 
@@ -104,11 +106,15 @@ def test_the_generator_keeps_no_python_object_per_request(server, tmp_path, monk
     assert many - few < 0.25 * (sent_many - sent_few), grown
 
 
-def test_load_goes_to_this_machine_only(tmp_path):
+def test_load_goes_to_this_machine_only_and_a_negative_step_cap_is_refused(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pipeline.serve", "load",
                            "http://192.0.2.1:8000", "--rates", "1", "--seconds", "1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     one_line(proc, 2, "192.0.2.1", "--allow-remote")
+    proc = subprocess.run([sys.executable, "-m", "pipeline.serve", "load",
+                           "http://127.0.0.1:9", "--max-seconds", "-1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    one_line(proc, 2, "--max-seconds >= 0")
 
 
 def test_refinement_bisects_between_the_last_rate_that_met_the_target_and_the_first_above():
@@ -188,6 +194,26 @@ def test_the_p99_interval_covers_the_true_p99_at_about_its_level_and_is_open_whe
     assert 0.90 <= hits / 400 <= 0.99
     lo, hi = quantile_interval(rng.exponential(size=50), 0.99, 0.95)
     assert hi is None and lo is not None
+
+
+def test_a_step_runs_long_enough_for_its_p99_interval_to_close_up_to_its_cap():
+    """``interval_requests`` is the fewest values whose p99 interval has both ends (one fewer
+    leaves it open); a step at a rate that would send fewer in ``step_seconds`` runs longer, a
+    tenth past that count, up to ``max_step_seconds``; without a cap every step is as long."""
+    import numpy as np
+
+    from pipeline.serve import load
+
+    for level in (0.95, 1 - 0.05 / 4):
+        n = load.interval_requests(0.99, level)
+        assert None not in load.quantile_interval(np.arange(n), 0.99, level)
+        assert load.quantile_interval(np.arange(n - 1), 0.99, level)[1] is None
+    need = load.interval_requests(0.99, 0.95)
+    capped = load.LoadConfig(step_seconds=5.0, max_step_seconds=30.0)
+    assert load.step_length(1000.0, capped) == 5.0          # plenty in 5 s
+    assert load.step_length(need / 10, capped) == pytest.approx(11.0)
+    assert load.step_length(1.0, capped) == 30.0            # the cap
+    assert load.step_length(1.0, load.LoadConfig(step_seconds=5.0)) == 5.0
 
 
 def test_a_window_whose_p99_falls_on_failed_requests_reads_infinitely_late_not_nan():

@@ -28,10 +28,12 @@ over HTTP (``pipeline.serve``).
     python -m pipeline.serve load URL [--files DIR | --texts FILE |
         --ocr-lines N [--scale S] [--format F]]
         [--rates Q,Q,.. | --start-qps Q [--growth G] [--max-steps N] [--refine N]] [--seconds S]
-        [--window S] [--slo-ms MS] [--concurrency C,C,..] [--out FILE] [--allow-remote]
+        [--max-seconds S] [--window S] [--slo-ms MS] [--concurrency C,C,..] [--out FILE]
+        [--allow-remote]
                               the load generator (pipeline.serve.load): open-loop Poisson steps
                               and a concurrency sweep from raw bytes; only 127.0.0.1/localhost
-                              unless --allow-remote
+                              unless --allow-remote; --max-seconds: a low rate's step runs longer,
+                              up to S, until its p99 interval can close
 
 Registry overrides are Hydra's, as for ``python -m pipeline.registry`` (``registry=oci
 registry.url=...``). SIGTERM or Ctrl-C: stop accepting, answer what is in flight, exit 0. Errors
@@ -141,6 +143,7 @@ def _load(argv: list[str]) -> int:
     p.add_argument("--max-steps", type=int, default=12)
     p.add_argument("--refine", type=int, default=3)
     p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--max-seconds", type=float, default=0.0)
     p.add_argument("--window", type=float, default=1.0)
     p.add_argument("--slo-ms", type=float, default=None)
     p.add_argument("--concurrency", default="")
@@ -161,9 +164,10 @@ def _load(argv: list[str]) -> int:
         raise ConfigError(f"{ns.url}: load goes to this machine only (127.0.0.1, localhost); "
                           "--allow-remote for another host")
     if (rates and min(rates) <= 0) or ns.start_qps <= 0 or ns.seconds <= 0 or ns.window <= 0 \
-            or any(c <= 0 for c in concurrency) or ns.growth <= 1 or ns.refine < 0:
+            or any(c <= 0 for c in concurrency) or ns.growth <= 1 or ns.refine < 0 \
+            or ns.max_seconds < 0:
         raise ConfigError("rates, --start-qps, --seconds, --window and --concurrency must be "
-                          "> 0, --growth > 1, --refine >= 0")
+                          "> 0, --growth > 1, --refine and --max-seconds >= 0")
     slo = ns.slo_ms
     if slo is None:  # the project's SLO (conf/slo/default.yaml), as the pipeline judges it
         from pipeline.engine.compose import compose
@@ -177,7 +181,7 @@ def _load(argv: list[str]) -> int:
     if not bodies:
         raise ConfigError(f"{ns.files or ns.texts}: nothing to send (no files, or no lines)")
     cfg = load.LoadConfig(slo_p99_ms=slo, step_seconds=ns.seconds, window_s=ns.window,
-                          max_in_flight=ns.max_in_flight)
+                          max_in_flight=ns.max_in_flight, max_step_seconds=ns.max_seconds)
     report = load.run(ns.url.rstrip("/"), bodies, cfg, rates, ns.start_qps, ns.growth,
                       ns.max_steps, concurrency, refine=ns.refine)
     print(f"highest rate with p99 <= {slo:g} ms (steady): {report.max_qps_within_slo:.1f} req/s")

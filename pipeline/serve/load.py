@@ -112,6 +112,10 @@ class LoadConfig:
     steady_tolerance: float = 0.5
     steady_floor: float = 0.05   # a share of slo_p99_ms: medians closer than this agree
     ci_level: float = 0.95       # of each step's p99 interval (Step.p99_ci_ms)
+    # Above step_seconds: a step at a rate too low to send the requests its p99 interval needs
+    # at ci_level in step_seconds (interval_requests) runs longer, up to this; 0 or below
+    # step_seconds: every step lasts step_seconds (a low rate's interval may stay open above).
+    max_step_seconds: float = 0.0
     max_in_flight: int = 256
     max_error_share: float = 0.01
     seed: int = 0
@@ -130,14 +134,42 @@ def quantile_interval(values: np.ndarray, q: float, level: float) -> list[float 
     """[low, high] holding the ``q`` quantile of the population ``values`` were drawn from with
     probability ``level``: the order statistics at nq -+ z sqrt(nq(1-q)) (the number of values
     below the quantile is binomial). An end past the sample is None: unbounded."""
-    from statistics import NormalDist
-
     x = np.sort(np.asarray(values, dtype=float))
     n = x.size
+    lo, hi = _ranks(n, q, level)
+    return [float(x[lo - 1]) if lo >= 1 else None, float(x[hi - 1]) if hi <= n else None]
+
+
+def _ranks(n: int, q: float, level: float) -> tuple[int, int]:
+    """The 1-based ranks of the order statistics that bound the ``q`` quantile of ``n`` values."""
+    from statistics import NormalDist
+
     z = NormalDist().inv_cdf(0.5 + level / 2)
     half = z * np.sqrt(n * q * (1 - q))
-    lo, hi = int(np.floor(n * q - half)), int(np.ceil(n * q + half))  # 1-based ranks
-    return [float(x[lo - 1]) if lo >= 1 else None, float(x[hi - 1]) if hi <= n else None]
+    return int(np.floor(n * q - half)), int(np.ceil(n * q + half))
+
+
+def interval_requests(q: float, level: float) -> int:
+    """The fewest values whose ``q`` quantile ``quantile_interval`` bounds at both ends at
+    ``level`` (381 for p99 at 95 %): with fewer, a step's p99 interval is open above, and a
+    comparison of two servers' rates cannot rest on that step."""
+    n = 1
+    while True:
+        lo, hi = _ranks(n, q, level)
+        if lo >= 1 and hi <= n:
+            return n
+        n += 1
+
+
+def step_length(qps: float, cfg: LoadConfig) -> float:
+    """Seconds of arrivals for a step at ``qps``: ``step_seconds``, or longer (up to
+    ``max_step_seconds``) where that is too short to send ``interval_requests`` for p99 at
+    ``cfg.ci_level``. A tenth more than that count: Poisson arrivals send fewer than the rate
+    times the length about half the time, and a failed request is not a latency."""
+    if cfg.max_step_seconds <= cfg.step_seconds:
+        return cfg.step_seconds
+    need = 1.1 * interval_requests(0.99, cfg.ci_level) / qps
+    return min(cfg.max_step_seconds, max(cfg.step_seconds, need))
 
 
 async def _post(session, url: str, body: bytes, content_type: str):
@@ -252,10 +284,11 @@ async def open_loop(url: str, bodies: list[bytes], qps: float, cfg: LoadConfig,
     import aiohttp
 
     rng = np.random.default_rng(seed)
-    due = np.cumsum(rng.exponential(1.0 / qps, size=int(qps * cfg.step_seconds * 1.5) + 16))
-    due = due[due < cfg.step_seconds]
+    seconds = step_length(qps, cfg)
+    due = np.cumsum(rng.exponential(1.0 / qps, size=int(qps * seconds * 1.5) + 16))
+    due = due[due < seconds]
     picks = rng.integers(0, len(bodies), size=due.size)
-    step = Step(qps, cfg.step_seconds, sent=int(due.size))
+    step = Step(qps, seconds, sent=int(due.size))
     records = Records(due)
     in_flight = 0
     # Only the requests still unanswered are held: a finished task is dropped at once, so the
