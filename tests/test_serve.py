@@ -147,10 +147,12 @@ def test_metrics_parse_as_prometheus_text_and_count_requests(server):
 def test_overload_is_503_with_retry_after_and_memory_stays_bounded(published, tmp_path):
     """Queue limit 2, and a batcher that holds a lone request 8 s hoping for company (long, so a
     busy host still sends all the others while the two are held): while two are held, every
-    other request must be refused at once, not queued."""
+    other request must be refused at once, not queued. Then, with a wait limit no request can
+    meet (a microsecond), one held request is enough to refuse the next by the wait it would
+    have, once answered requests gave the server its service times."""
     ref, overrides = published
     running = start(ref, tmp_path, *overrides, "--queue-limit", "2", "--max-wait-ms", "8000",
-                    "--workers", "1", "--threads", "1")
+                    "--max-queue-ms", "0.001", "--workers", "1", "--threads", "1")
     try:
         held = ThreadPoolExecutor(2)
         first = [held.submit(post, running.url, line_png(width=96 + 4 * k)) for k in range(2)]
@@ -168,7 +170,12 @@ def test_overload_is_503_with_retry_after_and_memory_stays_bounded(published, tm
         assert all(f.result().status_code == 200 for f in first)  # the held ones are answered
         m = metrics(running.url)
         assert m[("serve_requests_total", ("outcome", "overloaded"))] == 100
-        assert post(running.url, line_png()).status_code == 200  # and it serves again
+        with ThreadPoolExecutor(1) as pool:
+            again = admitted(pool, running.url)
+            late = post(running.url, line_png(seed=7))
+            assert late.status_code == 503 and late.headers["Retry-After"] == "1"
+            assert "--max-queue-ms" in late.json()["error"], late.json()
+            assert again.result().status_code == 200  # and it serves again
     finally:
         assert running.stop() == 0, running.log.read_text()
 

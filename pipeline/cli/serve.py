@@ -11,7 +11,9 @@ over HTTP (``pipeline.serve``).
     --consumers N             threads running the model, a batch each (default: 1; for a text
                               model, the usable cores)
     --max-batch N --max-wait-ms MS --shape-bucket N    the batcher (8, 2 ms, 0: exact sizes)
-    --queue-limit N           requests admitted at once; past it 503 + Retry-After (64)
+    --queue-limit N           requests admitted at once; past it 503 + Retry-After (256)
+    --max-queue-ms MS         503 + Retry-After for a request that would wait longer than MS
+                              behind those admitted (default: the artifact's slo.p99_ms; 0: off)
     --max-body-bytes N --max-pixels N --max-side N     input limits (10 MiB, 16 Mpx, 16384)
     --ready-file PATH         written (the port) once warm: how a script learns the port
     --replicas N              serve on Ray Serve instead (pipeline.serve.ray_serve): N replicas
@@ -61,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batch", type=int, default=8)
     p.add_argument("--max-wait-ms", type=float, default=2.0)
     p.add_argument("--shape-bucket", type=int, default=0)
-    p.add_argument("--queue-limit", type=int, default=64)
+    p.add_argument("--queue-limit", type=int, default=256)
+    p.add_argument("--max-queue-ms", type=float, default=None)
     p.add_argument("--max-body-bytes", type=int, default=10 * 1024 * 1024)
     p.add_argument("--max-pixels", type=int, default=16 * 1024 * 1024)
     p.add_argument("--max-side", type=int, default=16384)
@@ -107,7 +110,8 @@ def parse(argv: list[str]):
                       intra_op_threads=ns.threads, consumers=ns.consumers,
                       max_batch=ns.max_batch,
                       max_wait_ms=ns.max_wait_ms, shape_bucket=ns.shape_bucket,
-                      queue_limit=ns.queue_limit, max_body_bytes=ns.max_body_bytes,
+                      queue_limit=ns.queue_limit, max_queue_ms=ns.max_queue_ms,
+                      max_body_bytes=ns.max_body_bytes,
                       max_pixels=ns.max_pixels, max_side=ns.max_side,
                       max_sequences=ns.max_sequences, max_seq_len=ns.max_seq_len,
                       max_new_tokens=ns.max_new_tokens, kv_budget_mb=ns.kv_budget_mb,
@@ -203,7 +207,8 @@ def _serve(argv: list[str]) -> int:
     ns, cfg, overrides = parse(argv)
     with tempfile.TemporaryDirectory(prefix="pipeline-serve-") as tmp:
         served = open_ref(ns.ref, Path(tmp) / "pulled", overrides)
-        cfg = cfg.resolved(text=isinstance(served.task_key, TextKey))  # the split needs its kind
+        # the split needs the model's kind; the longest wait admitted, its p99 target
+        cfg = cfg.resolved(text=isinstance(served.task_key, TextKey), target_ms=served.target_ms)
         if ns.replicas:
             return _serve_ray(ns, cfg, served)
         if served.kind == "generate":  # a decoder: streamed generation, KV-cache admission

@@ -13,7 +13,8 @@ handler (Starlette's thread pool), as a first server would: kept to measure agai
 
 Admission: a request counts from when its body is read until it is answered; past
 ``queue_limit`` of them a request is answered 503 with Retry-After at once, so memory stays
-bounded whatever the offered rate. A body is refused by its Content-Length or, without one, as
+bounded whatever the offered rate; so is one that would wait longer than ``max_queue_ms`` behind
+those admitted (``admission.Backlog``), so the requests admitted stay within the target. A body is refused by its Content-Length or, without one, as
 soon as more than the limit has streamed in; it is never read whole first.
 """
 from __future__ import annotations
@@ -31,8 +32,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from pipeline.serve.admission import Backlog
 from pipeline.serve.batcher import Batcher, Job
-from pipeline.serve.config import ServeConfig
+from pipeline.serve.config import ServeConfig, usable_cores
 from pipeline.serve.inputs import BadInput, Limits, Prepared
 from pipeline.serve.readers import prepare
 from pipeline.serve.metrics import ServerMetrics
@@ -53,6 +55,7 @@ class Server:
         self.stopping = False  # set on SIGTERM: new requests are refused, admitted ones answered
         self.failed: str | None = None  # why start-up failed (one line); the CLI exits non-zero
         self.admitted = 0
+        self.backlog = Backlog.for_mode(cfg.mode, cfg.workers, cfg.consumers, usable_cores())
         self.workers: Workers | None = None
         self.batcher: Batcher | None = None
         self.model = None
@@ -168,11 +171,11 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
             if server.stopping:  # this connection is not kept: the listening socket is closing
                 headers["Connection"] = "close"
             return _error(503, not_serving(server), headers)
-        if server.admitted >= cfg.queue_limit:
+        full = overloaded(server, cfg)
+        if full:
             m.requests.labels("overloaded").inc()
             m.errors.labels("503").inc()
-            return _error(503, f"overloaded: {server.admitted} requests in the queue (the limit, "
-                               f"--queue-limit); retry after {cfg.retry_after_s} s",
+            return _error(503, f"overloaded: {full}; retry after {cfg.retry_after_s} s",
                           {"Retry-After": str(cfg.retry_after_s)})
         server.admitted += 1
         m.queue_depth.set(server.admitted)
@@ -196,15 +199,29 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
             m.queue_depth.set(server.admitted)
         timings["total"] = (time.perf_counter() - start) * 1000.0
         m.observe(timings)
+        server.backlog.observe(timings)
         m.requests.labels("ok").inc()
         return JSONResponse({"prediction": answer, "model": server.served.ref,
                              "timing_ms": {k: round(v, 4) if isinstance(v, float) else v
                                            for k, v in timings.items()}})
 
     ready = {"model": server.served.ref, "mode": cfg.mode, "workers": cfg.workers,
-             "consumers": cfg.consumers, "intra_op_threads": cfg.intra_op_threads}
+             "consumers": cfg.consumers, "intra_op_threads": cfg.intra_op_threads,
+             "queue_limit": cfg.queue_limit, "max_queue_ms": cfg.max_queue_ms}
     routes = [Route("/predict", predict, methods=["POST"]), *service_routes(server, m, ready)]
     return Starlette(routes=routes, lifespan=lifespan(server)), server
+
+
+def overloaded(server, cfg: ServeConfig) -> str | None:
+    """Why a request is refused for load (None: admitted): the queue's count, then the wait the
+    requests admitted before it would give it."""
+    if server.admitted >= cfg.queue_limit:
+        return f"{server.admitted} requests in the queue (the limit, --queue-limit)"
+    wait = server.backlog.wait_ms(server.admitted) if cfg.max_queue_ms else None
+    if wait is not None and wait > cfg.max_queue_ms:
+        return (f"about {wait:.0f} ms of work ahead of it ({server.admitted} requests), past "
+                f"{cfg.max_queue_ms:g} ms (--max-queue-ms; the artifact's p99 target unless set)")
+    return None
 
 
 def not_serving(server) -> str:

@@ -34,6 +34,7 @@ class Served:
     evaluation_set: str | None # the digest of the split it was computed on
     runtime: dict              # the deployed runtime and precision the gate judged
     kind: str = "predict"      # predict: one answer per request; generate: a decoder's stream
+    target_ms: float | None = None  # the p99 target its gate judged (slo.p99_ms), if it did
 
 
 def open_ref(ref: str, pulled_into: Path, overrides: list[str] | None = None) -> Served:
@@ -106,6 +107,18 @@ def _from_report(ref: str, report: dict) -> Served:
 def _served(ref, model, config: dict, spec: dict | None, ledger, eval_set, runtime,
             files: Path | None) -> Served:
     """``files``: where the files the spec names are (a pull's folder, or the run's model.path)."""
+    from dataclasses import replace
+
+    served = _served_as(ref, model, config, spec, ledger, eval_set, runtime, files)
+    # the target its gate judged: a run that did not check it (gate.check_slo_p99=false) was
+    # not held to one, and neither is its server
+    target = (config.get("slo") or {}).get("p99_ms")
+    judged = (config.get("gate") or {}).get("check_slo_p99", True)
+    return replace(served, target_ms=float(target) if target and judged else None)
+
+
+def _served_as(ref, model, config: dict, spec: dict | None, ledger, eval_set, runtime,
+               files: Path | None) -> Served:
     from pipeline.models import TASKS, task
 
     source = config["model"]["source"]

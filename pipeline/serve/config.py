@@ -46,7 +46,10 @@ class ServeConfig:
     max_wait_ms: float = 2.0        # how long the oldest request waits for company
     shape_bucket: int = 0           # batch only requests whose size axis matches after rounding
                                     # up to this (0: exactly equal: no padding inside a batch)
-    queue_limit: int = 64           # requests admitted and not yet answered; past it: 503
+    queue_limit: int = 256          # requests admitted and not yet answered; past it: 503
+                                    # (a bound on memory: each holds its body until answered)
+    max_queue_ms: float | None = None  # a request that would wait longer (admission.Backlog):
+                                    # 503; None = the artifact's p99 target, 0 = no such limit
     retry_after_s: int = 1          # the Retry-After a 503 carries
     max_body_bytes: int = 10 * 1024 * 1024   # a larger body is 413 before it is read whole
     max_pixels: int = 16 * 1024 * 1024       # an image header claiming more is 413, not decoded
@@ -74,12 +77,17 @@ class ServeConfig:
                 raise ConfigError(f"--{key.replace('_', '-')}={getattr(self, key)}: must be >= 0")
         if self.max_wait_ms < 0:
             raise ConfigError(f"--max-wait-ms={self.max_wait_ms}: must be >= 0")
+        if self.max_queue_ms is not None and not self.max_queue_ms >= 0:
+            raise ConfigError(f"--max-queue-ms={self.max_queue_ms}: must be >= 0")
 
-    def resolved(self, text: bool = False) -> "ServeConfig":
+    def resolved(self, text: bool = False, target_ms: float | None = None) -> "ServeConfig":
         """Zero counts replaced by the split of the usable cores; ``text``: the model reads text
-        (a tokenizer's cost, next to nothing: one worker, every core running the model)."""
+        (a tokenizer's cost, next to nothing: one worker, every core running the model);
+        ``target_ms``: the artifact's p99 target, the longest wait admitted unless given."""
         from dataclasses import replace
 
+        if self.max_queue_ms is None:
+            return replace(self, max_queue_ms=target_ms or 0.0).resolved(text)
         cores = usable_cores()
         if self.mode == "inline":  # no workers: the model's threads may have every core
             return replace(self, workers=0, consumers=0,
