@@ -13,9 +13,9 @@ handler (Starlette's thread pool), as a first server would: kept to measure agai
 
 Admission: a request counts from when its body is read until it is answered; past
 ``queue_limit`` of them a request is answered 503 with Retry-After at once, so memory stays
-bounded whatever the offered rate; so is one that would wait longer than ``max_queue_ms`` behind
-those admitted (``admission.Backlog``), so the requests admitted stay within the target. A body is refused by its Content-Length or, without one, as
-soon as more than the limit has streamed in; it is never read whole first.
+bounded whatever the offered rate, and so is one that would wait longer than ``max_queue_ms``
+behind those admitted (``admission.Backlog``). A body is refused by its Content-Length or,
+without one, as soon as more than the limit has streamed in; it is never read whole first.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from starlette.routing import Route
 
 from pipeline.serve.admission import Backlog
 from pipeline.serve.batcher import Batcher, Job
-from pipeline.serve.config import ServeConfig, usable_cores
+from pipeline.serve.config import ServeConfig
 from pipeline.serve.inputs import BadInput, Limits, Prepared
 from pipeline.serve.readers import prepare
 from pipeline.serve.metrics import ServerMetrics
@@ -55,7 +55,7 @@ class Server:
         self.stopping = False  # set on SIGTERM: new requests are refused, admitted ones answered
         self.failed: str | None = None  # why start-up failed (one line); the CLI exits non-zero
         self.admitted = 0
-        self.backlog = Backlog.for_mode(cfg.mode, cfg.workers, cfg.consumers, usable_cores())
+        self.backlog = Backlog()  # the wait a request admitted now would have
         self.workers: Workers | None = None
         self.batcher: Batcher | None = None
         self.model = None
@@ -196,10 +196,10 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
             return _error(500, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         finally:
             server.admitted -= 1
+            server.backlog.answered(time.perf_counter(), server.admitted)
             m.queue_depth.set(server.admitted)
         timings["total"] = (time.perf_counter() - start) * 1000.0
         m.observe(timings)
-        server.backlog.observe(timings)
         m.requests.labels("ok").inc()
         return JSONResponse({"prediction": answer, "model": server.served.ref,
                              "timing_ms": {k: round(v, 4) if isinstance(v, float) else v
@@ -219,7 +219,7 @@ def overloaded(server, cfg: ServeConfig) -> str | None:
         return f"{server.admitted} requests in the queue (the limit, --queue-limit)"
     wait = server.backlog.wait_ms(server.admitted) if cfg.max_queue_ms else None
     if wait is not None and wait > cfg.max_queue_ms:
-        return (f"about {wait:.0f} ms of work ahead of it ({server.admitted} requests), past "
+        return (f"about {wait:.3g} ms of work ahead of it ({server.admitted} requests), past "
                 f"{cfg.max_queue_ms:g} ms (--max-queue-ms; the artifact's p99 target unless set)")
     return None
 
