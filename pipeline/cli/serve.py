@@ -13,7 +13,8 @@ over HTTP (``pipeline.serve``).
     --max-batch N --max-wait-ms MS --shape-bucket N    the batcher (8, 2 ms, 0: exact sizes)
     --queue-limit N           requests admitted at once; past it 503 + Retry-After (256)
     --max-queue-ms MS         503 + Retry-After for a request that would wait longer than MS
-                              behind those admitted (default: the artifact's slo.p99_ms; 0: off)
+                              behind those admitted (default: the p99 target the artifact's gate
+                              judged, slo.p99_ms, none if it judged none; 0: off)
     --max-body-bytes N --max-pixels N --max-side N     input limits (10 MiB, 16 Mpx, 16384)
     --ready-file PATH         written (the port) once warm: how a script learns the port
     --replicas N              serve on Ray Serve instead (pipeline.serve.ray_serve): N replicas

@@ -49,7 +49,8 @@ class ServeConfig:
     queue_limit: int = 256          # requests admitted and not yet answered; past it: 503
                                     # (a bound on memory: each holds its body until answered)
     max_queue_ms: float | None = None  # a request that would wait longer (admission.Backlog):
-                                    # 503; None = the artifact's p99 target, 0 = no such limit
+                                    # 503; None = the p99 target the artifact's gate judged
+                                    # (none if it judged none), 0 = no such limit
     retry_after_s: int = 1          # the Retry-After a 503 carries
     max_body_bytes: int = 10 * 1024 * 1024   # a larger body is 413 before it is read whole
     max_pixels: int = 16 * 1024 * 1024       # an image header claiming more is 413, not decoded
