@@ -121,6 +121,45 @@ def test_a_ratio_beats_1_only_when_its_interval_does():
     assert value["ci95"][0] == pytest.approx(200 / 140) and ok
 
 
+
+def test_a_compared_server_is_tested_at_the_pipelines_decided_rate_until_the_ratio_is():
+    """``deciding``: while a compared server's own rate lies below the pipeline's decided one
+    and none of its steps between them was decided past the target, the next rate is the
+    geometric middle of its highest and the pipeline's; it stops once a step decides, when it
+    holds as much as the pipeline, and after ``count`` rates."""
+    from benchmarks.serve import deciding, ratio_interval
+
+    def st(qps, lo, hi, **kw):
+        return {"offered_qps": qps, "p99_ci_ms": [lo, hi], "steady": True, "errors": {},
+                "sent": 1000, **kw}
+
+    pipe = {"steps": [st(400, 20, 30), st(700, 90, 99), st(1000, 250, 260)],
+            "max_qps_within_slo": 700.0}
+    # its own edge undecided (straddles at 470), decided only at the pipeline's rate
+    inline = {"steps": [st(450, 90, 130), st(470, 140, 285), st(700, 2000, 2800)],
+              "max_qps_within_slo": 450.0}
+    assert ratio_interval(pipe, inline, 200.0)[0] == 1.0
+    rates = deciding(inline, pipe, 200.0, 2)
+    first = next(rates)
+    assert first == pytest.approx((450 * 700) ** 0.5)
+    inline["steps"].append(st(first, 150, 260, deciding=True))  # straddles again: go on, higher
+    second = next(rates)
+    assert first < second < 700 and second == pytest.approx((first * 700) ** 0.5)
+    inline["steps"].append(st(second, 400, 600, deciding=True))  # decided past the target
+    assert list(rates) == []
+    assert ratio_interval(pipe, inline, 200.0)[0] == pytest.approx(700 / second)
+    # nothing to decide: no pipeline row, a server as fast, one already decided below, count 0
+    assert list(deciding(inline, None, 200.0, 2)) == []
+    assert list(deciding({**inline, "max_qps_within_slo": 700.0}, pipe, 200.0, 2)) == []
+    decided = {"steps": [st(450, 90, 130), st(500, 300, 400)], "max_qps_within_slo": 450.0}
+    assert list(deciding(decided, pipe, 200.0, 2)) == []
+    assert list(deciding(inline | {"steps": inline["steps"][:3]}, pipe, 200.0, 0)) == []
+    # the count caps it: every step held
+    held = {"steps": [st(450, 90, 130)], "max_qps_within_slo": 450.0}
+    for rate in deciding(held, pipe, 200.0, 3):
+        held["steps"].append(st(rate, 90, 120, deciding=True))
+    assert len(held["steps"]) == 4
+
 def test_the_decoder_rows_show_the_engine_beside_one_generator_per_sequence():
     from benchmarks.serve_decoder import decoder_table
 
