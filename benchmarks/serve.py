@@ -427,8 +427,8 @@ def deciding(row: dict, pipeline: dict | None, slo: float, count: int):
         return
     decided = bracket(pipeline, slo)[0]
     for _ in range(count):
-        own = max(row.get("max_qps_within_slo") or 0.0, bracket(row, slo)[0])
-        high = bracket(row, slo)[1]
+        low, high = bracket(row, slo)
+        own = max(row.get("max_qps_within_slo") or 0.0, low)
         if not decided or own >= decided or (high is not None and high < decided):
             return
         tried = [st["offered_qps"] for st in row["steps"] if st.get("deciding")]
