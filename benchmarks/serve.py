@@ -110,10 +110,12 @@ def _batches_formed(row: dict) -> dict:
 
 
 def _sweep(servers: dict, bodies: list[bytes], cfg, start_qps: float, tmp: Path,
-           soak_seconds: float = 0.0) -> tuple[dict, dict | None, float]:
-    """Each server started, swept open-loop from ``start_qps`` up, and stopped: ({name: highest
-    steady rate within the target, steps, exit code}, the soak or None, the HTTP layer's CPU-ms
-    per request measured on the INT8 producer/consumer server before its sweep)."""
+           soak_seconds: float = 0.0,
+           saturate_qps: float = 0.0) -> tuple[dict, dict | None, float]:
+    """Each server started, swept open-loop from ``start_qps`` up, offered ``saturate_qps`` (the
+    CPU bound: more than it can answer, ``saturated``), and stopped: ({name: highest steady rate
+    within the target, steps, the saturated step, exit code}, the soak or None, the HTTP layer's
+    CPU-ms per request measured on the INT8 producer/consumer server before its sweep)."""
     from benchmarks.serve_bound import http_cpu_ms
     from pipeline.serve import load
 
@@ -139,6 +141,9 @@ def _sweep(servers: dict, bodies: list[bytes], cfg, start_qps: float, tmp: Path,
                 row["steps"].append({**vars(step), "deciding": True})
                 if step.meets_slo:
                     row["max_qps_within_slo"] = max(row["max_qps_within_slo"], qps)
+            if saturate_qps > 0:
+                row["saturated_step"] = vars(load.run(url, bodies, cfg, rates=[saturate_qps],
+                                                      probe=probe).steps[0])
             if name == PIPELINE and soak_seconds > 0 and rep.max_qps_within_slo:
                 soak = _soak(url, proc.pid, bodies, cfg, SOAK_SHARE * rep.max_qps_within_slo,
                              soak_seconds)
@@ -238,7 +243,7 @@ def _measured(servers: dict, models: dict, bodies: list[bytes], cfg, tmp: Path,
     threads = ServeConfig().resolved(text=text).intra_op_threads
     first = serve_bound.measure(models["int8"], bodies, threads)
     rows, soak, http_get_ms = _sweep(servers, bodies, cfg, max(1.0, first.bound_qps / 16), tmp,
-                                     soak_seconds)
+                                     soak_seconds, saturate_qps=first.bound_qps)
     http_ms = serve_bound.http_floor_cpu_ms(bodies, tmp)
     # one reader serves both models (the same task, the same tokenizer files): its cost is one
     bounds = {key: serve_bound.measure(
@@ -249,6 +254,8 @@ def _measured(servers: dict, models: dict, bodies: list[bytes], cfg, tmp: Path,
         bound = bounds[name.split()[0]]
         row["cpu_bound_qps"] = bound.bound_qps
         row["fraction_of_cpu_bound"] = (row.get("max_qps_within_slo") or 0.0) / bound.bound_qps
+        if row.get("saturated_step"):
+            row["saturated"] = saturated(row["saturated_step"], bound.bound_qps, bound.cores)
         best = _best(row)
         if best:
             row["inference_busy_share"] = best.get("inference_busy_share")
@@ -448,6 +455,28 @@ def ratio_interval(a: dict, b: dict, slo: float) -> tuple[float, float | None]:
     return low, high
 
 
+def saturated(step: dict, bound_qps: float, cores: int) -> dict:
+    """What a server answered when offered more than it can (the CPU bound), whatever the
+    latency: its capacity on these cores with the load generator beside it, as a share of the
+    bound, and how busy the cores were (server and load generator CPU over cores x seconds).
+    A capacity short of 80 % of the bound means no rate within any target reaches it here."""
+    seconds = step["seconds"]
+    server_s = (step.get("server") or {}).get("cpu_s")
+    client_s = step.get("client_cpu_s")
+    answered = step["achieved_qps"]
+
+    def per(cpu):
+        return cpu * 1000.0 / step["ok"] if cpu and step["ok"] else None
+
+    return {"offered_qps": step["offered_qps"], "answered_qps": answered,
+            "fraction_of_cpu_bound": answered / bound_qps, "errors": step["errors"],
+            "p99_ms": step["p99_ms"], "inference_busy_share": step.get("inference_busy_share"),
+            "server_cpu_ms_per_request": per(server_s),
+            "client_cpu_ms_per_request": per(client_s),
+            "cores_busy_share": (server_s + client_s) / (cores * seconds)
+            if server_s and client_s else None}
+
+
 def targets(section: dict) -> dict:
     """Highest steady rates within the target (req/s), compared as the issue asks, and the
     producer/consumer server's fraction of its CPU bound (>= 80 %); a comparison with a server
@@ -597,4 +626,13 @@ def _rows(section: dict, bodies: str) -> list[str]:
                      f"| {st['p50_ms']:.1f} / "
                      f"{st['p99_ms']:.1f} ms | " + " | ".join(cells)
                      + f" | {_ms(st['network_ms'])} |")
+    full = {name: s["saturated"] for name, s in section["servers"].items() if "saturated" in s}
+    if full:
+        lines.append("\nOffered the CPU bound (more than any of them answers), whatever the "
+                     "latency: " + "; ".join(
+                         f"{name} answered {k['answered_qps']:.0f} req/s "
+                         f"({k['fraction_of_cpu_bound']:.0%} of its bound"
+                         + (f", cores {k['cores_busy_share']:.0%} busy with the load generator"
+                            if k.get("cores_busy_share") else "") + ")"
+                         for name, k in full.items()) + ".")
     return lines

@@ -58,6 +58,32 @@ def test_table_shows_the_bound_and_each_rows_fraction_and_an_older_section_still
     assert "| int8 pipeline | 300.0 req/s | — | — |" in text
 
 
+def test_a_server_offered_its_bound_reports_what_it_answered_and_how_busy_the_cores_were():
+    from benchmarks.serve import saturated, table
+
+    # offered 1000 req/s for 10 s on 2 cores, answered 7,600: 760 req/s; the server spent 15.2
+    # CPU-s and the load generator 2.28, 87.4 % of the 20 core-seconds
+    step = {"offered_qps": 1000.0, "seconds": 10.0, "ok": 7600, "achieved_qps": 760.0,
+            "errors": {"503": 2400}, "p99_ms": 230.0, "inference_busy_share": 0.77,
+            "server": {"cpu_s": 15.2, "main_cpu_s": 8.0}, "client_cpu_s": 2.28}
+    got = saturated(step, bound_qps=1000.0, cores=2)
+    assert got["answered_qps"] == 760.0 and got["fraction_of_cpu_bound"] == pytest.approx(0.76)
+    assert got["server_cpu_ms_per_request"] == pytest.approx(2.0)
+    assert got["client_cpu_ms_per_request"] == pytest.approx(0.3)
+    assert got["cores_busy_share"] == pytest.approx(0.874)
+    assert got["errors"] == {"503": 2400}
+    # a server without the probe (no CPU read): no busy share, nothing invented
+    bare = saturated({**step, "server": {}, "client_cpu_s": None}, 1000.0, 2)
+    assert bare["cores_busy_share"] is None and bare["server_cpu_ms_per_request"] is None
+    row = {"max_qps_within_slo": 600.0, "steps": [{"offered_qps": 600.0, "meets_slo": True,
+                                                   "p50_ms": 5.0, "p99_ms": 20.0,
+                                                   "network_ms": 1.0, "stage_ms": {}}],
+           "saturated": got}
+    text = "\n".join(table({"scale": 4.0, "slo_p99_ms": 200.0, "cpu_bound": {},
+                            "servers": {"int8 pipeline": row}}))
+    assert "int8 pipeline answered 760 req/s (76% of its bound, cores 87% busy" in text
+
+
 def test_the_soak_is_flat_only_without_errors_growth_or_a_late_p99_past_the_target():
     from benchmarks import serve
 
