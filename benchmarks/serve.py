@@ -255,7 +255,8 @@ def _measured(servers: dict, models: dict, bodies: list[bytes], cfg, tmp: Path,
         row["cpu_bound_qps"] = bound.bound_qps
         row["fraction_of_cpu_bound"] = (row.get("max_qps_within_slo") or 0.0) / bound.bound_qps
         if row.get("saturated_step"):
-            row["saturated"] = saturated(row["saturated_step"], bound.bound_qps, bound.cores)
+            row["saturated"] = saturated(row["saturated_step"], row["steps"], bound.bound_qps,
+                                         bound.cores)
         best = _best(row)
         if best:
             row["inference_busy_share"] = best.get("inference_busy_share")
@@ -455,11 +456,13 @@ def ratio_interval(a: dict, b: dict, slo: float) -> tuple[float, float | None]:
     return low, high
 
 
-def saturated(step: dict, bound_qps: float, cores: int) -> dict:
-    """What a server answered when offered more than it can (the CPU bound), whatever the
-    latency: its capacity on these cores with the load generator beside it, as a share of the
-    bound, and how busy the cores were (server and load generator CPU over cores x seconds).
-    A capacity short of 80 % of the bound means no rate within any target reaches it here."""
+def saturated(step: dict, steps: list[dict], bound_qps: float, cores: int) -> dict:
+    """What a server answered when offered more than it can (``step``, at the CPU bound),
+    whatever the latency: its capacity on these cores with the load generator beside it, as a
+    share of the bound, and how busy the cores were (server and load generator CPU over cores x
+    seconds); beside it the most any step of its sweep (``steps``) answered, since shedding
+    costs CPU too and a step nearer its capacity may answer more. A capacity short of 80 % of
+    the bound means no rate within any target reaches it here."""
     seconds = step["seconds"]
     server_s = (step.get("server") or {}).get("cpu_s")
     client_s = step.get("client_cpu_s")
@@ -468,7 +471,9 @@ def saturated(step: dict, bound_qps: float, cores: int) -> dict:
     def per(cpu):
         return cpu * 1000.0 / step["ok"] if cpu and step["ok"] else None
 
+    most = max([answered, *(st.get("achieved_qps", 0.0) for st in steps)])
     return {"offered_qps": step["offered_qps"], "answered_qps": answered,
+            "most_answered_qps": most, "most_answered_fraction": most / bound_qps,
             "fraction_of_cpu_bound": answered / bound_qps, "errors": step["errors"],
             "p99_ms": step["p99_ms"], "inference_busy_share": step.get("inference_busy_share"),
             "server_cpu_ms_per_request": per(server_s),
@@ -634,5 +639,8 @@ def _rows(section: dict, bodies: str) -> list[str]:
                          f"({k['fraction_of_cpu_bound']:.0%} of its bound"
                          + (f", cores {k['cores_busy_share']:.0%} busy with the load generator"
                             if k.get("cores_busy_share") else "") + ")"
+                         + (f", at most {k['most_answered_qps']:.0f} in any step "
+                            f"({k['most_answered_fraction']:.0%})"
+                            if k.get("most_answered_qps") else "")
                          for name, k in full.items()) + ".")
     return lines

@@ -66,14 +66,17 @@ def test_a_server_offered_its_bound_reports_what_it_answered_and_how_busy_the_co
     step = {"offered_qps": 1000.0, "seconds": 10.0, "ok": 7600, "achieved_qps": 760.0,
             "errors": {"503": 2400}, "p99_ms": 230.0, "inference_busy_share": 0.77,
             "server": {"cpu_s": 15.2, "main_cpu_s": 8.0}, "client_cpu_s": 2.28}
-    got = saturated(step, bound_qps=1000.0, cores=2)
+    sweep = [{"achieved_qps": 600.0}, {"achieved_qps": 800.0}, {"achieved_qps": 700.0}]
+    got = saturated(step, sweep, bound_qps=1000.0, cores=2)
     assert got["answered_qps"] == 760.0 and got["fraction_of_cpu_bound"] == pytest.approx(0.76)
     assert got["server_cpu_ms_per_request"] == pytest.approx(2.0)
     assert got["client_cpu_ms_per_request"] == pytest.approx(0.3)
     assert got["cores_busy_share"] == pytest.approx(0.874)
     assert got["errors"] == {"503": 2400}
+    # shedding costs CPU: the sweep's step at 800 answered more than the one at the bound
+    assert got["most_answered_qps"] == 800.0 and got["most_answered_fraction"] == 0.8
     # a server without the probe (no CPU read): no busy share, nothing invented
-    bare = saturated({**step, "server": {}, "client_cpu_s": None}, 1000.0, 2)
+    bare = saturated({**step, "server": {}, "client_cpu_s": None}, [], 1000.0, 2)
     assert bare["cores_busy_share"] is None and bare["server_cpu_ms_per_request"] is None
     row = {"max_qps_within_slo": 600.0, "steps": [{"offered_qps": 600.0, "meets_slo": True,
                                                    "p50_ms": 5.0, "p99_ms": 20.0,
@@ -82,6 +85,7 @@ def test_a_server_offered_its_bound_reports_what_it_answered_and_how_busy_the_co
     text = "\n".join(table({"scale": 4.0, "slo_p99_ms": 200.0, "cpu_bound": {},
                             "servers": {"int8 pipeline": row}}))
     assert "int8 pipeline answered 760 req/s (76% of its bound, cores 87% busy" in text
+    assert "at most 800 in any step (80%)" in text
 
 
 def test_the_soak_is_flat_only_without_errors_growth_or_a_late_p99_past_the_target():
