@@ -84,6 +84,7 @@ def test_a_server_offered_its_bound_reports_what_it_answered_and_how_busy_the_co
            "saturated": got}
     text = "\n".join(table({"scale": 4.0, "slo_p99_ms": 200.0, "cpu_bound": {},
                             "servers": {"int8 pipeline": row}}))
+    assert "Offered 1000 req/s" in text
     assert "int8 pipeline answered 760 req/s (76% of its bound, cores 87% busy" in text
     assert "at most 800 in any step (80%)" in text
 
