@@ -463,10 +463,12 @@ def saturated(step: dict, steps: list[dict], bound_qps: float, cores: int) -> di
     seconds); beside it the most any step of its sweep (``steps``) answered, since shedding
     costs CPU too and a step nearer its capacity may answer more. A capacity short of 80 % of
     the bound means no rate within any target reaches it here."""
-    seconds = step["seconds"]
     server_s = (step.get("server") or {}).get("cpu_s")
     client_s = step.get("client_cpu_s")
     answered = step["achieved_qps"]
+    # the span the CPU was read over: the step, or longer when its last answers came after it
+    # (achieved_qps is answers over that span, so it gives the span back)
+    seconds = step["ok"] / answered if answered else step["seconds"]
 
     def per(cpu):
         return cpu * 1000.0 / step["ok"] if cpu and step["ok"] else None
