@@ -118,6 +118,18 @@ def capped_now() -> bool:
     return all(os.environ.get(k, "").upper() == v.upper() for k, v in AVX2_CAPS.items())
 
 
+def avx2_is_native(flags=None) -> bool:
+    """This CPU is itself an AVX2-only one: the caps forbid none of its flags, and it has none of
+    the instruction sets ONNX Runtime's and OpenVINO's kernels dispatch on beyond AVX2 (AVX512,
+    either VNNI, AMX), so its native runs take the kernels the capped and emulated runs exist to
+    reach, and an AVX2 run would only repeat them. ``flags``: /proc/cpuinfo's, which neither the
+    caps nor the emulator change."""
+    from pipeline.core.env import capped, cpu_info
+
+    flags = list(cpu_info()["flags"] if flags is None else flags)
+    return "avx2" in flags and capped(flags, AVX2_CAPS) == flags
+
+
 @pytest.fixture(params=["native", "avx2"])
 def isa(request):
     return request.param
@@ -128,6 +140,8 @@ def pytest_pyfunc_call(pyfuncitem):
     params = getattr(getattr(pyfuncitem, "callspec", None), "params", {})
     if params.get("isa") != "avx2" or capped_now():
         return None  # run here as usual
+    if avx2_is_native():
+        pytest.skip("this CPU is AVX2-only: its native run is the AVX2 run")
     import shutil
     import tempfile
 
@@ -223,7 +237,8 @@ def _leave_emulated_avx2_runs_to_the_emulator(config, items) -> None:
     (``tests/test_cpu_emulation.py: EMULATED``) are not also run capped: it sets the same caps
     and runs the kernels an AVX2 machine runs besides, so a capped copy would only cost time.
     Not inside that emulated run itself, nor when its test is not in this session."""
-    if os.environ.get("PIPELINE_TEST_EMULATED_AVX2") or capped_now() or avx2_python() is None:
+    if (os.environ.get("PIPELINE_TEST_EMULATED_AVX2") or capped_now() or avx2_is_native()
+            or avx2_python() is None):
         return
     from tests.test_cpu_emulation import EMULATED
 

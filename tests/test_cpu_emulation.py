@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import AVX2_CAPS, ROOT, avx2_python
+from tests.conftest import AVX2_CAPS, ROOT, avx2_is_native, avx2_python
 
 # The files whose isa tests check what a cpuid-dispatched kernel computes, run emulated; each
 # emulated file costs a minute or so of CPU (the emulator is 5 to 15 times slower than the host).
@@ -43,8 +43,20 @@ def test_every_isa_file_is_emulated_or_says_why_not():
     assert uses == set(EMULATED) | set(CAPS_ONLY), uses ^ (set(EMULATED) | set(CAPS_ONLY))
 
 
+def test_only_a_cpu_without_avx512_vnni_or_amx_counts_as_avx2_only():
+    """What decides that the AVX2 runs (capped or emulated) would repeat the native ones."""
+    base = ["sse4_2", "avx", "avx2", "fma", "f16c"]
+    assert avx2_is_native(base)
+    for extra in ("avx512f", "avx_vnni", "avx512_vnni", "avx512_bf16", "amx_tile"):
+        assert not avx2_is_native([*base, extra]), extra
+    assert not avx2_is_native(["sse4_2", "avx"])  # older than AVX2: not the class either
+
+
 @pytest.mark.slow
 def test_the_isa_tests_pass_on_an_emulated_avx2_cpu():
+    if avx2_is_native():
+        pytest.skip("this CPU is AVX2-only: the isa tests' native runs are its AVX2 runs, and "
+                    "the check of the CPU itself runs natively")
     python = avx2_python()
     if python is None:
         # CI must not lose the check without a word: .ci/run installs QEMU, make setup the wrapper
@@ -70,7 +82,8 @@ def test_the_isa_tests_pass_on_an_emulated_avx2_cpu():
 
 @pytest.mark.pipeline_test_emulated_avx2
 def test_this_cpu_is_avx2_only_and_saturates_full_range_int8():
-    if os.environ.get(ENV) != "1":
+    # On an AVX2-only machine it checks that machine; elsewhere the emulated CPU
+    if os.environ.get(ENV) != "1" and not avx2_is_native():
         pytest.skip("runs inside test_the_isa_tests_pass_on_an_emulated_avx2_cpu's child")
     from tests.cpu_probe import features, u8s8_error
 
