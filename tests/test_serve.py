@@ -75,6 +75,8 @@ def test_predicts_from_png_and_jpeg_bytes_of_any_size(server):
             set(body["timing_ms"])
         answers.append(body)
     assert all(a["model"].startswith("ocr:int8-") for a in answers)
+    # --port 0 drew a port: the log names the one it is bound to, not 0
+    assert f"serve: ready on {server.url}" in server.log.read_text()
 
 
 def _bad_inputs():
@@ -88,7 +90,21 @@ def _bad_inputs():
         ("bomb", png_claiming(40000, 40000), "image/png", 413, "40000x40000"),
         ("invalid UTF-8", b"caf\xe9 \xff\xfe", "text/plain; charset=utf-8", 400, "UTF-8"),
         ("truncated", truncated, "image/png", 400, "truncated or corrupt"),
+        # 98 bytes, under every header limit, but brought to the model's height keeping its
+        # aspect it is a line 524288 wide: gigabytes of activations had it reached the model
+        ("extreme aspect", _png(16384, 1), "image/png", 413, "--max-input-values"),
+        ("a zero-pixel side", png_claiming(0, 32), "image/png", 400, "a PNG whose header"),
     ]
+
+
+def _png(width: int, height: int) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("L", (width, height), 255).save(buf, format="PNG")
+    return buf.getvalue()
 
 
 @pytest.mark.parametrize("name,body,ctype,status,words", _bad_inputs(),
@@ -142,6 +158,64 @@ def test_metrics_parse_as_prometheus_text_and_count_requests(server):
         assert delta("serve_stage_seconds_count", ("stage", stage)) == 3, stage
     assert delta("serve_batch_size_count") == 3  # one batch each: they were sent one by one
     assert ("serve_queue_depth",) in after
+
+
+def test_wrong_routes_and_methods_are_answered_in_json_too(server):
+    for r in (requests.get(f"{server.url}/predict", timeout=30),
+              requests.post(f"{server.url}/nowhere", data=b"x", timeout=30)):
+        assert r.status_code in (404, 405) and r.json()["error"].startswith(
+            ("GET /predict", "POST /nowhere")), r.text
+
+
+def _stall(url: str, sent: bytes = b"abcd"):
+    """A client that sends its headers, a Content-Length of 1000 and ``sent``, then nothing."""
+    import socket
+    from urllib.parse import urlparse
+
+    u = urlparse(url)
+    sock = socket.create_connection((u.hostname, u.port), timeout=60)
+    sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\n"
+                 b"Content-Length: 1000\r\n\r\n" + sent)
+    return sock
+
+
+def test_a_stalled_body_holds_no_place_in_the_queue_and_a_client_that_leaves_is_no_error(
+        published, tmp_path):
+    """Queue limit 2 and three clients that stall mid-body: a good request is still answered
+    (the body is read before a request is admitted), each stalled one gets 408 once
+    --body-timeout-s passes, and a client that hangs up mid-body counts as disconnected, not as
+    a 500 of the server's."""
+    ref, overrides = published
+    running = start(ref, tmp_path, *overrides, "--queue-limit", "2", "--body-timeout-s", "3",
+                    "--workers", "1", "--threads", "1")
+    try:
+        before = metrics(running.url)
+        stalled = [_stall(running.url) for _ in range(3)]
+        assert post(running.url, line_png()).status_code == 200
+        for sock in stalled:
+            answer = b""
+            while chunk := sock.recv(4096):  # the server closes it after the answer
+                answer += chunk
+            answer = answer.decode()
+            assert answer.startswith("HTTP/1.1 408") and "--body-timeout-s" in answer, answer
+            sock.close()
+        gone = _stall(running.url)
+        gone.close()
+        deadline = time.monotonic() + 30
+        while metrics(running.url).get(("serve_requests_total", ("outcome", "disconnected")),
+                                       0) < 1:
+            assert time.monotonic() < deadline, "the client that left was never counted"
+            time.sleep(0.05)
+        after = metrics(running.url)
+
+        def delta(*key):
+            return after.get(key, 0.0) - before.get(key, 0.0)
+
+        assert delta("serve_errors_total", ("status", "408")) == 3
+        assert delta("serve_requests_total", ("outcome", "error")) == 0
+        assert delta("serve_errors_total", ("status", "500")) == 0
+    finally:
+        assert running.stop() == 0, running.log.read_text()
 
 
 def test_overload_is_503_with_retry_after_and_memory_stays_bounded(published, tmp_path):
@@ -244,6 +318,35 @@ def test_a_bad_ref_is_one_line_and_exit_2(tmp_path):
                            "--mode", "fast"], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     one_line(proc, 2, "--mode", "pipeline, inline")
+
+
+def test_numbers_that_cannot_work_are_refused_before_anything_is_read(tmp_path):
+    """A port past 65535 (the kernel would take it modulo 65536: another port), a batch wait
+    that is not finite or past ten seconds (every request would hang), a batch that large."""
+    for flag, value, words in (("--port", "70000", "0 to 65535"),
+                               ("--max-wait-ms", "inf", "--max-wait-ms"),
+                               ("--max-wait-ms", "nan", "--max-wait-ms"),
+                               ("--max-wait-ms", "1e9", "--max-wait-ms"),
+                               ("--max-batch", "1000000000000", "--max-batch"),
+                               ("--body-timeout-s", "0", "--body-timeout-s"),
+                               ("--port", "abc", "--port")):
+        proc = subprocess.run([sys.executable, "-m", "pipeline.serve", str(tmp_path / "x"),
+                               flag, value], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+        one_line(proc, 2, words)
+
+
+def test_a_damaged_manifest_is_one_line_naming_it(published, tmp_path):
+    ref, overrides = published
+    pulled = tmp_path / "pulled"
+    subprocess.run([sys.executable, "-m", "pipeline.registry", "pull", ref, "--out", str(pulled),
+                    *overrides], cwd=ROOT, check=True, capture_output=True, timeout=120)
+    text = (pulled / "manifest.json").read_text()
+    for damage in (text[:len(text) // 2], "[1, 2]", "{}"):
+        (pulled / "manifest.json").write_text(damage)
+        proc = subprocess.run([sys.executable, "-m", "pipeline.serve", str(pulled)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        one_line(proc, 3, "manifest.json")
 
 
 def test_an_artifact_evaluated_with_other_preprocessing_is_refused(published, tmp_path):

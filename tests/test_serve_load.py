@@ -117,6 +117,37 @@ def test_load_goes_to_this_machine_only_and_a_negative_step_cap_is_refused(tmp_p
     one_line(proc, 2, "--max-seconds >= 0")
 
 
+def test_load_numbers_and_targets_that_cannot_work_are_one_line_before_any_request(tmp_path):
+    base = [sys.executable, "-m", "pipeline.serve", "load"]
+    for args, words in ((["http://127.0.0.1:9", "--scale", "nan"], "--scale"),
+                        (["http://127.0.0.1:9", "--start-qps", "nan"], "--start-qps"),
+                        (["http://127.0.0.1:9", "--scale", "0"], "--scale"),
+                        (["http://127.0.0.1:9", "--max-in-flight", "0"], "--max-in-flight"),
+                        (["http://127.0.0.1:9", "--ocr-lines", "0"], "--ocr-lines"),
+                        (["127.0.0.1:9"], "http://"),
+                        (["http://127.0.0.1:9", "--out", str(tmp_path)], "a folder"),
+                        (["http://127.0.0.1:9", "--out", str(tmp_path / "no" / "x.json")],
+                         "does not exist")):
+        proc = subprocess.run(base + args, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        one_line(proc, 2, words)
+    assert list(tmp_path.iterdir()) == []  # no report, no half-written .tmp
+
+
+def test_a_load_run_that_no_server_answered_fails_and_its_report_is_strict_json(tmp_path):
+    """Nothing listens on the discard port: every request fails to connect. That is no rate of
+    0 req/s: exit 3 in one line, naming the URL; the report still says what was sent, as JSON a
+    strict parser reads (the latencies it could not measure are null, not NaN)."""
+    out = tmp_path / "load.json"
+    proc = subprocess.run([sys.executable, "-m", "pipeline.serve", "load", "http://127.0.0.1:9",
+                           "--rates", "5", "--seconds", "1", "--ocr-lines", "4", "--out",
+                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    one_line(proc, 3, "http://127.0.0.1:9", "no request was answered")
+    report = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    (step,) = report["steps"]
+    assert step["sent"] > 0 and step["ok"] == 0 and step["p99_ms"] is None
+    assert [p.name for p in tmp_path.iterdir()] == ["load.json"]
+
+
 def test_refinement_bisects_between_the_last_rate_that_met_the_target_and_the_first_above():
     """The outcomes are injected (a server that meets the target up to 140 req/s): each refined
     rate is the geometric middle of the bracket, and the bracket narrows with every outcome."""

@@ -17,20 +17,15 @@ Exit codes: 0 done, 2 a bad option or config value (one line), 3 a model or repo
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
+from pipeline.cli.args import Parser
 from pipeline.core.errors import ConfigError, StageError, cli
 
 COMMANDS = ("probe", "capacity")
 ROLES = ("export", "fp32", "fp16", "candidate")
-
-
-class _Args(argparse.ArgumentParser):
-    def error(self, message):  # one line and exit code 2, like every other config mistake
-        raise ConfigError(message)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str]) -> int:
     command = argv.pop(0) if argv and argv[0] in COMMANDS else None
-    ap = _Args(prog="python -m pipeline.bill", add_help=False)
+    ap = Parser(prog="python -m pipeline.bill", add_help=False)
     ap.add_argument("--compare", choices=("precision", "hardware"))
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--onnx", type=Path)

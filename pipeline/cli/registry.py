@@ -24,6 +24,7 @@ import json
 import sys
 from pathlib import Path
 
+from pipeline.cli.args import Parser
 from pipeline.core.errors import ConfigError, cli
 
 
@@ -163,14 +164,9 @@ def _export_triton(ns, backend) -> int:
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line and exit code 2, like every other mistake
-        raise ConfigError(f"{self.prog}: {message}")
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m pipeline.registry", add_help=False)
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = Parser(prog="python -m pipeline.registry", add_help=False)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     c = sub.add_parser("list")
     c.add_argument("name", nargs="?")
     c.add_argument("--json", action="store_true")

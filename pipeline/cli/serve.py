@@ -16,6 +16,9 @@ over HTTP (``pipeline.serve``).
                               behind those admitted (default: the p99 target the artifact's gate
                               judged, slo.p99_ms, none if it judged none; 0: off)
     --max-body-bytes N --max-pixels N --max-side N     input limits (10 MiB, 16 Mpx, 16384)
+    --max-input-values N      the preprocessed input's limit, all feeds (262144: an OCR line
+                              32 tall and 8192 wide); past it 413, the model not run
+    --body-timeout-s S        a body not received whole within S is 408 (30)
     --ready-file PATH         written (the port) once warm: how a script learns the port
     --replicas N              serve on Ray Serve instead (pipeline.serve.ray_serve): N replicas
                               behind Ray Serve's proxy on --host:--port (a port other than 0)
@@ -49,11 +52,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pipeline.cli.args import Parser
 from pipeline.core.errors import ConfigError, PipelineError, cli
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipeline.serve", add_help=False)
+    p = Parser(prog="python -m pipeline.serve", add_help=False)
     p.add_argument("ref")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -69,6 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=int, default=10 * 1024 * 1024)
     p.add_argument("--max-pixels", type=int, default=16 * 1024 * 1024)
     p.add_argument("--max-side", type=int, default=16384)
+    p.add_argument("--max-input-values", type=int, default=32 * 8192)
+    p.add_argument("--body-timeout-s", type=float, default=30.0)
     p.add_argument("--ready-file", default=None)
     p.add_argument("--max-sequences", type=int, default=4)
     p.add_argument("--max-seq-len", type=int, default=0)
@@ -114,6 +120,7 @@ def parse(argv: list[str]):
                       queue_limit=ns.queue_limit, max_queue_ms=ns.max_queue_ms,
                       max_body_bytes=ns.max_body_bytes,
                       max_pixels=ns.max_pixels, max_side=ns.max_side,
+                      max_input_values=ns.max_input_values, body_timeout_s=ns.body_timeout_s,
                       max_sequences=ns.max_sequences, max_seq_len=ns.max_seq_len,
                       max_new_tokens=ns.max_new_tokens, kv_budget_mb=ns.kv_budget_mb,
                       decode_batch=ns.decode_batch)
@@ -135,7 +142,7 @@ def _load(argv: list[str]) -> int:
 
     from pipeline.serve import load
 
-    p = argparse.ArgumentParser(prog="python -m pipeline.serve load", add_help=False)
+    p = Parser(prog="python -m pipeline.serve load", add_help=False)
     p.add_argument("url")
     p.add_argument("--files", default=None)
     p.add_argument("--texts", default=None)
@@ -164,15 +171,15 @@ def _load(argv: list[str]) -> int:
             from None
     if unknown:
         raise ConfigError(f"unknown argument(s) {' '.join(unknown)} (python -m pipeline.serve -h)")
-    host = urlparse(ns.url).hostname
+    url = urlparse(ns.url)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ConfigError(f"{ns.url}: not an http:// or https:// URL (e.g. "
+                          "http://127.0.0.1:8000)")
+    host = url.hostname
     if host not in ("127.0.0.1", "localhost", "::1") and not ns.allow_remote:
         raise ConfigError(f"{ns.url}: load goes to this machine only (127.0.0.1, localhost); "
                           "--allow-remote for another host")
-    if (rates and min(rates) <= 0) or ns.start_qps <= 0 or ns.seconds <= 0 or ns.window <= 0 \
-            or any(c <= 0 for c in concurrency) or ns.growth <= 1 or ns.refine < 0 \
-            or ns.max_seconds < 0:
-        raise ConfigError("rates, --start-qps, --seconds, --window and --concurrency must be "
-                          "> 0, --growth > 1, --refine and --max-seconds >= 0")
+    _check_load_numbers(ns, rates or [], concurrency)
     slo = ns.slo_ms
     if slo is None:  # the project's SLO (conf/slo/default.yaml), as the pipeline judges it
         from pipeline.engine.compose import compose
@@ -181,6 +188,8 @@ def _load(argv: list[str]) -> int:
     for given, what in ((ns.files, "folder"), (ns.texts, "file")):
         if given and not (Path(given).is_dir() if what == "folder" else Path(given).is_file()):
             raise ConfigError(f"{given}: no such {what}")
+    if ns.out:  # before minutes of measuring, not after
+        load.check_writable(Path(ns.out))
     bodies = load.files(Path(ns.files)) if ns.files else load.texts(Path(ns.texts)) \
         if ns.texts else load.ocr_lines(ns.ocr_lines, ns.scale, fmt=ns.format)
     if not bodies:
@@ -193,7 +202,42 @@ def _load(argv: list[str]) -> int:
     if ns.out:
         load.write(report, Path(ns.out))
         print(f"report: {ns.out}")
+    answered = sum(s.ok for s in report.steps) + sum(c.ok for c in report.concurrency)
+    if not answered:  # nothing measured is not a rate of 0
+        errors: dict = {}
+        for s in [*report.steps, *report.concurrency]:
+            for k, n in s.errors.items():
+                errors[k] = errors.get(k, 0) + n
+        raise PipelineError(f"{ns.url}: no request was answered 200 ({errors or 'none sent'}); "
+                            "is the server running there, and ready (GET /readyz)?")
     return 0
+
+
+def _check_load_numbers(ns, rates: list[float], concurrency: list[int]) -> None:
+    """Every number the load generator takes, finite and in range, in one line (NaN passes
+    every comparison, so each is asked to be finite first)."""
+    import math
+
+    floats = {"--rates": rates, "--start-qps": [ns.start_qps], "--seconds": [ns.seconds],
+              "--window": [ns.window], "--scale": [ns.scale], "--growth": [ns.growth],
+              "--max-seconds": [ns.max_seconds],
+              "--slo-ms": [ns.slo_ms] if ns.slo_ms is not None else []}
+    bad = [k for k, vs in floats.items() if not all(math.isfinite(v) for v in vs)]
+    positive = {"--rates": min(rates, default=1), "--start-qps": ns.start_qps,
+                "--seconds": ns.seconds, "--window": ns.window, "--scale": ns.scale,
+                "--slo-ms": ns.slo_ms if ns.slo_ms is not None else 1,
+                "--concurrency": min(concurrency, default=1), "--ocr-lines": ns.ocr_lines,
+                "--max-in-flight": ns.max_in_flight, "--max-steps": ns.max_steps}
+    bad += [k for k, v in positive.items() if k not in bad and not v > 0]
+    if ns.growth <= 1 and "--growth" not in bad:
+        bad.append("--growth")
+    bad += [k for k, v in (("--refine", ns.refine), ("--max-seconds", ns.max_seconds))
+            if k not in bad and v < 0]
+    if bad:
+        raise ConfigError(f"{', '.join(bad)}: out of range (rates, --start-qps, --seconds, "
+                          "--window, --scale, --slo-ms, --concurrency, --ocr-lines, "
+                          "--max-in-flight and --max-steps > 0 and finite, --growth > 1, "
+                          "--refine and --max-seconds >= 0)")
 
 
 def _serve(argv: list[str]) -> int:
@@ -228,11 +272,10 @@ def _serve(argv: list[str]) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: None)
         print(f"serving {served.ref} ({served.model_name}, task {served.task_key}) on "
-              f"http://{cfg.host}:{cfg.port} mode={cfg.mode} workers={cfg.workers} "
-              f"consumers={cfg.consumers} threads={cfg.intra_op_threads} "
-              f"max_batch={cfg.max_batch}", flush=True)
-        if ns.ready_file:
-            _announce(userver, server, Path(ns.ready_file))
+              f"http://{cfg.host}:{cfg.port or '(a free port)'} mode={cfg.mode} "
+              f"workers={cfg.workers} consumers={cfg.consumers} "
+              f"threads={cfg.intra_op_threads} max_batch={cfg.max_batch}", flush=True)
+        _announce(userver, server, cfg.host, Path(ns.ready_file) if ns.ready_file else None)
         userver.run()
     if server.failed:
         print(f"error: {server.failed}", file=sys.stderr)
@@ -311,8 +354,9 @@ def _check_reachable(address: str) -> None:
                             f"({type(e).__name__}: {e})") from None
 
 
-def _announce(userver, server, path: Path) -> None:
-    """Write the bound port to ``path`` once the server is ready (a thread that polls)."""
+def _announce(userver, server, host: str, path: Path | None) -> None:
+    """Once the server is ready, say so on stdout with the port it is bound to (``--port 0``
+    draws one), and write that port to ``path`` if given (a thread that polls)."""
     import threading
     import time
 
@@ -320,9 +364,11 @@ def _announce(userver, server, path: Path) -> None:
         while not userver.should_exit:
             if server.ready and userver.started and userver.servers:
                 port = userver.servers[0].sockets[0].getsockname()[1]
-                tmp = path.with_name(path.name + ".tmp")
-                tmp.write_text(str(port))
-                tmp.rename(path)  # whole or absent: a reader never sees half a number
+                print(f"serve: ready on http://{host}:{port}", flush=True)
+                if path is not None:
+                    tmp = path.with_name(path.name + ".tmp")
+                    tmp.write_text(str(port))
+                    tmp.rename(path)  # whole or absent: a reader never sees half a number
                 return
             time.sleep(0.05)
 

@@ -28,7 +28,8 @@ import time
 import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -49,12 +50,13 @@ class Server:
 
         self.served, self.cfg = served, cfg
         self.reader = reader(served.task_key)
-        self.limits = Limits(cfg.max_body_bytes, cfg.max_pixels, cfg.max_side)
+        self.limits = Limits.of(cfg)
         self.metrics = ServerMetrics(cfg.max_batch)
         self.ready = False
         self.stopping = False  # set on SIGTERM: new requests are refused, admitted ones answered
         self.failed: str | None = None  # why start-up failed (one line); the CLI exits non-zero
         self.admitted = 0
+        self.receiving = 0  # bodies streaming in, not yet admitted (bounded: RECEIVING)
         self.backlog = Backlog()  # the wait a request admitted now would have
         self.workers: Workers | None = None
         self.batcher: Batcher | None = None
@@ -140,8 +142,25 @@ class Server:
                         "queue": 0.0, **timings}
 
 
+# Bodies streaming in before admission, at most this many times --queue-limit: a client that
+# stalls mid-body is cut off after --body-timeout-s and holds no place in the queue meanwhile,
+# and those arriving at once are bounded too (each may hold up to --max-body-bytes)
+RECEIVING = 4
+
+
 def _error(status: int, line: str, headers: dict | None = None) -> JSONResponse:
     return JSONResponse({"error": line}, status_code=status, headers=headers)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    """Starlette's own refusals (404 no such route, 405 wrong method) as JSON like every other
+    error, not its plain text."""
+    return _error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
+                  exc.headers)
+
+
+# Every server's app (this one, the decoder's) answers its routing errors so
+ERRORS_AS_JSON = {HTTPException: _http_error}
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -165,35 +184,28 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
 
     async def predict(request: Request) -> Response:
         start = time.perf_counter()
-        if not server.ready or server.stopping:
-            m.errors.labels("503").inc()
-            headers = {"Retry-After": str(cfg.retry_after_s)}
-            if server.stopping:  # this connection is not kept: the listening socket is closing
-                headers["Connection"] = "close"
-            return _error(503, not_serving(server), headers)
-        full = overloaded(server, cfg)
-        if full:
-            m.requests.labels("overloaded").inc()
-            m.errors.labels("503").inc()
-            return _error(503, f"overloaded: {full}; retry after {cfg.retry_after_s} s",
-                          {"Retry-After": str(cfg.retry_after_s)})
+        refused = refusal(server, cfg)
+        if refused is not None:
+            return refused
+        # The body is read before the request is admitted: a client that sends its headers and
+        # then stalls holds no place in the queue, and is cut off after --body-timeout-s
+        body = await receive(request, server, cfg, m)
+        if isinstance(body, Response):
+            return body
+        refused = refusal(server, cfg)  # again: the queue may have filled while it streamed
+        if refused is not None:
+            return refused
         server.admitted += 1
         m.queue_depth.set(server.admitted)
         try:
-            body = await _read_body(request, cfg.max_body_bytes)
             answer, timings = await server.answer(body, request.headers.get("content-type", ""))
         except BadInput as e:
-            m.requests.labels("bad_input").inc()
-            m.errors.labels(str(e.status)).inc()
-            return _error(e.status, e.line)
+            return m.refused("bad_input", e.status, _error(e.status, e.line))
         except (WorkerLost, WorkerError) as e:
-            m.requests.labels("error").inc()
-            m.errors.labels("500").inc()
-            return _error(500, str(e))
+            return m.refused("error", 500, _error(500, str(e)))
         except Exception as e:  # noqa: BLE001 - a runtime failure: 500 in one line, keep serving
-            m.requests.labels("error").inc()
-            m.errors.labels("500").inc()
-            return _error(500, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            line = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            return m.refused("error", 500, _error(500, line))
         finally:
             server.admitted -= 1
             server.backlog.answered(time.perf_counter(), server.admitted)
@@ -209,7 +221,46 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
              "consumers": cfg.consumers, "intra_op_threads": cfg.intra_op_threads,
              "queue_limit": cfg.queue_limit, "max_queue_ms": cfg.max_queue_ms}
     routes = [Route("/predict", predict, methods=["POST"]), *service_routes(server, m, ready)]
-    return Starlette(routes=routes, lifespan=lifespan(server)), server
+    return Starlette(routes=routes, lifespan=lifespan(server),
+                     exception_handlers=ERRORS_AS_JSON), server
+
+
+def refusal(server, cfg: ServeConfig) -> Response | None:
+    """The 503 a request gets before any work (warming up, shutting down, overloaded), counted;
+    None: it may go on."""
+    m = server.metrics
+    headers = {"Retry-After": str(cfg.retry_after_s)}
+    if not server.ready or server.stopping:
+        if server.stopping:  # this connection is not kept: the listening socket is closing
+            headers["Connection"] = "close"
+        return m.refused("unavailable", 503, _error(503, not_serving(server), headers))
+    full = overloaded(server, cfg) or (
+        f"{server.receiving} bodies still arriving ({RECEIVING}x --queue-limit)"
+        if server.receiving >= RECEIVING * cfg.queue_limit else None)
+    if full:
+        return m.refused("overloaded", 503, _error(
+            503, f"overloaded: {full}; retry after {cfg.retry_after_s} s", headers))
+    return None
+
+
+async def receive(request: Request, server, cfg: ServeConfig, m) -> bytes | Response:
+    """The request's whole body, or the answer to a body refused (413), late (408) or abandoned
+    by its client (no error of the server's: counted apart, answered to no one)."""
+    server.receiving += 1
+    try:
+        return await asyncio.wait_for(_read_body(request, cfg.max_body_bytes),
+                                      cfg.body_timeout_s)
+    except BadInput as e:
+        return m.refused("bad_input", e.status, _error(e.status, e.line))
+    except asyncio.TimeoutError:
+        return m.refused("bad_input", 408, _error(
+            408, f"body not received whole within {cfg.body_timeout_s:g} s (--body-timeout-s)",
+            {"Connection": "close"}))
+    except ClientDisconnect:
+        m.requests.labels("disconnected").inc()
+        return Response(status_code=499)
+    finally:
+        server.receiving -= 1
 
 
 def overloaded(server, cfg: ServeConfig) -> str | None:

@@ -43,19 +43,20 @@ def open_ref(ref: str, pulled_into: Path, overrides: list[str] | None = None) ->
     path = Path(ref)
     if path.is_dir():
         if (path / "manifest.json").is_file():
-            return _from_manifest(ref, path / "model.onnx",
-                                  json.loads((path / "manifest.json").read_text()))
+            return _record(path / "manifest.json", lambda record: _from_manifest(
+                ref, path / "model.onnx", record))
         if (path / "report.json").is_file():
-            return _from_report(ref, json.loads((path / "report.json").read_text()))
+            return _record(path / "report.json", lambda record: _from_report(ref, record))
         raise ConfigError(f"{ref}: a folder without manifest.json (a pull) or report.json "
                           "(a run)")
     if ":" not in ref and "@" not in ref:
         raise ConfigError(f"{ref}: neither a folder nor a registry ref (NAME:REF, e.g. "
                           "ocr:production)")
-    return _from_manifest(ref, *_pull(ref, pulled_into, overrides or []))
+    model, manifest = _pull(ref, pulled_into, overrides or [])
+    return _record(manifest, lambda record: _from_manifest(ref, model, record))
 
 
-def _pull(ref: str, dest: Path, overrides: list[str]) -> tuple[Path, dict]:
+def _pull(ref: str, dest: Path, overrides: list[str]) -> tuple[Path, Path]:
     from pipeline.engine.compose import compose
     from pipeline.registry import open_backend
     from pipeline.registry.names import parse_ref
@@ -66,7 +67,25 @@ def _pull(ref: str, dest: Path, overrides: list[str]) -> tuple[Path, dict]:
     name, version = parse_ref(ref)
     entry, path = open_backend(cfg).pull(name, version, dest)  # every blob re-hashed
     print(f"pulled {entry.name}:{entry.version}@{entry.digest} into {path}")
-    return Path(path) / "model.onnx", json.loads((Path(path) / "manifest.json").read_text())
+    return Path(path) / "model.onnx", Path(path) / "manifest.json"
+
+
+def _record(path: Path, read):
+    """``read(the JSON object in path)``; a file that is not one, or lacks what the pipeline
+    writes there (edited by hand, cut short, written by another tool), is one line naming it."""
+    try:
+        record = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise StageError(f"{path}: not valid JSON ({e}): damaged or cut short; pull or run "
+                         "again") from None
+    if not isinstance(record, dict):
+        raise StageError(f"{path}: a JSON {type(record).__name__}, not the object the pipeline "
+                         "writes there")
+    try:
+        return read(record)
+    except (KeyError, TypeError, AttributeError, StopIteration) as e:
+        raise StageError(f"{path}: lacks what the pipeline records there ({type(e).__name__}: "
+                         f"{e}); was it edited, or written by another version?") from None
 
 
 def _from_manifest(ref: str, model: Path, manifest: dict) -> Served:

@@ -15,12 +15,15 @@ second for one thread at 90 requests/s.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
 from pipeline.core.errors import ConfigError
 
 MODES = ("pipeline", "inline")
+MAX_WAIT_MS = 10_000.0  # a batch wait past ten seconds is a typo, not a policy
+MAX_BATCH = 4096
 
 
 def usable_cores() -> int:
@@ -55,6 +58,12 @@ class ServeConfig:
     max_body_bytes: int = 10 * 1024 * 1024   # a larger body is 413 before it is read whole
     max_pixels: int = 16 * 1024 * 1024       # an image header claiming more is 413, not decoded
     max_side: int = 16384                    # nor a side longer than this
+    max_input_values: int = 32 * 8192        # a request whose preprocessed input (the model's
+                                    # feeds) holds more values is 413 before the model runs: an
+                                    # OCR line 32 tall and 8192 wide (a 16384x1 image of 98 bytes
+                                    # becomes one 524288 wide, gigabytes of activations)
+    body_timeout_s: float = 30.0    # a body not received whole within this is 408: a client
+                                    # that stalls holds no place in the queue meanwhile
     warmup_runs: int = 3            # runs per path before /readyz says ready
     # decoders (pipeline.serve.generate): each sequence's KV cache is reserved at admission
     max_sequences: int = 4          # sequences generating at once; past it: 503
@@ -69,17 +78,29 @@ class ServeConfig:
         if self.mode not in MODES:
             raise ConfigError(f"--mode={self.mode!r}: valid choices: {', '.join(MODES)}")
         for key in ("max_batch", "queue_limit", "max_body_bytes", "max_pixels", "max_side",
-                    "max_sequences", "max_new_tokens"):
+                    "max_input_values", "max_sequences", "max_new_tokens"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"--{key.replace('_', '-')}={getattr(self, key)}: must be > 0")
         for key in ("workers", "intra_op_threads", "consumers", "shape_bucket", "warmup_runs",
-                    "port", "max_seq_len", "kv_budget_mb", "decode_batch"):
+                    "port", "max_seq_len", "decode_batch"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"--{key.replace('_', '-')}={getattr(self, key)}: must be >= 0")
-        if self.max_wait_ms < 0:
-            raise ConfigError(f"--max-wait-ms={self.max_wait_ms}: must be >= 0")
-        if self.max_queue_ms is not None and not self.max_queue_ms >= 0:
-            raise ConfigError(f"--max-queue-ms={self.max_queue_ms}: must be >= 0")
+        if not self.port <= 65535:
+            raise ConfigError(f"--port={self.port}: a TCP port is 0 to 65535 (0: any free one)")
+        if self.max_batch > MAX_BATCH:
+            raise ConfigError(f"--max-batch={self.max_batch}: at most {MAX_BATCH} (a batch "
+                              "is one model run; past a few dozen it only adds latency)")
+        # NaN passes every comparison and infinity overflows a timer: each is refused by name
+        if not 0 <= self.max_wait_ms <= MAX_WAIT_MS:
+            raise ConfigError(f"--max-wait-ms={self.max_wait_ms}: must be 0 to {MAX_WAIT_MS:g} "
+                              "(how long the oldest request waits for company)")
+        if self.max_queue_ms is not None and not 0 <= self.max_queue_ms < math.inf:
+            raise ConfigError(f"--max-queue-ms={self.max_queue_ms}: must be >= 0 and finite "
+                              "(0: no such limit)")
+        if not 0 < self.body_timeout_s < math.inf:
+            raise ConfigError(f"--body-timeout-s={self.body_timeout_s}: must be > 0 and finite")
+        if not 0 <= self.kv_budget_mb < math.inf:
+            raise ConfigError(f"--kv-budget-mb={self.kv_budget_mb}: must be >= 0 and finite")
 
     def resolved(self, text: bool = False, target_ms: float | None = None) -> "ServeConfig":
         """Zero counts replaced by the split of the usable cores; ``text``: the model reads text

@@ -41,7 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from pipeline.serve.app import lifespan, not_serving, service_routes
+from pipeline.serve.app import ERRORS_AS_JSON, lifespan, not_serving, receive, service_routes
 from pipeline.serve.config import ServeConfig
 from pipeline.serve.inputs import BadInput, Limits, read_text
 from pipeline.serve.metrics import SECONDS, ServerMetrics
@@ -135,6 +135,7 @@ class Generating:
         self.admission = Admission(cfg.max_sequences, budget)
         self.engine = None  # --decode-batch: the EngineLoop, started with the model
         self.limits = Limits(cfg.max_body_bytes, 1, 1)
+        self.receiving = 0  # bodies streaming in (app.receive)
         self.metrics = ServerMetrics(1)
         r = self.metrics.registry
         self.active = Gauge("serve_sequences_active", "Sequences generating", registry=r)
@@ -249,12 +250,11 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Generating]:
 
     async def generate(request: Request) -> Response:
         if not server.ready or server.stopping:
-            return refuse(503, not_serving(server), "overloaded")
+            return refuse(503, not_serving(server), "unavailable")
+        body = await receive(request, server, cfg, m)  # streamed against the limit, never read whole
+        if isinstance(body, Response):
+            return body
         try:
-            body = await request.body()
-            if len(body) > cfg.max_body_bytes:
-                raise BadInput(413, f"body of {len(body)} bytes is over the limit of "
-                                    f"{cfg.max_body_bytes} bytes (--max-body-bytes)")
             prompt, new = await run_in_threadpool(server.request, body,
                                                   request.headers.get("content-type", ""))
         except BadInput as e:
@@ -304,4 +304,5 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Generating]:
              "kv_bytes_per_token": server.kv.bytes_per_token,
              "intra_op_threads": cfg.intra_op_threads, "decode_batch": cfg.decode_batch}
     routes = [Route("/generate", generate, methods=["POST"]), *service_routes(server, m, ready)]
-    return Starlette(routes=routes, lifespan=lifespan(server)), server
+    return Starlette(routes=routes, lifespan=lifespan(server),
+                     exception_handlers=ERRORS_AS_JSON), server

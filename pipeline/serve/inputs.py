@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 
 IMAGE_FORMATS = ("PNG", "JPEG")
+MAGIC = {"PNG": b"\x89PNG\r\n\x1a\n", "JPEG": b"\xff\xd8\xff"}
 
 
 class BadInput(Exception):
@@ -38,6 +39,12 @@ class Limits:
     max_body_bytes: int
     max_pixels: int
     max_side: int
+    max_input_values: int = 32 * 8192  # the preprocessed input, all feeds together
+
+    @classmethod
+    def of(cls, cfg) -> "Limits":
+        """A server's limits from its ``ServeConfig``."""
+        return cls(cfg.max_body_bytes, cfg.max_pixels, cfg.max_side, cfg.max_input_values)
 
 
 @dataclass
@@ -75,6 +82,10 @@ def open_image(body: bytes, content_type: str, limits: Limits):
     try:
         image = Image.open(io.BytesIO(body))  # reads the header only
     except UnidentifiedImageError:
+        claimed = next((f for f, magic in MAGIC.items() if body.startswith(magic)), None)
+        if claimed:  # its signature is right, its header is not (a 0-pixel side, say)
+            raise BadInput(400, f"a {claimed} whose header Pillow cannot read (damaged, or "
+                                "a side of 0 pixels)") from None
         raise BadInput(415, f"body is not a PNG or JPEG image (it starts with "
                             f"{body[:8].hex()})") from None
     except (OSError, SyntaxError, ValueError) as e:
@@ -125,3 +136,15 @@ def read_text(body: bytes, content_type: str, limits: Limits) -> str:
     if not text.strip():
         raise BadInput(400, "empty text: send the sentence to read")
     return text
+
+
+def check_input(feeds: dict, limits: Limits, what: str) -> None:
+    """The model's input is bounded too, not only the bytes and the header: a tiny image of an
+    extreme aspect (16384x1) is brought to the model's height keeping the aspect, a line 524288
+    wide, and its activations alone take gigabytes. ``what``: the request as received."""
+    values = sum(int(v.size) for v in feeds.values())
+    if values > limits.max_input_values:
+        shapes = ", ".join("x".join(map(str, v.shape)) for v in feeds.values())
+        raise BadInput(413, f"{what} becomes a model input of {shapes} ({values} values), over "
+                            f"the limit of {limits.max_input_values} (--max-input-values); "
+                            "not run")

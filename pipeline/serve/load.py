@@ -524,7 +524,36 @@ def files(folder: Path) -> list[bytes]:
     return [p.read_bytes() for p in sorted(Path(folder).iterdir()) if p.is_file()]
 
 
+def check_writable(path: Path) -> None:
+    """``path`` can take the report: its folder exists and is writable, and it is no folder."""
+    import os
+
+    from pipeline.core.errors import ConfigError
+
+    if path.is_dir():
+        raise ConfigError(f"--out {path}: a folder; name the report's file")
+    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
+        raise ConfigError(f"--out {path}: its folder {path.parent} does not exist or is not "
+                          "writable")
+
+
 def write(report: LoadReport, path: Path) -> None:
+    """The report as strict JSON (a number it could not measure, NaN or infinite, is null), whole
+    or not at all: a failed write leaves no half file behind."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report.to_json(), indent=2))
-    tmp.rename(path)
+    try:
+        tmp.write_text(json.dumps(_finite(report.to_json()), indent=2, allow_nan=False))
+        tmp.rename(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return value if np.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

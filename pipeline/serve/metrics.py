@@ -1,6 +1,6 @@
 """The server's Prometheus metrics (prometheus_client), on a registry of its own per server.
 
-Requests by outcome (ok, bad_input, overloaded, error), errors by HTTP status, a latency
+Requests by outcome (``OUTCOMES``), errors by HTTP status, a latency
 histogram per stage (decode, preprocess, queue, inference, postprocess, and the whole request as
 the server saw it), the queue's depth (requests admitted and not yet answered), the batch sizes
 the batcher formed and the seconds the model's thread was busy. Buckets span 0.1 ms to 10 s: a
@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+# ok: answered; bad_input: refused for what was sent (4xx); overloaded: 503 for load;
+# unavailable: 503 while warming up or shutting down; disconnected: the client left before its
+# body was whole (answered to no one); error: the server failed it (500)
+OUTCOMES = ("ok", "bad_input", "overloaded", "unavailable", "disconnected", "error")
 STAGES = ("decode", "preprocess", "queue", "inference", "postprocess", "total")
 SECONDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
            1.0, 2.5, 5.0, 10.0)
@@ -31,17 +35,23 @@ class ServerMetrics:
         self.queue_depth = Gauge("serve_queue_depth",
                                  "Requests admitted and not yet answered", registry=r)
         self.batch_size = Histogram("serve_batch_size", "Requests per model run",
-                                    buckets=tuple(range(1, max_batch + 1)), registry=r)
+                                    buckets=batch_buckets(max_batch), registry=r)
         # the article's utilisation: busy seconds over a step's seconds is the share of time the
         # model's thread worked (summed over the threads running the model: the consumers, or
         # inline's request threads; over 1 when they overlap)
         self.busy = Counter("serve_inference_busy_seconds", "Seconds spent running the model "
                             "and decoding its outputs (a batch's time once)", registry=r)
-        for outcome in ("ok", "bad_input", "overloaded", "error"):
+        for outcome in OUTCOMES:
             self.requests.labels(outcome)  # present at zero, so a scrape shows every series
         # each stage's child looked up once: ``labels()`` per observation is a locked lookup,
         # six of them on every request
         self.stages = {stage: self.stage.labels(stage) for stage in STAGES}
+
+    def refused(self, outcome: str, status: int, response):
+        """``response`` (a request refused with HTTP ``status``), counted under ``outcome``."""
+        self.requests.labels(outcome).inc()
+        self.errors.labels(str(status)).inc()
+        return response
 
     def observe(self, timings_ms: dict) -> None:
         for stage, ms in timings_ms.items():
@@ -51,3 +61,11 @@ class ServerMetrics:
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def batch_buckets(max_batch: int) -> tuple[int, ...]:
+    """Every batch size up to 64, past it the powers of two and ``max_batch``: a scrape stays a
+    few dozen lines whatever the largest batch allowed."""
+    exact = range(1, min(max_batch, 64) + 1)
+    powers = (1 << k for k in range(7, max_batch.bit_length()))
+    return tuple(sorted({*exact, *(b for b in powers if b < max_batch), max_batch}))

@@ -49,7 +49,7 @@ def application(served, cfg: ServeConfig, replicas: int = 1, num_cpus: float = 1
             from pipeline.serve.readers import reader
 
             self.served, self.cfg, self.reader = served, cfg, reader(served.task_key)
-            self.limits = Limits(cfg.max_body_bytes, cfg.max_pixels, cfg.max_side)
+            self.limits = Limits.of(cfg)
             deployed = served.runtime
             self.model = runtimes.load(served.model, HardwareRuntime(
                 "cpu", "CPUExecutionProvider", cfg.intra_op_threads, 1, None,

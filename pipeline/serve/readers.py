@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.serve.inputs import Limits, Prepared, open_image, read_text
+from pipeline.serve.inputs import Limits, Prepared, check_input, open_image, read_text
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class ImageReader:
         image = open_image(body, content_type, limits)
         decoded = time.perf_counter()
         feeds = self.task.from_image(image)
+        check_input(feeds, limits, "a {}x{} image".format(*image.size))
         done = time.perf_counter()
         return Prepared({k: np.ascontiguousarray(v) for k, v in feeds.items()},
                         size_of(self.task, feeds), (decoded - start) * 1000.0,
@@ -95,6 +96,7 @@ class TextReader:
         text = read_text(body, content_type, limits)
         decoded = time.perf_counter()
         sample, = encode(self.tokenizer, [text], self.spec["max_length"], self.names)
+        check_input(sample, limits, f"a text of {len(text)} characters")
         done = time.perf_counter()
         return Prepared({n: a[None] for n, a in sample.items()}, int(sample["input_ids"].size),
                         (decoded - start) * 1000.0, (done - decoded) * 1000.0)

@@ -25,7 +25,9 @@ message, so the server is ready only once every worker is warm.
 """
 from __future__ import annotations
 
+
 import asyncio
+import dataclasses
 import itertools
 import json
 import multiprocessing
@@ -160,8 +162,7 @@ class _Link(asyncio.Protocol):
         future = asyncio.get_running_loop().create_future()
         self.waiting[ident] = future
         self.transport.write(frame({"id": ident, "type": content_type,
-                                     "limits": [limits.max_body_bytes, limits.max_pixels,
-                                                limits.max_side]}, body))
+                                     "limits": dataclasses.astuple(limits)}, body))
         return future
 
 
