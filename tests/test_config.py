@@ -148,3 +148,18 @@ def test_a_key_added_with_plus_must_exist(override, expected):
     with pytest.raises(ConfigError, match=expected.replace("+", r"\+")):
         compose(["model=ocr_tiny", override])
     assert compose(["model=ocr_tiny", "+model.params.extra=1"]).model.params["extra"] == 1
+
+
+def test_a_sweep_on_a_launcher_whose_package_is_missing_is_one_line_and_exit_2(tmp_path):
+    import importlib.util
+
+    from tests.conftest import one_line
+
+    try:
+        installed = importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is not None
+    except ModuleNotFoundError:
+        installed = False
+    if installed:
+        pytest.skip("hydra-submitit-launcher is installed here")
+    proc = run_cli("-m", "model=ocr_tiny", "hydra/launcher=slurm", f"workdir={tmp_path}")
+    one_line(proc, 2, "hydra/launcher=slurm", ".[slurm]")
