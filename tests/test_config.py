@@ -135,3 +135,31 @@ def test_cli_affinity_outside_this_machine_is_exit_2_before_any_stage(tmp_path):
     proc = run_cli(*tiny_args(tmp_path, f"hardware.affinity=[{max(os.sched_getaffinity(0)) + 1}]"))
     assert proc.returncode == 2 and "hardware.affinity" in proc.stderr, proc.stderr
     assert not any(tmp_path.iterdir()), "a config error must not write anything"
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("+gate.max_acuracy_drop=0.5", "+gate.max_acuracy_drop: no such key"),
+    ("+foo=1", "+foo: no such key"),
+    ("++bench.min_round=3", "+bench.min_round: no such key"),
+])
+def test_a_key_added_with_plus_must_exist(override, expected):
+    """Hydra adds a ``+key`` that no schema has, and the typed config then drops it: a misspelt
+    limit would silently be the default. Adding stays open where the config is free-form."""
+    with pytest.raises(ConfigError, match=expected.replace("+", r"\+")):
+        compose(["model=ocr_tiny", override])
+    assert compose(["model=ocr_tiny", "+model.params.extra=1"]).model.params["extra"] == 1
+
+
+def test_a_sweep_on_a_launcher_whose_package_is_missing_is_one_line_and_exit_2(tmp_path):
+    import importlib.util
+
+    from tests.conftest import one_line
+
+    try:
+        installed = importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is not None
+    except ModuleNotFoundError:
+        installed = False
+    if installed:
+        pytest.skip("hydra-submitit-launcher is installed here")
+    proc = run_cli("-m", "model=ocr_tiny", "hydra/launcher=slurm", f"workdir={tmp_path}")
+    one_line(proc, 2, "hydra/launcher=slurm", ".[slurm]")

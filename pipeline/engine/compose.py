@@ -79,6 +79,7 @@ def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR,
             elif value not in options:
                 raise ConfigError(f"{key}={value}: no such option; valid choices: "
                                   f"{', '.join(options)}")
+    _check_added_keys(parsed, schema)
     overrides = [o for o, ov in zip(overrides, parsed) if ov.key_or_group not in dropped]
     overrides = _expand_dicts(overrides, parsed)
     overrides += [f"~{g}" for g in dropped]
@@ -138,6 +139,22 @@ def _expand_dicts(overrides: list[str], parsed) -> list[str]:
         else:
             out.append(text)
     return out
+
+
+def _check_added_keys(parsed, schema) -> None:
+    """``+gate.max_acuracy_drop=0.5`` is Hydra's way to add a key, and the typed config then
+    drops it without a word: a misspelt key must not be a setting that silently did nothing.
+    Adding is for the free-form dicts (``+model.params.max_length=128``) and groups."""
+    for ov in parsed:
+        key = ov.key_or_group
+        if not (ov.is_add() or ov.is_force_add()) or key in GROUPS or key.startswith("hydra") \
+                or any(key == f or key.startswith(f + ".") for f in DICT_FIELDS):
+            continue
+        parent, _, leaf = key.rpartition(".")
+        node = _schema_at(schema, parent)
+        if node is not None and leaf not in node.__dataclass_fields__:
+            raise ConfigError(f"+{key}: no such key; valid keys: "
+                              f"{', '.join(node.__dataclass_fields__)}")
 
 
 def _schema_at(root, path: str):

@@ -72,6 +72,7 @@ def main(argv: list[str]) -> int:
             cfgs.append(compose(point))
         except ConfigError as e:
             raise ConfigError(f"{e} (point {' '.join(point)})") from None
+    _check_launcher(args)
     given = next((a.split("=", 1)[1] for a in args if a.startswith("hydra.sweep.dir=")), None)
     name = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
     sweep_dir = Path(given or Path(cfgs[0].workdir) / "sweeps" / name).resolve()
@@ -88,6 +89,31 @@ def main(argv: list[str]) -> int:
     print(sweep_summary.terminal(summary))
     print(f"summary: {sweep_dir / 'summary.md'}")
     return summary["exit_code"]
+
+
+# The package each launcher needs beyond the base install, and the extra that installs it:
+# without it Hydra prints a multi-line config error and exits 1, which reads as a failed gate
+LAUNCHER_NEEDS = {"slurm": ("hydra_plugins.hydra_submitit_launcher", "slurm"),
+                  "ray": ("ray", "ray")}
+
+
+def _check_launcher(args: list[str]) -> None:
+    """``hydra/launcher=NAME`` whose package is not installed: one line and exit 2 before any
+    point runs (an unknown NAME is Hydra's to name, with its choices)."""
+    import importlib.util
+
+    name = next((a.split("=", 1)[1] for a in args
+                 if a.lstrip("+").startswith("hydra/launcher=")), None)
+    module, extra = LAUNCHER_NEEDS.get(name, (None, None))
+    if module is None:
+        return
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        found = False
+    if not found:
+        raise ConfigError(f"hydra/launcher={name} needs {module}, not installed: "
+                          f"pip install -e '.[{extra}]' (docs/sweeps.md)")
 
 
 def _hydra_main():
