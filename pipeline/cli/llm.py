@@ -44,7 +44,7 @@ def run(cfg) -> int:
     from pipeline.report import decoder as rep
 
     decoder = preflight(cfg)
-    print(f"pipeline: model={cfg.model.name} (decoder {decoder.architecture}) "
+    print(f"pipeline: {cfg.model.name} (decoder {decoder.architecture}) "
           f"quant={cfg.quant.mode.value} hardware={cfg.hardware.name}")
     runner, out, t0 = run_recipe(cfg, recipe, decoder)
     return finish(cfg, runner, t0, out, rep.shipment(cfg, out, rep.report(cfg, out, runner.record)))

@@ -112,8 +112,9 @@ def _run(argv: list[str]) -> int:
     from pipeline.recipes.main import recipe
     from pipeline.report import manifest as ship
 
-    print(f"pipeline: model={cfg.model.name} ({cfg.model.source}) quant={cfg.quant.mode.value} "
-          f"hardware={cfg.hardware.name}")
+    # model.name is the registry's name (ocr_tiny publishes as "ocr"), not the model= option
+    print(f"pipeline: {cfg.model.name} (model.source={cfg.model.source}) "
+          f"quant={cfg.quant.mode.value} hardware={cfg.hardware.name}")
     runner, out, t0 = run_recipe(cfg, recipe, run)
     if serve_slo:  # hook: the candidate behind the real server; its p99 joins the verdict
         served_slo.judge(cfg, out)

@@ -322,7 +322,7 @@ def dynamic_ops(cfg, t, fp32, export=None) -> list[str]:
     return found
 
 
-def float_hint(verdict, evals: dict, bench, plan, gate_cfg, metric, model: str) -> None:
+def float_hint(verdict, evals: dict, bench, plan, gate_cfg, metric) -> None:
     """``quant=int8`` (or dynamic, mixed) failed its speed check: say, in the verdict, which float
     artifact and runtime would pass and that ``quant=auto`` publishes it. Never changes the
     outcome: a model slower than its float baseline is not shipped."""
@@ -348,15 +348,15 @@ def float_hint(verdict, evals: dict, bench, plan, gate_cfg, metric, model: str) 
     if ok:
         hint = (f"{title} on {target} would pass (p50 {p50:.2f} ms at batch "
                 f"{gate_cfg.speedup_batch_size}, drop {drop:{'.2f' if metric.unit == '%' else '.4f'}} "
-                f"{'points' if metric.unit == '%' else metric.scale}): `python -m pipeline "
-                f"model={model} quant=auto` publishes the fastest artifact that passes every gate")
+                f"{'points' if metric.unit == '%' else metric.scale}): the same command with "
+                "`quant=auto` publishes the fastest artifact that passes every gate")
     else:
         hint = (f"the fastest float baseline, {title} on {target}, misses the accuracy gate too "
                 f"(drop {drop:.2f}, agreement {agree:.2%}); `quant=auto` compares every candidate")
     verdict.add_hint(hint)
 
 
-def accuracy_hint(verdict, mode: QuantMode, op_types: tuple, model: str) -> None:
+def accuracy_hint(verdict, mode: QuantMode, op_types: tuple) -> None:
     """``quant=int8`` (static) failed an accuracy check: say, in the verdict, what can hold the
     accuracy. ``op_types``: the op types dynamic INT8 quantizes for this model. Where they
     include the matrix products (a transformer encoder), dynamic INT8, whose activation scales
@@ -367,11 +367,11 @@ def accuracy_hint(verdict, mode: QuantMode, op_types: tuple, model: str) -> None
         return
     if {"MatMul", "Gemm"} & set(op_types):
         hint = ("static INT8 misses the accuracy limit: dynamic INT8 (`quant=dynamic`) takes "
-                "activation scales on each call, which outlier activations need; `python -m "
-                f"pipeline model={model} quant=auto` builds it beside the mixed search and the "
-                "float models and publishes the fastest that passes")
+                "activation scales on each call, which outlier activations need; the same command "
+                "with `quant=auto` builds it beside the mixed search and the float models and "
+                "publishes the fastest that passes")
     else:
         hint = ("static INT8 misses the accuracy limit: `quant=mixed` keeps the most harmful "
-                f"nodes float under the budget; `python -m pipeline model={model} quant=auto` "
-                "builds it beside the float models and publishes the fastest that passes")
+                f"nodes float under the budget; the same command with `quant=auto` builds it "
+                "beside the float models and publishes the fastest that passes")
     verdict.add_hint(hint)

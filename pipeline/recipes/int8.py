@@ -430,4 +430,4 @@ def check_exclude(exclude, model, name: str) -> None:
     if unknown:
         modules = [n for n in names if not n.startswith("node_")]  # the exporter's own names
         raise ConfigError(f"quant.exclude={list(exclude)}: {unknown[0]!r} is not a node of "
-                          f"model={name}; valid names: {', '.join(modules)}")
+                          f"{name}'s model; valid names: {', '.join(modules)}")

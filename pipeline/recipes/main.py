@@ -154,6 +154,6 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
     if not verdict.passed and quant_info is not None:  # which float artifact would pass
         from pipeline.recipes.auto import accuracy_hint, dynamic_op_types, float_hint
 
-        float_hint(verdict, evals, bench, plan, cfg.gate, t.metrics, m.source)
-        accuracy_hint(verdict, cfg.quant.mode, dynamic_op_types(cfg, t), m.source)
+        float_hint(verdict, evals, bench, plan, cfg.gate, t.metrics)
+        accuracy_hint(verdict, cfg.quant.mode, dynamic_op_types(cfg, t))
     return Outcome(run, models, evals, bench, verdict, source, load, quant_info, targets, pruning, seat=seat)
