@@ -107,6 +107,23 @@ def test_dynamic_input_without_a_shape_is_a_config_error(tiny):
         analyse(path, BATCH, [32, 164])
 
 
+def test_the_size_the_benchmark_fed_reaches_every_input_sharing_its_dimension(tmp_path):
+    """A model with no representative sample (a user's file, an encoder) is billed at the size
+    the benchmark fed its dynamic axis; a second input declaring the same symbolic dimension
+    (an attention mask beside the ids) takes it too, and the cost follows the size."""
+    nodes = [helper.make_node("Add", ["a", "b"], ["y"])]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "sequence"])
+              for n in ("a", "b")]
+    path = tmp_path / "two.onnx"
+    onnx.save(_model(nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                    None)], []), path)
+    with pytest.raises(ConfigError, match="dynamic sizes"):
+        analyse(path, 2, None)
+    short, long = analyse(path, 2, None, ("a", 1, 16)), analyse(path, 2, None, ("a", 1, 64))
+    assert short["inputs"] == {"a": [2, 16], "b": [2, 16]} and long["inputs"]["b"] == [2, 64]
+    assert long["flops"] == 4 * short["flops"] > 0
+
+
 def _model(nodes, inputs, outputs, inits, opset=18):
     g = helper.make_graph(nodes, "g", inputs, outputs, initializer=inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])

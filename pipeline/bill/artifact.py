@@ -21,10 +21,12 @@ from pipeline.bill import capacity, onnx_cost, roofline
 from pipeline.core.errors import ConfigError
 
 
-def artifact_bill(model_path: str | Path, batch: int, input_shape, hardware) -> dict:
+def artifact_bill(model_path: str | Path, batch: int, input_shape, hardware,
+                  size=None) -> dict:
     """Cost, memory and roofline of one inference of ``model_path`` at ``batch``; ``input_shape``
-    is one sample's shape without the batch (None: the model's static sizes)."""
-    cost = onnx_cost.analyse(model_path, batch, input_shape)
+    is one sample's shape without the batch (None: the model's static sizes, with ``size``'s
+    dynamic axis at the size the benchmark fed it: ``onnx_cost.input_shapes``)."""
+    cost = onnx_cost.analyse(model_path, batch, input_shape, size)
     ops = cost.pop("ops")
     out = {**cost, "batch": batch, "hardware": hardware.name,
            "roofline": roofline.estimate(ops, cost["compulsory_bytes"], hardware)}
@@ -62,9 +64,14 @@ def run_bill(outcome, cfg) -> dict:
     timed = batches[str(batch)]
     sizes = _sizes(timed, outcome.label_at(batch))
     shape = sample_shape(outcome.run.key, sizes)  # the run's key: the model is not hashed again
+    # A task that declares no representative sample (a user's ONNX file, an encoder, the mobile
+    # recognizer) is billed at the median size the benchmark fed its dynamic axis
+    axis = outcome.bench.meta.get("size_axis") or {}
+    size = (axis["input"], axis["axis"], int(statistics.median(sizes))) \
+        if shape is None and sizes and axis.get("input") else None
     models = {}
     for role, art in outcome.models.items():
-        bill = artifact_bill(art.model, batch, shape, cfg.hardware)
+        bill = artifact_bill(art.model, batch, shape, cfg.hardware, size)
         lab = outcome.label_at(batch) if role == "candidate" else role  # the shipped one's seat
         p50 = timed["latency_ms"].get(lab, {}).get("p50")
         bound = bill["roofline"]["bound_ms"]
@@ -76,9 +83,12 @@ def run_bill(outcome, cfg) -> dict:
                 for b, at in batches.items()}
     largest = max((w for b, at in batches.items() for w in _sizes(at, outcome.label_at(b))),
                   default=None)
-    return {"batch": batch, "input_shape": [batch, *shape] if shape else None,
+    first = next(iter(models.values()), {}).get("inputs") or {}
+    return {"batch": batch, "input_shape": [batch, *shape] if shape else
+            (next(iter(first.values())) if first else None),
             "size_from": ("median padded size of the benchmarked batches' dynamic axis" if sizes
                           else "the task's representative sample"),
+            "size_axis": {"input": size[0], "axis": size[1], "size": size[2]} if size else None,
             "hardware": _hardware_summary(cfg.hardware),
             "source_parameters": outcome.source.meta.get("parameters"),
             "models": models,

@@ -76,17 +76,32 @@ def itemsize(elem_type: int) -> float:
     return float(helper.tensor_dtype_to_np_dtype(elem_type).itemsize)
 
 
-def input_shapes(model, batch: int, sample_shape=None) -> dict[str, list[int]]:
+def input_shapes(model, batch: int, sample_shape=None, size=None) -> dict[str, list[int]]:
     """Concrete input shapes: the batch first, then ``sample_shape`` (first input) or the model's
-    own static sizes. A dimension that is dynamic and not given is an error naming it."""
+    own static sizes. ``size``: (input name, axis, value), the dynamic axis the benchmark timed
+    and the size it fed there; every input's dimension of the same symbolic name (a sequence
+    that input_ids and attention_mask share) takes that value too. A dimension that is dynamic
+    and not given is an error naming it."""
     from pipeline.core.errors import ConfigError
 
     inits = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in inits]
+
+    def declared_of(inp):
+        return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                for d in inp.type.tensor_type.shape.dim]
+
+    named = {}  # symbolic dimension -> the size the benchmark fed it
+    if size is not None:
+        name, axis, value = size
+        timed = next((declared_of(i) for i in inputs if i.name == name), None)
+        if timed is not None and axis < len(timed) and isinstance(timed[axis], str):
+            named[timed[axis]] = value
     shapes = {}
-    for k, inp in enumerate(i for i in model.graph.input if i.name not in inits):
-        dims = inp.type.tensor_type.shape.dim
-        declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
-        rest = list(sample_shape) if (k == 0 and sample_shape is not None) else declared[1:]
+    for k, inp in enumerate(inputs):
+        declared = declared_of(inp)
+        rest = list(sample_shape) if (k == 0 and sample_shape is not None) else \
+            [named.get(d, d) if isinstance(d, str) else d for d in declared[1:]]
         if len(rest) != len(declared) - 1:
             raise ConfigError(f"bill.input_shape={list(sample_shape)}: input {inp.name!r} has "
                               f"{len(declared)} dims {declared}; give the {len(declared) - 1} "
@@ -109,14 +124,15 @@ def input_shapes(model, batch: int, sample_shape=None) -> dict[str, list[int]]:
     return shapes
 
 
-def analyse(path: str | Path, batch: int, sample_shape=None) -> dict:
+def analyse(path: str | Path, batch: int, sample_shape=None, size=None) -> dict:
     """The cost of one inference at ``batch``; ``sample_shape`` is one sample's input shape
-    without the batch (first input only; null = the model's static sizes)."""
+    without the batch (first input only; null = the model's static sizes); ``size``: the
+    benchmark's dynamic axis and the size fed there (``input_shapes``)."""
     from pipeline.bill import shapes as shape_inference
 
     model = _read(path)
     shape_inference.toposort(model.graph)
-    shapes = input_shapes(model, batch, sample_shape)
+    shapes = input_shapes(model, batch, sample_shape, size)
     tensors = _Tensors(model.graph, shape_inference.infer(model, shapes))
     constants, fixed = _constants_and_fixed(model.graph)
     params = _parameters(model, tensors.info, tensors.consumers)

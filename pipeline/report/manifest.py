@@ -62,8 +62,11 @@ def _bill(out, cfg) -> dict:
     try:
         return run_bill(out, cfg)
     except PipelineError as e:
-        print(f"bill: not computed ({e})")
-        return {"error": str(e)}
+        line = str(e)
+        if "bill.input_shape" in line:  # a key of the bill's own command, not of this one
+            line += ": python -m pipeline.bill with this run's overrides and that key"
+        print(f"bill: not computed ({line})")
+        return {"error": line}
 
 
 def figures(cfg, out, report: RunReport) -> dict:
