@@ -148,6 +148,9 @@ def test_a_key_added_with_plus_must_exist(override, expected):
     with pytest.raises(ConfigError, match=expected.replace("+", r"\+")):
         compose(["model=ocr_tiny", override])
     assert compose(["model=ocr_tiny", "+model.params.extra=1"]).model.params["extra"] == 1
+    # and without the +, the error says how to add it
+    with pytest.raises(ConfigError, match=r"to add it: \+model\.params\.extra=VALUE"):
+        compose(["model=ocr_tiny", "model.params.extra=1"])
 
 
 def test_a_sweep_on_a_launcher_whose_package_is_missing_is_one_line_and_exit_2(tmp_path):

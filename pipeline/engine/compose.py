@@ -173,6 +173,9 @@ def _describe(e, root) -> str:
     """'key=value: reason (valid choices)' from an OmegaConf error."""
     key = getattr(e, "full_key", None)
     msg = str(getattr(e, "msg", e)).splitlines()[0]
+    field = next((f for f in DICT_FIELDS if key and key.startswith(f + ".")), None)
+    if field and "not in" in msg:  # a free-form dict takes new keys, with Hydra's +
+        return f"{key}: not among the model's {field}; to add it: +{key}=VALUE"
     if "not in" in msg and key:  # unknown key: list the keys the group does have
         parent = key.rsplit(".", 1)[0] if "." in key else ""
         schema = _schema_at(root, parent)
