@@ -22,7 +22,7 @@ import os
 import tempfile
 from pathlib import Path
 
-VERSION = 1            # of the cached record; a change re-probes
+VERSION = 2            # of the cached record; a change re-probes (2: FP32 on ONNX Runtime too)
 QUICK = {"seconds": 0.2, "n": 1024}  # first use: seconds, not the full probe's half minute
 
 
