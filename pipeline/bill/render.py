@@ -46,7 +46,7 @@ def llm_rows(b: dict) -> list[tuple[str, str]]:
     fit = b.get("fit")
     if fit:
         kept = b["setting"]["keep_free"]
-        rows += [("device GB", f"{fit['device_gb']:g}" + (f" ({fit['usable_gb']:.2f} usable)"
+        rows += [("device GB", f"{fit['device_gb']:.4g}" + (f" ({fit['usable_gb']:.2f} usable)"
                                                           if kept else "")),
                  ("fits", f"yes, {fit['headroom_gb']:.2f} GB free" if fit["fits"]
                   else f"NO, {-fit['headroom_gb']:.2f} GB short"),

@@ -185,8 +185,8 @@ def _describe(e, root) -> str:
     value = getattr(e, "value", None)
     where = f"{key}={value!r}" if key else "config"
     if "could not be converted" in msg.lower():
-        expected = msg.rsplit(" to ", 1)[-1]
-        return f"{where}: expected a {expected.lower()}"
+        expected = msg.rsplit(" to ", 1)[-1].lower()
+        return f"{where}: expected {'an' if expected[:1] in 'aeiou' else 'a'} {expected}"
     return f"{where}: {msg}"
 
 
