@@ -217,7 +217,7 @@ def measures(evals: dict, bench, gate, slo=None, candidate=None,
         claim = SpeedClaim(
             "no_slower_than_given", t.over.get(Role.export.value), 1.0 - tol, True,
             f"vs export {at}", "1 - bench.aa_tolerance",
-            prefix="quant=none ships the optimized FP32 model, so it is judged on being no "
+            prefix="quant=none ships the optimized copy of the model, so it is judged on being no "
                    "slower than the file as given, not on a speedup over itself: ", noisy=t.noisy)
     else:
         claim = SpeedClaim("speedup_ci_low", t.speedup, g.min_speedup, False,
