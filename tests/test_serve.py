@@ -303,8 +303,15 @@ def test_predict_is_refused_until_warm_up_is_done(published, tmp_path):
             assert refused.status_code == 503 and "warming up" in refused.json()["error"]
         assert ready.status_code == 200, "never ready"
         assert ready.json()["status"] == "ready"
+        answered = sum(code == 200 for code in seen)
         assert post(env_url, line_png()).status_code == 200
         assert requests.get(f"{env_url}/readyz", timeout=5).status_code == 200
+        # the batches metric counts what answered clients, not warm-up's own requests; the 503s
+        # of warm-up are counted as unavailable
+        m = metrics(env_url)
+        assert m[("serve_batch_size_count",)] == answered + 1, m
+        assert m[("serve_requests_total", ("outcome", "unavailable"))] == \
+            sum(code == 503 for code in seen)
     finally:
         proc.terminate()
         assert proc.wait(60) == 0
@@ -314,6 +321,9 @@ def test_a_bad_ref_is_one_line_and_exit_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pipeline.serve", str(tmp_path / "nothing")],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     one_line(proc, 2, "nothing", "registry ref")
+    proc = subprocess.run([sys.executable, "-m", "pipeline.serve", ""], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    one_line(proc, 2, "REF is empty")
     proc = subprocess.run([sys.executable, "-m", "pipeline.serve", str(tmp_path),
                            "--mode", "fast"], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
@@ -329,7 +339,8 @@ def test_numbers_that_cannot_work_are_refused_before_anything_is_read(tmp_path):
                                ("--max-wait-ms", "1e9", "--max-wait-ms"),
                                ("--max-batch", "1000000000000", "--max-batch"),
                                ("--body-timeout-s", "0", "--body-timeout-s"),
-                               ("--port", "abc", "--port")):
+                               ("--port", "abc", "--port"),
+                               ("--host", "999.1.1.1", "--host 999.1.1.1")):
         proc = subprocess.run([sys.executable, "-m", "pipeline.serve", str(tmp_path / "x"),
                                flag, value], cwd=ROOT, capture_output=True, text=True,
                               timeout=120)

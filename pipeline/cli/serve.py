@@ -113,6 +113,7 @@ def parse(argv: list[str]):
         raise ConfigError("--ray-address without --replicas: say how many replicas to deploy")
     if ns.ray_address:  # before anything is pulled
         _check_reachable(ns.ray_address)
+    _check_host(ns.host)
     cfg = ServeConfig(host=ns.host, port=ns.port, mode=ns.mode, workers=ns.workers,
                       intra_op_threads=ns.threads, consumers=ns.consumers,
                       max_batch=ns.max_batch,
@@ -335,6 +336,18 @@ def _serve_ray(ns, cfg, served) -> int:
         ray.shutdown()
     print("serve: Ray Serve application deleted, stopped", flush=True)
     return 0
+
+
+def _check_host(host: str) -> None:
+    """``--host`` names an address this machine can resolve, before anything is pulled or
+    loaded (uvicorn would fail to bind only after the model's start-up, naming no host)."""
+    import socket
+
+    try:
+        socket.getaddrinfo(host, None)
+    except (socket.gaierror, UnicodeError) as e:
+        raise ConfigError(f"--host {host}: not an address to listen on "
+                          f"({getattr(e, 'strerror', None) or e})") from None
 
 
 def _check_reachable(address: str) -> None:

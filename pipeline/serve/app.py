@@ -76,12 +76,17 @@ class Server:
         if self.cfg.mode == "pipeline":
             self.batcher = Batcher(self._run_batch, self.cfg.max_batch, self.cfg.max_wait_ms,
                                    self.cfg.shape_bucket,
-                                   on_batch=self.metrics.batch_size.observe,
+                                   on_batch=self._batch_formed,
                                    loop=asyncio.get_running_loop(),
                                    consumers=self.cfg.consumers)
             self.batcher.start()
         await self._warm_up()
         self.ready = True
+
+    def _batch_formed(self, size: int) -> None:
+        """A batch the model ran, counted once serving: warm-up's batches answer no client."""
+        if self.ready:
+            self.metrics.batch_size.observe(size)
 
     async def stop(self) -> None:
         self.ready = False
@@ -136,7 +141,7 @@ class Server:
 
     def _inline(self, body: bytes, content_type: str):
         prepared = prepare(body, content_type, self.limits, self.served.task_key)
-        self.metrics.batch_size.observe(1)
+        self._batch_formed(1)
         (answer, timings), = self._run_batch([Job(prepared.feeds, prepared.size)])
         return answer, {"decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms,
                         "queue": 0.0, **timings}

@@ -40,6 +40,9 @@ class Served:
 def open_ref(ref: str, pulled_into: Path, overrides: list[str] | None = None) -> Served:
     """``ref`` as a folder if one exists there, else as a registry ref pulled into
     ``pulled_into`` (a new folder)."""
+    if not ref.strip():
+        raise ConfigError("REF is empty: name a registry ref (ocr:production), a pulled folder "
+                          "or a run's folder")
     path = Path(ref)
     if path.is_dir():
         if (path / "manifest.json").is_file():
