@@ -155,6 +155,7 @@ def test_the_same_network_as_an_onnx_file_only(byo):
     assert imported["parity_vs_file"]["decoded_agreement"] == 1.0
     rows = {r["role"]: r for r in rep["rows"]}
     assert rows["fp32"]["top1"] >= 90.0
+    assert rows["export"]["step"] == "import (the file as given)"  # no torch export ran
     # the same weights and data as the torch run: the same float accuracy
     torch_rows = {r["role"]: r for r in _report(byo, "torch")["rows"]} if (
         byo / "torch" / "runs" / "latest").exists() else None

@@ -287,6 +287,8 @@ def _title(outcome, role: Role, title: str, mode: str) -> str:
     art = outcome.models[role]
     if role == Role.fp32 and art.stage == "fuse":
         return "fuse (transformer fusions, FP32 baseline)"
+    if role == Role.export and art.stage == "import":  # a user's ONNX file: no torch, maybe INT8
+        return "import (the file as given)"
     if role != Role.candidate:
         return title
     title = f"{art.stage} ({mode}, candidate)"
