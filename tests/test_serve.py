@@ -347,6 +347,14 @@ def test_numbers_that_cannot_work_are_refused_before_anything_is_read(tmp_path):
         one_line(proc, 2, words)
 
 
+def test_limits_that_refuse_even_the_warm_up_request_are_a_bad_argument(published):
+    ref, overrides = published
+    proc = subprocess.run([sys.executable, "-m", "pipeline.serve", ref, "--port", "0",
+                           "--max-body-bytes", "10", *overrides], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    one_line(proc, 2, "warm-up request", "--max-body-bytes")
+
+
 def test_a_damaged_manifest_is_one_line_naming_it(published, tmp_path):
     ref, overrides = published
     pulled = tmp_path / "pulled"

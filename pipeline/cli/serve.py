@@ -280,7 +280,7 @@ def _serve(argv: list[str]) -> int:
         userver.run()
     if server.failed:
         print(f"error: {server.failed}", file=sys.stderr)
-        return 3
+        return getattr(server, "failed_code", 3)
     print("serve: drained and stopped", flush=True)
     return 0
 

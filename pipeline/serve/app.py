@@ -55,6 +55,7 @@ class Server:
         self.ready = False
         self.stopping = False  # set on SIGTERM: new requests are refused, admitted ones answered
         self.failed: str | None = None  # why start-up failed (one line); the CLI exits non-zero
+        self.failed_code = 3  # 2 when it was the arguments (a ConfigError), else the artifact
         self.admitted = 0
         self.receiving = 0  # bodies streaming in, not yet admitted (bounded: RECEIVING)
         self.backlog = Backlog()  # the wait a request admitted now would have
@@ -109,9 +110,15 @@ class Server:
 
     async def _warm_up(self) -> None:
         """The whole path, a few times: workers, batcher, runtime (its first runs allocate)."""
+        from pipeline.core.errors import ConfigError
+
         body, content_type = self.reader.warm_request()
         for _ in range(max(1, self.cfg.warmup_runs)):
-            await self.answer(body, content_type, hold=False)
+            try:
+                await self.answer(body, content_type, hold=False)
+            except BadInput as e:  # limits so tight that no request could pass: a bad argument
+                raise ConfigError(f"the limits refuse even the warm-up request ({e.line})") \
+                    from None
 
     # -- the data path -----------------------------------------------------------------------
     async def answer(self, body: bytes, content_type: str,
@@ -337,8 +344,9 @@ def lifespan(server):
             try:
                 await server.start()
             except Exception as e:  # noqa: BLE001 - one line, then the process ends non-zero
-                from pipeline.core.errors import PipelineError
+                from pipeline.core.errors import ConfigError, PipelineError
 
+                server.failed_code = 2 if isinstance(e, ConfigError) else 3
                 server.failed = str(e) if isinstance(e, PipelineError) else \
                     f"{type(e).__name__}: {e}"
                 print(f"serve: start-up failed: {server.failed}", flush=True)
