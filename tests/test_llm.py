@@ -580,3 +580,34 @@ def test_a_search_stopped_as_hopeless_returns_nothing_and_the_report_says_which_
     md = markdown(report)
     assert "| all at 4 bits | 2/0/0 | 30.00 |" in md and "32/64 (clear fail) | False |" in md
     assert "| stopped: cannot win |" in md and md.rstrip().endswith("| stopped |")
+
+
+def test_a_sliding_window_is_the_context_and_the_built_folder_is_capped_there(tmp_path):
+    """The model builder's Mistral and Phi-3 attend to the whole past (no local window), so past
+    the window they compute what transformers does not: the decoder is scored, gated and served
+    within its window, and the folder it publishes says so. A window a config turns off (Qwen2's
+    use_sliding_window: false) is no limit."""
+    from pipeline.models.decoder import Decoder, cap_context, context, max_length
+
+    from pipeline.core.errors import ConfigError
+
+    def decoder(**config) -> Decoder:
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({"max_position_embeddings": 256, **config}))
+        return Decoder(str(folder), "digest", "MistralForCausalLM", str(folder))
+
+    assert context(decoder()) == 256
+    assert context(decoder(sliding_window=128)) == 128
+    assert context(decoder(sliding_window=4096)) == 256
+    assert context(decoder(sliding_window=128, use_sliding_window=False)) == 256
+    assert context(decoder(sliding_window=None)) == 256
+    with pytest.raises(ConfigError, match="2..128"):
+        max_length({"max_length": 250}, context(decoder(sliding_window=128)))
+    built = tmp_path / "built"
+    built.mkdir()
+    (built / "genai_config.json").write_text(json.dumps(
+        {"model": {"context_length": 256, "decoder": {}}, "search": {"max_length": 256}}))
+    cap_context(built, 128)
+    config = json.loads((built / "genai_config.json").read_text())
+    assert config["model"]["context_length"] == config["search"]["max_length"] == 128

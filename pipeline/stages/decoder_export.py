@@ -38,6 +38,9 @@ def build_fp32(decoder, out_dir: Path) -> None:
                          f"{decoder.given} ({decoder.architecture}): "
                          f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
                          ) from None
+    from pipeline.models.decoder import cap_context, context
+
+    cap_context(out_dir, context(decoder))  # a sliding window's model: within the window
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class DecoderExport:
     # key; a reused export keeps the parity it was checked with when it was built.
     data: object = field(metadata=CHECKS_ONLY)
     name = "decoder_export"
-    version = 2  # 2: the stage's peak resident memory in its result
+    version = 3  # 2: the stage's peak resident memory in its result; 3: context within a window
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:

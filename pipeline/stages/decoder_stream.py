@@ -29,7 +29,8 @@ from pipeline.core.errors import StageError
 class DecoderExportStream:
     decoder: object        # pipeline.models.decoder.Decoder
     name = "decoder_export_stream"
-    version = 2  # 2: the MatMul weights left in the checkpoint (no FP32 export, no bf16 model)
+    version = 3  # 2: the MatMul weights left in the checkpoint (no FP32 export, no bf16
+                 # model); 3: the context within a sliding window (decoder_export.build_fp32)
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
