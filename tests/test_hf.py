@@ -393,6 +393,32 @@ def test_bad_folders_end_with_one_line(hf, tmp_path):
     one_line(proc, 2, "data.pair_columns", "two different text columns")
 
 
+def test_a_tokenizer_input_the_model_does_not_read_is_one_line(hf, tmp_path):
+    """A DistilBERT whose tokenizer config also lists token_type_ids (a generic tokenizer saved
+    beside it): the exporter drops the input the network never reads, and every later stage
+    would feed a name the ONNX model lacks (an onnxruntime error). One line naming both."""
+    import json
+
+    import torch
+    from transformers import DistilBertConfig, DistilBertModel
+
+    folder = tmp_path / "distilbert"
+    shutil.copytree(hf / "embed", folder)
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    for f in ("config.json", "model.safetensors"):
+        (folder / f).unlink()
+    torch.manual_seed(0)
+    DistilBertModel(DistilBertConfig(vocab_size=vocab, dim=32, n_layers=1, n_heads=2,
+                                     hidden_dim=64, max_position_embeddings=64)
+                    ).eval().save_pretrained(str(folder))
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    proc = _run(tmp_path, "distil", "model=hf", f"model.path={folder}", *DATA,
+                f"data.path={hf / 'text.jsonl'}", "metric=agreement", "quant=dynamic")
+    one_line(proc, 3, "token_type_ids", "DistilBertModel", "model_input_names")
+
+
 def test_more_bad_folders_are_config_errors(hf, tmp_path):
     """The same checks in process (the command line turns a ConfigError into one line, exit 2,
     as the test above shows): weights that do not fit config.json, an unknown architecture, no

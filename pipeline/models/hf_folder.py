@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.core.errors import ConfigError
+from pipeline.core.errors import ConfigError, StageError
 from pipeline.metrics import agreement as agreement_metrics
 from pipeline.metrics import pairs as pair_metrics
 from pipeline.config.metrics import MetricName
@@ -303,6 +303,7 @@ class HfTask(UserTask):
                               dynamic_axes={**{n: {0: "batch", 1: "sequence"}
                                                for n in self.input_names},
                                             self.outputs[0].name: {0: "batch"}})
+        _every_input_taken(target, self.input_names, self.config)
 
     def _reference(self, feeds: dict):
         import torch
@@ -465,3 +466,18 @@ def embedding_predictions(outputs) -> list:
 def _keys(entries) -> list[str]:
     """Key names from transformers' loading info (names, or tuples that start with the name)."""
     return [e if isinstance(e, str) else str(e[0]) for e in (entries or [])]
+
+
+def _every_input_taken(model: Path, names: tuple, config) -> None:
+    """The exporter drops an input the network never reads: a tokenizer that also makes
+    ``token_type_ids`` for a model that takes none (DistilBERT's saved with a generic tokenizer
+    config) would then be fed a name the ONNX model does not have, in every later stage."""
+    import onnx
+
+    taken = {i.name for i in onnx.load(str(model), load_external_data=False).graph.input}
+    unused = [n for n in names if n not in taken]
+    if unused:
+        arch = (getattr(config, "architectures", None) or [config.model_type])[0]
+        raise StageError(f"the tokenizer makes {', '.join(unused)}, which {arch} does not read: "
+                         "list only the model's inputs in tokenizer_config.json's "
+                         f"model_input_names (e.g. {[n for n in names if n in taken]})")
