@@ -17,6 +17,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from pipeline.core.errors import StageError
 from pipeline.quant.defaults import Int8Settings
 from pipeline.runtimes.ops import DYNAMIC_INT8_OPS, NAMED_OPS, NO_INT8_KERNEL
@@ -83,6 +85,25 @@ def _keep_float_regions(model: Path) -> list[str]:
     return names
 
 
+def _finite_scales(model: Path) -> None:
+    """Every scale the quantized model uses is finite and positive: a calibration range that is
+    not (a tensor that reached inf) would make its Q/DQ produce NaN for every input."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(model), load_external_data=False)
+    inits = {i.name: i for i in m.graph.initializer}
+    for node in m.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) > 1 \
+                and node.input[1] in inits:
+            scale = numpy_helper.to_array(inits[node.input[1]])
+            if not (np.all(np.isfinite(scale)) and np.all(scale > 0)):
+                raise StageError(f"{node.name or node.input[0]}: its scale is "
+                                 f"{scale.ravel()[:4]}, not finite and positive: the "
+                                 f"calibration range of {node.input[0]} is unusable; "
+                                 "exclude the node (quant.exclude)")
+
+
 @dataclass(frozen=True)
 class Quantize:
     settings: Int8Settings   # resolved from the CPU's flags (pipeline.quant.defaults)
@@ -128,11 +149,16 @@ class Quantize:
             if self.static_op_types is None or self.static_op_types:
                 if calibration is None:
                     raise StageError("static quantization needs a calibration artifact")
-                quantize_static(str(parent.model), str(staged), None,
-                                op_types_to_quantize=list(self.static_op_types) if self.static_op_types else None,
-                                nodes_to_exclude=list(dict.fromkeys([*self.exclude, *indices, *masks, *residual])),
-                                calibration_cache_path=str(calibration.path / "calibration.json"),
-                                **_static_options(s, self.per_channel, self.method))
+                # The cache holds ranges of tensors left float too: MPNet's relative-position
+                # buckets take a log of 0 (-inf), and onnxruntime computes a zero point for them
+                # all the same, warning on stderr. Those are never used; the scales that are
+                # used are checked below (_finite_scales).
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    quantize_static(str(parent.model), str(staged), None,
+                                    op_types_to_quantize=list(self.static_op_types) if self.static_op_types else None,
+                                    nodes_to_exclude=list(dict.fromkeys([*self.exclude, *indices, *masks, *residual])),
+                                    calibration_cache_path=str(calibration.path / "calibration.json"),
+                                    **_static_options(s, self.per_channel, self.method))
             else:
                 shutil.copyfile(parent.model, staged)
             # Weights per output channel as in static INT8 (``per_channel``): with one scale per
@@ -156,6 +182,7 @@ class Quantize:
             raise StageError(f"onnxruntime quantization failed ({self.method} ranges, static "
                              f"{self.static_op_types or 'all'}, dynamic {list(self.dynamic_op_types)}): "
                              f"{type(e).__name__}: {e}") from None
+        _finite_scales(target)
         for leftover in out_dir.glob("*.data"):
             leftover.unlink()
         nodes = node_counts(target)

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 from pipeline.stages.quantize import Quantize
 from tests.stages.support import (INT8, artifact, dynamic_int8, exact_dynamic_matmul,
-                                  mlp_graph, outputs, run, split, sqnr_db, token_graph)
+                                  mlp_graph, outputs, run, save, split, sqnr_db, token_graph)
 
 def test_weighted_ops_get_qdq_and_an_excluded_node_stays_float(tmp_path):
     from pipeline.stages.calibrate import Calibrate
@@ -128,3 +128,29 @@ def test_gather_in_the_dynamic_op_types_stores_an_embedding_table_in_8_bits(tmp_
     ids = rng.integers(0, vocab, size=(2, 7)).astype(np.int64)
     ref, y = outputs(src, {"ids": ids})[0], outputs(out / "model.onnx", {"ids": ids})[0]
     assert sqnr_db(ref, y) > 25
+
+
+def test_a_scale_that_is_not_finite_fails_the_stage_naming_the_tensor(tmp_path):
+    """A calibration range that reached infinity gives a Q/DQ scale of inf or NaN, and the model
+    would answer NaN for every input: refused in one line, not shipped to the gate."""
+    import pytest
+    from onnx import numpy_helper
+
+    from pipeline.core.errors import StageError
+    from pipeline.stages.quantize import _finite_scales
+
+    def model(scale: float):
+        inits = [numpy_helper.from_array(np.array(scale, np.float32), "s"),
+                 numpy_helper.from_array(np.array(128, np.uint8), "z")]
+        nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q_x"),
+                 helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq_x")]
+        path = tmp_path / f"{scale}.onnx"
+        save(path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], inits)
+        return path
+
+    _finite_scales(model(0.02))
+    for bad in (float("inf"), float("nan"), 0.0):
+        with pytest.raises(StageError, match="q_x.*calibration range of x"):
+            _finite_scales(model(bad))
+    assert onnx.load(str(model(0.5)))  # the helper writes loadable models
