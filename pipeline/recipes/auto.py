@@ -372,6 +372,6 @@ def accuracy_hint(verdict, mode: QuantMode, op_types: tuple) -> None:
                 "publishes the fastest that passes")
     else:
         hint = ("static INT8 misses the accuracy limit: `quant=mixed` keeps the most harmful "
-                f"nodes float under the budget; the same command with `quant=auto` builds it "
+                "nodes float under the budget; the same command with `quant=auto` builds it "
                 "beside the float models and publishes the fastest that passes")
     verdict.add_hint(hint)
