@@ -190,3 +190,35 @@ def test_every_pipeline_report_has_a_bill(tiny_run):
     md = (workdir / "runs" / "latest" / "report.md").read_text()
     assert "## Bill" in md and "roofline ms" in md and "measured p50 ms" in md
     assert markdown(bill).startswith("## Bill")
+
+
+def test_integer_kernels_and_fused_attention_are_counted(tmp_path):
+    """A dynamic INT8 MatMul (its int8 weight read by the integer kernel itself, no
+    DequantizeLinear) counts its weight as a parameter and its product as work; ONNX Runtime's
+    fused BERT attention counts the packed Q/K/V projection and QK^T and AV. Both read 0 before."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    w = numpy_helper.from_array(np.ones((16, 8), np.float32), "w")
+    m = _model([helper.make_node("MatMul", ["x", "w"], ["y"])],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 16])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w], opset=17)
+    onnx.save(m, tmp_path / "f.onnx")
+    quantize_dynamic(str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"),
+                     weight_type=QuantType.QInt8)
+    b = analyse(tmp_path / "q.onnx", 2, [4, 16])
+    assert b["parameters_by_dtype"].get("int8") == 16 * 8
+    assert b["macs"] >= 2 * 4 * 16 * 8
+
+    nodes = [helper.make_node("Attention", ["x", "w", "b"], ["y"], domain="com.microsoft",
+                              num_heads=2)]
+    inits = [numpy_helper.from_array(np.ones((8, 24), np.float32), "w"),
+             numpy_helper.from_array(np.zeros(24, np.float32), "b")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     ["N", 4, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    fused = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                                helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(fused, tmp_path / "attention.onnx")
+    a = analyse(tmp_path / "attention.onnx", 1, [4, 8])
+    # [1, 4, 8] x [8, 24], then QK^T and AV: 2 x 4 x 4 x 8
+    assert a["macs"] == 1 * 4 * 8 * 24 + 2 * 4 * 4 * 8

@@ -30,7 +30,8 @@ from pathlib import Path
 
 CONTRACTIONS = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "FusedConv", "MatMul",
                 "MatMulInteger", "QLinearMatMul", "FusedMatMul", "MatMulNBits", "Gemm",
-                "FusedGemm", "QGemm", "LSTM", "GRU", "RNN", "Attention", "MultiHeadAttention"}
+                "FusedGemm", "QGemm", "LSTM", "GRU", "RNN", "Attention", "MultiHeadAttention",
+                "QAttention", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"}
 PER_VALUE = {  # FLOPs per output value (rough; these ops are memory-bound anyway)
     **dict.fromkeys(("Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Relu", "LeakyRelu",
                      "PRelu", "Sigmoid", "Tanh", "Exp", "Log", "Erf", "Gelu", "FastGelu",
@@ -55,7 +56,18 @@ MOVING = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Transpose",
           "DepthToSpace", "SpaceToDepth", "Dropout"}         # data movement: no arithmetic
 VIEWS = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"}  # no new buffer
 NOT_PARAMETERS = {"BatchNormalization": {3, 4}, "QuantizeLinear": {1, 2},
-                  "DequantizeLinear": {1, 2}, "Resize": {1, 2, 3}, "Clip": {1, 2}}
+                  "DequantizeLinear": {1, 2}, "Resize": {1, 2, 3}, "Clip": {1, 2},
+                  # the scales and zero points of the integer kernels' own inputs
+                  "MatMulInteger": {2, 3}, "ConvInteger": {2, 3},
+                  "DynamicQuantizeMatMul": {2, 3}, "MatMulIntegerToFloat": {2, 3, 4, 5},
+                  "QAttention": {3, 4, 6, 7}, "QLinearConv": {1, 2, 4, 5, 6, 7},
+                  "QLinearMatMul": {1, 2, 4, 5, 6, 7}, "QGemm": {1, 2, 4, 5, 7, 8},
+                  "DynamicQuantizeLSTM": {8, 9, 10, 11}}
+# Integer weights an integer kernel reads directly (dynamic INT8, QOperator models), counted as
+# parameters like those a DequantizeLinear feeds
+INTEGER_WEIGHTS = {"MatMulInteger": {1}, "ConvInteger": {1}, "DynamicQuantizeMatMul": {1},
+                   "MatMulIntegerToFloat": {1}, "QAttention": {1}, "QLinearConv": {3},
+                   "QLinearMatMul": {3}, "QGemm": {3}, "DynamicQuantizeLSTM": {1, 2}}
 
 
 def dtype_name(elem_type: int) -> str:
@@ -281,7 +293,8 @@ def _parameters(model, info, consumers) -> dict:
             why = "batchnorm statistics" if norm else "quantization scales and zero points"
             out["excluded"][why] += numel
             continue
-        dequantized = any(n.op_type == "DequantizeLinear" and j == 0 for _, n, j in uses)
+        dequantized = any((n.op_type == "DequantizeLinear" and j == 0)
+                          or j in INTEGER_WEIGHTS.get(n.op_type, ()) for _, n, j in uses)
         if numel <= 1 or not (t in floats or (t in quantized and dequantized)):
             continue
         out["count"] += numel
@@ -311,7 +324,8 @@ def _work(n, shape, uncounted) -> tuple[float, float]:
         x, w = inp(0), inp(1)
         if x and w:
             macs = math.prod(x) * math.prod(w[1:])
-    elif op in ("MatMul", "MatMulInteger", "FusedMatMul", "QLinearMatMul"):
+    elif op in ("MatMul", "MatMulInteger", "FusedMatMul", "QLinearMatMul",
+                "DynamicQuantizeMatMul", "MatMulIntegerToFloat"):
         x = inp(0)
         if y and x:
             macs = math.prod(y) * x[-1]
@@ -329,6 +343,8 @@ def _work(n, shape, uncounted) -> tuple[float, float]:
             dirs, gates_h, size = w  # W: [directions, gates * hidden, input]
             hidden = a.get("hidden_size") or gates_h // {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
             macs = seq * batch * dirs * gates_h * (size + hidden)  # input and recurrent GEMMs
+    elif op in ("Attention", "QAttention") and n.domain == "com.microsoft":
+        macs = _fused_attention_macs(inp)
     elif op in ("Attention", "MultiHeadAttention"):
         macs = _attention_macs(n, a, inp)
     if op in CONTRACTIONS:
@@ -345,6 +361,18 @@ def _work(n, shape, uncounted) -> tuple[float, float]:
     if op not in MOVING and op not in PER_VALUE and op not in WINDOWED and op not in REDUCING:
         uncounted[op] += 1
     return 0.0, 0.0
+
+
+def _fused_attention_macs(inp) -> float | None:
+    """ONNX Runtime's fused BERT attention (com.microsoft Attention, QAttention): the input
+    [B, S, H_in] times the packed Q/K/V weight [H_in, 3 x hidden], then QK^T and AV over all
+    heads together (2 x S x S x hidden per sequence; the head count cancels out)."""
+    x, w = inp(0), inp(1)
+    if not (x and w) or len(x) != 3 or len(w) != 2:
+        return None
+    b, s, _ = x
+    hidden = w[1] // 3
+    return float(b * s * w[0] * w[1] + 2 * b * s * s * hidden)
 
 
 def _attention_macs(n, a, inp) -> float | None:
