@@ -222,3 +222,12 @@ def test_integer_kernels_and_fused_attention_are_counted(tmp_path):
     a = analyse(tmp_path / "attention.onnx", 1, [4, 8])
     # [1, 4, 8] x [8, 24], then QK^T and AV: 2 x 4 x 4 x 8
     assert a["macs"] == 1 * 4 * 8 * 24 + 2 * 4 * 4 * 8
+
+
+def test_the_parameter_line_says_why_the_count_moved():
+    from pipeline.bill.render import _parameters_line
+
+    assert "(equal)" in _parameters_line(10, 10, 9) and "BatchNorm" in _parameters_line(10, 10, 9)
+    moved = _parameters_line(35584, 34752, 36800)  # a BERT: unused pooler, packed Q/K/V
+    assert "832 the exported forward never reads" in moved and "BatchNorm" not in moved
+    assert "fused attention" in moved and "(unchanged)" in _parameters_line(5, 5, 5)

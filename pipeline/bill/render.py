@@ -139,10 +139,8 @@ def markdown(bill: dict) -> list[str]:
              f"({hw['source'] or 'no source given'}).", ""]
     src, export = bill.get("source_parameters"), models.get("export")
     if src is not None and export is not None:
-        same = "equal" if export["parameters"] == src else "DIFFERENT"
-        lines += [f"Parameters: {src:,} in the network, {export['parameters']:,} in the export "
-                  f"({same}); {models.get('fp32', export)['parameters']:,} after optimize "
-                  "(each BatchNorm's scale and shift folded into its convolution).", ""]
+        lines += [_parameters_line(src, export["parameters"],
+                                   models.get("fp32", export)["parameters"]), ""]
     lines += md_table(ARTIFACT_HEADER, [artifact_row(role, b) for role, b in models.items()])
     cand = models.get("candidate") or next(iter(models.values()))
     lines += ["", f"FLOPs by op type (candidate): {op_shares(cand)}. The roofline is a floor: "
@@ -193,3 +191,21 @@ def capacity_markdown(cap: dict) -> list[str]:
 def capacity_text(cap: dict, source: str) -> str:
     return "\n".join([f"Capacity plan from {source}", "",
                       table(CAPACITY_HEADER, capacity_rows(cap)), "", *capacity_summary(cap)])
+
+
+def _parameters_line(network: int, export: int, optimized: int) -> str:
+    """The parameter count through export and optimize, and why it moved where it did."""
+    if export == network:
+        same = "equal"
+    elif export < network:  # the tracer keeps what the forward reads: an unused pooler is gone
+        same = f"DIFFERENT: {network - export:,} the exported forward never reads"
+    else:
+        same = f"DIFFERENT: {export - network:,} more"
+    if optimized < export:
+        why = "each BatchNorm's scale and shift folded into its convolution, dead weights dropped"
+    elif optimized > export:
+        why = "fusions repack some weights, such as a fused attention's Q/K/V"
+    else:
+        why = "unchanged"
+    return (f"Parameters: {network:,} in the network, {export:,} in the export ({same}); "
+            f"{optimized:,} after optimize ({why}).")
