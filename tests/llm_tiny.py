@@ -131,6 +131,19 @@ def qwen2(folder: Path, seed: int = 0, layers: int = 2, hidden: int = 64,
     return Path(folder)
 
 
+def gemma2(folder: Path, seed: int = 0, layers: int = 2, hidden: int = 64,
+           intermediate: int = 128, window: int = 64) -> Path:
+    """Save a random tiny ``Gemma2ForCausalLM``: local-attention layers with a ``window``-token
+    sliding window alternating with global ones (the builder writes a local window into its
+    attention, and onnxruntime wants a KV cache at least that long), and its tokenizer."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    model = _random(folder, seed, Gemma2Config, Gemma2ForCausalLM, layers, hidden, intermediate,
+                    head_dim=hidden // 4, sliding_window=window)
+    model.save_pretrained(str(folder))
+    return Path(folder)
+
+
 def to_bf16(folder: Path) -> Path:
     """The folder's weights re-saved in bf16, its config saying so: a checkpoint whose own dtype
     is not FP32, as a real one's is."""

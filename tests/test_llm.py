@@ -611,3 +611,23 @@ def test_a_sliding_window_is_the_context_and_the_built_folder_is_capped_there(tm
     cap_context(built, 128)
     config = json.loads((built / "genai_config.json").read_text())
     assert config["model"]["context_length"] == config["search"]["max_length"] == 128
+
+
+def test_a_decoder_with_local_attention_layers_is_scored_timed_and_published(tmp_path):
+    """Gemma 2's local-attention layers: onnxruntime refuses a KV cache shorter than the window,
+    which the teacher-forced scoring (an empty past) and a short generation both asked for. The
+    export matches transformers' logits, the run publishes, and the published folder's context
+    is the window."""
+    from hf_tiny import text_data
+    from llm_tiny import gemma2
+
+    model = gemma2(tmp_path / "gemma2", window=64)
+    text_data(tmp_path / "text.jsonl", 20)
+    proc = run_cli(*_args(tmp_path, "quant=int8", model=model))
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "work" / "runs" / "latest" / "report.json").read_text())
+    assert report["export"]["parity_vs_transformers"]["max_abs_diff"] < 1e-2
+    assert {"perplexity_rise_drop", "speedup_ci_low"} <= \
+        {c["check"] for c in report["verdict"]["checks"]}
+    built = next((tmp_path / "work" / "cache" / "decoder_export").glob("*/genai_config.json"))
+    assert json.loads(built.read_text())["search"]["max_length"] == 64

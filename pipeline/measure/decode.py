@@ -86,7 +86,25 @@ def load_model(folder, threads: int | None = None, overlay: str | None = None):
             "intra_op_num_threads": int(threads), "inter_op_num_threads": 1}}}}))
     if overlay:
         cfg.overlay(overlay)
-    return og.Model(cfg)
+    model = og.Model(cfg)
+    from pipeline.metrics.generation import local_window, model_file
+
+    window = local_window(model_file(Path(folder)))
+    if window:  # held with the model, so that its id is never another model's
+        _LOCAL_WINDOW[id(model)] = (model, window)
+    return model
+
+
+# Models with local-attention layers (Gemma 2 and 3), by id: onnxruntime's GroupQueryAttention
+# refuses a KV cache (max_length) shorter than the window, however few tokens are generated
+_LOCAL_WINDOW: dict[int, tuple] = {}
+
+
+def kv_length(model, needed: int) -> int:
+    """The KV cache length a generation of ``needed`` positions asks for: at least the model's
+    local attention window, if it has one (only ``needed`` positions are generated either way)."""
+    entry = _LOCAL_WINDOW.get(id(model))
+    return max(needed, entry[1]) if entry and entry[0] is model else needed
 
 
 def batches(prompts: Sequence[Sequence[int]], streams: int) -> list[np.ndarray]:
@@ -113,8 +131,8 @@ def generate(model, batch: np.ndarray, new_tokens: int) -> tuple[float, list[flo
     streams, n = batch.shape
     params = og.GeneratorParams(model)
     total = n + new_tokens
-    params.set_search_options(max_length=total, min_length=total, batch_size=streams,
-                              do_sample=False)
+    params.set_search_options(max_length=kv_length(model, total), min_length=total,
+                              batch_size=streams, do_sample=False)
     gen = og.Generator(model, params)
     t0 = time.perf_counter_ns()
     gen.append_tokens(batch)
@@ -134,10 +152,13 @@ def greedy(model, prompt: Sequence[int], new_tokens: int):
     import onnxruntime_genai as og
 
     params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(prompt) + new_tokens, do_sample=False)
+    params.set_search_options(max_length=kv_length(model, len(prompt) + new_tokens),
+                              do_sample=False)
     gen = og.Generator(model, params)
     gen.append_tokens(np.asarray([list(prompt)], dtype=np.int32))
-    while not gen.is_done():
+    for _ in range(new_tokens):
+        if gen.is_done():
+            break
         gen.generate_next_token()
         yield int(gen.get_next_tokens()[0])
 

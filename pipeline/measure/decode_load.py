@@ -32,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from pipeline.measure.decode import generate, load_model
+from pipeline.measure.decode import generate, kv_length, load_model
 
 
 def concurrent_streams(folder, prompts: Sequence[Sequence[int]], *, new_tokens: int,
@@ -100,7 +100,8 @@ def _rss_point(folder: str, streams: int, seq: int, threads: int | None) -> dict
     model = load_model(folder, threads)
     loaded = _status_mb("VmRSS")
     params = og.GeneratorParams(model)
-    params.set_search_options(max_length=seq, min_length=seq, batch_size=streams, do_sample=False)
+    params.set_search_options(max_length=kv_length(model, seq), min_length=seq,
+                              batch_size=streams, do_sample=False)
     gen = og.Generator(model, params)
     ids = (np.arange(streams * (seq - 1)).reshape(streams, seq - 1) % 50 + 10).astype(np.int32)
     gen.append_tokens(ids)

@@ -102,15 +102,29 @@ def session(folder: Path, accuracy_level: int | None = None, threads: int = 0):
 
 def empty_past(folder: Path, sess) -> dict[str, np.ndarray]:
     """An empty KV cache for batch 1 (the builder names the head size symbolically, so it comes
-    from ``genai_config.json``)."""
+    from ``genai_config.json``). Its capacity is 0 positions, or the local attention window for
+    a model with local-attention layers (Gemma 2 and 3): onnxruntime's GroupQueryAttention
+    refuses a smaller buffer there, and a buffer of zeros with the attention mask over the
+    sequence alone is the same empty past (a tiny Gemma 2: logits within 4e-7 of transformers')."""
     decoder = json.loads((Path(folder) / "genai_config.json").read_text())["model"]["decoder"]
+    capacity = local_window(model_file(folder))
     feeds = {}
     for i in sess.get_inputs():
         if i.name.startswith("past_key_values"):
             dtype = np.float16 if i.type == "tensor(float16)" else np.float32
-            feeds[i.name] = np.zeros((1, decoder["num_key_value_heads"], 0,
+            feeds[i.name] = np.zeros((1, decoder["num_key_value_heads"], capacity,
                                       decoder["head_size"]), dtype)
     return feeds
+
+
+def local_window(path: Path) -> int:
+    """The largest ``local_window_size`` of the model's GroupQueryAttention nodes (0: none)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    sizes = [a.i for n in graph.node if n.op_type == "GroupQueryAttention"
+             for a in n.attribute if a.name == "local_window_size"]
+    return max([0, *sizes])
 
 
 def next_token_logits(folder, token_ids: Sequence[Sequence[int]], *,
