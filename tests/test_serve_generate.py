@@ -192,7 +192,7 @@ def test_decode_batch_streams_each_sequences_greedy_tokens_and_survives_a_client
     # the Engine's buffer (4 x 64 positions) over the budget: refused before serving
     small = tmp_path / "small"
     small.mkdir()
-    with pytest.raises(AssertionError, match=r"(?s)exit 3\).*--decode-batch 4.*--kv-budget-mb"):
+    with pytest.raises(AssertionError, match=r"(?s)exit 2\).*--decode-batch 4.*--kv-budget-mb"):
         start(str(decoder), small, "--threads", "1", "--max-seq-len", "64", "--decode-batch", "4",
               "--kv-budget-mb", "0.01", timeout=120)
 

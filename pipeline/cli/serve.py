@@ -272,10 +272,15 @@ def _serve(argv: list[str]) -> int:
         # it finds ignores the repeat, and the exit code is 0.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: None)
-        print(f"serving {served.ref} ({served.model_name}, task {served.task_key}) on "
-              f"http://{cfg.host}:{cfg.port or '(a free port)'} mode={cfg.mode} "
-              f"workers={cfg.workers} consumers={cfg.consumers} "
-              f"threads={cfg.intra_op_threads} max_batch={cfg.max_batch}", flush=True)
+        if served.kind == "generate":  # no batcher or workers: sequences and their KV cache
+            what, how = "a decoder", (f"max_sequences={cfg.max_sequences} "
+                                      f"decode_batch={cfg.decode_batch or 'off'}")
+        else:
+            what, how = f"task {served.task_key}", (
+                f"mode={cfg.mode} workers={cfg.workers} consumers={cfg.consumers} "
+                f"threads={cfg.intra_op_threads} max_batch={cfg.max_batch}")
+        print(f"serving {served.ref} ({served.model_name}, {what}) on "
+              f"http://{cfg.host}:{cfg.port or '(a free port)'} {how}", flush=True)
         _announce(userver, server, cfg.host, Path(ns.ready_file) if ns.ready_file else None)
         userver.run()
     if server.failed:

@@ -91,6 +91,9 @@ def session(folder: Path, accuracy_level: int | None = None, threads: int = 0):
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
+    # fatal only: a kernel's refusal is raised and reported by the stage in one line, and
+    # onnxruntime's own log would print it again, in red, on the user's terminal
+    opts.log_severity_level = 4
     path = model_file(folder)
     if accuracy_level is None or not _has_nbits(path):  # a float model has no level to set
         return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])

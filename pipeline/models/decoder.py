@@ -72,8 +72,9 @@ def check_folder(folder: Path, key: str) -> Decoder:
                           f'"architectures": ["{hint}"] (save_pretrained writes it)')
     arch = archs[0]
     if arch not in ARCHITECTURES:
-        raise ConfigError(f"{key}: architecture {arch} is not a decoder onnxruntime-genai's "
-                          f"model builder exports (supported: {', '.join(ARCHITECTURES)})")
+        raise ConfigError(f"{key}: architecture {arch} is not among the text decoders this "
+                          "pipeline compiles with onnxruntime-genai's model builder "
+                          f"(supported: {', '.join(ARCHITECTURES)})")
     digest = userfiles.digest(folder, key)  # first: it refuses links out of the folder
     hf_files(folder, key)  # safetensors only, the files it names inside it
     if not any((folder / f).is_file() for f in TOKENIZER_FILES):

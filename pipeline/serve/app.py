@@ -344,9 +344,10 @@ def lifespan(server):
             try:
                 await server.start()
             except Exception as e:  # noqa: BLE001 - one line, then the process ends non-zero
-                from pipeline.core.errors import ConfigError, PipelineError
+                from pipeline.core.errors import PipelineError
 
-                server.failed_code = 2 if isinstance(e, ConfigError) else 3
+                # arguments that cannot work (ConfigError) end with 2, anything else with 3
+                server.failed_code = e.exit_code if isinstance(e, PipelineError) else 3
                 server.failed = str(e) if isinstance(e, PipelineError) else \
                     f"{type(e).__name__}: {e}"
                 print(f"serve: start-up failed: {server.failed}", flush=True)
