@@ -70,6 +70,23 @@ def test_agreement_without_labels():
         agreement.agreement([np.ones((2, 3))], [np.ones((2, 4))])
 
 
+def test_a_row_of_nan_agrees_with_nothing_and_warns_nothing():
+    """A kernel that overflowed (static INT8 of a DeBERTa on OpenVINO gave NaN on one row of a
+    batch): that row's cosine is 0, so the mean and the 1st percentile are numbers the gate can
+    judge and print, not NaN, and numpy prints no RuntimeWarning on the user's terminal."""
+    import warnings
+
+    base = [np.ones((4, 3))]
+    bad = np.ones((4, 3))
+    bad[1] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = agreement.agreement(base, [bad])
+    assert out["cosine_mean"] == pytest.approx(0.75) and out["cosine_p1"] == pytest.approx(0.0,
+                                                                                          abs=0.04)
+    assert out["argmax_agreement"] <= 100.0
+
+
 def test_every_metric_has_a_direction_and_drop_is_positive_when_worse():
     assert SPECS["top1"].drop(90.0, 89.5) == pytest.approx(0.5)
     assert SPECS["cer"].drop(1.0, 1.5) == pytest.approx(0.5)  # lower is better: a rise is a drop

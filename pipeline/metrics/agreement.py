@@ -38,15 +38,21 @@ def agreement(baseline: list, candidate: list) -> dict[str, float]:
         if b.shape != c.shape:
             raise ValueError(f"output shapes differ: baseline {b.shape}, candidate {c.shape}")
         flat_b, flat_c = b.reshape(len(b), -1), c.reshape(len(c), -1)
-        nb, nc = np.linalg.norm(flat_b, axis=1), np.linalg.norm(flat_c, axis=1)
-        denom = nb * nc
-        # Two zero vectors agree perfectly; one zero and one not share no direction.
-        cos.extend(np.where(denom > 0, (flat_b * flat_c).sum(axis=1) / np.maximum(denom, 1e-300),
-                            np.where((nb == 0) & (nc == 0), 1.0, 0.0)))
+        # A row with NaN or inf (a kernel that overflowed) shares no direction with anything:
+        # cosine 0, so the gate reads a number, not NaN, and numpy prints no warning
+        finite = np.isfinite(flat_b).all(axis=1) & np.isfinite(flat_c).all(axis=1)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            nb, nc = np.linalg.norm(flat_b, axis=1), np.linalg.norm(flat_c, axis=1)
+            denom = nb * nc
+            # Two zero vectors agree perfectly; one zero and one not share no direction.
+            row = np.where(denom > 0, (flat_b * flat_c).sum(axis=1) / np.maximum(denom, 1e-300),
+                           np.where((nb == 0) & (nc == 0), 1.0, 0.0))
+        cos.extend(np.where(finite, row, 0.0))
         if b.ndim >= 2 and b.shape[-1] > 1:  # a class axis: compare the chosen class
             argmax_same += int((b.argmax(-1) == c.argmax(-1)).sum())
             n_argmax += int(np.prod(b.shape[:-1]))
-        diff = np.abs(b - c)
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.abs(b - c)
         max_abs = max(max_abs, float(diff.max()) if diff.size else 0.0)
         abs_sum += float(diff.sum())
         count += diff.size
