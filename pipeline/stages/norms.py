@@ -44,8 +44,38 @@ def _attrs(node) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _residual_norms(graph) -> list[tuple]:
-    """(kind, node, add or None) for each residual LayerNorm the rewrite applies to."""
+def _broadcast_adds(model) -> set[str]:
+    """Outputs of the Adds whose two operands shape inference shows to differ: a broadcast sum,
+    such as ALBERT's word embeddings [batch, seq, E] plus position embeddings [1, seq, E], which
+    rows of [-1, E] would no longer line up (the runtime refused the rewrite there, and every
+    residual norm of the model was kept fused with it). Unknown shapes are not a difference."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
+    except Exception:  # noqa: BLE001 - no shapes (a model past 2 GB, a custom op): none known
+        return set()
+
+    def dims(v):
+        t = v.type.tensor_type
+        if not t.HasField("shape"):
+            return None
+        return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                for d in t.shape.dim]
+
+    shapes = {v.name: dims(v) for v in [*inferred.input, *inferred.value_info, *inferred.output]}
+    out = set()
+    for n in inferred.node:
+        if n.op_type == "Add" and len(n.input) == 2:
+            a, b = shapes.get(n.input[0]), shapes.get(n.input[1])
+            if a is not None and b is not None and None not in a + b and a != b:
+                out.add(n.output[0])
+    return out
+
+
+def _residual_norms(graph, broadcast: set[str] = frozenset()) -> list[tuple]:
+    """(kind, node, add or None) for each residual LayerNorm the rewrite applies to; the sums in
+    ``broadcast`` (``_broadcast_adds``) are not."""
     inits = {t.name: t for t in graph.initializer}
     producer = {o: n for n in graph.node for o in n.output}
     readers: dict[str, int] = {}
@@ -64,7 +94,7 @@ def _residual_norms(graph) -> list[tuple]:
               and not any(o for o in n.output[1:])):
             add = producer.get(n.input[0])
             if (add is not None and add.op_type == "Add" and readers.get(add.output[0]) == 1
-                    and add.output[0] not in outputs
+                    and add.output[0] not in outputs and add.output[0] not in broadcast
                     and not any(i in inits or producer.get(i, add).op_type == "Constant"
                                 for i in add.input)):
                 found.append(("add", n, add))
@@ -77,7 +107,7 @@ def flatten(model) -> int:
 
     g = model.graph
     inits = {t.name: t for t in g.initializer}
-    found = _residual_norms(g)
+    found = _residual_norms(g, _broadcast_adds(model))
     if not found:
         return 0
     replace, drop = {}, set()
@@ -188,7 +218,7 @@ def flattened_if_faster(src: Path, target: Path, task, ds, hardware, speed=None)
     from pipeline.runtimes import onnxruntime as ort
 
     model = onnx.load(str(src))
-    found = _residual_norms(model.graph)
+    found = _residual_norms(model.graph, _broadcast_adds(model))
     record = {"flattened": 0, "candidates": len(found), "timing": None, "why_not": None,
               "parity": None}
     if not found:
@@ -232,7 +262,7 @@ class Norms:
     data: object           # DataSplit: the samples parity is checked on
     hardware: object = field(metadata=CHECKS_ONLY)  # the machine's fingerprint keys the timing
     name = "norms"
-    version = 1
+    version = 2  # 2: broadcast sums are not rewritten
     hardware_dependent = True  # the choice is a timing on this machine
 
     def run(self, parent, out_dir: Path) -> dict:

@@ -129,3 +129,34 @@ def test_static_int8_keeps_the_flat_residual_stream_float(tmp_path):
     flat = [n.name for n in m.graph.node if n.op_type in ("Add", "LayerNormalization")]
     assert len(flat) == 5 and set(meta["residual_nodes"]) >= set(flat)
     assert all(precision.get(n, "float") == "float" for n in flat), precision
+
+
+def test_a_broadcast_sum_is_left_alone_and_the_others_still_flatten(tmp_path):
+    """ALBERT's embedding LayerNorm reads word embeddings [batch, 5, 8] plus position embeddings
+    [1, 5, 8]: as rows of [-1, 8] the two no longer line up, and the runtime refused the whole
+    rewrite, every residual norm with it. The broadcast sum stays as it is, the residual one
+    after it is flattened, and the outputs are the same at a batch above 1."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from pipeline.stages.norms import flatten
+
+    rng = np.random.default_rng(0)
+    c = {"pos": rng.standard_normal((1, SEQ, HIDDEN)), "w": rng.standard_normal((HIDDEN, HIDDEN)),
+         "g0": rng.uniform(0.5, 2, HIDDEN), "b0": rng.standard_normal(HIDDEN),
+         "g1": rng.uniform(0.5, 2, HIDDEN), "b1": rng.standard_normal(HIDDEN)}
+    n = helper.make_node
+    nodes = [n("Identity", ["pos"], ["p"], name="positions"),  # not an initializer read directly
+             n("Add", ["x", "p"], ["e"], name="embed"),
+             n("LayerNormalization", ["e", "g0", "b0"], ["h"], axis=-1, name="ln0"),
+             n("MatMul", ["h", "w"], ["r"], name="mm"), n("Add", ["r", "h"], ["s"], name="res"),
+             n("LayerNormalization", ["s", "g1", "b1"], ["y"], axis=-1, name="ln1")]
+    io = [helper.make_tensor_value_info(k, TensorProto.FLOAT, ["batch", SEQ, HIDDEN]) for k in "xy"]
+    inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in c.items()]
+    path = save(tmp_path / "model.onnx", nodes, io[:1], io[1:], inits)
+    model = onnx.load(str(path))
+    assert flatten(model) == 1
+    flat = tmp_path / "flat.onnx"
+    onnx.save(model, str(flat))
+    x = rng.standard_normal((3, SEQ, HIDDEN)).astype(np.float32)
+    assert np.allclose(outputs(flat, {"x": x})[0], outputs(path, {"x": x})[0], atol=1e-5)
