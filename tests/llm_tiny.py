@@ -144,6 +144,19 @@ def gemma2(folder: Path, seed: int = 0, layers: int = 2, hidden: int = 64,
     return Path(folder)
 
 
+def mistral(folder: Path, seed: int = 0, layers: int = 2, hidden: int = 64,
+            intermediate: int = 128, window: int = 64) -> Path:
+    """Save a random tiny ``MistralForCausalLM`` with a ``window``-token sliding window (which
+    the builder's export does not implement: its attention has no local window) and its
+    tokenizer."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    model = _random(folder, seed, MistralConfig, MistralForCausalLM, layers, hidden,
+                    intermediate, sliding_window=window)
+    model.save_pretrained(str(folder))
+    return Path(folder)
+
+
 def to_bf16(folder: Path) -> Path:
     """The folder's weights re-saved in bf16, its config saying so: a checkpoint whose own dtype
     is not FP32, as a real one's is."""

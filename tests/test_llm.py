@@ -616,8 +616,8 @@ def test_a_sliding_window_is_the_context_and_the_built_folder_is_capped_there(tm
 def test_a_decoder_with_local_attention_layers_is_scored_timed_and_published(tmp_path):
     """Gemma 2's local-attention layers: onnxruntime refuses a KV cache shorter than the window,
     which the teacher-forced scoring (an empty past) and a short generation both asked for. The
-    export matches transformers' logits, the run publishes, and the published folder's context
-    is the window."""
+    export matches transformers' logits and the run publishes; the export implements the window
+    (a local window in its attention), so the published folder keeps the model's whole context."""
     from hf_tiny import text_data
     from llm_tiny import gemma2
 
@@ -629,5 +629,29 @@ def test_a_decoder_with_local_attention_layers_is_scored_timed_and_published(tmp
     assert report["export"]["parity_vs_transformers"]["max_abs_diff"] < 1e-2
     assert {"perplexity_rise_drop", "speedup_ci_low"} <= \
         {c["check"] for c in report["verdict"]["checks"]}
+    from pipeline.metrics.generation import local_window, model_file
+
     built = next((tmp_path / "work" / "cache" / "decoder_export").glob("*/genai_config.json"))
-    assert json.loads(built.read_text())["search"]["max_length"] == 64
+    assert local_window(model_file(built.parent)) == 64
+    assert json.loads(built.read_text())["search"]["max_length"] == 128  # max_position_embeddings
+
+
+def test_a_sliding_window_the_export_ignores_holds_the_published_context_to_it(tmp_path):
+    """Mistral as the model builder exports it attends to the whole past: past the window it is
+    not the model transformers runs. Scored within the window, it publishes a folder whose
+    context is the window, which the server holds to; longer sequences are refused at compose."""
+    from hf_tiny import text_data
+    from llm_tiny import mistral
+
+    from pipeline.metrics.generation import local_window, model_file
+
+    model = mistral(tmp_path / "mistral", window=64)
+    text_data(tmp_path / "text.jsonl", 20)
+    proc = run_cli(*_args(tmp_path, "quant=int8", model=model))
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    built = next((tmp_path / "work" / "cache" / "decoder_export").glob("*/genai_config.json"))
+    assert local_window(model_file(built.parent)) == 0
+    config = json.loads(built.read_text())
+    assert config["search"]["max_length"] == config["model"]["context_length"] == 64
+    proc = run_cli(*_args(tmp_path, "quant=int8", "+model.params.max_length=100", model=model))
+    one_line(proc, 2, "model.params.max_length=100", "2..64")

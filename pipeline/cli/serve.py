@@ -53,6 +53,7 @@ import tempfile
 from pathlib import Path
 
 from pipeline.cli.args import Parser
+from pipeline.serve.inputs import MAX_INPUT_VALUES
 from pipeline.core.errors import ConfigError, PipelineError, cli
 
 
@@ -73,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=int, default=10 * 1024 * 1024)
     p.add_argument("--max-pixels", type=int, default=16 * 1024 * 1024)
     p.add_argument("--max-side", type=int, default=16384)
-    p.add_argument("--max-input-values", type=int, default=32 * 8192)
+    p.add_argument("--max-input-values", type=int, default=MAX_INPUT_VALUES)
     p.add_argument("--body-timeout-s", type=float, default=30.0)
     p.add_argument("--ready-file", default=None)
     p.add_argument("--max-sequences", type=int, default=4)
@@ -285,7 +286,7 @@ def _serve(argv: list[str]) -> int:
         userver.run()
     if server.failed:
         print(f"error: {server.failed}", file=sys.stderr)
-        return getattr(server, "failed_code", 3)
+        return server.failed_code
     print("serve: drained and stopped", flush=True)
     return 0
 

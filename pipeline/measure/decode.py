@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -90,21 +91,21 @@ def load_model(folder, threads: int | None = None, overlay: str | None = None):
     from pipeline.metrics.generation import local_window, model_file
 
     window = local_window(model_file(Path(folder)))
-    if window:  # held with the model, so that its id is never another model's
-        _LOCAL_WINDOW[id(model)] = (model, window)
+    if window:
+        _LOCAL_WINDOW[model] = window
     return model
 
 
-# Models with local-attention layers (Gemma 2 and 3), by id: onnxruntime's GroupQueryAttention
-# refuses a KV cache (max_length) shorter than the window, however few tokens are generated
-_LOCAL_WINDOW: dict[int, tuple] = {}
+# Models with local-attention layers (Gemma 2 and 3): onnxruntime's GroupQueryAttention refuses
+# a KV cache (max_length) shorter than the window, however few tokens are generated. Weak keys:
+# a model released (one at a time, a 7 B model after its turn) is not held here.
+_LOCAL_WINDOW: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def kv_length(model, needed: int) -> int:
     """The KV cache length a generation of ``needed`` positions asks for: at least the model's
     local attention window, if it has one (only ``needed`` positions are generated either way)."""
-    entry = _LOCAL_WINDOW.get(id(model))
-    return max(needed, entry[1]) if entry and entry[0] is model else needed
+    return max(needed, _LOCAL_WINDOW.get(model, 0))
 
 
 def batches(prompts: Sequence[Sequence[int]], streams: int) -> list[np.ndarray]:

@@ -55,7 +55,7 @@ class Server:
         self.ready = False
         self.stopping = False  # set on SIGTERM: new requests are refused, admitted ones answered
         self.failed: str | None = None  # why start-up failed (one line); the CLI exits non-zero
-        self.failed_code = 3  # 2 when it was the arguments (a ConfigError), else the artifact
+        self.failed_code = 3  # the failure's exit code: 2 for arguments (a ConfigError)
         self.admitted = 0
         self.receiving = 0  # bodies streaming in, not yet admitted (bounded: RECEIVING)
         self.backlog = Backlog()  # the wait a request admitted now would have
@@ -201,7 +201,7 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
             return refused
         # The body is read before the request is admitted: a client that sends its headers and
         # then stalls holds no place in the queue, and is cut off after --body-timeout-s
-        body = await receive(request, server, cfg, m)
+        body = await receive(request, server, cfg)
         if isinstance(body, Response):
             return body
         refused = refusal(server, cfg)  # again: the queue may have filled while it streamed
@@ -255,9 +255,10 @@ def refusal(server, cfg: ServeConfig) -> Response | None:
     return None
 
 
-async def receive(request: Request, server, cfg: ServeConfig, m) -> bytes | Response:
+async def receive(request: Request, server, cfg: ServeConfig) -> bytes | Response:
     """The request's whole body, or the answer to a body refused (413), late (408) or abandoned
     by its client (no error of the server's: counted apart, answered to no one)."""
+    m = server.metrics
     server.receiving += 1
     try:
         return await asyncio.wait_for(_read_body(request, cfg.max_body_bytes),

@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass
 
 from pipeline.core.errors import ConfigError
+from pipeline.serve.inputs import MAX_INPUT_VALUES
 
 MODES = ("pipeline", "inline")
 MAX_WAIT_MS = 10_000.0  # a batch wait past ten seconds is a typo, not a policy
@@ -58,7 +59,7 @@ class ServeConfig:
     max_body_bytes: int = 10 * 1024 * 1024   # a larger body is 413 before it is read whole
     max_pixels: int = 16 * 1024 * 1024       # an image header claiming more is 413, not decoded
     max_side: int = 16384                    # nor a side longer than this
-    max_input_values: int = 32 * 8192        # a request whose preprocessed input (the model's
+    max_input_values: int = MAX_INPUT_VALUES  # a request whose preprocessed input (the model's
                                     # feeds) holds more values is 413 before the model runs: an
                                     # OCR line 32 tall and 8192 wide (a 16384x1 image of 98 bytes
                                     # becomes one 524288 wide, gigabytes of activations)

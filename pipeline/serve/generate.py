@@ -145,7 +145,7 @@ class Generating:
                               buckets=SECONDS, registry=r)
         self.tokens = Histogram("serve_token_seconds", "Time per generated token after the first",
                                 buckets=SECONDS, registry=r)
-        self.ready, self.failed = False, None
+        self.ready, self.failed, self.failed_code = False, None, 3
         self.stopping = False  # set on SIGTERM (app.Draining): new sequences are refused
         self.model = self.tokenizer = None
 
@@ -241,17 +241,16 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Generating]:
     m = server.metrics
 
     def refuse(status: int, line: str, outcome: str) -> JSONResponse:
-        m.requests.labels(outcome).inc()
-        m.errors.labels(str(status)).inc()
         headers = {"Retry-After": str(cfg.retry_after_s)} if status == 503 else None
         if server.stopping:
             headers = {**(headers or {}), "Connection": "close"}
-        return JSONResponse({"error": line}, status_code=status, headers=headers)
+        return m.refused(outcome, status, JSONResponse({"error": line}, status_code=status,
+                                                       headers=headers))
 
     async def generate(request: Request) -> Response:
         if not server.ready or server.stopping:
             return refuse(503, not_serving(server), "unavailable")
-        body = await receive(request, server, cfg, m)  # streamed against the limit, never read whole
+        body = await receive(request, server, cfg)  # streamed against the limit, not read whole
         if isinstance(body, Response):
             return body
         try:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 IMAGE_FORMATS = ("PNG", "JPEG")
 MAGIC = {"PNG": b"\x89PNG\r\n\x1a\n", "JPEG": b"\xff\xd8\xff"}
+# The preprocessed input's default bound, all feeds together: an OCR line 32 tall and 8192 wide
+MAX_INPUT_VALUES = 32 * 8192
 
 
 class BadInput(Exception):
@@ -39,7 +41,7 @@ class Limits:
     max_body_bytes: int
     max_pixels: int
     max_side: int
-    max_input_values: int = 32 * 8192  # the preprocessed input, all feeds together
+    max_input_values: int = MAX_INPUT_VALUES
 
     @classmethod
     def of(cls, cfg) -> "Limits":

@@ -38,9 +38,14 @@ def build_fp32(decoder, out_dir: Path) -> None:
                          f"{decoder.given} ({decoder.architecture}): "
                          f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
                          ) from None
+    from pipeline.metrics.generation import local_window, model_file
     from pipeline.models.decoder import cap_context, context
 
-    cap_context(out_dir, context(decoder))  # a sliding window's model: within the window
+    # A sliding window the export does not implement (Mistral, Phi-3: no local window in their
+    # attention) holds what is published to the window; one it does (Gemma 2 and 3) keeps the
+    # model's whole context
+    if not local_window(model_file(out_dir)):
+        cap_context(out_dir, context(decoder))
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,9 @@ def _finite_scales(model: Path) -> None:
     from onnx import numpy_helper
 
     m = onnx.load(str(model), load_external_data=False)
-    inits = {i.name: i for i in m.graph.initializer}
+    # scales are small and stored inline; a tensor kept in an external file is a weight
+    inits = {i.name: i for i in m.graph.initializer
+             if i.data_location != onnx.TensorProto.EXTERNAL}
     for node in m.graph.node:
         if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) > 1 \
                 and node.input[1] in inits:
