@@ -144,6 +144,34 @@ def gemma2(folder: Path, seed: int = 0, layers: int = 2, hidden: int = 64,
     return Path(folder)
 
 
+def gemma3(folder: Path, seed: int = 0, layers: int = 2, hidden: int = 64,
+           intermediate: int = 128, window: int = 64, written_by_4x: bool = False) -> Path:
+    """Save a random tiny ``Gemma3ForCausalLM`` and its tokenizer: a local-attention layer
+    (``window`` tokens, RoPE base 10,000) then a global one (base 1,000,000), so each kind's
+    rotary cache is exercised. transformers 5 writes the RoPE settings per kind of layer
+    (``rope_parameters``); ``written_by_4x`` rewrites config.json the way the released Gemma 3
+    checkpoints carry them, written by transformers 4.x (``rope_theta``, ``rope_local_base_freq``,
+    ``rope_scaling: null``)."""
+    import json
+
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    kinds = ["sliding_attention", "full_attention"] * layers
+    model = _random(folder, seed, Gemma3TextConfig, Gemma3ForCausalLM, layers, hidden,
+                    intermediate, head_dim=hidden // 4, sliding_window=window,
+                    layer_types=kinds[:layers])
+    model.save_pretrained(str(folder))
+    if written_by_4x:
+        path = Path(folder) / "config.json"
+        cfg = json.loads(path.read_text())
+        rope = cfg.pop("rope_parameters")
+        cfg.update(rope_theta=rope["full_attention"]["rope_theta"], rope_scaling=None,
+                   rope_local_base_freq=rope["sliding_attention"]["rope_theta"],
+                   transformers_version="4.55.0")
+        path.write_text(json.dumps(cfg, indent=2))
+    return Path(folder)
+
+
 def mistral(folder: Path, seed: int = 0, layers: int = 2, hidden: int = 64,
             intermediate: int = 128, window: int = 64) -> Path:
     """Save a random tiny ``MistralForCausalLM`` with a ``window``-token sliding window (which

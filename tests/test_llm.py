@@ -636,6 +636,53 @@ def test_a_decoder_with_local_attention_layers_is_scored_timed_and_published(tmp
     assert json.loads(built.read_text())["search"]["max_length"] == 128  # max_position_embeddings
 
 
+def test_gemma3_as_its_released_checkpoints_are_written_exports_faithfully(tmp_path):
+    """A Gemma 3 whose config.json is in transformers 4.x's form, as the released checkpoints
+    are (``rope_theta`` for the global layers, ``rope_local_base_freq`` for the local ones),
+    read by transformers 5 into per-kind ``rope_parameters``, which onnxruntime-genai's builder
+    stopped on (KeyError 'rope_type'). Each kind keeps its own base: were the local layers given
+    the global base, the logits would be 0.18 apart and the parity check would refuse it."""
+    from hf_tiny import text_data
+    from llm_tiny import gemma3
+
+    from pipeline.metrics.generation import local_window, model_file
+
+    model = gemma3(tmp_path / "gemma3", window=64, written_by_4x=True)
+    text_data(tmp_path / "text.jsonl", 20)
+    proc = run_cli(*_args(tmp_path, "quant=int8", model=model))
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "work" / "runs" / "latest" / "report.json").read_text())
+    assert report["export"]["parity_vs_transformers"]["max_abs_diff"] < 1e-3
+    built = next((tmp_path / "work" / "cache" / "decoder_export").glob("*/genai_config.json"))
+    assert local_window(model_file(built.parent)) == 64
+
+
+def test_rotary_settings_the_builder_cannot_give_each_kind_of_layer_are_refused():
+    """The builder gives local layers the global layers' scaling, only their base apart: a
+    Gemma 3 whose global layers scale linearly (4B and up) is refused, naming what differs;
+    one that differs only in the base is handed over in the builder's form."""
+    from types import SimpleNamespace
+
+    from pipeline.core.errors import StageError
+    from pipeline.stages.decoder_export import rope_as_the_builder_reads
+
+    decoder = SimpleNamespace(given="g3", architecture="Gemma3ForCausalLM")
+    config = SimpleNamespace(rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+    rope_as_the_builder_reads(config, decoder)
+    assert config.rope_parameters == {"rope_type": "default", "rope_theta": 1e6}
+    assert (config.rope_theta, config.rope_local_base_freq) == (1e6, 1e4)
+    flat = SimpleNamespace(rope_parameters={"rope_type": "default", "rope_theta": 5e5})
+    rope_as_the_builder_reads(flat, decoder)  # one kind of layer: left as it is
+    assert flat.rope_parameters == {"rope_type": "default", "rope_theta": 5e5}
+    scaled = SimpleNamespace(rope_parameters={
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+    with pytest.raises(StageError, match="g3 .*differ in their rotary factor, rope_type"):
+        rope_as_the_builder_reads(scaled, decoder)
+
+
 def test_a_sliding_window_the_export_ignores_holds_the_published_context_to_it(tmp_path):
     """Mistral as the model builder exports it attends to the whole past: past the window it is
     not the model transformers runs. Scored within the window, it publishes a folder whose

@@ -32,7 +32,11 @@ def build_fp32(decoder, out_dir: Path) -> None:
     log = io.StringIO()  # the builder narrates every tensor it writes
     try:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            create_model(*args, **parse_extra_options(*args, []))
+            options = parse_extra_options(*args, [])
+            rope_as_the_builder_reads(options["hf_details"]["hf_config"], decoder)
+            create_model(*args, **options)
+    except StageError:
+        raise
     except Exception as e:  # noqa: BLE001 - the builder's errors: one line naming it
         raise StageError(f"onnxruntime-genai's model builder failed on "
                          f"{decoder.given} ({decoder.architecture}): "
@@ -46,6 +50,37 @@ def build_fp32(decoder, out_dir: Path) -> None:
     # model's whole context
     if not local_window(model_file(out_dir)):
         cap_context(out_dir, context(decoder))
+
+
+def rope_as_the_builder_reads(config, decoder) -> None:
+    """The rotary settings of a model with two kinds of attention layer, in the form the builder
+    reads. transformers 5 keeps them per kind (Gemma 3: ``rope_parameters = {"full_attention":
+    {...}, "sliding_attention": {...}}``, whichever form its config.json was written in: 4.x's
+    ``rope_theta`` and ``rope_local_base_freq`` are read into it); onnxruntime-genai 0.18's
+    Gemma 3 builder reads 4.x's form and stops on a KeyError without it. The builder gives both
+    kinds the global layers' scaling and only their base apart, so a model whose kinds differ in
+    more than the base (Gemma 3 4B and up: global layers scaled linearly by 8, local ones not)
+    would export local layers that attend at the wrong positions: refused, as the streaming
+    path, which checks no parity, would not catch it."""
+    rope = getattr(config, "rope_parameters", None)
+    if not (isinstance(rope, dict) and "full_attention" in rope and "rope_type" not in rope):
+        return
+    full = dict(rope["full_attention"])
+    local = dict(rope.get("sliding_attention", full))
+    apart = sorted(k for k in {*full, *local} - {"rope_theta"} if full.get(k) != local.get(k))
+    if apart:
+        raise StageError(
+            f"{decoder.given} ({decoder.architecture}): its global and local attention layers "
+            f"differ in their rotary {', '.join(apart)} ({_rope_text(full)} against "
+            f"{_rope_text(local)}), and onnxruntime-genai's model builder gives both the "
+            "global layers' settings: the export would not be faithful")
+    config.rope_parameters = full
+    config.rope_theta = full.get("rope_theta", 10000.0)
+    config.rope_local_base_freq = local.get("rope_theta", config.rope_theta)
+
+
+def _rope_text(params: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(params.items()))
 
 
 @dataclass(frozen=True)
