@@ -314,3 +314,83 @@ def test_static_int8_that_misses_accuracy_names_what_can_hold_it():
                     (verdict("accuracy_drop"), QuantMode.dynamic)):
         accuracy_hint(v, mode, ("MatMul",))
         assert not v.hints and v.summary.startswith("FAIL: ") and "hint" not in v.summary
+
+
+def test_a_candidate_with_nan_or_inf_outputs_fails_a_check_that_names_them(tmp_path):
+    """A kernel that overflowed answers NaN, whose argmax is class 0 and whose cosine with
+    anything is 0: the accuracy checks fail or, on a few rows, pass, and neither says why.
+    The evaluation counts the samples and the gate names them; none counted, no such check
+    (nor for an evaluation recorded before they were counted)."""
+    ref, good = vectors(), {"cosine_mean": 0.999, "cosine_p1": 0.99, "max_abs_diff": 0.01,
+                            "mean_abs_diff": 0.001}
+    evals = embed_evals(tmp_path / "a", good, ref)
+    evals["candidate"].meta.update(samples=100, non_finite=3)
+    evals["fp16"].meta.update(samples=100, non_finite=0)
+    v = judge(evals, fast_bench(), GateConfig(), EMBED)
+    assert failed(v) == {"finite_outputs"}
+    check = next(c for c in v.checks if c.name == "finite_outputs")
+    assert check.value == 3 and "3 of 100 evaluation samples gave NaN or inf outputs (FP16: 0)" \
+        in check.detail
+    evals["candidate"].meta.update(non_finite=0)
+    assert judge(evals, fast_bench(), GateConfig(), EMBED).passed
+    del evals["candidate"].meta["non_finite"]
+    assert judge(evals, fast_bench(), GateConfig(), EMBED).passed
+
+
+def test_non_finite_samples_are_counted_on_the_batch_axis():
+    from pipeline.metrics.outputs import non_finite_samples
+
+    out = np.zeros((4, 7, 5), dtype=np.float32)
+    out[1, 3, 2], out[3, 0, 0] = np.nan, np.inf
+    assert non_finite_samples(out, 4) == 2
+    assert non_finite_samples(out.transpose(1, 0, 2), 4) == 2  # time-major: batch second
+    assert non_finite_samples(np.zeros((4, 5)), 4) == 0
+    assert non_finite_samples(np.full((4,), 3, dtype=np.int64), 4) == 0  # class ids
+    assert non_finite_samples(np.array([np.nan]), 4) == 4  # no axis of the batch: all of it
+
+
+def test_int8_that_answers_inf_where_fp32_answers_numbers_fails_the_gate(tmp_path):
+    """A user's network whose first channel is a millionth of the others': after the ReLU, per
+    tensor INT8 rounds it to zero, and the Reciprocal after the mean answers inf where FP32
+    answers 1e5 to 1e6. The argmax is the same (inf is still the largest), so accuracy and
+    agreement pass: before the outputs were counted, this model was published."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    w = (rng.normal(size=(4, 3, 3, 3)) * 0.3).astype(np.float32)
+    w[0] = np.abs(w[0]) * 1e-6
+    b = np.array([1e-6, 1.0, 1.0, 1.0], dtype=np.float32)
+    nodes = [helper.make_node("Conv", ["image", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("ReduceMean", ["r"], ["m"], axes=[2, 3], keepdims=0),
+             helper.make_node("Reciprocal", ["m"], ["scores"])]
+    graph = helper.make_graph(
+        nodes, "reciprocal", [helper.make_tensor_value_info("image", TensorProto.FLOAT,
+                                                            ["N", 3, 32, 32])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", 4])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "reciprocal.onnx"))
+    for i in range(24):
+        folder = tmp_path / "images" / "any"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    work = tmp_path / "w"
+    proc = run_cli("model=onnx", f"model.path={tmp_path / 'reciprocal.onnx'}", "data=imagefolder",
+                   f"data.path={tmp_path / 'images'}", "data.calibration_samples=8",
+                   "data.evaluation_samples=16", "metric=agreement", "quant.latency_aware=false",
+                   f"workdir={work}", f"data_dir={work / 'data'}", f"registry.root={work / 'r'}",
+                   "gate.min_speedup=0", "gate.check_slo_p99=false", "bench.min_rounds=20",
+                   "bench.min_seconds=0", "bench.max_seconds=0.3", "bench.size_buckets=1",
+                   "bench.cold_start_repeats=0", "bench.aa_tolerance=0.5")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads((work / "runs" / "latest" / "report.json").read_text())
+    checks = {c["check"]: c for c in report["verdict"]["checks"]}
+    assert checks["accuracy_drop"]["passed"] and checks["output_agreement"]["passed"]
+    assert not checks["finite_outputs"]["passed"]
+    assert "16 of 16 evaluation samples gave NaN or inf outputs (FP16: 0)" in \
+        checks["finite_outputs"]["detail"]
+    assert "published:" not in proc.stdout

@@ -72,6 +72,9 @@ class Measures:
     problems: tuple = ()            # numbers no measurement produces: none of them is judged
     decimals: int | None = None     # a fixed number of decimals in the accuracy details
     sized: bool = True              # a file whose size gate.max_model_mb judges (a decoder's is a folder)
+    # evaluation samples whose outputs held NaN or inf: (candidate's, reference's, samples);
+    # None: not counted
+    non_finite: tuple[int, int, int] | None = None
 
 
 def _fmt(v, f: str) -> str:
@@ -132,6 +135,19 @@ def _aa(t: Timing, discounted) -> Check:
                     missing="no A/A check was recorded" if t.aa_median is None else "")
 
 
+def _non_finite(m: Measures) -> Check:
+    """A candidate that answers NaN or inf where numbers were expected is not shippable, and its
+    accuracy check alone would not say why (NaN's argmax is class 0, its cosine with anything
+    0): this check names it. Present only when it fails."""
+    cand, ref, samples = m.non_finite
+    return Check(
+        "finite_outputs", float(cand), 0, False,
+        f"{cand} of {samples} evaluation samples gave NaN or inf outputs ({m.reference}: {ref}): "
+        "the candidate's arithmetic made them (a value rounded to zero before a division or a "
+        "log, or a kernel that overflowed); keep the nodes behind them float (quant.exclude) "
+        "or try another runtime (hardware.runtime=)")
+
+
 def judge(m: Measures, gate, metrics, slo=None, environment: dict | None = None) -> Verdict:
     """The one judge. ``metrics``: the task's ``MetricsSpec`` (or its primary ``MetricSpec``
     alone); each judged metric's direction turns the two values into a drop (positive: the
@@ -145,6 +161,8 @@ def judge(m: Measures, gate, metrics, slo=None, environment: dict | None = None)
                                f"{m.agreement:.2%} of outputs within {rtol:g} relative error of "
                                f"{m.reference}'s" if m.agreement_within else
                                f"{m.agreement:.2%} of outputs identical to {m.reference}'s"))
+    if m.non_finite is not None and m.non_finite[0]:
+        checks.append(_non_finite(m))
     timing, speed = m.timing, m.speed
     if m.problems:  # an edited or damaged entry: none of its numbers is judged (fails closed)
         checks.append(Check.of("benchmark_sane", float(len(m.problems)), 0, lambda v: v == 0,
@@ -225,9 +243,13 @@ def measures(evals: dict, bench, gate, slo=None, candidate=None,
     mb = None
     if candidate is not None and g.max_model_mb is not None:
         mb = candidate.model.stat().st_size / 1e6
+    non_finite = None
+    if cand.non_finite is not None:
+        non_finite = (cand.non_finite, ref.non_finite or 0, cand.samples or 0)
     return Measures("FP16", ref.metrics, cand.metrics, claim, agreement=agree,
                     agreement_within=within, timing=t, served=served, served_batch=b,
-                    environment=result.environment, model_mb=mb, problems=t.problems)
+                    environment=result.environment, model_mb=mb, problems=t.problems,
+                    non_finite=non_finite)
 
 
 def decode_measures(scored: dict, decode: DecodeResult, role: str, gate,

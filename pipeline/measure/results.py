@@ -186,10 +186,14 @@ class Evaluation:
     metrics: dict                    # metric name -> value
     output_sha256: str | None
     artifact: object                 # the evaluate Artifact: predictions.json for agreement
+    samples: int | None = None       # samples scored
+    non_finite: int | None = None    # of them, those whose outputs held NaN or inf
 
     @classmethod
     def of(cls, art) -> Evaluation:
-        return cls(dict(art.meta.get("metrics") or {}), art.meta.get("output_sha256"), art)
+        m = art.meta
+        return cls(dict(m.get("metrics") or {}), m.get("output_sha256"), art,
+                   m.get("samples"), m.get("non_finite"))
 
     def metric(self, name: str) -> float:
         """NaN when this evaluation does not report ``name`` (the gate fails that check)."""

@@ -81,3 +81,19 @@ def kind(a) -> str:
     tolerance."""
     pa = json.loads((a.path / "predictions.json").read_text())
     return "within" if pa and continuous(pa[0]) else "identical"
+
+
+def non_finite_samples(outputs, batch: int) -> int:
+    """How many of a batch's ``batch`` samples have a NaN or an infinity anywhere in the model's
+    output: a kernel that overflowed (static INT8 on some runtimes) answers NaN where the float
+    model answers a number, and a decision taken from NaN (an argmax of 0, an empty string)
+    looks like any other wrong answer. The samples are the axis of the batch's size, the first
+    such (a time-major CTC output has its batch second); an integer output has none."""
+    a = np.asarray(outputs)
+    if not np.issubdtype(a.dtype, np.floating) or a.size == 0:
+        return 0
+    axis = next((i for i, n in enumerate(a.shape) if n == batch), None)
+    if axis is None:  # no axis of the batch's size: the whole batch counts as one
+        return 0 if np.isfinite(a).all() else batch
+    rows = np.moveaxis(a, axis, 0).reshape(batch, -1)
+    return int((~np.isfinite(rows)).any(axis=1).sum())

@@ -109,6 +109,8 @@ def _untimed_row(name, role, target, lab, ev, ref, g, metrics, metric) -> Row:
         metric_limits.judged(r.metrics, e.metrics, g.max_accuracy_drop, metrics)) if not j.passed]
     if agree < g.min_output_agreement:
         failed.append("output_agreement")
+    if e.non_finite:  # NaN or inf outputs (gate.judge's finite_outputs)
+        failed.append("finite_outputs")
     return Row(name, role, str(target), lab, target.runtime, target.precision, False, failed,
                ["not timed: it misses the accuracy budget on this runtime"], metric=metric.name,
                accuracy=e.metric(metric.name), accuracy_drop=drop, agreement_with_fp16=agree,
@@ -179,7 +181,8 @@ class _Auto:
         drop, agree = _drop_and_agreement(ev, ref, self.metric, g.output_rtol)
         return (within(Evaluation.of(ref).metrics, Evaluation.of(ev).metrics,
                        g.max_accuracy_drop, self.t.metrics)
-                and agree >= g.min_output_agreement), drop, agree
+                and agree >= g.min_output_agreement
+                and not Evaluation.of(ev).non_finite), drop, agree
 
     def _evaluated(self, role: str, label_: str):
         from pipeline.stages.evaluate import against

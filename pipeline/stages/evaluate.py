@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.errors import StageError
-from pipeline.metrics.outputs import output_hash
+from pipeline.metrics.outputs import non_finite_samples, output_hash
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,9 @@ class Evaluate:
     hardware: object
     subset: tuple = ()     # evaluation-set indices to score (the ranking subset); () = all
     name = "evaluate"
-    version = 5  # 5: label-free runs also score the data's own labels where the task reads them
-                 # (Spearman's rho of sentence pairs); 4: against the FP16 baseline
+    version = 6  # 6: samples whose outputs hold NaN or inf are counted (non_finite); 5: label-free
+                 # runs also score the data's own labels where the task reads them (Spearman's
+                 # rho of sentence pairs); 4: against the FP16 baseline
     hardware_dependent = True  # kernels differ per CPU, and so may the last bits of the outputs
 
     def run(self, parent, out_dir: Path, reference=None) -> dict:
@@ -50,8 +51,10 @@ class Evaluate:
         predictions: list = [None] * len(ds)
         labels: list = [None] * len(ds)
         margins = [0.0] * len(ds)
+        non_finite = 0
         for idx, feeds, truth in t.batches(ds, self.batch_size):
             outputs = model.run(feeds)
+            non_finite += non_finite_samples(outputs, len(idx))
             for i, pred, label, m in zip(idx, t.predictions(outputs), truth, t.margins(outputs)):
                 predictions[i], labels[i], margins[i] = pred, label, m
         truth = labels
@@ -63,6 +66,7 @@ class Evaluate:
         scores = t.score(predictions, labels, truth) if t.label_free else t.score(predictions, labels)
         return {"metrics": scores, "output_sha256": output_hash(predictions),
                 "evaluation_set": self.data.digest, "samples": len(ds),
+                "non_finite": non_finite,  # samples whose outputs held NaN or inf
                 "runtime": model.describe(t.example(1)),
                 **({"reference": reference.digest if reference else "itself (the baseline)"}
                    if t.label_free else {})}
