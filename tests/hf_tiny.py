@@ -45,6 +45,22 @@ def bert(folder: Path, task: str = "feature-extraction", num_labels: int = 3, se
     return folder
 
 
+def albert(folder: Path, num_labels: int = 3, seed: int = 0, layers: int = 3) -> Path:
+    """Save a random tiny ``AlbertForSequenceClassification``: one layer's weights shared by
+    ``layers`` layers, embeddings of 16 mapped to a hidden size of 32, and its tokenizer."""
+    import torch
+    from transformers import AlbertConfig, AlbertForSequenceClassification
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = AlbertConfig(vocab_size=len(tokenizer(folder, seed).get_vocab()), embedding_size=16,
+                       hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
+                       intermediate_size=64, max_position_embeddings=64, num_labels=num_labels)
+    torch.manual_seed(seed)
+    AlbertForSequenceClassification(cfg).eval().save_pretrained(str(folder))
+    return folder
+
+
 def text_data(path: Path, n: int, seed: int = 0, labels: int = 0) -> Path:
     """A JSONL file of ``n`` sentences (column ``text``), with integer labels when ``labels``."""
     rng = random.Random(seed + 1)

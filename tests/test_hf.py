@@ -302,6 +302,33 @@ def test_pair_data_mistakes_are_config_errors(hf):
     assert task(_pairs_key(hf, primary="")).metrics.primary == "cosine_mean"
 
 
+def test_static_int8_on_an_albert_classifier_and_its_partial_attention_fusion(tmp_path):
+    """ALBERT (one layer's weights shared by three): onnxruntime's symbolic shape inference
+    stops on it unless its dimensions are merged, and without it no tensor past a fused
+    Attention had a type, so the calibrator skipped them and quantizing the classifier's bias
+    failed ("Unable to get valid quantization scale"). And where the transformer optimizer
+    fuses only some of the attention blocks, the report says how many."""
+    from hf_tiny import albert, text_data
+
+    model = albert(tmp_path / "albert")
+    text_data(tmp_path / "text.jsonl", 60, labels=3)
+    proc = run_cli("model=hf", f"model.path={model}", *DATA[:2],
+                   f"data.path={tmp_path / 'text.jsonl'}", "data.calibration_samples=10", "data.evaluation_samples=30",
+                   "metric=classification", f"workdir={tmp_path / 'w'}", *FAST)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    rep = json.loads((tmp_path / "w" / "runs" / "latest" / "report.json").read_text())
+    stages = {s["label"]: s for s in rep["stages"]}
+    prepared = json.loads((Path(stages["prepare"]["path"]) / "artifact.json").read_text())
+    assert prepared["meta"]["symbolic_shape_inference"] is True
+    assert rep["quantization"]["settings"]["format"] == "QDQ"
+    blocks, fusions = rep["fusion"]["attention_blocks"], rep["fusion"]["fusions"]
+    assert blocks == 3
+    done = fusions.get("Attention", 0) + fusions.get("MultiHeadAttention", 0)
+    partial = f"Attention fused in {done} of the export's 3 attention blocks"
+    md = (tmp_path / "w" / "runs" / "latest" / "report.md").read_text()
+    assert (partial in md) == (0 < done < 3)
+
+
 def test_static_int8_on_a_transformer(hf, embed_run):
     """quant=int8 on the same folder and pairs: static QDQ for the matrix products, calibrated on
     the calibration split's per-batch padded sentences, the fused attention dynamic (the task's

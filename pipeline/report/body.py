@@ -107,6 +107,7 @@ class FusionReport:
     nodes_before: int
     nodes_after: int
     parity_vs_export: Parity
+    attention_blocks: int | None = None  # the export's Softmax nodes, one per attention block
 
 
 @dataclass(frozen=True)
@@ -333,7 +334,8 @@ def fusion(outcome) -> FusionReport | None:
         return None
     m = FuseRecord.of(art)
     return FusionReport(m.model_type, m.num_heads, m.hidden_size, m.fusions,
-                        sum(m.nodes_before.values()), sum(m.nodes.values()), m.parity_vs_export)
+                        sum(m.nodes_before.values()), sum(m.nodes.values()), m.parity_vs_export,
+                        m.nodes_before.get("Softmax"))
 
 
 def metric_specs(t) -> tuple[MetricSpec, ...]:

@@ -195,6 +195,12 @@ def _fusion(fused: FusionReport | None) -> list[str]:
                   f"{fused.parity_vs_export.decoded_agreement:.1%}.", "",
                   "| fusion | count |", "|---|---|"]
         lines += [f"| {op} | {n} |" for op, n in fused.fusions.items()]
+        done = fused.fusions.get("Attention", 0) + fused.fusions.get("MultiHeadAttention", 0)
+        if fused.attention_blocks and 0 < done < fused.attention_blocks:
+            lines += ["", f"Attention fused in {done} of the export's {fused.attention_blocks} "
+                          f"attention blocks (a Softmax each): the other "
+                          f"{fused.attention_blocks - done} run unfused, as the export wrote them "
+                          "(onnxruntime.transformers' patterns did not match them)."]
     return lines
 
 
@@ -238,7 +244,7 @@ def _gate_format(check: str, metrics: tuple[MetricSpec, ...]):
              "speedup_ci_low": numbers.ratio, "no_slower_than_given": numbers.ratio,
              "slo_p99_ms": numbers.ms,
              "model_mb": numbers.megabytes, "benchmark_sane": numbers.count,
-             "same_environment": numbers.count}
+             "same_environment": numbers.count, "finite_outputs": numbers.count}
     return kinds.get(check, numbers.number)
 
 

@@ -82,6 +82,11 @@ class Fuse:
                 staged = optimized
             norms = flattened_if_faster(staged, target, t, ds, self.hardware)
         onnx.checker.check_model(str(target))
+        blocks = node_counts(parent.model).get("Softmax", 0)  # one per attention block
+        done = stats.get("Attention", 0) + stats.get("MultiHeadAttention", 0)
+        if 0 < done < blocks:  # the report says it too (pipeline.report.run._fusion)
+            print(f"  fuse: attention fused in {done} of {blocks} attention blocks; the other "
+                  f"{blocks - done} run unfused", flush=True)
 
         before = ort.session(parent.model, self.hardware)
         after = ort.session(target, self.hardware)

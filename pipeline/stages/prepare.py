@@ -2,9 +2,9 @@
 
 In: an ``optimize`` artifact. Out: ``model.onnx`` from onnxruntime's ``quant_pre_process``: shapes
 inferred for every tensor, which the calibrator and quantizer need. Symbolic shape inference fails
-on some graphs ("Incomplete symbolic shape inference"); the stage then retries without it and
-records that it did. Its own stage so that calibration (expensive) and quantization (cheap, many
-variants) can both start from the same cached file.
+on some graphs ("Incomplete symbolic shape inference"); the stage then retries with its
+dimensions merged, then without it, and records what it took. Its own stage so that calibration
+(expensive) and quantization (cheap, many variants) can both start from the same cached file.
 A full disk is one line naming the stage's folder: ``quant_pre_process`` logs a failed
 optimization (with its traceback) and goes on, and onnx's shape inference writes an empty file
 when its write fails, so the output is checked against the input's graph, and the stage's own
@@ -31,39 +31,56 @@ COPIES = 5
 @dataclass(frozen=True)
 class Prepare:
     name = "prepare"
-    version = 2  # 2: nothing written outside the stage's folder
+    version = 3  # 3: symbolic shape inference retried with its dimensions merged (auto_merge);
+                 # 2: nothing written outside the stage's folder
     hardware_dependent = False
 
     def run(self, parent, out_dir: Path) -> dict:
-        from onnxruntime.quantization.shape_inference import quant_pre_process
-
         target = (out_dir / "model.onnx").resolve()
         source = Path(parent.model).resolve()
         # onnxruntime's symbolic shape inference, when it fails, saves its partial model (and an
         # external-data file) in the current directory: run it from a scratch folder of this
         # stage's own, removed afterwards, so that nothing lands where the user started the run.
         with _scratch(out_dir), _logged("onnxruntime.quantization.shape_inference") as failures:
-            try:
-                quant_pre_process(str(source), str(target))
-                meta = {"symbolic_shape_inference": True}
-            except OSError:  # the machine refused (a full disk): a retry cannot help
-                raise
-            except Exception as first:  # noqa: BLE001 - retried below, reported if that fails too
-                try:
-                    quant_pre_process(str(source), str(target), skip_symbolic_shape=True)
-                except OSError:
-                    raise
-                except Exception as e:  # noqa: BLE001
-                    raise StageError(f"quant_pre_process failed ({first}); without symbolic shape "
-                                     f"inference too: {e}") from None
-                print(f"  prepare: symbolic shape inference failed "
-                      f"({str(first).splitlines()[0][:120]}); continued without it", flush=True)
-                meta = {"symbolic_shape_inference": False, "symbolic_failure": str(first)[:300]}
+            meta = _inferred(source, target)
         _check_output(Path(parent.model), target, out_dir)
         if failures:  # onnxruntime's optimization failed and it went on without it
             print(f"  prepare: onnxruntime's optimization step failed ({failures[-1]}); the "
                   "model is shape-inferred without it", flush=True)
         return meta
+
+
+# quant_pre_process's settings, tried in order. Symbolic shape inference stops where two of its
+# symbolic dimensions meet that it cannot prove equal ("Incomplete symbolic shape inference": an
+# ALBERT encoder whose layers share their weights); merging them (auto_merge) completes it.
+# Without it only onnx's own inference runs, which types nothing past a contrib op (Attention,
+# FastGelu): the calibrator then skips those tensors, and quantizing a bias after them failed
+# ("Unable to get valid quantization scale").
+ATTEMPTS = ({"auto_merge": False}, {"auto_merge": True}, {"skip_symbolic_shape": True})
+
+
+def _inferred(source: Path, target: Path) -> dict:
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    first = None
+    for options in ATTEMPTS:
+        try:
+            quant_pre_process(str(source), str(target), **options)
+        except OSError:  # the machine refused (a full disk): a retry cannot help
+            raise
+        except Exception as e:  # noqa: BLE001 - the next settings are tried, reported at the end
+            first = first or e
+            if options is ATTEMPTS[-1]:
+                raise StageError(f"quant_pre_process failed ({first}); without symbolic shape "
+                                 f"inference too: {e}") from None
+            continue
+        if "skip_symbolic_shape" in options:
+            print(f"  prepare: symbolic shape inference failed "
+                  f"({str(first).splitlines()[0][:120]}); continued without it", flush=True)
+            return {"symbolic_shape_inference": False, "symbolic_failure": str(first)[:300]}
+        return {"symbolic_shape_inference": True, "auto_merge": options["auto_merge"],
+                **({"symbolic_failure": str(first)[:300]} if first else {})}
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager
