@@ -169,3 +169,50 @@ def test_charset_from_the_onnx_metadata(lines):
         labels += batch.labels
     scores = t.score(predictions, labels)
     assert scores["sequence_accuracy"] >= 80.0 and scores["cer"] <= 5.0
+
+
+def test_a_charset_edited_in_place_is_a_new_key(lines, tmp_path):
+    """The file's contents key the task, as a data file's do: swapping two lines of the set in
+    place reused every stage and reported the old accuracy."""
+    from pipeline.engine.compose import compose
+    from pipeline.models.sources import task_key
+
+    chars = tmp_path / "chars.txt"
+    chars.write_text("\n".join(CHARS) + "\n")
+
+    def key():
+        cfg = compose(["model=onnx", f"model.path={lines / 'ctc.onnx'}", *_data(lines),
+                       "metric=ctc", f"metric.charset={chars}"])
+        return task_key(cfg.model, cfg.data, cfg.metric, str(tmp_path / "cache"))
+
+    before = key()
+    chars.write_text("\n".join(CHARS[::-1]) + "\n")
+    assert key() != before and key().metric == before.metric  # the same path, other contents
+
+
+@pytest.mark.slow
+def test_paddleocrs_character_metadata_gets_the_space_its_decoder_appends(lines, tmp_path):
+    """PaddleOCR's exports keep their dictionary under ``character``, one per line, and their
+    decoder appends a space as the last class: with 5 classes (the blank and 4), a list of 3
+    is A, B, C and the space. A list of as many lines given as a file says what it lacks."""
+    import onnx
+
+    from pipeline.core.errors import ConfigError
+    from pipeline.engine.compose import compose
+    from pipeline.models import task
+    from pipeline.models.sources import task_key
+
+    model = onnx.load(str(lines / "ctc.onnx"))
+    onnx.helper.set_model_props(model, {"character": "\n".join(CHARS[:3])})
+    onnx.save(model, str(tmp_path / "paddle.onnx"))
+    (tmp_path / "dict.txt").write_text("\n".join(CHARS[:3]) + "\n")
+
+    def made(*extra):
+        cfg = compose(["model=onnx", f"model.path={tmp_path / 'paddle.onnx'}", *_data(lines),
+                       "metric=ctc", *extra])
+        return task(task_key(cfg.model, cfg.data, cfg.metric, str(tmp_path / "cache")))
+
+    assert made().charset == [*CHARS[:3], " "]
+    with pytest.raises(ConfigError, match="has 5 classes.*needs 4 .PaddleOCR's recognizers "
+                                          "have a space"):
+        made(f"metric.charset={tmp_path / 'dict.txt'}").metrics

@@ -41,6 +41,30 @@ def test_width_rounding_floor_truncates_as_int_does():
     assert images.to_array(img, ImagePrep(**prep, width_rounding="floor")).shape == (3, 2, 6)
 
 
+def test_width_rounding_ceil_goes_up_as_paddleocr_does():
+    """PaddleOCR's recognizers resize a line to ceil(48 * w / h): 10 * 2 / 3 = 6.67 is 7 (as
+    round), 9 * 2 / 4 = 4.5 is 5 where round takes the even 4, and a whole width stays."""
+    prep = dict(resize="height", height=2, width_rounding="ceil")
+    assert images.to_array(_colour(10, 3), ImagePrep(**prep)).shape == (3, 2, 7)
+    assert images.to_array(_colour(9, 4), ImagePrep(**prep)).shape == (3, 2, 5)
+    assert images.to_array(_colour(9, 4), ImagePrep(resize="height", height=2)).shape == (3, 2, 4)
+    assert images.to_array(_colour(12, 3), ImagePrep(**prep)).shape == (3, 2, 8)
+    with pytest.raises(ConfigError, match="width_rounding='up'"):
+        ImagePrep(width_rounding="up")
+
+
+def test_a_minimum_width_pads_every_batch_to_it_then_to_the_multiple():
+    """PaddleOCR pads every line to at least 320 columns, a narrow one alone too: what a CTC
+    model reads past a line's end changes what it decodes."""
+    prep = ImagePrep(color="grey", min_width=8, pad_width_multiple=3)
+    narrow = images.to_array(Image.new("L", (3, 2), 255), prep)
+    assert images.collate([narrow], prep).shape == (1, 1, 2, 9)  # at least 8, then a multiple
+    wide = images.to_array(Image.new("L", (10, 2), 255), prep)
+    assert images.collate([narrow, wide], prep).shape == (2, 1, 2, 12)  # wider: as before
+    with pytest.raises(ConfigError, match="min_width=-1"):
+        ImagePrep(min_width=-1)
+
+
 def test_convert_after_resize_greys_the_resized_colour_image():
     img = _colour(37, 11, seed=3)
     after = images.to_array(img, ImagePrep(color="grey", resize="height", height=7, scale=1.0,

@@ -46,12 +46,15 @@ class ImagePrep:
     width: int = 0                 # for fixed
     interpolation: str = "bilinear"  # PIL's resampling filter: nearest, box, bilinear, hamming,
                                    # bicubic, lanczos (what the training code resized with)
-    width_rounding: str = "round"  # resize=height: the scaled width rounded (round) or truncated
-                                   # (floor, as int(w * h / H) does)
+    width_rounding: str = "round"  # resize=height: the scaled width rounded (round), truncated
+                                   # (floor, as int(w * h / H) does) or rounded up (ceil, as
+                                   # PaddleOCR's recognizers do)
     max_width: int = 0             # a width cap after the resize; 0: none
     over_width: str = "squeeze"    # past max_width: squeeze (resize the width to the cap) or crop
                                    # (keep the left max_width columns)
     pad_width_multiple: int = 1    # pad the width up to a multiple: kernels like 8, 16
+    min_width: int = 0             # pad every batch to at least this width (PaddleOCR's
+                                   # recognizers: 320); 0: the widest image's
     pad: str = "edge"              # how batches pad narrower images: edge (repeat the last column)
                                    # or constant (pad_value)
     pad_value: float = 0.0         # pad=constant: the value, in pad_units
@@ -71,7 +74,7 @@ class ImagePrep:
         _choice("data.image.layout", self.layout, ("nchw", "nhwc"))
         _choice("data.image.convert", self.convert, ("before_resize", "after_resize"))
         _choice("data.image.interpolation", self.interpolation, INTERPOLATIONS)
-        _choice("data.image.width_rounding", self.width_rounding, ("round", "floor"))
+        _choice("data.image.width_rounding", self.width_rounding, ("round", "floor", "ceil"))
         _choice("data.image.over_width", self.over_width, ("squeeze", "crop"))
         _choice("data.image.pad", self.pad, ("edge", "constant"))
         _choice("data.image.pad_units", self.pad_units, ("pixel", "normalized"))
@@ -85,6 +88,8 @@ class ImagePrep:
         if self.resize == Resize.fixed and self.width < 1:
             raise ConfigError(f"data.image.width={self.width}: resize=fixed needs a width of at "
                               "least 1")
+        if self.min_width < 0:
+            raise ConfigError(f"data.image.min_width={self.min_width}: must be >= 0")
         if self.pad_width_multiple < 1:
             raise ConfigError(f"data.image.pad_width_multiple={self.pad_width_multiple}: must be "
                               ">= 1")

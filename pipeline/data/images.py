@@ -91,7 +91,11 @@ def to_array(image, prep: ImagePrep) -> np.ndarray:
         img = img.resize((prep.width, prep.height), resample)
     elif prep.resize == Resize.height:
         exact = img.width * prep.height / img.height
-        w = max(1, int(exact) if prep.width_rounding == "floor" else round(exact))
+        w = max(1, int(exact) if prep.width_rounding == "floor" else
+                # PaddleOCR's ceil(H * (w / h)), in its order of operations, so that a
+                # product a rounding error above a whole number goes up as it does there
+                math.ceil(prep.height * (img.width / img.height))
+                if prep.width_rounding == "ceil" else round(exact))
         img = img.resize((w, prep.height), resample)
     if prep.max_width and img.width > prep.max_width:
         img = (img.resize((prep.max_width, img.height), resample) if prep.over_width == "squeeze"
@@ -146,11 +150,12 @@ def pad(array: np.ndarray, shape: tuple[int, ...], prep: ImagePrep) -> np.ndarra
 
 
 def padded_shape(arrays: list[np.ndarray], prep: ImagePrep) -> tuple[int, ...]:
-    """The shape a batch of these images is padded to: the largest of each axis, the width
-    rounded up to ``pad_width_multiple``."""
+    """The shape a batch of these images is padded to: the largest of each axis, the width at
+    least ``min_width`` and rounded up to ``pad_width_multiple``."""
     w_axis = 2 if prep.layout == "nchw" else 1
     target = [max(a.shape[d] for a in arrays) for d in range(arrays[0].ndim)]
-    target[w_axis] = math.ceil(target[w_axis] / prep.pad_width_multiple) * prep.pad_width_multiple
+    width = max(target[w_axis], prep.min_width)
+    target[w_axis] = math.ceil(width / prep.pad_width_multiple) * prep.pad_width_multiple
     return tuple(target)
 
 

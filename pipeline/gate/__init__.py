@@ -274,9 +274,10 @@ def decode_measures(scored: dict, decode: DecodeResult, role: str, gate,
 
 def table(verdict: Verdict) -> str:
     """The verdict as a few aligned lines for the terminal."""
-    lines = [f"{'check':<18} {'value':>10} {'limit':>8}  verdict  detail"]
+    w = max([18, *(len(c.name) for c in verdict.checks)])  # no_slower_than_given is 20
+    lines = [f"{'check':<{w}} {'value':>10} {'limit':>8}  verdict  detail"]
     for c in verdict.checks:
         value = "-" if c.value is None else f"{c.value:.3f}"
-        lines.append(f"{c.name:<18} {value:>10} {c.limit!s:>8}  "
+        lines.append(f"{c.name:<{w}} {value:>10} {c.limit!s:>8}  "
                      f"{'pass' if c.passed else 'FAIL':<7}  {c.detail}")
     return "\n".join(lines)

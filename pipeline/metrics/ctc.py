@@ -4,7 +4,8 @@ accuracy and character error rate.
 In: logits [N, T, classes] (or [T, N, classes] with ``time_major``), a character set (class 0 is
 the blank, class i the set's character i-1), label strings. Out: strings and percentages. The
 character set comes from a text file (one character per line, or the whole set on one line) or
-from the ONNX model's metadata (``charset``, ``character_set``, ``vocab`` or ``alphabet``).
+from the ONNX model's metadata (``charset``, ``character_set``, ``vocab``, ``alphabet`` or
+PaddleOCR's ``character``).
 """
 from __future__ import annotations
 
@@ -16,31 +17,50 @@ from pipeline.task.metric import MetricSpec
 
 SPECS = {"sequence_accuracy": MetricSpec("sequence_accuracy", True),
          "cer": MetricSpec("cer", False)}  # both in points, 0.3 by default (CER gated when named)
-METADATA_KEYS = ("charset", "character_set", "vocab", "alphabet")
+METADATA_KEYS = ("charset", "character_set", "vocab", "alphabet", "character")
+PADDLE_KEY = "character"  # PaddleOCR's exports (and RapidOCR's copies of them)
 
 
 def charset_from_file(path: str | Path) -> list[str]:
     """One character per line, or the whole set on a single line. Only a trailing newline is
     stripped, so a space can be a character of its own line."""
-    text = Path(path).read_text(encoding="utf-8")
+    return _chars(Path(path).read_text(encoding="utf-8"), str(path))
+
+
+def _chars(text: str, where: str) -> list[str]:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     chars = list(lines[0]) if len(lines) == 1 else lines
     if not chars or any(len(c) != 1 for c in chars):
         bad = next((c for c in chars if len(c) != 1), "")
-        raise ValueError(f"{path}: a character set needs one character per line or all on one "
+        raise ValueError(f"{where}: a character set needs one character per line or all on one "
                          f"line; found {bad!r}")
     return chars
 
 
-def charset_from_onnx(model) -> list[str] | None:
-    """The character set an exporter stored in the model's metadata, if any."""
+def charset_from_onnx(model, classes: int | None = None) -> list[str] | None:
+    """The character set an exporter stored in the model's metadata, if any, read as a file is
+    (one per line, or all on one line). PaddleOCR's exports store theirs under ``character``,
+    one per line, without the space their decoder appends as the last class
+    (``use_space_char``): it is appended when the output has a class for it (``classes``, the
+    blank included, is two more than the list)."""
     props = {p.key: p.value for p in model.metadata_props}
     for key in METADATA_KEYS:
         if key in props:
-            return list(props[key])
+            chars = _chars(props[key], f"the model's {key!r} metadata")
+            if key == PADDLE_KEY and classes == len(chars) + 2 and " " not in chars:
+                chars.append(" ")
+            return chars
     return None
+
+
+def paddle_space_hint(classes, chars: list[str]) -> str:
+    """What a character set one short of a PaddleOCR recognizer's classes lacks."""
+    if classes == len(chars) + 2 and " " not in chars:
+        return (" (PaddleOCR's recognizers have a space as their last class, which their "
+                "dictionary files leave out: add a line holding one space at the end)")
+    return ""
 
 
 def greedy_decode(logits, charset: list[str], time_major: bool = False) -> list[str]:

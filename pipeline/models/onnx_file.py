@@ -236,7 +236,7 @@ class OnnxTask(UserTask):
     def __repr__(self) -> str:
         return f"OnnxTask({self.key.path!r})"
 
-    def charset_from_model(self):
+    def charset_from_model(self, classes: int | None = None):
         from pipeline.metrics.ctc import charset_from_onnx
 
-        return charset_from_onnx(self.model_proto)
+        return charset_from_onnx(self.model_proto, classes)

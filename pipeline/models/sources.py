@@ -33,12 +33,20 @@ class Source:
     data: str                 # canonical JSON of the DataConfig
     metric: str               # canonical JSON of the MetricConfig
     data_dir: str             # where the datasets library may cache what it reads
+    # of the files the metric reads (metric.charset): one edited in place is a new key, as a
+    # data file or the model is ("" without one)
+    metric_sha256: str = ""
 
 
 def _json(obj) -> str:
     from pipeline.core.artifact import plain
 
     return json.dumps(plain(obj), sort_keys=True)
+
+
+def _metric_files(metric) -> str:
+    charset = getattr(metric, "charset", "") if metric is not None else ""
+    return sha256_file(Path(charset)) if charset and Path(charset).is_file() else ""
 
 
 def task_key(model, data=None, metric=None, data_dir: str = "calibration"):
@@ -61,7 +69,7 @@ def task_key(model, data=None, metric=None, data_dir: str = "calibration"):
         digest = userfiles.digest(folder, key)  # first: it refuses links out of the folder
         hf_files(folder, key)  # safetensors only; the files it names lie inside (so in the digest)
         return Source("hf", str(folder.resolve()), digest, "", spec, _json(data),
-                      _json(metric), str(data_dir))
+                      _json(metric), str(data_dir), _metric_files(metric))
     if model.source == "onnx":
         path = Path(model.path)
         if not path.is_file():
@@ -72,7 +80,7 @@ def task_key(model, data=None, metric=None, data_dir: str = "calibration"):
         # the file and its external data (each checked to lie beside it): a new key if either
         # changes
         return Source("onnx", str(path.resolve()), digest(path), "", "{}", _json(data),
-                      _json(metric), str(data_dir))
+                      _json(metric), str(data_dir), _metric_files(metric))
     checkpoint, sha = "", ""
     if model.checkpoint:
         ck = Path(model.checkpoint)
@@ -87,7 +95,7 @@ def task_key(model, data=None, metric=None, data_dir: str = "calibration"):
                        "input_dtypes": model.input_dtypes, "outputs": list(model.outputs)},
                       sort_keys=True)
     return Source("torch", model.factory, sha, checkpoint, spec, _json(data), _json(metric),
-                  str(data_dir))
+                  str(data_dir), _metric_files(metric))
 
 
 class Splits:

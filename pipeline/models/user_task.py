@@ -166,11 +166,12 @@ class UserTask:
             if len(out.shape) != 3:
                 raise ConfigError(f"metric=ctc needs an output [batch, time, classes]; {self.what}'s "
                                   f"output {out.name} has shape {list(out.shape)}")
-            self.charset = self._charset()
+            self.charset = self._charset(last if isinstance(last, int) else None)
             if isinstance(last, int) and last != len(self.charset) + 1:
                 raise ConfigError(f"metric=ctc: the output has {last} classes; a character set of "
                                   f"{len(self.charset)} plus the blank needs "
-                                  f"{len(self.charset) + 1}")
+                                  f"{len(self.charset) + 1}"
+                                  f"{ctc.paddle_space_hint(last, self.charset)}")
             self._check_labels(data)
             return MetricsSpec((ctc.SPECS["sequence_accuracy"], ctc.SPECS["cer"]),
                                "sequence_accuracy")
@@ -233,20 +234,23 @@ class UserTask:
                               f"{', '.join(metrics.names)}{hint}")
         return MetricsSpec(metrics.specs, want)
 
-    def _charset(self) -> list[str]:
+    def _charset(self, classes: int | None = None) -> list[str]:
         if self.metric_cfg.charset:
             try:
                 return ctc.charset_from_file(self.metric_cfg.charset)
             except ValueError as e:
                 raise ConfigError(f"metric.charset: {e}") from None
-        found = self.charset_from_model()
+        try:
+            found = self.charset_from_model(classes)
+        except ValueError as e:
+            raise ConfigError(f"metric=ctc: {e}") from None
         if not found:
             raise ConfigError(f"metric=ctc: no character set: give metric.charset=<file>; "
                               f"{self.what} has none in its metadata "
                               f"({', '.join(ctc.METADATA_KEYS)})")
         return found
 
-    def charset_from_model(self) -> list[str] | None:
+    def charset_from_model(self, classes: int | None = None) -> list[str] | None:
         return None
 
     # -- data ----------------------------------------------------------------------------------

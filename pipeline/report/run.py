@@ -109,10 +109,12 @@ def _timing(timing: TimingReport) -> list[str]:
         cs = t.core_state
         noisy = ("the core state changed and the speedup with it" if cs and cs.changed
                  else "CI still wider than the bound")
+        meaning = t.size_axis.meaning if t.size_axis else "size"
+        # an input with no dynamic axis but the batch has no sizes of its own to list
+        sizes = ("" if meaning == "batch" else f"; sizes timed along its {meaning} axis: "
+                 f"{', '.join(str(w.size) for w in t.per_size)}")
         lines.append(f"- batch {b}: {t.rounds} interleaved rounds in {t.seconds} s"
-                     f"{f' — **noisy**: {noisy}' if t.noisy else ''}; "
-                     f"{t.size_axis.meaning if t.size_axis else 'size'}s timed: "
-                     f"{', '.join(str(w.size) for w in t.per_size)}")
+                     f"{f' — **noisy**: {noisy}' if t.noisy else ''}{sizes}")
         if cs and cs.states:
             lines.append("  - core state (core-to-core round trip): " + "; ".join(
                 f"{st.round_trip_ns:.0f} ns in {st.share:.0%} of rounds, "
