@@ -190,6 +190,13 @@ def test_every_pipeline_report_has_a_bill(tiny_run):
     md = (workdir / "runs" / "latest" / "report.md").read_text()
     assert "## Bill" in md and "roofline ms" in md and "measured p50 ms" in md
     assert markdown(bill).startswith("## Bill")
+    # a runtime that beat the floor: the peak figures are wrong, and the page says so
+    beaten = {**bill, "models": {**bill["models"], "candidate": {**cand,
+                                                                 "measured_over_bound": 0.7}}}
+    assert "**Measured faster than the roofline:** candidate (0.70x)" in markdown(beaten)
+    floors = {**bill, "models": {k: {**b, "measured_over_bound": 1.5}
+                                 for k, b in bill["models"].items()}}
+    assert "Measured faster than the roofline" not in markdown(floors)
 
 
 def test_integer_kernels_and_fused_attention_are_counted(tmp_path):

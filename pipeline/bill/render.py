@@ -147,6 +147,14 @@ def markdown(bill: dict) -> list[str]:
               "max(compute at the dense peak of each op's precision, weights and I/O at full "
               "memory bandwidth); measured / roofline says how far from that limit the runtime "
               "runs. Activation peak: buffers freed after their last reader."]
+    under = [f"{role} ({b['measured_over_bound']:.2f}x)" for role, b in models.items()
+             if (b.get("measured_over_bound") or 1.0) < 1.0]
+    if under:  # a floor the runtime beat: the peak figures, not the model, are wrong
+        lines += ["", f"**Measured faster than the roofline:** {', '.join(under)}. The "
+                      "hardware's peak figures are below what this machine reaches (a probe "
+                      "taken while other processes kept it busy, or a datasheet that "
+                      "understates it): the bounds here are not floors. Remove the cached probe "
+                      "named above to measure the machine again."]
     cap = bill.get("capacity")
     if cap:
         lines += ["", *capacity_markdown(cap)]
