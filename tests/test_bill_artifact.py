@@ -124,6 +124,20 @@ def test_the_size_the_benchmark_fed_reaches_every_input_sharing_its_dimension(tm
     assert long["flops"] == 4 * short["flops"] > 0
 
 
+def test_an_unnamed_dynamic_axis_the_data_held_at_one_size_is_billed_at_it(tmp_path):
+    """PaddleOCR's recognizer declares its height as "?" beside a dynamic width; every line the
+    benchmark fed was 48 high, so the bill takes 48 there (it stopped on the "?" before)."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, None, "w"])]
+    path = tmp_path / "rec.onnx"
+    onnx.save(_model(nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                    None)], []), path)
+    with pytest.raises(ConfigError, match=r"dynamic sizes \['\?'\]"):
+        analyse(path, 2, None, ("x", 3, 320))
+    assert analyse(path, 2, None, [("x", 3, 320), ("x", 2, 48)])["inputs"] == {
+        "x": [2, 3, 48, 320]}
+
+
 def _model(nodes, inputs, outputs, inits, opset=18):
     g = helper.make_graph(nodes, "g", inputs, outputs, initializer=inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])

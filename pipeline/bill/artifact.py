@@ -69,9 +69,15 @@ def run_bill(outcome, cfg) -> dict:
     axis = outcome.bench.meta.get("size_axis") or {}
     size = (axis["input"], axis["axis"], int(statistics.median(sizes))) \
         if shape is None and sizes and axis.get("input") else None
+    # and at the size every sample had on an axis the model leaves dynamic (a height of 48)
+    contract = outcome.bench.meta.get("input_contract") or {}
+    same = [(contract["input"], j, d["min"]) for j, d in enumerate(contract.get("shape") or [])
+            if j > 0 and isinstance(d, dict) and d.get("min") == d.get("max")
+            and size is not None and j != size[1]] if shape is None else []
     models = {}
     for role, art in outcome.models.items():
-        bill = artifact_bill(art.model, batch, shape, cfg.hardware, size)
+        bill = artifact_bill(art.model, batch, shape, cfg.hardware,
+                             [size, *same] if size and same else size)
         lab = outcome.label_at(batch) if role == "candidate" else role  # the shipped one's seat
         p50 = timed["latency_ms"].get(lab, {}).get("p50")
         bound = bill["roofline"]["bound_ms"]

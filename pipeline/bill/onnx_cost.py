@@ -91,9 +91,10 @@ def itemsize(elem_type: int) -> float:
 def input_shapes(model, batch: int, sample_shape=None, size=None) -> dict[str, list[int]]:
     """Concrete input shapes: the batch first, then ``sample_shape`` (first input) or the model's
     own static sizes. ``size``: (input name, axis, value), the dynamic axis the benchmark timed
-    and the size it fed there; every input's dimension of the same symbolic name (a sequence
-    that input_ids and attention_mask share) takes that value too. A dimension that is dynamic
-    and not given is an error naming it."""
+    and the size it fed there, or a list of them (with the axes every sample had at one size:
+    a recognizer's height of 48 declared dynamic); every input's dimension of the same symbolic
+    name (a sequence that input_ids and attention_mask share) takes that value too. A dimension
+    that is dynamic and not given is an error naming it."""
     from pipeline.core.errors import ConfigError
 
     inits = {i.name for i in model.graph.initializer}
@@ -104,16 +105,20 @@ def input_shapes(model, batch: int, sample_shape=None, size=None) -> dict[str, l
                 for d in inp.type.tensor_type.shape.dim]
 
     named = {}  # symbolic dimension -> the size the benchmark fed it
-    if size is not None:
-        name, axis, value = size
+    at = {}     # (input, axis) -> that size, for a dimension with no name ("?")
+    for name, axis, value in ([] if size is None else
+                              [size] if isinstance(size[0], str) else size):
         timed = next((declared_of(i) for i in inputs if i.name == name), None)
         if timed is not None and axis < len(timed) and isinstance(timed[axis], str):
-            named[timed[axis]] = value
+            at[(name, axis)] = value
+            if timed[axis] != "?":
+                named[timed[axis]] = value
     shapes = {}
     for k, inp in enumerate(inputs):
         declared = declared_of(inp)
         rest = list(sample_shape) if (k == 0 and sample_shape is not None) else \
-            [named.get(d, d) if isinstance(d, str) else d for d in declared[1:]]
+            [at.get((inp.name, j), named.get(d, d)) if isinstance(d, str) else d
+             for j, d in enumerate(declared[1:], start=1)]
         if len(rest) != len(declared) - 1:
             raise ConfigError(f"bill.input_shape={list(sample_shape)}: input {inp.name!r} has "
                               f"{len(declared)} dims {declared}; give the {len(declared) - 1} "
