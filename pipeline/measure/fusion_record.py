@@ -33,3 +33,13 @@ class FuseRecord:
     @classmethod
     def of(cls, fuse) -> FuseRecord:
         return from_json(cls, fuse.meta)
+
+    @property
+    def attention_blocks(self) -> int | None:
+        """The export's attention blocks: its Softmax nodes, one each (None: none recorded)."""
+        return self.nodes_before.get("Softmax")
+
+    @property
+    def attention_fused(self) -> int:
+        """Blocks fused: onnxruntime's Attention, or the pipeline's MultiHeadAttention."""
+        return self.fusions.get("Attention", 0) + self.fusions.get("MultiHeadAttention", 0)

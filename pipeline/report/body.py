@@ -108,6 +108,7 @@ class FusionReport:
     nodes_after: int
     parity_vs_export: Parity
     attention_blocks: int | None = None  # the export's Softmax nodes, one per attention block
+    attention_fused: int = 0             # of them, fused (Attention or MultiHeadAttention)
 
 
 @dataclass(frozen=True)
@@ -335,7 +336,7 @@ def fusion(outcome) -> FusionReport | None:
     m = FuseRecord.of(art)
     return FusionReport(m.model_type, m.num_heads, m.hidden_size, m.fusions,
                         sum(m.nodes_before.values()), sum(m.nodes.values()), m.parity_vs_export,
-                        m.nodes_before.get("Softmax"))
+                        m.attention_blocks, m.attention_fused)
 
 
 def metric_specs(t) -> tuple[MetricSpec, ...]:

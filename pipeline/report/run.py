@@ -197,7 +197,7 @@ def _fusion(fused: FusionReport | None) -> list[str]:
                   f"{fused.parity_vs_export.decoded_agreement:.1%}.", "",
                   "| fusion | count |", "|---|---|"]
         lines += [f"| {op} | {n} |" for op, n in fused.fusions.items()]
-        done = fused.fusions.get("Attention", 0) + fused.fusions.get("MultiHeadAttention", 0)
+        done = fused.attention_fused
         if fused.attention_blocks and 0 < done < fused.attention_blocks:
             lines += ["", f"Attention fused in {done} of the export's {fused.attention_blocks} "
                           f"attention blocks (a Softmax each): the other "
