@@ -136,6 +136,12 @@ def test_an_unnamed_dynamic_axis_the_data_held_at_one_size_is_billed_at_it(tmp_p
         analyse(path, 2, None, ("x", 3, 320))
     assert analyse(path, 2, None, [("x", 3, 320), ("x", 2, 48)])["inputs"] == {
         "x": [2, 3, 48, 320]}
+    # Paddle2ONNX writes a dynamic batch as -1: billed at the batch asked, not refused as a
+    # "fixed batch of -1" (its text-direction classifier)
+    minus = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 48, 192])]
+    onnx.save(_model(nodes, minus, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                   None)], []), path)
+    assert analyse(path, 8, None)["inputs"] == {"x": [8, 3, 48, 192]}
 
 
 def _model(nodes, inputs, outputs, inits, opset=18):

@@ -101,7 +101,9 @@ def input_shapes(model, batch: int, sample_shape=None, size=None) -> dict[str, l
     inputs = [i for i in model.graph.input if i.name not in inits]
 
     def declared_of(inp):
-        return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+        # a dim_value of -1 is how some exporters (Paddle2ONNX) mark a dynamic size
+        return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0
+                else (d.dim_param or "?")
                 for d in inp.type.tensor_type.shape.dim]
 
     named = {}  # symbolic dimension -> the size the benchmark fed it

@@ -89,7 +89,9 @@ def toposort(graph) -> None:
 def _dims(tensor_type) -> tuple | None:
     if not tensor_type.HasField("shape"):
         return None
-    return tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
+    # -1: how some exporters (Paddle2ONNX) mark a dynamic size
+    return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                 for d in tensor_type.shape.dim)
 
 
 def _collect(model) -> dict[str, tuple]:

@@ -60,7 +60,8 @@ def _broadcast_adds(model) -> set[str]:
         t = v.type.tensor_type
         if not t.HasField("shape"):
             return None
-        return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+        return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0  # -1: dynamic
+                else (d.dim_param or None)
                 for d in t.shape.dim]
 
     shapes = {v.name: dims(v) for v in [*inferred.input, *inferred.value_info, *inferred.output]}
