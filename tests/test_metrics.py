@@ -115,3 +115,21 @@ def test_spearman_of_sentence_pairs_ranks_ties_and_pairs_up_sides():
     assert gold == [5.0, 0.0, 2.0] and cos == pytest.approx([1 / math.sqrt(1.01), 0.0,
                                                             1 / math.sqrt(2)])
     assert pairs.score(emb, lab) == {"spearman": pytest.approx(1.0)}
+
+
+def test_a_dense_map_is_compared_within_a_tolerance_not_by_the_argmax_of_its_width():
+    """A text detector's probability map [batch, 1, height, width] ends in a dynamic width: its
+    argmax along the width is no decision, and counting identical ones read 0 % agreement for an
+    INT8 map 44 % of whose rows were within the tolerance. The output's declaration says whether
+    it ends in a class axis; without one the rows are compared as continuous outputs."""
+    from pipeline.metrics.outputs import agrees
+    from pipeline.models.user_task import agreement_predictions
+
+    rng = np.random.default_rng(0)
+    maps = rng.uniform(size=(2, 1, 4, 6))
+    close = maps * 1.01
+    dense = agreement_predictions(maps, classes=False)
+    assert all(p["decision"] is None for p in dense)
+    assert all(agrees(a, b) for a, b in zip(agreement_predictions(close, classes=False), dense))
+    logits = agreement_predictions(rng.normal(size=(2, 5)), classes=True)
+    assert all(p["decision"] is not None for p in logits)

@@ -175,7 +175,7 @@ class UserTask:
             self._check_labels(data)
             return MetricsSpec((ctc.SPECS["sequence_accuracy"], ctc.SPECS["cer"]),
                                "sequence_accuracy")
-        classes = isinstance(last, int) and last > 1 and len(out.shape) >= 2
+        classes = self._class_axis()
         fixed = [d for d in out.shape[1:] if isinstance(d, int)]
         if len(fixed) == len(out.shape) - 1 and int(np.prod(fixed)) == 1:  # one value a sample
             self.warnings.append(
@@ -377,6 +377,13 @@ class UserTask:
         first = next(self.batches(ds, 1)).feeds
         return {n: np.repeat(a, batch, axis=0) for n, a in first.items()}
 
+    def _class_axis(self) -> bool:
+        """The output ends in a class axis: a fixed size above 1 ([batch, classes], [batch,
+        time, classes]). A dense map ([batch, 1, height, width], a text detector's) ends in a
+        dynamic width, whose argmax is no decision."""
+        shape = self.outputs[0].shape
+        return len(shape) >= 2 and isinstance(shape[-1], int) and shape[-1] > 1
+
     # -- outputs -------------------------------------------------------------------------------
     def predictions(self, outputs) -> list:
         out = np.asarray(outputs)
@@ -385,7 +392,7 @@ class UserTask:
             return top_classes(out, self.metric_cfg.top_k)
         if name == MetricName.ctc:
             return ctc.greedy_decode(out, self.charset, self.time_major)
-        return agreement_predictions(out)
+        return agreement_predictions(out, self._class_axis())
 
     def margins(self, outputs) -> list[float]:
         x = np.asarray(outputs, dtype=np.float64)
@@ -429,10 +436,11 @@ def top_classes(outputs, top_k: int) -> list[list[int]]:
     return [[int(c) for c in row] for row in np.argsort(-out, axis=1, kind="stable")[:, :k]]
 
 
-def agreement_predictions(outputs) -> list[dict]:
+def agreement_predictions(outputs, classes: bool | None = None) -> list[dict]:
     """Label-free predictions: each sample's decision (argmax, per frame if any) and its output,
-    rounded."""
+    rounded. ``classes``: whether the output ends in a class axis, as its declaration says
+    (None: read from this batch's shape)."""
     out = np.asarray(outputs)
-    decide = out.ndim >= 2 and out.shape[-1] > 1
+    decide = out.ndim >= 2 and out.shape[-1] > 1 if classes is None else classes
     return [{"decision": json.dumps(np.argmax(row, axis=-1).tolist()) if decide else None,
              "output": np.round(row.astype(np.float64), 6).tolist()} for row in out]
