@@ -57,8 +57,10 @@ def sample_shape(key, sizes: list[int] | None = None) -> list[int] | None:
     return shape
 
 
-def run_bill(outcome, cfg) -> dict:
-    """The bill section of a pipeline report: every report row's model at the gate's batch."""
+def run_bill(outcome, cfg, constant_axes=()) -> dict:
+    """The bill section of a pipeline report: every report row's model at the gate's batch.
+    ``constant_axes``: (input, axis, size) of the axes every benchmarked sample had at one size
+    (``pipeline.measure.bench_record.InputContract.constant_axes``)."""
     batch = cfg.gate.speedup_batch_size
     batches = outcome.bench.meta["batches"]
     timed = batches[str(batch)]
@@ -70,10 +72,7 @@ def run_bill(outcome, cfg) -> dict:
     size = (axis["input"], axis["axis"], int(statistics.median(sizes))) \
         if shape is None and sizes and axis.get("input") else None
     # and at the size every sample had on an axis the model leaves dynamic (a height of 48)
-    contract = outcome.bench.meta.get("input_contract") or {}
-    same = [(contract["input"], j, d["min"]) for j, d in enumerate(contract.get("shape") or [])
-            if j > 0 and isinstance(d, dict) and d.get("min") == d.get("max")
-            and size is not None and j != size[1]] if shape is None else []
+    same = [c for c in constant_axes if c[1] != size[1]] if size is not None else []
     models = {}
     for role, art in outcome.models.items():
         bill = artifact_bill(art.model, batch, shape, cfg.hardware,

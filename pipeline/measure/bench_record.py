@@ -100,7 +100,14 @@ class Dim:
 class InputContract:
     """The dimension ranges the benchmark measured (the first input's at the top level)."""
     shape: tuple[Dim, ...]
+    input: str | None = None         # that input's name
     rest: dict = rest()
+
+    def constant_axes(self) -> list[tuple[str, int, int]]:
+        """(input, axis, size) for every axis after the batch that all timed samples had at
+        one size."""
+        return [(self.input, j, d.min) for j, d in enumerate(self.shape)
+                if j > 0 and d.min == d.max] if self.input else []
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,18 @@ class FuseRecord:
 
     @property
     def attention_blocks(self) -> int | None:
-        """The export's attention blocks: its Softmax nodes, one each (None: none recorded)."""
-        return self.nodes_before.get("Softmax")
+        return attention_blocks(self.nodes_before)
 
     @property
     def attention_fused(self) -> int:
-        """Blocks fused: onnxruntime's Attention, or the pipeline's MultiHeadAttention."""
-        return self.fusions.get("Attention", 0) + self.fusions.get("MultiHeadAttention", 0)
+        return attention_fused(self.fusions)
+
+
+def attention_blocks(nodes: dict[str, int]) -> int | None:
+    """A graph's attention blocks: its Softmax nodes, one each (None: no Softmax counted)."""
+    return nodes.get("Softmax")
+
+
+def attention_fused(fusions: dict[str, int]) -> int:
+    """Blocks fused: onnxruntime's Attention, or the pipeline's MultiHeadAttention."""
+    return fusions.get("Attention", 0) + fusions.get("MultiHeadAttention", 0)

@@ -49,15 +49,21 @@ def charset_from_onnx(model, classes: int | None = None) -> list[str] | None:
     for key in METADATA_KEYS:
         if key in props:
             chars = _chars(props[key], f"the model's {key!r} metadata")
-            if key == PADDLE_KEY and classes == len(chars) + 2 and " " not in chars:
+            if key == PADDLE_KEY and lacks_paddle_space(classes, chars):
                 chars.append(" ")
             return chars
     return None
 
 
+def lacks_paddle_space(classes, chars: list[str]) -> bool:
+    """The output has one class more than the set and its blank, and the set has no space: a
+    PaddleOCR recognizer's dictionary without the space its decoder appends."""
+    return classes == len(chars) + 2 and " " not in chars
+
+
 def paddle_space_hint(classes, chars: list[str]) -> str:
     """What a character set one short of a PaddleOCR recognizer's classes lacks."""
-    if classes == len(chars) + 2 and " " not in chars:
+    if lacks_paddle_space(classes, chars):
         return (" (PaddleOCR's recognizers have a space as their last class, which their "
                 "dictionary files leave out: add a line holding one space at the end)")
     return ""

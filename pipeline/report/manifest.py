@@ -59,8 +59,9 @@ def _bill(out, cfg) -> dict:
     """The report's bill section: informational, so a model it cannot read is noted, not fatal."""
     from pipeline.bill.artifact import run_bill
 
+    contract = BenchRecord.of(out.bench).input_contract
     try:
-        return run_bill(out, cfg)
+        return run_bill(out, cfg, contract.constant_axes() if contract is not None else ())
     except PipelineError as e:
         line = str(e)
         if "bill.input_shape" in line:  # a key of the bill's own command, not of this one

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pipeline.core.errors import StageError
 from pipeline.engine.runner import CHECKS_ONLY
+from pipeline.measure.fusion_record import attention_blocks, attention_fused
 from pipeline.stages.attention import checked
 from pipeline.stages.norms import flattened_if_faster
 from pipeline.stages._parity import compare, node_counts, require
@@ -82,8 +83,8 @@ class Fuse:
                 staged = optimized
             norms = flattened_if_faster(staged, target, t, ds, self.hardware)
         onnx.checker.check_model(str(target))
-        blocks = node_counts(parent.model).get("Softmax", 0)  # one per attention block
-        done = stats.get("Attention", 0) + stats.get("MultiHeadAttention", 0)
+        nodes_before = node_counts(parent.model)
+        blocks, done = attention_blocks(nodes_before) or 0, attention_fused(stats)
         if 0 < done < blocks:  # the report says it too (pipeline.report.run._fusion)
             print(f"  fuse: attention fused in {done} of {blocks} attention blocks; the other "
                   f"{blocks - done} run unfused", flush=True)
@@ -93,6 +94,6 @@ class Fuse:
         parity = compare(lambda x: ort.run(before, x), lambda x: ort.run(after, x), t, ds)
         require(parity, self.tolerance, "fused model differs from the export")
         return {"fusions": dict(sorted(stats.items())), "attention": attention, "norms": norms,
-                "nodes_before": node_counts(parent.model), "nodes": node_counts(target),
+                "nodes_before": nodes_before, "nodes": node_counts(target),
                 "parity_vs_export": parity, "model_type": self.model_type,
                 "num_heads": self.num_heads, "hidden_size": self.hidden_size}

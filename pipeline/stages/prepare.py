@@ -63,24 +63,26 @@ def _inferred(source: Path, target: Path) -> dict:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     first = None
-    for options in ATTEMPTS:
+    for options in ATTEMPTS[:-1]:
         try:
             quant_pre_process(str(source), str(target), **options)
         except OSError:  # the machine refused (a full disk): a retry cannot help
             raise
-        except Exception as e:  # noqa: BLE001 - the next settings are tried, reported at the end
+        except Exception as e:  # noqa: BLE001 - the next settings are tried
             first = first or e
-            if options is ATTEMPTS[-1]:
-                raise StageError(f"quant_pre_process failed ({first}); without symbolic shape "
-                                 f"inference too: {e}") from None
             continue
-        if "skip_symbolic_shape" in options:
-            print(f"  prepare: symbolic shape inference failed "
-                  f"({str(first).splitlines()[0][:120]}); continued without it", flush=True)
-            return {"symbolic_shape_inference": False, "symbolic_failure": str(first)[:300]}
         return {"symbolic_shape_inference": True, "auto_merge": options["auto_merge"],
                 **({"symbolic_failure": str(first)[:300]} if first else {})}
-    raise AssertionError("unreachable")
+    try:
+        quant_pre_process(str(source), str(target), **ATTEMPTS[-1])
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise StageError(f"quant_pre_process failed ({first}); without symbolic shape "
+                         f"inference too: {e}") from None
+    print(f"  prepare: symbolic shape inference failed ({str(first).splitlines()[0][:120]}); "
+          "continued without it", flush=True)
+    return {"symbolic_shape_inference": False, "symbolic_failure": str(first)[:300]}
 
 
 @contextlib.contextmanager
