@@ -277,7 +277,7 @@ def _serve(argv: list[str]) -> int:
             what, how = "a decoder", (f"max_sequences={cfg.max_sequences} "
                                       f"decode_batch={cfg.decode_batch or 'off'}")
         else:
-            what, how = f"task {served.task_key}", (
+            what, how = served.what, (
                 f"mode={cfg.mode} workers={cfg.workers} consumers={cfg.consumers} "
                 f"threads={cfg.intra_op_threads} max_batch={cfg.max_batch}")
         print(f"serving {served.ref} ({served.model_name}, {what}) on "
@@ -326,7 +326,7 @@ def _serve_ray(ns, cfg, served) -> int:
         # after ray.init, which installs its own SIGTERM handler (it logs and aborts)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        what = "a decoder" if served.kind == "generate" else f"task {served.task_key}"
+        what = served.what
         print(f"serving {served.ref} ({served.model_name}, {what}) on Ray Serve "
               f"at http://{cfg.host}:{cfg.port}: {ns.replicas} replica(s) of "
               f"{ns.replica_cpus:g} CPU, cluster {ns.ray_address or 'local'}", flush=True)

@@ -355,6 +355,8 @@ class HfTask(UserTask):
         return collate(samples, self.input_names, self.tokenizer.pad_token_id)
 
     # -- serving: what a server needs to read a request as the evaluation read its samples -------
+    not_served = None  # every encoder is served (text in)
+
     def serving_spec(self) -> dict:
         """The tokenization the evaluation used and how the outputs are decoded, with the digest
         of every tokenizer file the published artifact carries (``serving_files``)."""

@@ -384,6 +384,26 @@ class UserTask:
         shape = self.outputs[0].shape
         return len(shape) >= 2 and isinstance(shape[-1], int) and shape[-1] > 1
 
+    # -- serving: what a server needs to read a request as the evaluation read its samples -------
+    def serving_spec(self) -> dict | None:
+        """One image input: its preprocessing and the output's decoding (``user_serving``);
+        None for any other model (``not_served`` says why)."""
+        from pipeline.models import user_serving
+
+        return user_serving.spec(self)
+
+    @property
+    def not_served(self) -> str | None:
+        from pipeline.models import user_serving
+
+        return user_serving.why_not(self)
+
+    def first_image_size(self) -> tuple[int, int]:
+        """(width, height) of the first evaluation image, as the evaluation decoded it."""
+        data = self.data()
+        ds = _undecoded(data.dataset.select(data.evaluation[:1]))
+        return tuple(self._row(ds, 0)[self.data_cfg.input_column].size)
+
     # -- outputs -------------------------------------------------------------------------------
     def predictions(self, outputs) -> list:
         out = np.asarray(outputs)

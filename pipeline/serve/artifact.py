@@ -10,9 +10,11 @@ output-hash ledger of that evaluation.
 
 The recorded preprocessing is compared with what this code's task does now: an artifact whose
 evaluation fed the model differently is refused, never served with other inputs than it was
-gated on. Served: the built-in OCR tasks (``from_image``), and Hugging Face encoders whose run
+gated on. Served: the built-in OCR tasks (``from_image``), Hugging Face encoders whose run
 recorded a text spec (``serving``: the tokenizer files, shipped beside the model and re-hashed
-here, its ``max_length``, the outputs' decoding); any other is one line saying so.
+here, its ``max_length``, the outputs' decoding), and the user's own models of one image input
+whose run recorded an image spec (its ``data.image`` steps and its output's decoding, whole in the
+record); any other is one line saying so.
 """
 from __future__ import annotations
 
@@ -35,6 +37,19 @@ class Served:
     runtime: dict              # the deployed runtime and precision the gate judged
     kind: str = "predict"      # predict: one answer per request; generate: a decoder's stream
     target_ms: float | None = None  # the p99 target its gate judged (slo.p99_ms), if it did
+
+    @property
+    def what(self) -> str:
+        """What the server reads and answers, in words (its start-up line)."""
+        if self.kind == "generate":
+            return "a decoder"
+        reader = self.spec.get("reader")
+        if reader == "text":
+            return f"text for a {self.spec.get('task')} encoder"
+        if reader == "image":
+            return (f"images for {self.spec.get('metric')}, input {self.spec.get('input')}, "
+                    f"data.image.resize={self.spec['image'].get('resize')}")
+        return f"task {self.task_key}"
 
 
 def open_ref(ref: str, pulled_into: Path, overrides: list[str] | None = None) -> Served:
@@ -150,10 +165,17 @@ def _served_as(ref, model, config: dict, spec: dict | None, ledger, eval_set, ru
     if spec is not None and spec.get("reader") == "text":
         return Served(ref, Path(model), config["model"]["name"], _text_key(ref, spec, files),
                       spec, ledger, eval_set, runtime)
+    if spec is not None and spec.get("reader") == "image":  # the user's own image model
+        from pipeline.serve.readers import UserImageKey
+
+        return Served(ref, Path(model), config["model"]["name"],
+                      UserImageKey(json.dumps(spec, sort_keys=True)), spec, ledger, eval_set,
+                      runtime)
     if source not in TASKS:
-        raise ConfigError(f"{ref}: model.source={source}: serving reads requests for the built-in "
-                          f"tasks ({', '.join(TASKS)}) and Hugging Face encoders whose run "
-                          "recorded their tokenizer; this artifact is neither")
+        raise ConfigError(f"{ref}: model.source={source}: its run recorded no serving spec (a "
+                          "model with several inputs, or inputs that are not images, or a run "
+                          "older than serving); the server reads the built-in tasks, Hugging "
+                          "Face encoders and the user's own models of one image input")
     current = task(source).serving_spec()
     if spec is None:  # published before runs recorded it: this code's preprocessing is assumed
         print(f"serve: {ref} records no preprocessing; serving with the task's own ({source})")

@@ -103,6 +103,12 @@ def open_image(body: bytes, content_type: str, limits: Limits):
         raise BadInput(400, f"image header claims {w}x{h} pixels: an empty image")
     try:
         image.load()
+        # turned upright by its EXIF orientation, as the evaluation's images were
+        # (pipeline.data.images.open_checked, as datasets decodes them): a phone's JPEG
+        if image.getexif().get(Image.ExifTags.Base.Orientation) is not None:
+            from PIL import ImageOps
+
+            image = ImageOps.exif_transpose(image)
     except (OSError, SyntaxError, ValueError) as e:  # what Pillow raises for a damaged file
         raise BadInput(400, f"truncated or corrupt {image.format}: "
                             f"{str(e) or type(e).__name__}") from None

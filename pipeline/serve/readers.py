@@ -2,14 +2,18 @@
 the JSON a client gets, with the code its evaluation used.
 
 In: a reader key (hashable and picklable, so a preprocessing worker process rebuilds the reader
-from it): a built-in OCR task's key, or a ``TextKey`` (the folder holding the tokenizer files the
-artifact carries, and the serving spec its run recorded). Out: a reader with ``prepare`` (one
+from it): a built-in OCR task's key, a ``TextKey`` (the folder holding the tokenizer files the
+artifact carries, and the serving spec its run recorded), or a ``UserImageKey`` (the spec a run
+of the user's own image model recorded). Out: a reader with ``prepare`` (one
 request's bytes checked, decoded and preprocessed: a ``Prepared``, or ``BadInput``), ``stack``
 (prepared requests of one shape class as one batch), ``answers`` (a batch's outputs as one answer
 per request), ``example`` and ``warm_request`` (what warm-up sends).
 
-An image model (OCR) reads PNG or JPEG through the task's own ``from_image`` and answers what the
-task decodes (the text). A Hugging Face encoder reads UTF-8 text, or JSON ``{"text": ...}``,
+A built-in image model (OCR) reads PNG or JPEG through the task's own ``from_image`` and answers
+what the task decodes (the text). The user's own image model reads them through the recorded
+``data.image`` steps (``pipeline.data.images``, the functions its evaluation used) and answers what
+its metric decodes: the text (``ctc``), the classes (``classification``) or the output
+(``agreement``). A Hugging Face encoder reads UTF-8 text, or JSON ``{"text": ...}``,
 tokenized by the folder's tokenizer through the evaluation's own ``encode`` (truncated to the same
 ``max_length``), and answers the vector (an embedding, rounded as the output-hash ledger rounds
 it), or for a classifier its class, label, softmax score and top-k classes. Decoders are not read
@@ -35,10 +39,17 @@ class TextKey:
     spec: str     # the run's serving spec, as canonical JSON (hashable)
 
 
+@dataclass(frozen=True)
+class UserImageKey:
+    spec: str     # the run's serving spec (``pipeline.models.user_serving``), canonical JSON
+
+
 @functools.lru_cache(maxsize=None)
 def reader(key):
     """The reader for ``key``; one per process (a worker builds its own on its first request)."""
-    return TextReader(key) if isinstance(key, TextKey) else ImageReader(key)
+    if isinstance(key, TextKey):
+        return TextReader(key)
+    return UserImageReader(key) if isinstance(key, UserImageKey) else ImageReader(key)
 
 
 class ImageReader:
@@ -79,6 +90,92 @@ class ImageReader:
         return buf.getvalue(), "image/png"
 
 
+class UserImageReader:
+    """The user's own image model: PNG/JPEG bytes through the evaluation's ``data.image`` steps;
+    out, what its metric reads: the text (``ctc``), the top classes with their names and the best
+    one's score (``classification``), or the output itself (``agreement``)."""
+
+    def __init__(self, key: UserImageKey):
+        from pipeline.config.data import ImagePrep, Resize
+
+        self.spec = json.loads(key.spec)
+        self.prep = ImagePrep(**self.spec["image"])
+        self.input = self.spec["input"]
+        # a fixed resize bounds the input by itself; other images are bounded per request
+        self.bounded = self.prep.resize == Resize.fixed
+
+    def prepare(self, body: bytes, content_type: str, limits: Limits) -> Prepared:
+        from pipeline.data import images
+
+        start = time.perf_counter()
+        image = open_image(body, content_type, limits)
+        decoded = time.perf_counter()
+        a = images.to_array(image, self.prep)
+        # padded alone as a batch of one is (width multiple, min_width): an exact shape class
+        a = images.pad(a, images.padded_shape([a], self.prep), self.prep)
+        feeds = {self.input: np.ascontiguousarray(a[None].astype(self.spec["dtype"],
+                                                                 copy=False))}
+        if not self.bounded:
+            check_input(feeds, limits, "a {}x{} image".format(*image.size))
+        done = time.perf_counter()
+        return Prepared(feeds, images.width(a, self.prep), (decoded - start) * 1000.0,
+                        (done - decoded) * 1000.0)
+
+    def stack(self, feeds: list[dict]) -> dict:
+        """One batch; images of one shape class share their width, so none is padded (images
+        of other heights, without a resize, are padded as the evaluation's batches were)."""
+        from pipeline.data import images
+
+        arrays = [f[self.input][0] for f in feeds]
+        shape = images.padded_shape(arrays, self.prep)
+        return {self.input: np.stack([images.pad(a, shape, self.prep) for a in arrays])}
+
+    def answers(self, outputs) -> list:
+        from pipeline.metrics import ctc
+        from pipeline.models.user_task import agreement_predictions
+
+        out = np.asarray(outputs)
+        metric = self.spec["metric"]
+        if metric == "ctc":
+            return ctc.greedy_decode(out, self.spec["charset"], self.spec["time_major"])
+        if metric == "classification":
+            return classes_answers(out, self.spec.get("labels"), self.spec["top_k"])
+        return agreement_predictions(out, self.spec["class_axis"])
+
+    def example(self) -> dict:
+        body, kind = self.warm_request()
+        return self.prepare(body, kind, Limits(1 << 30, 1 << 30, 1 << 20, 1 << 30)).feeds
+
+    def warm_request(self) -> tuple[bytes, str]:
+        """A grey PNG of the first evaluation image's size: every model takes that one."""
+        from PIL import Image
+
+        buf = io.BytesIO()
+        Image.new("RGB", tuple(self.spec["sample_size"]), color=(128, 128, 128)).save(
+            buf, format="PNG")
+        return buf.getvalue(), "image/png"
+
+
+def classes_answers(outputs, labels: list | None, top_k: int) -> list[dict]:
+    """A classifier's answer per row: its best class, the class's name (``labels``, else the
+    index), its score and the top-k classes. The score is the output itself where the rows are
+    already probabilities (none negative, each summing to 1), else the softmax of the row."""
+    from pipeline.models.user_task import top_classes
+
+    x = np.asarray(outputs, dtype=np.float64)
+    sums = x.sum(axis=1)
+    if not ((x >= 0).all() and np.allclose(sums, 1.0, atol=1e-3)):
+        x = np.exp(x - x.max(axis=1, keepdims=True))
+        x = x / x.sum(axis=1, keepdims=True)
+    labels = labels or []
+    answers = []
+    for row, top in zip(x, top_classes(outputs, top_k)):
+        best = top[0]
+        answers.append({"class": best, "label": labels[best] if best < len(labels) else str(best),
+                        "score": round(float(row[best]), 6), "top_k": top})
+    return answers
+
+
 class TextReader:
     """A Hugging Face encoder: text in; the vector, or a classifier's class and score, out."""
 
@@ -109,21 +206,11 @@ class TextReader:
 
     def answers(self, outputs) -> list:
         from pipeline.models.hf_folder import embedding_predictions
-        from pipeline.models.user_task import top_classes
 
         out = np.asarray(outputs)
         if self.spec["task"] == "feature-extraction":
             return [p["output"] for p in embedding_predictions(out)]
-        x = out.astype(np.float64)
-        x = np.exp(x - x.max(axis=1, keepdims=True))
-        probs = x / x.sum(axis=1, keepdims=True)
-        labels = self.spec.get("labels") or []
-        answers = []
-        for row, top in zip(probs, top_classes(out, self.spec.get("top_k", 5))):
-            best = top[0]
-            answers.append({"class": best, "label": labels[best] if best < len(labels) else
-                            str(best), "score": round(float(row[best]), 6), "top_k": top})
-        return answers
+        return classes_answers(out, self.spec.get("labels"), self.spec.get("top_k", 5))
 
     def example(self) -> dict:
         return self.prepare(b"warm up", "text/plain", Limits(1 << 20, 1, 1)).feeds

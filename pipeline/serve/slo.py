@@ -16,7 +16,8 @@ recognizer, UTF-8 for a text model). The check passes when that p99 meets the ta
 1 % of requests failed; a server that does not start, or a step with no answered request, fails
 closed. Steady state is reported, not required: at a fixed rate below capacity a shared host's
 noise unsettles the windows' medians long before the p99 misses. Not handled: decoders (the
-server does not generate yet) and the user's own ONNX or torch models (no reader).
+server does not generate yet) and the user's own models of several inputs or inputs that are not
+images (no reader).
 """
 from __future__ import annotations
 
@@ -40,14 +41,19 @@ MAX_ERROR_SHARE = 0.01
 def preflight(t) -> None:
     """Before any stage: a task the server cannot read is one line, not a failed gate later."""
     if not hasattr(t, "serving_spec"):
-        raise ConfigError("slo.mode=serve: the server reads the built-in OCR tasks and Hugging "
-                          "Face encoders; this model has no reader (use slo.mode=model)")
+        raise ConfigError("slo.mode=serve: the server reads the built-in OCR tasks, Hugging "
+                          "Face encoders and the user's own models of one image input; this "
+                          "model has no reader (use slo.mode=model)")
+    if getattr(t, "not_served", None):
+        raise ConfigError(f"slo.mode=serve: {t.not_served} (use slo.mode=model)")
 
 
 def request_bodies(t, ds, count: int = 64) -> list[bytes]:
     """Up to ``count`` evaluation samples as a client sends them: a line as PNG, a sentence as
-    UTF-8."""
+    UTF-8, the user's own image file as it is (PNG or JPEG; another format as PNG)."""
     n = min(count, len(ds))
+    if (t.serving_spec() or {}).get("reader") == "image":
+        return _image_files(t, ds, n)
     if hasattr(t, "from_image"):  # the built-in recognizers: their lines as images
         from PIL import Image
 
@@ -63,6 +69,25 @@ def request_bodies(t, ds, count: int = 64) -> list[bytes]:
 
     column = PAIR_TEXT if PAIR_TEXT in ds.column_names else t.data_cfg.input_column
     return [str(x).encode() for x in ds[column][:n]]
+
+
+def _image_files(t, ds, n: int) -> list[bytes]:
+    """The first ``n`` images of the user's data set, each file's own bytes."""
+    from pipeline.data.images import open_checked
+    from pipeline.models.user_task import _undecoded
+    from pipeline.serve.inputs import MAGIC
+
+    column = t.data_cfg.input_column
+    raw = _undecoded(ds.select(range(n)))[column]
+    out = []
+    for r in raw:
+        body = r.get("bytes") or Path(r["path"]).read_bytes()
+        if not any(body.startswith(m) for m in MAGIC.values()):  # a BMP, WebP, ...: as PNG
+            buf = io.BytesIO()
+            open_checked(body, name=r.get("path")).save(buf, format="PNG")
+            body = buf.getvalue()
+        out.append(body)
+    return out
 
 
 def served_folder(cfg, out, dest: Path) -> Path:

@@ -1,0 +1,222 @@
+"""The user's own image model served from raw bytes, as its evaluation read its samples.
+
+A run of an ONNX file on image data records its ``data.image`` steps and its output's decoding
+(``serving`` in the report and the manifest); the server reads PNG or JPEG bytes through the same
+functions and answers what the metric decodes. End to end: the small classifier of
+``tests/byo_net.py`` as an ONNX file, compiled to INT8 with ``slo.mode=serve`` (its p99 measured
+by the real server from the image files' own bytes), published to a local registry, served from
+its registry ref; every evaluation image's file, posted as it is, gets the classes whose hash is
+the candidate's output-hash ledger. In process: a recognizer's feeds and decoded text through the
+server's reader equal the task's own evaluation batches of one, for PaddleOCR-style settings
+(height 48 with the width rounded up, BGR, mean/std, constant padding to a minimum width), and a
+model the server cannot read says why in one line.
+"""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from tests.conftest import run_cli, run_folder
+from tests.serve_helpers import start
+
+FAST = ["bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=0.3",
+        "bench.warmup_max_runs=20", "bench.size_buckets=2", "bench.cold_start_repeats=0",
+        "bench.aa_tolerance=0.5", "gate.min_speedup=0", "gate.check_slo_p99=false",
+        "quant.profile_runs=3", "quant.ranking_samples=20", "quant.region_trials=0"]
+CLASSIFIER = ["model=onnx", "data=imagefolder", "data.calibration_samples=30",
+              "data.evaluation_samples=45", "metric=classification", "metric.top_k=2"]
+
+
+@pytest.fixture(scope="module")
+def classifier_run(tmp_path_factory):
+    """(root, report, published ref, the args that compose the run's task) of the byo
+    classifier's INT8 run, its served p99 measured from raw bytes."""
+    from tests import byo_net
+
+    root = tmp_path_factory.mktemp("serve_byo")
+    byo_net.write_folder(root / "data", 25)
+    byo_net.to_onnx(byo_net.train(root / "cnn.safetensors"), root / "cnn.onnx", opset=12)
+    args = [*CLASSIFIER, f"model.path={root / 'cnn.onnx'}", f"data.path={root / 'data'}"]
+    proc = run_cli(*args, "model.eval_batch_size=1", "slo.mode=serve", "slo.serve_qps=5",
+                   "slo.serve_seconds=2", "slo.p99_ms=60000", f"workdir={root / 'work'}",
+                   f"data_dir={root / 'dd'}", f"registry.root={root / 'registry'}", *FAST)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((run_folder(proc) / "report.json").read_text())
+    return root, report, report["published"].split("@")[0], args
+
+
+def _task(data_dir: Path, *args: str):
+    from pipeline.engine.compose import compose
+    from pipeline.models import task
+    from pipeline.models.sources import task_key
+
+    cfg = compose(list(args))
+    return task(task_key(cfg.model, cfg.data, cfg.metric, str(data_dir)))
+
+
+def _evaluation_files(t, count: int) -> list[bytes]:
+    """The evaluation split's image files, in the order the run evaluated them, as they are."""
+    from pipeline.serve.slo import request_bodies
+
+    return request_bodies(t, t.dataset(t.split("evaluation", count, "")), count)
+
+
+def test_a_users_classifier_is_served_from_its_registry_ref_as_evaluated(classifier_run,
+                                                                         tmp_path):
+    root, report, ref, args = classifier_run
+    spec = report["serving"]
+    assert (spec["reader"], spec["input"], spec["metric"]) == ("image", "image", "classification")
+    assert spec["labels"] == ["class0", "class1", "class2"] and spec["sample_size"] == [16, 16]
+    served = next(c for c in report["verdict"]["checks"] if c["check"] == "served_p99_ms")
+    assert served["passed"] and report["verdict"]["served"]["ok"] > 0, served
+    assert not report["verdict"]["served"]["errors"], report["verdict"]["served"]
+    candidate = next(r for r in report["rows"] if r["role"] == "candidate")
+    bodies = _evaluation_files(_task(root / "dd", *args), 45)
+    assert all(b.startswith(b"\x89PNG") for b in bodies)  # the files as written, not re-encoded
+    running = start(ref, tmp_path, f"registry.root={root / 'registry'}")
+    try:
+        answers = []
+        for body in bodies:
+            r = requests.post(f"{running.url}/predict", data=body,
+                              headers={"Content-Type": "image/png"}, timeout=60)
+            assert r.status_code == 200, r.text
+            answers.append(r.json()["prediction"])
+        from PIL import Image
+
+        buf = io.BytesIO()
+        Image.open(io.BytesIO(bodies[0])).convert("RGB").save(buf, format="JPEG", quality=95)
+        jpeg = requests.post(f"{running.url}/predict", data=buf.getvalue(),
+                             headers={"Content-Type": "image/jpeg"}, timeout=60)
+        text = requests.post(f"{running.url}/predict", data=b"a sentence",
+                             headers={"Content-Type": "text/plain"}, timeout=60)
+    finally:
+        assert running.stop() == 0, running.log.read_text()
+    from pipeline.metrics.outputs import output_hash
+
+    assert output_hash([a["top_k"] for a in answers]) == candidate["output_sha256"]
+    assert all(a["label"] == f"class{a['class']}" and 0 < a["score"] <= 1 for a in answers)
+    assert jpeg.status_code == 200 and len(jpeg.json()["prediction"]["top_k"]) == 2
+    assert text.status_code == 415 and "reads images" in text.json()["error"]
+    assert "images for classification" in running.log.read_text()
+
+
+def _recognizer(path: Path, classes: int) -> Path:
+    """image [batch, 3, 48, width] -> logits [batch, width, classes]: the mean over the height,
+    then fixed random weights: an untrained recognizer whose decoding depends on every pixel
+    column the preprocessing hands it."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(0).normal(size=(3, classes)).astype(np.float32) * 4
+    nodes = [helper.make_node("ReduceMean", ["image"], ["m"], axes=[2], keepdims=0),
+             helper.make_node("Transpose", ["m"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["t", "w"], ["logits"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("image", TensorProto.FLOAT,
+                                                   ["batch", 3, 48, "width"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "width", classes])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_the_readers_feeds_and_text_are_the_evaluations_own(tmp_path):
+    """PaddleOCR-style settings: each line's bytes through the server's reader give exactly the
+    feeds of the task's own evaluation batch of one, and the reader's text is the task's
+    prediction from the same outputs (in both CTC layouts)."""
+    import onnxruntime as ort
+    from PIL import Image
+
+    from pipeline.serve.inputs import Limits
+    from pipeline.serve.readers import UserImageKey, UserImageReader
+
+    chars = "abcdefgh"
+    (tmp_path / "chars.txt").write_text("\n".join(chars) + "\n")
+    lines, rows, rng = tmp_path / "lines", [], np.random.default_rng(3)
+    lines.mkdir()
+    for n in range(6):  # text lines of several sizes and aspects, colour
+        h, w = int(rng.integers(20, 70)), int(rng.integers(40, 400))
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(lines / f"{n}.png")
+        rows.append(json.dumps({"file": f"{n}.png", "label": "abc"}))
+    (lines / "labels.jsonl").write_text("\n".join(rows) + "\n")
+    model = _recognizer(tmp_path / "rec.onnx", len(chars) + 1)
+    t = _task(tmp_path / "dd", "model=onnx", f"model.path={model}", "data=labels_file",
+              f"data.path={lines}", f"data.labels={lines / 'labels.jsonl'}",
+              "data.calibration_samples=1", "data.evaluation_samples=5", "data.image.resize=height",
+              "data.image.height=48", "data.image.width_rounding=ceil", "data.image.min_width=160",
+              "data.image.mean=[0.5,0.5,0.5]", "data.image.std=[0.5,0.5,0.5]",
+              "data.image.channel_order=bgr", "data.image.pad=constant", "data.image.pad_value=0",
+              "data.image.pad_units=normalized", "data.image.pad_width_multiple=8", "metric=ctc",
+              f"metric.charset={tmp_path / 'chars.txt'}")
+    spec = t.serving_spec()
+    assert spec["charset"] == list(chars) and spec["time_major"] is False
+    assert spec["image"]["min_width"] == 160 and spec["image"]["resize"] == "height"
+    reader = UserImageReader(UserImageKey(json.dumps(spec, sort_keys=True)))
+    ds = t.dataset(t.split("evaluation", 5, ""))
+    bodies = _evaluation_files(t, 5)
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    limits = Limits(1 << 24, 1 << 24, 1 << 14, 1 << 22)
+    widths = set()
+    for k, body in enumerate(bodies):
+        expected = next(t.batches(ds.select([k]), 1)).feeds["image"]
+        got = reader.prepare(body, "image/png", limits)
+        assert got.feeds["image"].dtype == np.float32
+        assert np.array_equal(got.feeds["image"], expected), k
+        widths.add(got.size)
+        out = session.run(None, got.feeds)[0]
+        assert reader.answers(out) == t.predictions(out)
+        time_major = UserImageReader(UserImageKey(json.dumps({**spec, "time_major": True})))
+        assert time_major.answers(out.transpose(1, 0, 2)) == t.predictions(out)
+    assert len(widths) > 1 and min(widths) >= 160 and all(w % 8 == 0 for w in widths)
+
+
+def test_classes_answer_scores_are_probabilities_once():
+    """A classifier whose graph ends in a softmax answers its own probabilities; logits get
+    theirs; the label names the class."""
+    from pipeline.serve.readers import classes_answers
+
+    probs = np.asarray([[0.1, 0.7, 0.2]], np.float32)
+    a, = classes_answers(probs, ["cat", "dog", "eel"], 2)
+    assert (a["class"], a["label"], a["top_k"]) == (1, "dog", [1, 2])
+    assert a["score"] == pytest.approx(0.7, abs=1e-6)
+    b, = classes_answers(np.log(probs) + 3.0, None, 5)
+    assert (b["class"], b["label"], b["top_k"]) == (1, "1", [1, 2, 0])
+    assert b["score"] == pytest.approx(0.7, abs=1e-5)
+
+
+def test_a_model_the_server_cannot_read_says_why(tmp_path):
+    """Inputs that are not an image (a table's number lists) have no reader: the run records no
+    serving spec, slo.mode=serve is refused before any stage, and serving it is one line."""
+    from onnx import TensorProto, helper
+
+    import onnx
+    from pipeline.core.errors import ConfigError
+    from pipeline.serve import artifact, slo
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                             ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                             ["batch", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    table = tmp_path / "t.jsonl"
+    table.write_text("".join(json.dumps({"x": [float(i)] * 4}) + "\n" for i in range(8)))
+    t = _task(tmp_path / "dd", "model=onnx", f"model.path={tmp_path / 'm.onnx'}", "data=jsonl",
+              f"data.path={table}", "data.input_column=x", "data.calibration_samples=2",
+              "data.evaluation_samples=6", "metric=agreement")
+    assert t.serving_spec() is None
+    assert "data.input_column=x, which is not an image column" in t.not_served
+    with pytest.raises(ConfigError, match="^slo.mode=serve: .*not an image column.*slo.mode=model"):
+        slo.preflight(t)
+    config = {"model": {"source": "onnx", "name": "m"}}
+    with pytest.raises(ConfigError, match="recorded no serving spec"):
+        artifact._served_as("m:v1", tmp_path / "m.onnx", config, None, None, None, {}, None)
