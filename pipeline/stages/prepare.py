@@ -31,7 +31,9 @@ COPIES = 5
 @dataclass(frozen=True)
 class Prepare:
     name = "prepare"
-    version = 3  # 3: symbolic shape inference retried with its dimensions merged (auto_merge);
+    version = 4  # 4: Gemm biases of shape [1, N] flattened to [N] (the quantizer's per-channel
+                 #    bias code fails on them);
+                 # 3: symbolic shape inference retried with its dimensions merged (auto_merge);
                  # 2: nothing written outside the stage's folder
     hardware_dependent = False
 
@@ -44,10 +46,40 @@ class Prepare:
         with _scratch(out_dir), _logged("onnxruntime.quantization.shape_inference") as failures:
             meta = _inferred(source, target)
         _check_output(Path(parent.model), target, out_dir)
+        meta["flattened_gemm_bias"] = _flat_gemm_bias(target)
         if failures:  # onnxruntime's optimization failed and it went on without it
             print(f"  prepare: onnxruntime's optimization step failed ({failures[-1]}); the "
                   "model is shape-inferred without it", flush=True)
         return meta
+
+
+def _flat_gemm_bias(path: Path) -> list[str]:
+    """Gemm nodes whose bias initializer is [1, N] (onnxruntime's MatMulAddFusion keeps the Add's
+    2-D constant: Google's magika) get it as [N], the same broadcast: onnxruntime's QDQ quantizer,
+    per channel, indexes the bias per output channel and fails on a 2-D one ("The truth value of
+    an array with more than one element is ambiguous"). Only the dims change (the bytes of [1, N]
+    and [N] are the same), so external data stays where it is. Returns the nodes changed."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    inits = {i.name: i for i in model.graph.initializer}
+    declared = {i.name for i in model.graph.input}  # an initializer listed as an input: left
+    users: dict[str, int] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            users[i] = users.get(i, 0) + 1
+    changed = []
+    for n in model.graph.node:
+        bias = inits.get(n.input[2]) if n.op_type == "Gemm" and len(n.input) > 2 else None
+        if (bias is not None and len(bias.dims) == 2 and bias.dims[0] == 1
+                and users.get(bias.name) == 1 and bias.name not in declared):
+            width = bias.dims[1]
+            del bias.dims[:]
+            bias.dims.append(width)
+            changed.append(n.name)
+    if changed:
+        onnx.save(model, str(path))
+    return changed
 
 
 # quant_pre_process's settings, tried in order. Symbolic shape inference stops where two of its

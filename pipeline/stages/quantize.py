@@ -115,7 +115,8 @@ class Quantize:
     dynamic_op_types: tuple
     exclude: tuple = ()      # node names kept float
     name = "quantize"
-    version = 12  # 12: the residual sums and norms of pipeline.stages.norms stay float;
+    version = 13  # 13: no quantize_dynamic pass for op types the graph lacks;
+    #             12: the residual sums and norms of pipeline.stages.norms stay float;
     #             11: nodes on a masking sentinel stay float (pipeline.quant.mask_nodes);
     #             10: index computations stay float (pipeline.quant.index_nodes);
     #              9: dynamic weights per channel (but recurrent ones); 8: QDQ propagation is
@@ -167,8 +168,12 @@ class Quantize:
             # tensor, a pretrained encoder's MatMuls read mean cosine 0.68 against FP32, per
             # channel 0.87 (all-mpnet-base-v2). Recurrent weights stay per tensor, as measured
             # for the OCR models' LSTM; each group is its own quantize_dynamic call.
-            groups = [g for g in ([o for o in self.dynamic_op_types if o not in RECURRENT],
-                                  [o for o in self.dynamic_op_types if o in RECURRENT]) if g]
+            # Only groups whose op types the graph holds: quantize_dynamic rewrites every Gemm as
+            # MatMul + Add (renamed <gemm>_MatMul / _Add) even when it quantizes nothing, and the
+            # float-node edits then find no float weight under those names.
+            present = [o for o in self.dynamic_op_types if o in {n.op_type for n in graph.graph.node}]
+            groups = [g for g in ([o for o in present if o not in RECURRENT],
+                                  [o for o in present if o in RECURRENT]) if g]
             for k, ops in enumerate(groups):
                 src, dst = staged, target if k == len(groups) - 1 else out_dir / f"dynamic{k}.onnx"
                 quantize_dynamic(str(src), str(dst), op_types_to_quantize=ops,

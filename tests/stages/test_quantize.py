@@ -154,3 +154,39 @@ def test_a_scale_that_is_not_finite_fails_the_stage_naming_the_tensor(tmp_path):
         with pytest.raises(StageError, match="q_x.*calibration range of x"):
             _finite_scales(model(bad))
     assert onnx.load(str(model(0.5)))  # the helper writes loadable models
+
+
+def test_a_gemm_with_a_2d_bias_quantizes_per_channel_and_keeps_its_name(tmp_path):
+    """Google's magika: onnxruntime's MatMul+Add fusion leaves its dense layers as Gemm with a
+    [1, N] bias, on which the per-channel QDQ quantizer failed ("The truth value of an array with
+    more than one element is ambiguous"). The prepare stage gives the bias as [N]; and with no
+    LSTM or GRU in the graph, no quantize_dynamic pass runs to rename each Gemm <gemm>_MatMul
+    (the float-node edits of the mixed search then found no weight under its name)."""
+    from onnx import numpy_helper
+
+    from pipeline.stages.calibrate import Calibrate
+    from pipeline.stages.prepare import Prepare
+
+    rng = np.random.default_rng(0)
+    src = tmp_path / "fp32"
+    src.mkdir()
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("W1", (6, 5)), ("B1", (1, 5)), ("W2", (5, 3)), ("B2", (1, 3)))]
+    save(src / "model.onnx", [helper.make_node("Gemm", ["x", "W1", "B1"], ["t"], name="gemm0"),
+                              helper.make_node("Relu", ["t"], ["r"], name="relu1"),
+                              helper.make_node("Gemm", ["r", "W2", "B2"], ["y"], name="gemm2")],
+         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 6])],
+         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])], inits)
+    meta = run(Prepare(), artifact(src), tmp_path / "prepared")
+    assert sorted(meta["flattened_gemm_bias"]) == ["gemm0", "gemm2"]
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    assert np.allclose(outputs(tmp_path / "prepared" / "model.onnx", {"x": x})[0],
+                       outputs(src / "model.onnx", {"x": x})[0], atol=1e-6)
+    prepared = tmp_path / "prepared"
+    cal = split(tmp_path, prepared / "model.onnx", rng.standard_normal((16, 6)), "calibration")
+    cmeta = run(Calibrate(cal, "minmax", 4), artifact(prepared), tmp_path / "cal")
+    meta = run(Quantize(INT8, True, "minmax", None, ("LSTM", "GRU")), artifact(prepared),
+               tmp_path / "int8", calibration=artifact(tmp_path / "cal", "calibrate", **cmeta))
+    assert meta["precision"]["gemm0"] == meta["precision"]["gemm2"] == "int8-static", meta
+    names = {n.name for n in onnx.load(str(tmp_path / "int8" / "model.onnx")).graph.node}
+    assert {"gemm0", "gemm2"} <= names and not any(n.endswith("_MatMul") for n in names)
