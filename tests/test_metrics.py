@@ -133,3 +133,29 @@ def test_a_dense_map_is_compared_within_a_tolerance_not_by_the_argmax_of_its_wid
     assert all(agrees(a, b) for a, b in zip(agreement_predictions(close, classes=False), dense))
     logits = agreement_predictions(rng.normal(size=(2, 5)), classes=True)
     assert all(p["decision"] is not None for p in logits)
+
+
+def test_an_output_of_boxes_and_scores_is_judged_part_by_part():
+    """A detector's [batch, 4 + classes, anchors] output: the per-sample cosine is the boxes'
+    (hundreds of pixels), so scores all rounded to 0 read 0.999; ``cosine_parts`` compares the
+    scores on their own, pooled over the samples."""
+    from pipeline.metrics.agreement import agreement
+
+    rng = np.random.default_rng(0)
+    refs, dead, noisy = [], [], []
+    for _ in range(20):
+        boxes = rng.uniform(0, 320, (1, 4, 50))
+        scores = 1 / (1 + np.exp(-rng.normal(-6, 2, (1, 3, 50))))  # mostly near 0, some peaks
+        refs.append(np.concatenate([boxes, scores], axis=1))
+        dead.append(np.concatenate([boxes + rng.normal(0, 0.5, boxes.shape), 0 * scores], axis=1))
+        noisy.append(np.concatenate([boxes + rng.normal(0, 0.5, boxes.shape),
+                                     np.round(scores * 255) / 255], axis=1))
+    broken = agreement(refs, dead, parts=True)
+    assert broken["cosine_mean"] > 0.999 and broken["cosine_parts"] == 0.0
+    fine = agreement(refs, noisy, parts=True)
+    assert fine["cosine_parts"] > 0.99, fine
+    assert "cosine_parts" not in agreement(refs, noisy)  # only where the task declares the axis
+    one = [np.full((1, 3, 4), 2.0)]  # channels of one range: one part, the pooled cosine
+    assert agreement(one, [np.full((1, 3, 4), 3.0)], parts=True)["cosine_parts"] == \
+        pytest.approx(1.0)
+    assert agreement(one, [np.full((1, 3, 4), np.nan)], parts=True)["cosine_parts"] == 0.0

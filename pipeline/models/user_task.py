@@ -187,6 +187,8 @@ class UserTask:
         primary = "argmax_agreement" if classes else "cosine_mean"
         names = ([primary] if classes else []) + ["cosine_mean", "cosine_p1", "max_abs_diff",
                                                   "mean_abs_diff"]
+        if self._channel_axis():  # a detector's boxes and scores: each part judged on its own
+            names.insert(names.index("cosine_p1") + 1, "cosine_parts")
         return MetricsSpec(tuple(agreement_metrics.SPECS[n] for n in dict.fromkeys(names)), primary)
 
     def _check_classes(self, data, classes: int) -> None:
@@ -377,6 +379,12 @@ class UserTask:
         first = next(self.batches(ds, 1)).feeds
         return {n: np.repeat(a, batch, axis=0) for n, a in first.items()}
 
+    def _channel_axis(self) -> bool:
+        """The output has a fixed channel axis 1 (above 1) after which more axes follow
+        ([batch, 4 + classes, anchors]): its channels can be told apart by their ranges."""
+        shape = self.outputs[0].shape
+        return len(shape) >= 3 and isinstance(shape[1], int) and shape[1] > 1
+
     def _class_axis(self) -> bool:
         """The output ends in a class axis: a fixed size above 1 ([batch, classes], [batch,
         time, classes]). A dense map ([batch, 1, height, width], a text detector's) ends in a
@@ -446,7 +454,7 @@ class UserTask:
             return ctc.score(predictions, [str(t) for t in labels])
         outs = [np.asarray(p["output"], dtype=np.float64)[None] for p in predictions]
         refs = [np.asarray(t, dtype=np.float64)[None] for t in labels]
-        return agreement_metrics.agreement(refs, outs)
+        return agreement_metrics.agreement(refs, outs, parts=self._channel_axis())
 
 
 def top_classes(outputs, top_k: int) -> list[list[int]]:

@@ -32,9 +32,10 @@ class Evaluate:
     hardware: object
     subset: tuple = ()     # evaluation-set indices to score (the ranking subset); () = all
     name = "evaluate"
-    version = 6  # 6: samples whose outputs hold NaN or inf are counted (non_finite); 5: label-free
-                 # runs also score the data's own labels where the task reads them (Spearman's
-                 # rho of sentence pairs); 4: against the FP16 baseline
+    version = 7  # 7: agreement judges an output's parts (cosine_parts); 6: samples whose
+                 # outputs hold NaN or inf are counted (non_finite); 5: label-free runs also
+                 # score the data's own labels where the task reads them (Spearman's rho of
+                 # sentence pairs); 4: against the FP16 baseline
     hardware_dependent = True  # kernels differ per CPU, and so may the last bits of the outputs
 
     def run(self, parent, out_dir: Path, reference=None) -> dict:

@@ -115,7 +115,8 @@ class Quantize:
     dynamic_op_types: tuple
     exclude: tuple = ()      # node names kept float
     name = "quantize"
-    version = 13  # 13: no quantize_dynamic pass for op types the graph lacks;
+    version = 14  # 14: an output Concat of very different ranges stays float (joined_outputs);
+    #             13: no quantize_dynamic pass for op types the graph lacks;
     #             12: the residual sums and norms of pipeline.stages.norms stay float;
     #             11: nodes on a masking sentinel stay float (pipeline.quant.mask_nodes);
     #             10: index computations stay float (pipeline.quant.index_nodes);
@@ -137,6 +138,7 @@ class Quantize:
         import onnx
 
         from pipeline.quant.index_nodes import index_nodes
+        from pipeline.quant.joined_outputs import joined_outputs
         from pipeline.quant.mask_nodes import calibrated_ranges, mask_nodes
         from pipeline.stages.norms import residual_nodes
 
@@ -144,10 +146,13 @@ class Quantize:
         # float ops that compute integer positions (MPNet's relative buckets): never Q/DQ'd
         indices = index_nodes(graph)
         # nodes on an attention-mask sentinel (-3.4e38 + scores): one scale would zero the scores
-        masks = ([n for n in mask_nodes(graph, calibrated_ranges(calibration.path / "calibration.json"))
-                  if n not in indices] if calibration is not None else [])
+        ranges = (calibrated_ranges(calibration.path / "calibration.json")
+                  if calibration is not None else {})
+        masks = [n for n in mask_nodes(graph, ranges) if n not in indices]
+        # an output joined from tensors of very different ranges (a detector's boxes and scores)
+        joined = [n for n in joined_outputs(graph, ranges) if n not in indices and n not in masks]
         # the residual stream the norms stage made flat: float, as inside SkipLayerNormalization
-        residual = [n for n in residual_nodes(graph) if n not in indices and n not in masks]
+        residual = [n for n in residual_nodes(graph) if n not in {*indices, *masks, *joined}]
         try:
             if self.static_op_types is None or self.static_op_types:
                 if calibration is None:
@@ -159,7 +164,7 @@ class Quantize:
                 with np.errstate(invalid="ignore", divide="ignore"):
                     quantize_static(str(parent.model), str(staged), None,
                                     op_types_to_quantize=list(self.static_op_types) if self.static_op_types else None,
-                                    nodes_to_exclude=list(dict.fromkeys([*self.exclude, *indices, *masks, *residual])),
+                                    nodes_to_exclude=list(dict.fromkeys([*self.exclude, *indices, *masks, *joined, *residual])),
                                     calibration_cache_path=str(calibration.path / "calibration.json"),
                                     **_static_options(s, self.per_channel, self.method))
             else:
@@ -205,6 +210,7 @@ class Quantize:
         return {"nodes": nodes,
                 "calibration_set": calibration.meta["calibration_set"] if calibration else None,
                 "calibration": self.method, "settings": s, "excluded": list(self.exclude),
-                "index_nodes": indices, "mask_nodes": masks, "residual_nodes": residual,
+                "index_nodes": indices, "mask_nodes": masks, "joined_outputs": joined,
+                "residual_nodes": residual,
                 "exclusion_ignored": ignored, "precision": precision,
                 "onnxruntime_disabled_optimizers": disabled, "qdq_pairs": nodes.get("QuantizeLinear", 0)}

@@ -190,3 +190,55 @@ def test_a_gemm_with_a_2d_bias_quantizes_per_channel_and_keeps_its_name(tmp_path
     assert meta["precision"]["gemm0"] == meta["precision"]["gemm2"] == "int8-static", meta
     names = {n.name for n in onnx.load(str(tmp_path / "int8" / "model.onnx")).graph.node}
     assert {"gemm0", "gemm2"} <= names and not any(n.endswith("_MatMul") for n in names)
+
+
+def test_an_output_joined_from_boxes_and_scores_keeps_the_scores(tmp_path):
+    """A detector's head joins coordinates in pixels and scores in 0..1 into its one output (YOLOv8
+    as nudenet ships it). One INT8 scale over the joined output rounded every score below half
+    the step to 0; the output's Concat now stays float and each part keeps its own scale."""
+    from onnx import numpy_helper
+
+    from pipeline.stages.calibrate import Calibrate
+
+    rng = np.random.default_rng(0)
+    src = tmp_path / "prepared"
+    src.mkdir()
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "Wb"),
+             numpy_helper.from_array(np.float32(100.0), "px"),
+             numpy_helper.from_array(rng.standard_normal((8, 6)).astype(np.float32), "Ws")]
+    nodes = [helper.make_node("MatMul", ["x", "Wb"], ["b0"], name="boxes"),
+             helper.make_node("Mul", ["b0", "px"], ["b"], name="pixels"),
+             helper.make_node("MatMul", ["x", "Ws"], ["s0"], name="logits"),
+             helper.make_node("Sigmoid", ["s0"], ["s"], name="scores"),
+             helper.make_node("Concat", ["b", "s"], ["y"], name="head", axis=1)]
+    save(src / "model.onnx", nodes,
+         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 10])], inits)
+    rows = rng.standard_normal((64, 8))
+    cal = split(tmp_path, src / "model.onnx", rows, "calibration")
+    cmeta = run(Calibrate(cal, "minmax", 8), artifact(src), tmp_path / "cal")
+    meta = run(Quantize(INT8, True, "minmax", None, ()), artifact(src), tmp_path / "int8",
+               calibration=artifact(tmp_path / "cal", "calibrate", **cmeta))
+    assert meta["joined_outputs"] == ["head"]
+    g = onnx.load(str(tmp_path / "int8" / "model.onnx")).graph
+    assert next(n for n in g.node if "y" in n.output).op_type == "Concat"  # no Q/DQ after it
+    x = rows[32:].astype(np.float32)
+    ref = outputs(src / "model.onnx", {"x": x})[0]
+    got = outputs(tmp_path / "int8" / "model.onnx", {"x": x})[0]
+    # the scores keep steps of 1/255, not the boxes' hundreds-wide ones
+    assert np.abs(got[:, 4:] - ref[:, 4:]).max() < 0.05, np.abs(got[:, 4:] - ref[:, 4:]).max()
+
+
+def test_joined_outputs_are_only_output_concats_of_far_apart_ranges():
+    from pipeline.quant.joined_outputs import joined_outputs
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])
+    nodes = [helper.make_node("Concat", ["a", "b"], ["y"], name="out", axis=1),
+             helper.make_node("Concat", ["a", "b"], ["z"], name="inner", axis=1),
+             helper.make_node("Relu", ["z"], ["w"], name="relu")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+        helper.make_tensor_value_info("w", TensorProto.FLOAT, None)]))
+    assert joined_outputs(model, {"a": (0.0, 320.0), "b": (0.0, 1.0)}) == ["out"]
+    assert joined_outputs(model, {"a": (-8.0, 8.0), "b": (0.0, 1.0)}) == []  # 8x: within range
+    assert joined_outputs(model, {"a": (0.0, 320.0)}) == []  # one range known: nothing to compare
