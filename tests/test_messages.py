@@ -196,3 +196,25 @@ def test_a_full_disk_in_prepare_is_one_line_naming_the_path(tmp_path, capfd):
             assert not list((disk / "cache" / "prepare").iterdir())  # nothing cached
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Optimization Failed" not in err, err
+
+
+@pytest.mark.parametrize("case", ["scalar", "state"])
+def test_an_input_not_batched_on_its_first_axis_is_one_line(tmp_path, case):
+    """silero-vad's shapes: a sample rate fed as a scalar (one value for the whole call) and a
+    recurrent state [2, batch, 128]. The pipeline stacks samples on the first axis; the scalar
+    had ended in numpy's traceback (exit 4), the state in a line about the task contract."""
+    from onnx import helper
+
+    extra = ({"sr": []} if case == "scalar" else {"state": [2, "batch", 4]})
+    model = _model(tmp_path / "vad.onnx", {"x": ["batch", 4], **extra},
+                   [helper.make_node("Identity", ["x"], ["y"])], {"y": ["batch", 4]})
+    rows = [{"x": [float(i)] * 4, "sr": 16000.0, "state": [[0.0] * 4] * 2} for i in range(8)]
+    table = tmp_path / "t.jsonl"
+    table.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ConfigError) as e:  # exit 2, one line, when the task is made
+        _task(tmp_path, "model=onnx", f"model.path={model}", "data=jsonl", f"data.path={table}",
+              "metric=agreement")
+    line = str(e.value)
+    assert "\n" not in line and "batches every input along its first axis" in line
+    assert ("input sr is a scalar (shape [])" if case == "scalar" else
+            "input state has shape [2, 'batch', 4], a fixed first axis of 2") in line

@@ -119,6 +119,30 @@ def _shape(value_info) -> tuple:
     return tuple(dims)
 
 
+def _batched_on_the_first_axis(model, weights: set, path) -> None:
+    """Every input is batched along its first axis (the pipeline stacks samples there). A scalar
+    (silero-vad's sample rate, one value for the whole call) or an input whose first axis is a
+    fixed size above 1 (its recurrent state [2, batch, 128]) cannot be: one line naming the
+    input and what would make it one, before any stage (they had ended in a traceback, or a
+    line about the task contract)."""
+    for i in model.graph.input:
+        if i.name in weights or not i.type.HasField("tensor_type"):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param or "?"
+                for d in i.type.tensor_type.shape.dim]
+        if i.type.tensor_type.HasField("shape") and not dims:
+            raise ConfigError(f"model.path={path}: input {i.name} is a scalar (shape []), one "
+                              "value for the whole call; the pipeline batches every input along "
+                              "its first axis: fold it into the graph as a constant (an "
+                              f"initializer named {i.name}, removed from the inputs) or give it "
+                              "a batch axis")
+        if dims and isinstance(dims[0], int) and dims[0] > 1:
+            raise ConfigError(f"model.path={path}: input {i.name} has shape {dims}, a fixed "
+                              f"first axis of {dims[0]}; the pipeline batches every input along "
+                              "its first axis: export the model with its batch first (a state "
+                              "batched on another axis: a Transpose at the graph's input)")
+
+
 class OnnxTask(UserTask):
     def __init__(self, key):
         super().__init__(key)
@@ -130,6 +154,7 @@ class OnnxTask(UserTask):
         weights = {i.name for i in model.graph.initializer}
         declared = [(i.name, DTYPES.get(i.type.tensor_type.elem_type, "float32"), _shape(i))
                     for i in model.graph.input if i.name not in weights]
+        _batched_on_the_first_axis(model, weights, key.path)
         # A batch axis fixed at 1 (exporters often write one): the probe below checks the graph
         # runs at batch 2, and the import stage then declares the axis dynamic.
         self.fixed_batch = tuple(n for n, _, shape in declared if shape[:1] == (1,))
