@@ -267,6 +267,14 @@ class FakeQuantizer:
         self.full += not subset
         return 99.0 - self.floor - sum(h for n, h in self.harms.items() if n not in art.floated)
 
+    def scores(self, art, label, subset=True):
+        return {self.metric.name: self.score(art, label, subset), "floated": art.floated}
+
+    needs_float = frozenset()  # nodes a metric judged beside the primary needs float
+
+    def companions_within(self, scores) -> bool:
+        return self.needs_float <= scores["floated"]
+
     def explain(self, art, label=""):
         from tests.recipes.support import explain_meta
 
@@ -340,3 +348,15 @@ def test_int8_that_cannot_pay_falls_back_to_the_fp32_model(medians, min_speedup,
         assert [c[0] for c in calls] == [1, 8] and all(c[2] == "fp32-artifact" for c in calls)
         assert info.versus.candidate == expect
         assert info.versus.slower_at_batch == (("8",) if expect == "fp32" else ())
+
+
+def test_the_search_keeps_only_models_whose_gated_companions_pass():
+    """The primary is within budget with every node INT8, but a metric the gate judges beside it
+    (a detector's cosine_parts) fails until n5 is float: the search does not return the all-INT8
+    model the gate would then refuse."""
+    names = [f"n{i}" for i in range(8)]
+    fq = FakeQuantizer({n: 0.001 for n in names}, {n: 1.0 for n in names}, budget=0.1)
+    fq.needs_float = frozenset({"n5"})
+    art, _, trace = search(fq, "minmax", set(), fq.quantize("minmax", set()))
+    assert trace.trace[0].step == "all INT8" and not trace.trace[0].within_budget
+    assert trace.verdict.met and "n5" in art.floated

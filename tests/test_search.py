@@ -41,7 +41,7 @@ class Blocks:
             run=lambda *a, **k: SimpleNamespace(meta={"sqnr_db": {n: 20.0 for n in self.names}}),
             log=self.lines.append)
         self.now, self.tick = 0.0, tick
-        self.edits = self.quantizations = self.scores = self.full = 0
+        self.edits = self.quantizations = self.scored = self.full = 0
 
     def clock(self) -> float:
         return self.now
@@ -61,9 +61,15 @@ class Blocks:
 
     def score(self, art, label, subset=True):
         self.now += self.tick
-        self.scores += 1
+        self.scored += 1
         self.full += not subset
         return 99.0 - sum(h for n, h in self.harms.items() if n not in art.floated)
+
+    def scores(self, art, label, subset=True):
+        return {self.metric.name: self.score(art, label, subset)}
+
+    def companions_within(self, scores) -> bool:
+        return True
 
     def explain(self, art, label=""):
         return SimpleNamespace(meta=explain_meta({n: 1.0 for n in self.names}, 50.0,

@@ -396,10 +396,24 @@ class Quantizer:
                                prepared=self.prepared)
 
     def score(self, art, label: str, subset=True) -> float:
+        return self.scores(art, label, subset)[self.metric.name]
+
+    def scores(self, art, label: str, subset=True) -> dict[str, float]:
         ev = self.runner.run(Evaluate(self.evaluation, self.job.eval_batch_size, self.hw,
                                       self.subset if subset else ()), art, label=label,
-                               **self.against)
-        return Evaluation.of(ev).metrics[self.metric.name]
+                             **self.against)
+        return Evaluation.of(ev).metrics
+
+    def companions_within(self, scores: dict[str, float]) -> bool:
+        """The metrics the gate judges beside the primary (a cosine's 1st percentile, an
+        output's parts) within the gate's own limits for them: a model the search keeps must
+        not fail the gate on one of them."""
+        from pipeline.metrics.limits import judged
+
+        reference = Evaluation.of(self.fp16_eval).metrics
+        return all(j.passed for j in judged(reference, scores, self.job.gate.max_accuracy_drop,
+                                            self.job.task.metrics)
+                   if j.metric != self.metric.name)
 
     def explain(self, art, label="explain"):
         q = self.job.quant

@@ -247,10 +247,12 @@ class _Search:
                           label=f"quantize[mixed {len(floated)}]")
         self.counts.requantized += 1
         self.counts.full_evaluations += 1
-        acc = qz.score(art, f"evaluate[mixed {len(floated)} float]", subset=False)
+        scores = qz.scores(art, f"evaluate[mixed {len(floated)} float]", subset=False)
+        acc = scores[qz.metric.name]
         est = self.int8_ms + sum(self.gains.get(n, 0.0) for n in floated)
         drop = qz.metric.drop(self.ref, acc)
-        row = TraceRow(tuple(floated), acc, drop, drop <= self.budget + 1e-9, est, why)
+        within = drop <= self.budget + 1e-9 and qz.companions_within(scores)
+        row = TraceRow(tuple(floated), acc, drop, within, est, why)
         self.trace.append(row)
         self.models.append(art)
         return row
