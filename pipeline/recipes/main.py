@@ -57,6 +57,23 @@ def attention_pays(cfg: Config, runner, splits, hw, fused, unfused) -> bool:
     return cmp.meta["a_over_b_speedup"]["ci95"][0] > 1.0
 
 
+def _fp16_stand_in(cfg: Config, t, fp16) -> None:
+    """Where no FP16 copy could be built (control flow), the FP32 model stood in: said once on
+    the terminal and in the report's warnings; quant=fp16 then has nothing to ship."""
+    from pipeline.core.errors import StageError
+
+    why = fp16.meta.get("stand_in")
+    if not why:
+        return
+    if cfg.quant.mode == QuantMode.fp16:
+        raise StageError(f"quant=fp16: {why}; nothing in FP16 to ship (quant=none ships the "
+                         "optimized FP32 model)")
+    line = f"fp16: {why}"
+    print(line, flush=True)
+    if hasattr(t, "warnings"):
+        t.warnings.append(line)
+
+
 def recipe(cfg: Config, runner, run: Run) -> Outcome:
     m, hw = cfg.model, cfg.hardware.target()  # stages see how to run, not the datasheet
     key, t = run.key, run.task
@@ -114,6 +131,7 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
     # fp16 probes ONNX Runtime's kernels whatever the target: its key ignores the runtime.
     fp16 = runner.run(ToFp16(keep_float32=tuple(cfg.quant.fp16_keep_float32), data=splits.parity,
                              hardware=settings_for(hw, PRIMARY)), fp32)
+    _fp16_stand_in(cfg, t, fp16)
     if cfg.quant.mode == QuantMode.auto:  # every candidate, timed side by side: pipeline/recipes/auto.py
         from pipeline.recipes import auto
 

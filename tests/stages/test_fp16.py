@@ -37,3 +37,74 @@ def test_weights_turn_fp16_while_the_interface_and_the_named_ops_stay_fp32(tmp_p
     x = rows[:4].astype(np.float32)
     assert np.allclose(outputs(out / "model.onnx", {"x": x})[0], outputs(model, {"x": x})[0],
                        rtol=1e-2, atol=1e-2)
+
+
+def _if_graph(path):
+    """x [batch, 4] through one of two MatMuls, chosen by an If on the sign of its sum (the
+    control flow silero-vad wraps its whole network in)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tests.stages.support import save
+
+    def branch(name, scale):
+        return helper.make_graph(
+            [helper.make_node("MatMul", ["x", f"w_{name}"], [f"y_{name}"])], name, [],
+            [helper.make_tensor_value_info(f"y_{name}", TensorProto.FLOAT, ["batch", 4])],
+            [numpy_helper.from_array(np.full((4, 4), scale, np.float32), f"w_{name}")])
+
+    return save(path, [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                       helper.make_node("Greater", ["s", "zero"], ["c"]),
+                       helper.make_node("If", ["c"], ["y"], then_branch=branch("a", 0.5),
+                                        else_branch=branch("b", -0.5))],
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+                [numpy_helper.from_array(np.float32(0), "zero")], opset=13)
+
+
+def _with_a_failing_converter(src, out, data):
+    """The stage with onnxruntime's converter failing on the whole model as it does on
+    silero-vad's nested If branches ("Graph attribute inferencing failed"), per-op probes left
+    as they are; in a child process, as the runner runs stages."""
+    from pipeline.config import HardwareConfig
+    from pipeline.stages import fp16
+
+    real = fp16._convert
+
+    def fails_on_the_whole_model(model, dst, block):
+        if dst.name == "model.onnx":
+            raise RuntimeError("Node (If_0) Op (If) [TypeInferenceError] Graph attribute "
+                               "inferencing failed")
+        real(model, dst, block)
+
+    fp16._convert = fails_on_the_whole_model
+    out.mkdir(parents=True, exist_ok=True)
+    return fp16.ToFp16((), data, HardwareConfig()).run(artifact(src), out)
+
+
+def test_where_control_flow_defeats_the_converter_fp32_stands_in(tmp_path):
+    """The converter's failure is played (the real one needs silero's graph): a graph with
+    control flow gets the FP32 model as its baseline, saying why, where that failure had ended
+    every run at this stage; a graph without control flow still fails the stage."""
+    import pytest
+
+    from pipeline.core import isolate
+    from pipeline.core.errors import StageError
+
+    rng = np.random.default_rng(0)
+    src = tmp_path / "fp32"
+    src.mkdir()
+    model = _if_graph(src / "model.onnx")
+    rows = rng.standard_normal((8, 4))
+    meta = isolate.call("fp16", _with_a_failing_converter, src, tmp_path / "out",
+                        split(tmp_path, model, rows))
+    assert "Graph attribute inferencing failed" in meta["stand_in"]
+    assert "If subgraphs; the FP32 model stands in" in meta["stand_in"]
+    assert (tmp_path / "out" / "model.onnx").read_bytes() == model.read_bytes()
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    mlp = linear_graph(plain / "model.onnx", {"W": rng.standard_normal((4, 4))},
+                       [("MatMul", "W")], width=4)
+    (tmp_path / "p").mkdir()
+    with pytest.raises(StageError, match="TypeInferenceError"):
+        isolate.call("fp16", _with_a_failing_converter, plain, tmp_path / "out2",
+                     split(tmp_path / "p", mlp, rows))
