@@ -75,6 +75,12 @@ def test_a_users_classifier_is_served_from_its_registry_ref_as_evaluated(classif
     served = next(c for c in report["verdict"]["checks"] if c["check"] == "served_p99_ms")
     assert served["passed"] and report["verdict"]["served"]["ok"] > 0, served
     assert not report["verdict"]["served"]["errors"], report["verdict"]["served"]
+    # only its batch axis is dynamic: no input size to bill at, nor a "measured up to 8" (the
+    # batch) against slo.max_input
+    bill = report["bill"]
+    assert bill["size_axis"] is None and "only its batch axis" in bill["size_from"]
+    assert bill["input_shape"] == [8, 3, 16, 16]
+    assert bill["capacity"]["measured_max_input"] is None and "warning" not in bill["capacity"]
     candidate = next(r for r in report["rows"] if r["role"] == "candidate")
     bodies = _evaluation_files(_task(root / "dd", *args), 45)
     assert all(b.startswith(b"\x89PNG") for b in bodies)  # the files as written, not re-encoded

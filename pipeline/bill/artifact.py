@@ -64,11 +64,14 @@ def run_bill(outcome, cfg, constant_axes=()) -> dict:
     batch = cfg.gate.speedup_batch_size
     batches = outcome.bench.meta["batches"]
     timed = batches[str(batch)]
-    sizes = _sizes(timed, outcome.label_at(batch))
+    axis = outcome.bench.meta.get("size_axis") or {}
+    # batched on the batch axis alone (every other axis fixed, silero-vad's [batch, 576]): the
+    # "sizes" the benchmark bucketed are batch sizes, no input size to bill at or plan for
+    by_size = axis.get("axis") != 0
+    sizes = _sizes(timed, outcome.label_at(batch)) if by_size else []
     shape = sample_shape(outcome.run.key, sizes)  # the run's key: the model is not hashed again
     # A task that declares no representative sample (a user's ONNX file, an encoder, the mobile
     # recognizer) is billed at the median size the benchmark fed its dynamic axis
-    axis = outcome.bench.meta.get("size_axis") or {}
     size = (axis["input"], axis["axis"], int(statistics.median(sizes))) \
         if shape is None and sizes and axis.get("input") else None
     # and at the size every sample had on an axis the model leaves dynamic (a height of 48)
@@ -87,12 +90,13 @@ def run_bill(outcome, cfg, constant_axes=()) -> dict:
                          "throughput": at["latency_ms"][outcome.label_at(b)]["throughput"]}
                 for b, at in batches.items()}
     largest = max((w for b, at in batches.items() for w in _sizes(at, outcome.label_at(b))),
-                  default=None)
+                  default=None) if by_size else None
     first = next(iter(models.values()), {}).get("inputs") or {}
     return {"batch": batch, "input_shape": [batch, *shape] if shape else
             (next(iter(first.values())) if first else None),
             "size_from": ("median padded size of the benchmarked batches' dynamic axis" if sizes
-                          else "the task's representative sample"),
+                          else "the task's representative sample" if shape
+                          else "the model's own shape (only its batch axis is dynamic)"),
             "size_axis": {"input": size[0], "axis": size[1], "size": size[2]} if size else None,
             "hardware": _hardware_summary(cfg.hardware),
             "source_parameters": outcome.source.meta.get("parameters"),
