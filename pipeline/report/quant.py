@@ -198,8 +198,14 @@ def sensitivity_chart(q: QuantInfo | dict, out: Path) -> None:
 
     plt = _plt()
     rows = [r for r in layer_rows(q) if r.sqnr_db is not None]
-    fig, ax = plt.subplots(figsize=(7, 0.35 * max(len(rows), 3) + 1))
-    ax.barh([r.module for r in rows], [r.sqnr_db for r in rows], color="tab:blue")
+    # a user's ONNX file names its nodes by path ("/_model/decoder/rnn/LSTM"): long names keep
+    # their ends, and the figure widens for them, so no label is cut (nor does matplotlib warn
+    # on the terminal that it could not lay them out)
+    labels = [r.module if len(r.module) <= 48 else "…" + r.module[-47:] for r in rows]
+    width = 7 + 0.07 * max((len(x) for x in labels), default=0)
+    fig, ax = plt.subplots(figsize=(width, 0.35 * max(len(rows), 3) + 1))
+    ax.barh(range(len(rows)), [r.sqnr_db for r in rows], color="tab:blue")
+    ax.set_yticks(range(len(rows)), labels)  # by position: two shortened names stay two bars
     ax.set_xlabel("output SQNR (dB, higher = less quantization error)")
     ax.invert_yaxis()
     ax.grid(axis="x", alpha=0.3)
