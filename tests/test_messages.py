@@ -218,3 +218,23 @@ def test_an_input_not_batched_on_its_first_axis_is_one_line(tmp_path, case):
     assert "\n" not in line and "batches every input along its first axis" in line
     assert ("input sr is a scalar (shape [])" if case == "scalar" else
             "input state has shape [2, 'batch', 4], a fixed first axis of 2") in line
+
+
+def test_dynamic_int8_of_a_graph_it_would_not_change_is_one_line(tmp_path):
+    """Convolutions and pooling only (nudenet's detector): quant=dynamic would ship the FP32
+    model as its candidate and time it against itself. Refused in one line, naming what it
+    quantizes and what to use instead."""
+    from pipeline.engine.compose import compose
+    from pipeline.recipes.main import _something_dynamic
+
+    model = _classifier(tmp_path / "cls.onnx")
+    args = ["model=onnx", f"model.path={model}", "data=jsonl", f"data.path={tmp_path / 't.jsonl'}",
+            "data.input_column=image", "data.calibration_samples=2", "data.evaluation_samples=4",
+            "metric=agreement", "quant=dynamic"]
+    (tmp_path / "t.jsonl").write_text("".join(
+        json.dumps({"image": np.full((3, 8, 8), float(i)).tolist()}) + "\n" for i in range(8)))
+    t = _task(tmp_path, *args)
+    with pytest.raises(ConfigError, match="^quant=dynamic: the graph has no op dynamic INT8 "
+                                          "quantizes \\(quant.dynamic_op_types: MatMul, Gemm, "
+                                          "LSTM, GRU, Attention\\).*quant=int8"):
+        _something_dynamic(compose(args), t, types.SimpleNamespace(model=model), None)

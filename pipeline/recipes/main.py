@@ -74,6 +74,19 @@ def _fp16_stand_in(cfg: Config, t, fp16) -> None:
         t.warnings.append(line)
 
 
+def _something_dynamic(cfg: Config, t, fp32, export) -> None:
+    """quant=dynamic on a graph with no op it quantizes (a detector of convolutions, nudenet's):
+    the candidate would be the FP32 model itself, judged and timed against itself. One line."""
+    from pipeline.core.errors import ConfigError
+    from pipeline.recipes.auto import dynamic_op_types, dynamic_ops
+
+    if not dynamic_ops(cfg, t, fp32, export):
+        raise ConfigError(f"quant=dynamic: the graph has no op dynamic INT8 quantizes "
+                          f"(quant.dynamic_op_types: {', '.join(dynamic_op_types(cfg, t))}), so "
+                          "the candidate would be the FP32 model itself; use quant=int8 "
+                          "(static, calibrated), or quant=auto to have every candidate tried")
+
+
 def recipe(cfg: Config, runner, run: Run) -> Outcome:
     m, hw = cfg.model, cfg.hardware.target()  # stages see how to run, not the datasheet
     key, t = run.key, run.task
@@ -137,6 +150,8 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
 
         return auto.recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning,
                            unfused=unfused)
+    if cfg.quant.mode == QuantMode.dynamic:
+        _something_dynamic(cfg, t, fp32, unfused)
     plan = Plan(hw, cfg.quant.mode)  # which runtime and precision each artifact runs on
     evaluate = Evaluate(data=splits.evaluation, batch_size=m.eval_batch_size, hardware=hw)
     evals = baselines(runner, plan, evaluate, t, exported, fp32, fp16)
