@@ -57,21 +57,25 @@ def attention_pays(cfg: Config, runner, splits, hw, fused, unfused) -> bool:
     return cmp.meta["a_over_b_speedup"]["ci95"][0] > 1.0
 
 
-def _fp16_stand_in(cfg: Config, t, fp16) -> None:
-    """Where no FP16 copy could be built (control flow), the FP32 model stood in: said once on
-    the terminal and in the report's warnings; quant=fp16 then has nothing to ship."""
+def _fp16(cfg: Config, runner, t, splits, hw, fp32):
+    """The FP16 baseline. Where no FP16 copy could be built (control flow), the FP32 model stood
+    in: said once on the terminal and in the report's warnings; quant=fp16 then has nothing to
+    ship."""
     from pipeline.core.errors import StageError
+    from pipeline.stages.fp16 import stand_in
 
-    why = fp16.meta.get("stand_in")
-    if not why:
-        return
-    if cfg.quant.mode == QuantMode.fp16:
+    # fp16 probes ONNX Runtime's kernels whatever the target: its key ignores the runtime.
+    fp16 = runner.run(ToFp16(keep_float32=tuple(cfg.quant.fp16_keep_float32), data=splits.parity,
+                             hardware=settings_for(hw, PRIMARY)), fp32)
+    why = stand_in(fp16)
+    if why and cfg.quant.mode == QuantMode.fp16:
         raise StageError(f"quant=fp16: {why}; nothing in FP16 to ship (quant=none ships the "
                          "optimized FP32 model)")
-    line = f"fp16: {why}"
-    print(line, flush=True)
-    if hasattr(t, "warnings"):
-        t.warnings.append(line)
+    if why:
+        print(f"fp16: {why}", flush=True)
+        if hasattr(t, "warnings"):
+            t.warnings.append(f"fp16: {why}")
+    return fp16
 
 
 def _something_dynamic(cfg: Config, t, fp32, export) -> None:
@@ -80,7 +84,7 @@ def _something_dynamic(cfg: Config, t, fp32, export) -> None:
     from pipeline.core.errors import ConfigError
     from pipeline.recipes.auto import dynamic_op_types, dynamic_ops
 
-    if not dynamic_ops(cfg, t, fp32, export):
+    if cfg.quant.mode == QuantMode.dynamic and not dynamic_ops(cfg, t, fp32, export):
         raise ConfigError(f"quant=dynamic: the graph has no op dynamic INT8 quantizes "
                           f"(quant.dynamic_op_types: {', '.join(dynamic_op_types(cfg, t))}), so "
                           "the candidate would be the FP32 model itself; use quant=int8 "
@@ -141,17 +145,13 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
                                  label="norms[export]")
     else:
         fp32 = runner.run(Optimize(data=splits.parity, hardware=hw), exported)
-    # fp16 probes ONNX Runtime's kernels whatever the target: its key ignores the runtime.
-    fp16 = runner.run(ToFp16(keep_float32=tuple(cfg.quant.fp16_keep_float32), data=splits.parity,
-                             hardware=settings_for(hw, PRIMARY)), fp32)
-    _fp16_stand_in(cfg, t, fp16)
+    fp16 = _fp16(cfg, runner, t, splits, hw, fp32)
     if cfg.quant.mode == QuantMode.auto:  # every candidate, timed side by side: pipeline/recipes/auto.py
         from pipeline.recipes import auto
 
         return auto.recipe(cfg, runner, run, splits, source, exported, fp32, fp16, pruning,
                            unfused=unfused)
-    if cfg.quant.mode == QuantMode.dynamic:
-        _something_dynamic(cfg, t, fp32, unfused)
+    _something_dynamic(cfg, t, fp32, unfused)
     plan = Plan(hw, cfg.quant.mode)  # which runtime and precision each artifact runs on
     evaluate = Evaluate(data=splits.evaluation, batch_size=m.eval_batch_size, hardware=hw)
     evals = baselines(runner, plan, evaluate, t, exported, fp32, fp16)

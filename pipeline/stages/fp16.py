@@ -93,6 +93,11 @@ class ToFp16:
                 "stand_in": stand_in}
 
 
+def stand_in(art) -> str | None:
+    """Why the FP32 model stands in for this fp16 artifact's FP16 copy (None: it is one)."""
+    return art.meta.get("stand_in")
+
+
 def _control_flow(model: Path) -> list[str]:
     """The op types of the graph's nodes that hold subgraphs (If, Loop, Scan)."""
     import onnx
