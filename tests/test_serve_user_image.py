@@ -100,6 +100,10 @@ def test_a_users_classifier_is_served_from_its_registry_ref_as_evaluated(classif
                              headers={"Content-Type": "image/jpeg"}, timeout=60)
         text = requests.post(f"{running.url}/predict", data=b"a sentence",
                              headers={"Content-Type": "text/plain"}, timeout=60)
+        buf = io.BytesIO()
+        Image.new("RGB", (17, 16)).save(buf, format="PNG")  # no resize: 16x16 only
+        wrong = requests.post(f"{running.url}/predict", data=buf.getvalue(),
+                              headers={"Content-Type": "image/png"}, timeout=60)
     finally:
         assert running.stop() == 0, running.log.read_text()
     from pipeline.metrics.outputs import output_hash
@@ -108,6 +112,9 @@ def test_a_users_classifier_is_served_from_its_registry_ref_as_evaluated(classif
     assert all(a["label"] == f"class{a['class']}" and 0 < a["score"] <= 1 for a in answers)
     assert jpeg.status_code == 200 and len(jpeg.json()["prediction"]["top_k"]) == 2
     assert text.status_code == 415 and "reads images" in text.json()["error"]
+    assert wrong.status_code == 400, wrong.text  # one line, not the runtime's 500
+    assert "a 17x16 image becomes an input of 3x16x17; the model takes 3x16x16" in \
+        wrong.json()["error"]
     assert "images for classification" in running.log.read_text()
 
 

@@ -9,8 +9,10 @@ a server warms up with: a model of fixed size without a resize takes no other), 
 first output reads, per metric: ``ctc`` the character set (travelling inside the record: the
 user's charset file does not travel) and the layout; ``classification`` the top-k and the class
 names (``metric.class_names``, else an image folder's label names); ``agreement`` whether the
-output ends in a class axis. ``why_not(task)``: the one line saying why a model is not served
-(several inputs, or an input that is not an image), None when it is.
+output ends in a class axis. The input's declared shape travels too: an image that would not fit
+a fixed size is refused by the server in one line, not by the runtime. ``why_not(task)``: the one
+line saying why a model is not served (several inputs, or an input that is not an image), None
+when it is.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ def spec(task) -> dict | None:
         return None
     m = task.metric_cfg
     out = {"reader": "image", "input": task.inputs[0].name, "dtype": task.inputs[0].dtype,
+           "shape": list(task.inputs[0].shape),  # fixed sizes, and what each dynamic axis is
            "image": _prep(task.data_cfg.image), "sample_size": list(task.first_image_size()),
            "metric": m.name.value}
     if m.name == MetricName.ctc:

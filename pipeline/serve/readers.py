@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.serve.inputs import Limits, Prepared, check_input, open_image, read_text
+from pipeline.serve.inputs import BadInput, Limits, Prepared, check_input, open_image, read_text
 
 
 @dataclass(frozen=True)
@@ -115,11 +115,24 @@ class UserImageReader:
         a = images.pad(a, images.padded_shape([a], self.prep), self.prep)
         feeds = {self.input: np.ascontiguousarray(a[None].astype(self.spec["dtype"],
                                                                  copy=False))}
+        what = "a {}x{} image".format(*image.size)
         if not self.bounded:
-            check_input(feeds, limits, "a {}x{} image".format(*image.size))
+            check_input(feeds, limits, what)
+        self._fits(a.shape, what)
         done = time.perf_counter()
         return Prepared(feeds, images.width(a, self.prep), (decoded - start) * 1000.0,
                         (done - decoded) * 1000.0)
+
+    def _fits(self, shape: tuple, what: str) -> None:
+        """The preprocessed image against the model's fixed sizes (a classifier's 3x224x224
+        without a resize): one 400 line, where the runtime would answer a 500."""
+        declared = self.spec.get("shape", [])[1:]
+        if any(isinstance(d, int) and d != s for d, s in zip(declared, shape)):
+            sizes = "x".join(str(d) if isinstance(d, int) else "any" for d in declared)
+            raise BadInput(400, f"{what} becomes an input of {'x'.join(map(str, shape))}; the "
+                                f"model takes {sizes} (data.image.resize="
+                                f"{self.prep.resize.value} as evaluated): send an image of "
+                                "that size")
 
     def stack(self, feeds: list[dict]) -> dict:
         """One batch; images of one shape class share their width, so none is padded (images
