@@ -181,14 +181,18 @@ def evaluation_order(args: list[str]) -> dict:
 
 def stage_predictions(report: dict, label: str, sha256: str | None = None) -> dict | None:
     """The predictions a run's evaluate stage wrote: the stage labelled ``label``, or else the
-    first whose label starts with ``label[:-1]`` and whose predictions hash to ``sha256`` (a
-    candidate evaluated on another runtime, ``evaluate[candidate @ openvino bf16]``)."""
+    first whose predictions hash to ``sha256``, those whose label starts with ``label[:-1]``
+    first (a candidate evaluated on another runtime, ``evaluate[candidate @ openvino bf16]``;
+    quant=auto's winner may be a float model, ``evaluate[fp32 @ openvino bf16]``)."""
     from pipeline.metrics.outputs import output_hash
 
     stages = [s for s in report.get("stages", []) if s.get("stage") == "evaluate"]
     exact = [s for s in stages if s.get("label") == label]
     near = [s for s in stages if s.get("label", "").startswith(label[:-1])]
-    for s in exact + near:
+    # another runtime's evaluation (``@``) first: auto's winner is one; then any same hash
+    rest = sorted((s for s in stages if s not in near),
+                  key=lambda s: " @ " not in s.get("label", "")) if sha256 else []
+    for s in exact + near + rest:
         f = Path(s.get("path", "")) / "predictions.json"
         if not f.exists():
             continue
