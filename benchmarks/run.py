@@ -267,10 +267,20 @@ def llm(quick: bool) -> dict:
     return section(_cli, quick)
 
 
-def zoo(quick: bool, only: str) -> dict:
+def zoo(quick: bool, only: str, earlier: dict) -> dict:
+    """The zoo section; with ``--zoo`` naming some entries, the others are kept from ``earlier``
+    (the section of a previous run) with that run's time and CPU inside them, as the serve
+    section keeps its parts: an entry measured alone does not drop its siblings."""
     from benchmarks.zoo import ENTRIES, section
 
-    return section(_cli, quick, tuple(only.split(",")) if only else ENTRIES)
+    out = section(_cli, quick, tuple(only.split(",")) if only else ENTRIES)
+    for name, entry in (earlier.get("entries") or {}).items():
+        if name not in out["entries"]:
+            out["entries"][name] = {"measured_at": earlier.get("measured_at"),
+                                    "cpu": earlier.get("cpu"), **entry}
+            out["targets"].update({f"{name}: {k}": v
+                                   for k, v in entry.get("targets", {}).items()})
+    return out
 
 
 def serve(base: list[str], run_dir: Path | None, quick: bool, parts: list[str],
@@ -328,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                 "auto": lambda: auto(base),
                 "byo": lambda: byo(base),
                 "transformer": lambda: transformer(args.quick),
-                "zoo": lambda: zoo(args.quick, args.zoo),
+                "zoo": lambda: zoo(args.quick, args.zoo, results.get("zoo", {})),
                 "search": lambda: search(args.quick),
                 "llm": lambda: llm(args.quick),
                 "serve": lambda: serve(base, args.serve_run, args.quick,
