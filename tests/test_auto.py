@@ -71,7 +71,8 @@ def test_auto_publishes_the_fastest_candidate_that_passes_and_says_why(auto_run)
         # precision (OpenVINO at BF16 on a CPU with AMX) it may be faster than it, and says by how much
         assert "fastest float baseline itself" in auto["why"][0] or (
             winner["target"] != "onnxruntime fp32" and "the fastest float baseline" in auto["why"][0])
-        assert any(line.startswith("INT8 does not pay") for line in auto["why"]) or any(
+        assert any(line.startswith(("INT8 does not pay", "INT8 does not pass"))
+                   for line in auto["why"]) or any(
             r["passed"] for r in table if r["role"] != "fp32")
     else:  # INT8 paid: proven faster than the fastest float baseline
         assert quantize_nodes > 0 and winner["speedup_vs_fastest_float"]["ci95"][0] >= 1.0
@@ -178,3 +179,10 @@ def test_why_blames_the_timing_not_int8_when_every_candidate_fails_the_a_a_check
     lines = why(table[0], table)
     assert any(line.startswith("INT8 does not pay") and line.endswith("a float artifact ships.")
                for line in lines)
+    # faster but inaccurate (nudenet's INT8: 1.28x, its scores lost): not "does not pay"
+    table[1] = row("int8", "candidate", "onnxruntime fp32", 8.0, ["cosine_parts_drop"], 1.28)
+    lines = why(table[0], table)
+    assert not any("does not pay" in line for line in lines)
+    assert any(line.startswith("INT8 does not pass here") and "1.28x" in line
+               and line.endswith("but failed cosine_parts_drop, so a float artifact ships.")
+               for line in lines), lines

@@ -15,6 +15,8 @@ from pipeline.measure.results import Role, Speedup
 
 # Checks of the benchmark rather than of a candidate: failed by one, failed by all.
 TIMING_CHECKS = {"aa_check", "benchmark_sane", "same_environment"}
+# Checks of speed: a candidate failing only these is accurate but not worth shipping.
+SPEED_CHECKS = {"speedup_ci_low", "slo_p99_ms", "served_p99_ms", *TIMING_CHECKS}
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,12 @@ def why(winner: Row, table: list[Row]) -> list[str]:
         best = max(quantized, key=lambda r: r.speedup_vs_fastest_float.median
                    if r.speedup_vs_fastest_float else 0)
         ships = winner.passed and winner.role == Role.fp32
-        lines.append(f"INT8 does not pay on this machine: the best quantized candidate, "
-                     f"{best.candidate} on {best.target}, ran {_sp(best)} the fastest float "
-                     "baseline" + (", so a float artifact ships." if ships else "."))
+        # a faster candidate that lost accuracy is not one that "does not pay": say which
+        lost = [c for c in best.failed if c not in SPEED_CHECKS]
+        lines.append((f"INT8 does not pass here: the fastest quantized candidate, "
+                      f"{best.candidate} on {best.target}, ran {_sp(best)} the fastest float "
+                      f"baseline but failed {', '.join(lost)}" if lost else
+                      f"INT8 does not pay on this machine: the best quantized candidate, "
+                      f"{best.candidate} on {best.target}, ran {_sp(best)} the fastest float "
+                      "baseline") + (", so a float artifact ships." if ships else "."))
     return lines
