@@ -66,6 +66,12 @@ def render(results: dict, source: str = "bench.json") -> str:
         flags = ", ".join(cpu.get("flags", [])) or "flags not recorded"
         lines.append(f"Measured {when} on {cpu.get('model', 'an unrecorded CPU')} "
                      f"({cpu.get('logical_cores', '?')} logical cores; {flags}).\n")
+        # parts kept from an earlier run (benchmarks.run: serve's parts, zoo entries) say when
+        kept = {k: v["measured_at"] for k, v in {**section, **(section.get("entries") or {})}
+                .items() if isinstance(v, dict) and v.get("measured_at") not in (None, when)}
+        if kept:
+            lines.append("Kept from earlier runs: " + "; ".join(
+                f"{k}: measured {v}" for k, v in kept.items()) + ".\n")
         if "error" in section:
             lines.append(f"The section failed: `{_cell(section['error'])}`\n")
             continue
