@@ -204,32 +204,91 @@ def test_classes_answer_scores_are_probabilities_once():
     assert b["score"] == pytest.approx(0.7, abs=1e-5)
 
 
-def test_a_model_the_server_cannot_read_says_why(tmp_path):
-    """Inputs that are not an image (a table's number lists) have no reader: the run records no
-    serving spec, slo.mode=serve is refused before any stage, and serving it is one line."""
+def _identity(path: Path, inputs: dict) -> Path:
+    """Each input's shape as given; the output is the first input, unchanged."""
+    import onnx
     from onnx import TensorProto, helper
 
-    import onnx
+    first = next(iter(inputs))
+    graph = helper.make_graph(
+        [helper.make_node("Identity", [first], ["y"])], "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, inputs[first])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_model_of_arrays_is_read_from_json_as_evaluated(tmp_path):
+    """Inputs that are a table's number lists (audio frames, byte features): one sample's arrays
+    by input name in a JSON body, padded in a batch as the evaluation padded them, answered as
+    the metric reads the output; a body that does not fit is one 400 line naming the input."""
+    from pipeline.serve.inputs import BadInput, Limits
+    from pipeline.serve.readers import UserArraysKey, UserArraysReader
+    from pipeline.serve.slo import request_bodies
+
+    model = _identity(tmp_path / "m.onnx", {"x": ["batch", "time"], "z": ["batch", 2]})
+    table = tmp_path / "t.jsonl"
+    rng = np.random.default_rng(1)
+    table.write_text("".join(json.dumps({"x": rng.normal(size=int(n)).round(3).tolist(),
+                                         "z": [1.0, 2.0]}) + "\n"
+                             for n in rng.integers(3, 9, 10)))
+    t = _task(tmp_path / "dd", "model=onnx", f"model.path={model}", "data=jsonl",
+              f"data.path={table}", "data.calibration_samples=2", "data.evaluation_samples=8",
+              "data.image.pad_width_multiple=4", "metric=agreement")
+    spec = t.serving_spec()
+    assert spec["reader"] == "arrays" and spec["size_axis"] == ["x", 1]
+    assert [i["name"] for i in spec["inputs"]] == ["x", "z"] and t.not_served is None
+    reader = UserArraysReader(UserArraysKey(json.dumps(spec, sort_keys=True)))
+    ds = t.dataset(t.split("evaluation", 8, ""))
+    limits = Limits(1 << 20, 1, 1)
+    prepared = [reader.prepare(b, "application/json", limits)
+                for b in request_bodies(t, ds, 8)]
+    for k, p in enumerate(prepared):  # each alone: the evaluation's batch of one
+        expected = next(t.batches(ds.select([k]), 1)).feeds
+        alone = reader.stack([p.feeds])
+        assert all(np.array_equal(alone[n], a) for n, a in expected.items()), k
+        assert p.size == p.feeds["x"].shape[1]  # the batcher's shape class: x's length
+    batch = reader.stack([p.feeds for p in prepared])  # several: padded as evaluated
+    evaluated = next(t.batches(ds, 8, sort=False)).feeds
+    assert all(np.array_equal(batch[n], evaluated[n]) for n in ("x", "z"))
+    assert batch["x"].shape[1] % 4 == 0
+    assert reader.answers(batch["x"]) == t.predictions(batch["x"])
+    assert [a.shape for a in reader.example().values()] == [
+        (1, *spec["example"]["x"]), (1, 2)]
+    bad = {b'{"inputs": {"x": [1, 2]}}': "one array for each of the model's inputs ['x', 'z']",
+           b'{"inputs": {"x": [[1]], "z": [1, 2]}}': "input x: an array of shape [1, 1]",
+           b'{"inputs": {"x": [1], "z": [1, 2, 3]}}': "the model takes [2] for one sample",
+           b'{"inputs": {"x": ["a"], "z": [1, 2]}}': "input x: not an array of float32",
+           b'{"inputs": {"x": [NaN], "z": [1, 2]}}': "input x: holds NaN or infinity",
+           b"not json": "not valid JSON"}
+    for body, words in bad.items():
+        with pytest.raises(BadInput) as e:
+            reader.prepare(body, "application/json", limits)
+        assert e.value.status == 400 and words in e.value.line, e.value.line
+
+
+def test_an_image_beside_other_inputs_is_not_served_and_says_why(tmp_path):
+    """An image input beside an array input: the run records no serving spec, slo.mode=serve is
+    refused before any stage, and serving it is one line."""
+    import datasets
+    from PIL import Image
+
     from pipeline.core.errors import ConfigError
     from pipeline.serve import artifact, slo
 
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                             ["batch", 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT,
-                                                             ["batch", 4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, str(tmp_path / "m.onnx"))
-    table = tmp_path / "t.jsonl"
-    table.write_text("".join(json.dumps({"x": [float(i)] * 4}) + "\n" for i in range(8)))
-    t = _task(tmp_path / "dd", "model=onnx", f"model.path={tmp_path / 'm.onnx'}", "data=jsonl",
-              f"data.path={table}", "data.input_column=x", "data.calibration_samples=2",
-              "data.evaluation_samples=6", "metric=agreement")
+    model = _identity(tmp_path / "m.onnx", {"x": ["batch", 4], "image": ["batch", 3, 8, 8]})
+    images = [Image.new("RGB", (8, 8), (k, k, k)) for k in range(6)]
+    datasets.Dataset.from_dict({"image": images, "x": [[float(k)] * 4 for k in range(6)]}) \
+        .save_to_disk(str(tmp_path / "saved"))
+    t = _task(tmp_path / "dd", "model=onnx", f"model.path={tmp_path / 'm.onnx'}", "data=saved",
+              f"data.path={tmp_path / 'saved'}", "data.calibration_samples=2",
+              "data.evaluation_samples=4", "metric=agreement")
     assert t.serving_spec() is None
-    assert "data.input_column=x, which is not an image column" in t.not_served
-    with pytest.raises(ConfigError, match="^slo.mode=serve: .*not an image column.*slo.mode=model"):
+    assert "has 2 inputs (x, image), image an image" in t.not_served
+    with pytest.raises(ConfigError, match="^slo.mode=serve: .*image an image.*slo.mode=model"):
         slo.preflight(t)
     config = {"model": {"source": "onnx", "name": "m"}}
     with pytest.raises(ConfigError, match="recorded no serving spec"):
-        artifact._served_as("m:v1", tmp_path / "m.onnx", config, None, None, None, {}, None)
+        artifact._served_as("m:v1", model, config, None, None, None, {}, None)

@@ -1,9 +1,13 @@
-"""What a server needs to answer a request for the user's own image model (an ONNX file or a torch
+"""What a server needs to answer a request for the user's own model (an ONNX file or a torch
 factory) as its evaluation read its samples.
 
-In: a ``UserTask`` whose one input is read from an image column of the data (``data=imagefolder``,
-``labels_file``, or any format with an image column). Out: ``spec(task)``, the ``serving`` record
-a run writes into ``report.json`` and the manifest: the input's name and dtype, every
+In: a ``UserTask``. One whose one input is read from an image column of the data
+(``data=imagefolder``, ``labels_file``, or any format with an image column) is served from PNG or
+JPEG bytes; one whose inputs are all arrays (a table's number lists: audio frames, byte features)
+from a JSON body holding one sample's arrays by input name (each input's name, dtype and declared
+shape, the axis batches are bucketed by and its padding multiple travel, and the first evaluation
+sample's shapes, which warm-up sends as zeros). Out: ``spec(task)``, the ``serving`` record a run
+writes into ``report.json`` and the manifest; for an image: the input's name and dtype, every
 ``data.image`` step (``ImagePrep``, field by field), the size of the first evaluation image (what
 a server warms up with: a model of fixed size without a resize takes no other), and how the
 first output reads, per metric: ``ctc`` the character set (travelling inside the record: the
@@ -11,8 +15,7 @@ user's charset file does not travel) and the layout; ``classification`` the top-
 names (``metric.class_names``, else an image folder's label names); ``agreement`` whether the
 output ends in a class axis. The input's declared shape travels too: an image that would not fit
 a fixed size is refused by the server in one line, not by the runtime. ``why_not(task)``: the one
-line saying why a model is not served (several inputs, or an input that is not an image), None
-when it is.
+line saying why a model is not served (an image input beside others), None when it is.
 """
 from __future__ import annotations
 
@@ -22,13 +25,11 @@ from pipeline.config.metrics import MetricName
 
 
 def why_not(task) -> str | None:
-    if len(task.inputs) != 1:
+    images = [i.name for i in task.inputs if _image_feature(task, i.name) is not None]
+    if images and len(task.inputs) != 1:
         names = ", ".join(i.name for i in task.inputs)
-        return (f"{task.what} has {len(task.inputs)} inputs ({names}); the server reads one image "
-                "per request")
-    if _image_feature(task) is None:
-        return (f"{task.what} reads data.input_column={task.data_cfg.input_column}, which is not "
-                "an image column; the server reads PNG or JPEG images for the user's own models")
+        return (f"{task.what} has {len(task.inputs)} inputs ({names}), {images[0]} an image; "
+                "the server reads one image per request, or arrays for models without one")
     return None
 
 
@@ -36,11 +37,26 @@ def spec(task) -> dict | None:
     """The serving record, or None when ``why_not`` has a reason."""
     if why_not(task) is not None:
         return None
+    first = task.inputs[0]
+    if _image_feature(task, first.name) is not None:
+        out = {"reader": "image", "input": first.name, "dtype": first.dtype,
+               "shape": list(first.shape),  # fixed sizes, and what each dynamic axis is
+               "image": _prep(task.data_cfg.image),
+               "sample_size": list(task.first_image_size())}
+    else:  # arrays, as a JSON body: one sample, each input by name
+        out = {"reader": "arrays",
+               "inputs": [{"name": i.name, "dtype": i.dtype, "shape": list(i.shape)}
+                          for i in task.inputs],
+               "size_axis": list(task.size_axis),
+               "pad_width_multiple": task.data_cfg.image.pad_width_multiple,
+               "example": {n: list(a.shape[1:]) for n, a in task.example(1).items()}}
+    return {**out, **_decoding(task)}
+
+
+def _decoding(task) -> dict:
+    """How the first output reads, per metric."""
     m = task.metric_cfg
-    out = {"reader": "image", "input": task.inputs[0].name, "dtype": task.inputs[0].dtype,
-           "shape": list(task.inputs[0].shape),  # fixed sizes, and what each dynamic axis is
-           "image": _prep(task.data_cfg.image), "sample_size": list(task.first_image_size()),
-           "metric": m.name.value}
+    out = {"metric": m.name.value}
     if m.name == MetricName.ctc:
         out.update(charset=list(task.charset), time_major=bool(task.time_major))
     elif m.name == MetricName.classification:
@@ -56,10 +72,13 @@ def _prep(prep) -> dict:
             for f in dataclasses.fields(prep) for v in [getattr(prep, f.name)]}
 
 
-def _image_feature(task):
+def _image_feature(task, name: str):
+    """The image feature of the column input ``name`` reads, if it is one."""
     from datasets import Image
 
-    feature = task.data().dataset.features.get(task.data_cfg.input_column)
+    columns = getattr(task, "columns", None) if len(task.inputs) > 1 else None
+    column = columns[name] if columns else task.data_cfg.input_column
+    feature = task.data().dataset.features.get(column)
     return feature if isinstance(feature, Image) else None
 
 

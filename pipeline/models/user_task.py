@@ -352,14 +352,9 @@ class UserTask:
                 shape = images.padded_shape(arrays, prep)
                 feeds[i.name] = np.stack([images.pad(a, shape, prep) for a in arrays])
                 continue
-            target = [max(a.shape[d] for a in arrays) for d in range(arrays[0].ndim)]
-            multiple = self.data_cfg.image.pad_width_multiple
-            if i.name == self.size_axis[0] and self.size_axis[1] > 0 and multiple > 1:
-                d = self.size_axis[1] - 1
-                target[d] = -(-target[d] // multiple) * multiple
-            mode = "edge" if np.issubdtype(arrays[0].dtype, np.floating) else "constant"
-            feeds[i.name] = np.stack([np.pad(a, [(0, t - s) for s, t in zip(a.shape, target)],
-                                             mode=mode) for a in arrays])
+            sized = i.name == self.size_axis[0] and self.size_axis[1] > 0
+            feeds[i.name] = stack_arrays(arrays, self.size_axis[1] - 1 if sized else None,
+                                         self.data_cfg.image.pad_width_multiple)
         return feeds
 
     def batches(self, ds, batch_size: int, sort: bool = True, bounded: bool = False):
@@ -455,6 +450,19 @@ class UserTask:
         outs = [np.asarray(p["output"], dtype=np.float64)[None] for p in predictions]
         refs = [np.asarray(t, dtype=np.float64)[None] for t in labels]
         return agreement_metrics.agreement(refs, outs, parts=self._channel_axis())
+
+
+def stack_arrays(arrays: list, size_dim: int | None, multiple: int = 1) -> np.ndarray:
+    """Samples of one input (no batch axis) as one batch, each padded at the end of every axis
+    to the largest (floats with their edge values, integers with 0), the sample axis
+    ``size_dim`` (the one timing buckets by, if any) up to a multiple of ``multiple``. The
+    evaluation's batches and a server's are made by this one function."""
+    target = [max(a.shape[d] for a in arrays) for d in range(arrays[0].ndim)]
+    if size_dim is not None and multiple > 1:
+        target[size_dim] = -(-target[size_dim] // multiple) * multiple
+    mode = "edge" if np.issubdtype(arrays[0].dtype, np.floating) else "constant"
+    return np.stack([np.pad(a, [(0, t - s) for s, t in zip(a.shape, target)], mode=mode)
+                     for a in arrays])
 
 
 def top_classes(outputs, top_k: int) -> list[list[int]]:

@@ -49,6 +49,9 @@ class Served:
         if reader == "image":
             return (f"images for {self.spec.get('metric')}, input {self.spec.get('input')}, "
                     f"data.image.resize={self.spec['image'].get('resize')}")
+        if reader == "arrays":
+            return (f"JSON arrays for {self.spec.get('metric')}, inputs "
+                    f"{', '.join(i['name'] for i in self.spec['inputs'])}")
         return f"task {self.task_key}"
 
 
@@ -165,17 +168,17 @@ def _served_as(ref, model, config: dict, spec: dict | None, ledger, eval_set, ru
     if spec is not None and spec.get("reader") == "text":
         return Served(ref, Path(model), config["model"]["name"], _text_key(ref, spec, files),
                       spec, ledger, eval_set, runtime)
-    if spec is not None and spec.get("reader") == "image":  # the user's own image model
-        from pipeline.serve.readers import UserImageKey
+    if spec is not None and spec.get("reader") in ("image", "arrays"):  # the user's own model
+        from pipeline.serve.readers import UserArraysKey, UserImageKey
 
+        key = UserImageKey if spec["reader"] == "image" else UserArraysKey
         return Served(ref, Path(model), config["model"]["name"],
-                      UserImageKey(json.dumps(spec, sort_keys=True)), spec, ledger, eval_set,
-                      runtime)
+                      key(json.dumps(spec, sort_keys=True)), spec, ledger, eval_set, runtime)
     if source not in TASKS:
-        raise ConfigError(f"{ref}: model.source={source}: its run recorded no serving spec (a "
-                          "model with several inputs, or inputs that are not images, or a run "
-                          "older than serving); the server reads the built-in tasks, Hugging "
-                          "Face encoders and the user's own models of one image input")
+        raise ConfigError(f"{ref}: model.source={source}: its run recorded no serving spec (an "
+                          "image input beside others, or a run older than serving); the server "
+                          "reads the built-in tasks, Hugging Face encoders and the user's own "
+                          "models of one image input or of array inputs")
     current = task(source).serving_spec()
     if spec is None:  # published before runs recorded it: this code's preprocessing is assumed
         print(f"serve: {ref} records no preprocessing; serving with the task's own ({source})")

@@ -146,6 +146,47 @@ def read_text(body: bytes, content_type: str, limits: Limits) -> str:
     return text
 
 
+def read_arrays(body: bytes, content_type: str, limits: Limits, inputs: list[dict]) -> dict:
+    """A model of array inputs' request: a JSON object ``{"inputs": {name: nested list}}`` with
+    one sample of every input (no batch axis), each cast to its dtype and checked against its
+    declared shape (``inputs``: name, dtype, shape with the batch axis first). Out: the feeds of a
+    batch of one; anything else is one 400 or 415 line naming the input."""
+    import json
+
+    import numpy as np
+
+    check_body(body, limits)
+    kind = content_type.split(";")[0].strip().lower()
+    if kind.startswith("image/"):
+        raise BadInput(415, f'Content-Type {kind}: this model reads arrays (JSON {{"inputs": '
+                            '{name: [...]}})')
+    try:
+        value = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadInput(400, f"body is not valid JSON ({e})") from None
+    names = [i["name"] for i in inputs]
+    given = value.get("inputs") if isinstance(value, dict) else None
+    if not isinstance(given, dict) or sorted(given) != sorted(names):
+        have = sorted(given) if isinstance(given, dict) else "none"
+        raise BadInput(400, f'JSON body must be {{"inputs": {{...}}}} with one array for each '
+                            f"of the model's inputs {names} (it has {have})")
+    feeds = {}
+    for i in inputs:
+        declared = i["shape"][1:]
+        try:
+            a = np.asarray(given[i["name"]], dtype=i["dtype"])
+        except (ValueError, TypeError, OverflowError) as e:
+            raise BadInput(400, f"input {i['name']}: not an array of {i['dtype']} ({e})") from None
+        if a.ndim != len(declared) or any(isinstance(d, int) and d != s
+                                          for d, s in zip(declared, a.shape)):
+            raise BadInput(400, f"input {i['name']}: an array of shape {list(a.shape)}; the "
+                                f"model takes {declared} for one sample (no batch axis)")
+        if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+            raise BadInput(400, f"input {i['name']}: holds NaN or infinity")
+        feeds[i["name"]] = a[None]
+    return feeds
+
+
 def check_input(feeds: dict, limits: Limits, what: str) -> None:
     """The model's input is bounded too, not only the bytes and the header: a tiny image of an
     extreme aspect (16384x1) is brought to the model's height keeping the aspect, a line 524288

@@ -44,11 +44,18 @@ class UserImageKey:
     spec: str     # the run's serving spec (``pipeline.models.user_serving``), canonical JSON
 
 
+@dataclass(frozen=True)
+class UserArraysKey:
+    spec: str     # the same, for a model whose inputs are arrays
+
+
 @functools.lru_cache(maxsize=None)
 def reader(key):
     """The reader for ``key``; one per process (a worker builds its own on its first request)."""
     if isinstance(key, TextKey):
         return TextReader(key)
+    if isinstance(key, UserArraysKey):
+        return UserArraysReader(key)
     return UserImageReader(key) if isinstance(key, UserImageKey) else ImageReader(key)
 
 
@@ -144,16 +151,7 @@ class UserImageReader:
         return {self.input: np.stack([images.pad(a, shape, self.prep) for a in arrays])}
 
     def answers(self, outputs) -> list:
-        from pipeline.metrics import ctc
-        from pipeline.models.user_task import agreement_predictions
-
-        out = np.asarray(outputs)
-        metric = self.spec["metric"]
-        if metric == "ctc":
-            return ctc.greedy_decode(out, self.spec["charset"], self.spec["time_major"])
-        if metric == "classification":
-            return classes_answers(out, self.spec.get("labels"), self.spec["top_k"])
-        return agreement_predictions(out, self.spec["class_axis"])
+        return metric_answers(self.spec, outputs)
 
     def example(self) -> dict:
         body, kind = self.warm_request()
@@ -167,6 +165,64 @@ class UserImageReader:
         Image.new("RGB", tuple(self.spec["sample_size"]), color=(128, 128, 128)).save(
             buf, format="PNG")
         return buf.getvalue(), "image/png"
+
+
+class UserArraysReader:
+    """The user's own model of array inputs: a JSON body ``{"inputs": {name: nested list}}``
+    holding one sample (no batch axis), checked against each input's dtype and declared shape;
+    out, what its metric reads, as for an image model."""
+
+    def __init__(self, key: UserArraysKey):
+        self.spec = json.loads(key.spec)
+        self.inputs = self.spec["inputs"]
+        self.size_input, axis = self.spec["size_axis"]
+        self.size_dim = axis - 1 if axis > 0 else None
+
+    def prepare(self, body: bytes, content_type: str, limits: Limits) -> Prepared:
+        from pipeline.serve.inputs import read_arrays
+
+        start = time.perf_counter()
+        feeds = read_arrays(body, content_type, limits, self.inputs)
+        check_input(feeds, limits, "the JSON body")
+        done = time.perf_counter()
+        size = (feeds[self.size_input].shape[self.size_dim + 1] if self.size_dim is not None
+                else 1)
+        return Prepared(feeds, int(size), (done - start) * 1000.0, 0.0)
+
+    def stack(self, feeds: list[dict]) -> dict:
+        """One batch, padded as the evaluation's batches were (``stack_arrays``)."""
+        from pipeline.models.user_task import stack_arrays
+
+        return {i["name"]: stack_arrays(
+            [f[i["name"]][0] for f in feeds],
+            self.size_dim if i["name"] == self.size_input else None,
+            self.spec["pad_width_multiple"]) for i in self.inputs}
+
+    def answers(self, outputs) -> list:
+        return metric_answers(self.spec, outputs)
+
+    def example(self) -> dict:
+        return {i["name"]: np.zeros([1, *self.spec["example"][i["name"]]], dtype=i["dtype"])
+                for i in self.inputs}
+
+    def warm_request(self) -> tuple[bytes, str]:
+        """The first evaluation sample's shapes, as zeros."""
+        return json.dumps({"inputs": {n: a[0].tolist() for n, a in self.example().items()}}) \
+            .encode(), "application/json"
+
+
+def metric_answers(spec: dict, outputs) -> list:
+    """A user's model's answers, as its metric decodes its first output: the text (``ctc``),
+    the classes (``classification``), or the output itself rounded (``agreement``)."""
+    from pipeline.metrics import ctc
+    from pipeline.models.user_task import agreement_predictions
+
+    out = np.asarray(outputs)
+    if spec["metric"] == "ctc":
+        return ctc.greedy_decode(out, spec["charset"], spec["time_major"])
+    if spec["metric"] == "classification":
+        return classes_answers(out, spec.get("labels"), spec["top_k"])
+    return agreement_predictions(out, spec["class_axis"])
 
 
 def classes_answers(outputs, labels: list | None, top_k: int) -> list[dict]:

@@ -16,8 +16,8 @@ recognizer, UTF-8 for a text model). The check passes when that p99 meets the ta
 1 % of requests failed; a server that does not start, or a step with no answered request, fails
 closed. Steady state is reported, not required: at a fixed rate below capacity a shared host's
 noise unsettles the windows' medians long before the p99 misses. Not handled: decoders (the
-server does not generate yet) and the user's own models of several inputs or inputs that are not
-images (no reader).
+server does not generate yet) and the user's own models with an image input beside others (no
+reader).
 """
 from __future__ import annotations
 
@@ -42,18 +42,23 @@ def preflight(t) -> None:
     """Before any stage: a task the server cannot read is one line, not a failed gate later."""
     if not hasattr(t, "serving_spec"):
         raise ConfigError("slo.mode=serve: the server reads the built-in OCR tasks, Hugging "
-                          "Face encoders and the user's own models of one image input; this "
-                          "model has no reader (use slo.mode=model)")
+                          "Face encoders and the user's own models of one image input or of "
+                          "arrays; this model has no reader (use slo.mode=model)")
     if getattr(t, "not_served", None):
         raise ConfigError(f"slo.mode=serve: {t.not_served} (use slo.mode=model)")
 
 
 def request_bodies(t, ds, count: int = 64) -> list[bytes]:
     """Up to ``count`` evaluation samples as a client sends them: a line as PNG, a sentence as
-    UTF-8, the user's own image file as it is (PNG or JPEG; another format as PNG)."""
+    UTF-8, the user's own image file as it is (PNG or JPEG; another format as PNG), a model of
+    array inputs' sample as JSON."""
     n = min(count, len(ds))
-    if (t.serving_spec() or {}).get("reader") == "image":
+    reader = (t.serving_spec() or {}).get("reader")
+    if reader == "image":
         return _image_files(t, ds, n)
+    if reader == "arrays":  # each sample's arrays, as the JSON body the server reads
+        return [json.dumps({"inputs": {k: v.tolist() for k, v in sample.items()}}).encode()
+                for sample in t._arrays(ds, list(range(n)))]
     if hasattr(t, "from_image"):  # the built-in recognizers: their lines as images
         from PIL import Image
 
