@@ -38,6 +38,26 @@ def section(cli, quick: bool = False, only: tuple[str, ...] = ENTRIES) -> dict:
     return out
 
 
+def ocr_run_targets(runs: dict, prefix: str = "") -> dict:
+    """An OCR entry's targets for its runs (quant mode -> the run's record): whether each ran,
+    its gate verdict with default settings, and the sequence accuracy and CER of FP32, FP16 and
+    the candidate. ``prefix``: the model's name, for an entry of several."""
+    t: dict = {}
+    for q, run in runs.items():
+        if "verdict" not in run:
+            t[f"{prefix}quant={q}: ran"] = [run.get("error") or
+                                            f"timed out after {run.get('timed_out_after_s')} s",
+                                            False]
+            continue
+        acc = run["accuracy"]
+        t[f"{prefix}quant={q}: gate verdict, default settings (passed: exit code 0)"] = [
+            run["verdict"], run["exit_code"] == 0]
+        t[f"{prefix}quant={q}: sequence accuracy / CER of fp32, fp16, candidate"] = [
+            [[acc[r]["sequence_accuracy"], acc[r]["cer"]] for r in ("fp32", "fp16", "candidate")],
+            None]
+    return t
+
+
 def table(section: dict) -> list[str]:
     """The results page's table of every entry's ``summary`` rows (Markdown lines): one line per
     model and quant mode, so that a dozen speedups do not become a dozen columns."""

@@ -294,6 +294,8 @@ def summary(name: str, m: dict) -> dict:
 
 
 def targets(out: dict) -> dict:
+    from benchmarks.zoo import ocr_run_targets
+
     t: dict = {}
     for name, m in out["models"].items():
         if "error" in m:
@@ -306,18 +308,7 @@ def targets(out: dict) -> dict:
             one = label == "batch 1"
             t[f"{name}: FP32 parity with DdddOcr().classification, {label} (% of lines)"
               + ("" if one else ", shown, not a target")] = [p, p >= 99.0 if one else None]
-        for q, run in m["runs"].items():
-            if "verdict" not in run:
-                t[f"{name} quant={q}: ran"] = [run.get("error") or
-                                               f"timed out after {run.get('timed_out_after_s')} s",
-                                               False]
-                continue
-            acc = run["accuracy"]
-            t[f"{name} quant={q}: gate verdict, default settings (passed: exit code 0)"] = [
-                run["verdict"], run["exit_code"] == 0]
-            t[f"{name} quant={q}: sequence accuracy / CER of fp32, fp16, candidate"] = [
-                [[acc[r]["sequence_accuracy"], acc[r]["cer"]] for r in ("fp32", "fp16",
-                                                                         "candidate")], None]
+        t.update(ocr_run_targets(m["runs"], f"{name} "))
         for b, tb in (m.get("timing") or {}).items():
             for key, sp in tb["speedup"].items():
                 if key.endswith("vs fp32") or " vs ort_default" in key:

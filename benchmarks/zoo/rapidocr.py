@@ -393,6 +393,8 @@ def summary(out: dict) -> dict:
 
 
 def targets(out: dict) -> dict:
+    from benchmarks.zoo import ocr_run_targets
+
     t: dict = {}
     par = out.get("parity") or {}
     if not par:
@@ -404,17 +406,8 @@ def targets(out: dict) -> dict:
             one = label == "one line per call"
             t[f"FP32 parity with RapidOCR's TextRecognizer, {label} (% of lines)"
               + ("" if one else ", shown, not a target")] = [p, p >= 99.0 if one else None]
+    t.update(ocr_run_targets(out["runs"]))
     for q, run in out["runs"].items():
-        if "verdict" not in run:
-            t[f"quant={q}: ran"] = [run.get("error") or
-                                    f"timed out after {run.get('timed_out_after_s')} s", False]
-            continue
-        acc = run["accuracy"]
-        t[f"quant={q}: gate verdict, default settings (passed: exit code 0)"] = [
-            run["verdict"], run["exit_code"] == 0]
-        t[f"quant={q}: sequence accuracy / CER of fp32, fp16, candidate"] = [
-            [[acc[r]["sequence_accuracy"], acc[r]["cer"]] for r in ("fp32", "fp16",
-                                                                     "candidate")], None]
         for b, sp in run.get("speedup_vs_fastest_float", {}).items():
             t[f"quant={q} batch {b}: candidate vs fastest float (speedup, CI)"] = [sp, None]
     s = out.get("served") or {}

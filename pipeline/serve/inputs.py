@@ -115,15 +115,21 @@ def open_image(body: bytes, content_type: str, limits: Limits):
     return image
 
 
+def _not_an_image(body: bytes, content_type: str, limits: Limits, reads: str) -> str:
+    """The body within its limits and not declared an image (415 naming what the model
+    ``reads``); its Content-Type's media type, lower case."""
+    check_body(body, limits)
+    kind = content_type.split(";")[0].strip().lower()
+    if kind.startswith("image/"):
+        raise BadInput(415, f"Content-Type {kind}: this model reads {reads}")
+    return kind
+
+
 def read_text(body: bytes, content_type: str, limits: Limits) -> str:
     """A text model's request: the body as UTF-8 text, or a JSON object whose ``text`` is a
     string (Content-Type application/json); an image, bytes that are not UTF-8, JSON without a
     string ``text`` or text of only whitespace is one line."""
-    check_body(body, limits)
-    kind = content_type.split(";")[0].strip().lower()
-    if kind.startswith("image/"):
-        raise BadInput(415, f"Content-Type {kind}: this model reads text (UTF-8, or JSON "
-                            '{"text": ...})')
+    kind = _not_an_image(body, content_type, limits, 'text (UTF-8, or JSON {"text": ...})')
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -155,11 +161,7 @@ def read_arrays(body: bytes, content_type: str, limits: Limits, inputs: list[dic
 
     import numpy as np
 
-    check_body(body, limits)
-    kind = content_type.split(";")[0].strip().lower()
-    if kind.startswith("image/"):
-        raise BadInput(415, f'Content-Type {kind}: this model reads arrays (JSON {{"inputs": '
-                            '{name: [...]}})')
+    _not_an_image(body, content_type, limits, 'arrays (JSON {"inputs": {name: [...]}})')
     try:
         value = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
