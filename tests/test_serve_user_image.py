@@ -262,7 +262,8 @@ def test_a_model_of_arrays_is_read_from_json_as_evaluated(tmp_path):
            b'{"inputs": {"x": [1], "z": [1, 2, 3]}}': "the model takes [2] for one sample",
            b'{"inputs": {"x": ["a"], "z": [1, 2]}}': "input x: not an array of float32",
            b'{"inputs": {"x": [NaN], "z": [1, 2]}}': "input x: holds NaN or infinity",
-           b"not json": "not valid JSON"}
+           b"not json": "not valid JSON",
+           b'{"inputs": {"x": ' + b"[" * 5000 + b"]" * 5000 + b"}}": "nested too deeply"}
     for body, words in bad.items():
         with pytest.raises(BadInput) as e:
             reader.prepare(body, "application/json", limits)

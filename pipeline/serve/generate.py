@@ -43,7 +43,7 @@ from starlette.routing import Route
 
 from pipeline.serve.app import ERRORS_AS_JSON, lifespan, not_serving, receive, service_routes
 from pipeline.serve.config import ServeConfig
-from pipeline.serve.inputs import BadInput, Limits, read_text
+from pipeline.serve.inputs import BadInput, Limits, json_body, read_text
 from pipeline.serve.metrics import SECONDS, ServerMetrics
 
 MB = 1024 * 1024
@@ -210,10 +210,7 @@ class Generating:
         """(prompt ids, new tokens) of a request, checked against the length limits."""
         new = self.cfg.max_new_tokens
         if content_type.split(";")[0].strip().lower() == "application/json":
-            try:
-                value = json.loads(body.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise BadInput(400, f"body is not valid UTF-8 JSON ({e})") from None
+            value = json_body(body)
             if not isinstance(value, dict) or not isinstance(value.get("prompt"), str):
                 raise BadInput(400, 'JSON body must be an object with a string "prompt", e.g. '
                                     '{"prompt": "Once upon", "max_new_tokens": 32}')
