@@ -188,6 +188,14 @@ def test_the_readers_feeds_and_text_are_the_evaluations_own(tmp_path):
         time_major = UserImageReader(UserImageKey(json.dumps({**spec, "time_major": True})))
         assert time_major.answers(out.transpose(1, 0, 2)) == t.predictions(out)
     assert len(widths) > 1 and min(widths) >= 160 and all(w % 8 == 0 for w in widths)
+    # a record naming an image step this code lacks (written by another version): one line
+    from pipeline.core.errors import ConfigError
+    from pipeline.serve import artifact
+
+    other = {**spec, "image": {**spec["image"], "sharpen": 2}}
+    with pytest.raises(ConfigError, match="preprocessing cannot be rebuilt by this code.*sharpen"):
+        artifact._served_as("rec:v1", model, {"model": {"source": "onnx", "name": "rec"}},
+                            other, None, None, {}, None)
 
 
 def test_classes_answer_scores_are_probabilities_once():

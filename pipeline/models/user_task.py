@@ -389,8 +389,9 @@ class UserTask:
 
     # -- serving: what a server needs to read a request as the evaluation read its samples -------
     def serving_spec(self) -> dict | None:
-        """One image input: its preprocessing and the output's decoding (``user_serving``);
-        None for any other model (``not_served`` says why)."""
+        """One image input's preprocessing, or each array input's dtype and shape, and the
+        output's decoding (``user_serving``); None for an image input beside others
+        (``not_served`` says why)."""
         from pipeline.models import user_serving
 
         return user_serving.spec(self)

@@ -12,9 +12,9 @@ The recorded preprocessing is compared with what this code's task does now: an a
 evaluation fed the model differently is refused, never served with other inputs than it was
 gated on. Served: the built-in OCR tasks (``from_image``), Hugging Face encoders whose run
 recorded a text spec (``serving``: the tokenizer files, shipped beside the model and re-hashed
-here, its ``max_length``, the outputs' decoding), and the user's own models of one image input
-whose run recorded an image spec (its ``data.image`` steps and its output's decoding, whole in the
-record); any other is one line saying so.
+here, its ``max_length``, the outputs' decoding), and the user's own models of one image input or
+of array inputs whose run recorded their spec (the ``data.image`` steps or each input's dtype and
+shape, and the output's decoding, whole in the record); any other is one line saying so.
 """
 from __future__ import annotations
 
@@ -171,9 +171,11 @@ def _served_as(ref, model, config: dict, spec: dict | None, ledger, eval_set, ru
     if spec is not None and spec.get("reader") in ("image", "arrays"):  # the user's own model
         from pipeline.serve.readers import UserArraysKey, UserImageKey
 
-        key = UserImageKey if spec["reader"] == "image" else UserArraysKey
-        return Served(ref, Path(model), config["model"]["name"],
-                      key(json.dumps(spec, sort_keys=True)), spec, ledger, eval_set, runtime)
+        key = (UserImageKey if spec["reader"] == "image" else UserArraysKey)(
+            json.dumps(spec, sort_keys=True))
+        _reproducible(ref, key)
+        return Served(ref, Path(model), config["model"]["name"], key, spec, ledger, eval_set,
+                      runtime)
     if source not in TASKS:
         raise ConfigError(f"{ref}: model.source={source}: its run recorded no serving spec (an "
                           "image input beside others, or a run older than serving); the server "
@@ -188,6 +190,21 @@ def _served_as(ref, model, config: dict, spec: dict | None, ledger, eval_set, ru
                           f"{', '.join(changed)}; serve it with the version that built it")
     return Served(ref, Path(model), config["model"]["name"], source, current, ledger, eval_set,
                   runtime)
+
+
+def _reproducible(ref: str, key) -> None:
+    """The recorded preprocessing is one this code can rebuild (a record written by another
+    version may name an image step this one lacks): one line, as for a built-in task whose
+    preprocessing changed, rather than a reader that fails in every worker."""
+    from pipeline.core.errors import PipelineError
+    from pipeline.serve.readers import reader
+
+    try:
+        reader(key)
+    except (KeyError, TypeError, ValueError, PipelineError) as e:
+        raise ConfigError(f"{ref}: its evaluation's preprocessing cannot be rebuilt by this "
+                          f"code ({type(e).__name__}: {e}); serve it with the version that "
+                          "built it") from None
 
 
 def _text_key(ref: str, spec: dict, folder: Path | None):
