@@ -4,17 +4,18 @@ the JSON a client gets, with the code its evaluation used.
 In: a reader key (hashable and picklable, so a preprocessing worker process rebuilds the reader
 from it): a built-in OCR task's key, a ``TextKey`` (the folder holding the tokenizer files the
 artifact carries, and the serving spec its run recorded), or a ``UserImageKey`` /
-``UserArraysKey`` (the spec a run of the user's own image or array model recorded). Out: a reader with ``prepare`` (one
-request's bytes checked, decoded and preprocessed: a ``Prepared``, or ``BadInput``), ``stack``
-(prepared requests of one shape class as one batch), ``answers`` (a batch's outputs as one answer
-per request), ``example`` and ``warm_request`` (what warm-up sends).
+``UserArraysKey`` (the spec a run of the user's own image or array model recorded). Out: a
+reader with ``prepare`` (one request's bytes checked, decoded and preprocessed: a ``Prepared``,
+or ``BadInput``), ``stack`` (prepared requests of one shape class as one batch), ``answers`` (a
+batch's outputs as one answer per request), ``example`` and ``warm_request`` (what warm-up
+sends).
 
 A built-in image model (OCR) reads PNG or JPEG through the task's own ``from_image`` and answers
 what the task decodes (the text). The user's own image model reads them through the recorded
 ``data.image`` steps (``pipeline.data.images``, the functions its evaluation used) and answers what
 its metric decodes: the text (``ctc``), the classes (``classification``) or the output
-(``agreement``); a model of arrays reads one sample as JSON and answers the same way. A Hugging Face encoder reads UTF-8 text, or JSON ``{"text": ...}``,
-tokenized by the folder's tokenizer through the evaluation's own ``encode`` (truncated to the same
+(``agreement``); a model of arrays reads one sample as JSON and answers the same way. A Hugging
+Face encoder reads UTF-8 text, or JSON ``{"text": ...}``, tokenized by the folder's tokenizer through the evaluation's own ``encode`` (truncated to the same
 ``max_length``), and answers the vector (an embedding, rounded as the output-hash ledger rounds
 it), or for a classifier its class, label, softmax score and top-k classes. Decoders are not read
 here (they generate; no batch of one shape answers them).
