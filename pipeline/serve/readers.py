@@ -16,9 +16,10 @@ what the task decodes (the text). The user's own image model reads them through 
 its metric decodes: the text (``ctc``), the classes (``classification``) or the output
 (``agreement``); a model of arrays reads one sample as JSON and answers the same way. A Hugging
 Face encoder reads UTF-8 text, or JSON ``{"text": ...}``, tokenized by the folder's tokenizer
-through the evaluation's own ``encode`` (truncated to the same ``max_length``), and answers the vector (an embedding, rounded as the output-hash ledger rounds
-it), or for a classifier its class, label, softmax score and top-k classes. Decoders are not read
-here (they generate; no batch of one shape answers them).
+through the evaluation's own ``encode`` (truncated to the same ``max_length``), and answers the
+vector (an embedding, rounded as the output-hash ledger rounds it), or for a classifier its
+class, label, softmax score and top-k classes. Decoders are not read here (they generate; no
+batch of one shape answers them).
 """
 from __future__ import annotations
 
