@@ -26,17 +26,18 @@ if os.environ.get("PYTEST_XDIST_WORKER") and "PIPELINE_LOCK_DIR" not in os.envir
         prefix=f"pipeline-locks-{os.environ['PYTEST_XDIST_WORKER']}-")
 
 
-def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600,
-            env: dict | None = None) -> subprocess.CompletedProcess:
-    """``python -m pipeline *args``; forked from a warm interpreter where that is the same
-    (tests/warm_cli.py)."""
+def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, env: dict | None = None,
+            module: str = "pipeline") -> subprocess.CompletedProcess:
+    """``python -m pipeline *args`` (or another of its commands, ``module``: the registry, the
+    bill); forked from a warm interpreter where that is the same (tests/warm_cli.py)."""
     from tests import warm_cli
 
+    args = tuple(map(str, args))
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    warm = warm_cli.run(list(args), cwd, env, timeout)
+    warm = warm_cli.run(list(args), cwd, env, timeout, module)
     if warm is not None:
         return warm
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -95,8 +95,9 @@ def env() -> dict:
 
 
 def registry_cli(*args: str, cwd: Path = ROOT, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline.registry", *map(str, args)], cwd=cwd,
-                          env=env(), capture_output=True, text=True, timeout=timeout)
+    from tests.conftest import run_cli
+
+    return run_cli(*args, cwd=cwd, timeout=timeout, module="pipeline.registry")
 
 
 def free_port() -> int:

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import onnxruntime
 import pytest
@@ -14,9 +12,7 @@ from tests.conftest import ROOT, run_cli
 
 
 def bill_cli(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "pipeline.bill", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return run_cli(*args, cwd=cwd, timeout=120, module="pipeline.bill")
 
 
 def test_default_bill_is_the_articles_example_as_a_table():

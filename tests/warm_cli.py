@@ -42,6 +42,9 @@ WARM = ["datasets", "onnx", "onnxruntime", "PIL.Image", "hydra", "omegaconf",
         "pipeline.engine.runner", "pipeline.report.manifest", "pipeline.models.ocr.task",
         "pipeline.data.real_batches"]
 MUST_NOT_HOLD = ("torch", "transformers", "ray")
+# The commands a zygote forks: the pipeline, and those the tests run as often (each a package
+# with a ``__main__``, whose imports the pipeline's mostly cover).
+MODULES = ("pipeline", "pipeline.registry", "pipeline.bill")
 
 
 def _send(sock: socket.socket, obj) -> None:
@@ -85,12 +88,12 @@ class Zygote:
         self.proc.stdout.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def run(self, args: list[str], cwd: Path, env: dict[str, str],
-            timeout: float) -> subprocess.CompletedProcess:
+    def run(self, args: list[str], cwd: Path, env: dict[str, str], timeout: float,
+            module: str = "pipeline") -> subprocess.CompletedProcess:
         out, err = (Path(tempfile.mkstemp(dir=self.folder, suffix=s)[1]) for s in (".out", ".err"))
-        cmd = [sys.executable, "-m", "pipeline", *args]
+        cmd = [sys.executable, "-m", module, *args]
         try:
-            code = self._ask({"argv": list(args), "cwd": str(cwd), "env": env,
+            code = self._ask({"module": module, "argv": list(args), "cwd": str(cwd), "env": env,
                               "stdout": str(out), "stderr": str(err)}, cmd, timeout)
             return subprocess.CompletedProcess(cmd, code, out.read_text(), err.read_text())
         finally:
@@ -127,12 +130,15 @@ def _close_all() -> None:
         _zygotes.popitem()[1].close()
 
 
-def run(args: list[str], cwd: Path, env: dict[str, str],
-        timeout: float) -> subprocess.CompletedProcess | None:
-    """The run, forked from a zygote; None where it is to start cold (above)."""
+def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float,
+        module: str = "pipeline") -> subprocess.CompletedProcess | None:
+    """``python -m <module> *args`` (the pipeline, or one of its other commands: ``MODULES``),
+    forked from a zygote; None where it is to start cold (above)."""
     from pipeline.cli.sweep.launch import is_sweep
 
-    if os.environ.get("PIPELINE_TEST_COLD_CLI") == "1" or is_sweep(args):
+    assert module in MODULES, module
+    if (os.environ.get("PIPELINE_TEST_COLD_CLI") == "1"
+            or (module == "pipeline" and is_sweep(args))):
         return None  # a sweep hands its jobs to launchers that start interpreters anyway
     key = frozenset((k, v) for k, v in env.items() if k != "PYTEST_CURRENT_TEST")
     if key not in _zygotes:
@@ -142,7 +148,7 @@ def run(args: list[str], cwd: Path, env: dict[str, str],
         if len(_zygotes) >= ZYGOTES:
             _zygotes.pop(next(iter(_zygotes))).close()
         _zygotes[key] = Zygote(env)
-    return _zygotes[key].run(args, cwd, env, timeout)
+    return _zygotes[key].run(args, cwd, env, timeout, module)
 
 
 # ---- the zygote's side ----------------------------------------------------------------------
@@ -213,7 +219,7 @@ def _become_the_run(request: dict) -> None:
     sys.path[0] = request["cwd"]  # ``python -m`` puts the working directory first
     sys.argv = ["-m", *request["argv"]]
     try:
-        runpy.run_module("pipeline", run_name="__main__", alter_sys=True)
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as e:
         code = _exit_code(e.code)
