@@ -64,3 +64,36 @@ def test_a_run_past_its_timeout_is_killed_and_raises(zygote, tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         zygote.run(tiny_args(tmp_path), tmp_path, env, timeout=0.5)
     assert not list(zygote.folder.glob("*.out"))  # nothing of the run is left behind
+
+
+def test_runs_share_the_zygotes_forkserver_and_its_children_write_to_the_run(zygote, tmp_path):
+    """The stage children of two runs come from one forkserver (tests/warm_cli.py), started
+    with the run's environment, and each child writes to its own run's stderr."""
+    from tests import byo_net
+
+    byo_net.write_folder(tmp_path / "data", 4)
+    (tmp_path / "probe_fs.py").write_text(
+        "import json, os, sys\n"
+        "from pipeline.core import isolate\n"
+        "from tests.byo_net import small_cnn\n"
+        "def build():\n"
+        "    if not isolate._IN_CHILD:  # the command line's own checks\n"
+        "        return small_cnn()\n"
+        "    with open('seen.jsonl', 'a') as f:\n"
+        "        f.write(json.dumps({'ppid': os.getppid(),\n"
+        "                            'probe': os.environ.get('WARM_PROBE')}) + '\\n')\n"
+        "    print('probe says hello', file=sys.stderr, flush=True)\n"
+        "    raise ValueError('not a network')\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WARM_PROBE": "from the test"}
+    args = ["model=torch", "model.factory=probe_fs:build",
+            "model.inputs={image: [batch, 3, 16, 16]}", "model.outputs=[logits]",
+            "data=imagefolder", f"data.path={tmp_path / 'data'}",
+            "data.calibration_samples=4", "data.evaluation_samples=4", "metric=classification",
+            f"workdir={tmp_path / 'work'}", "registry=null"]
+    procs = [zygote.run(args, tmp_path, env, 300) for _ in range(2)]
+    seen = [json.loads(line) for line in (tmp_path / "seen.jsonl").read_text().splitlines()]
+    assert len(seen) == 2, procs[0].stdout + procs[0].stderr
+    assert seen[0]["ppid"] == seen[1]["ppid"]  # one forkserver for both runs
+    assert all(s["probe"] == "from the test" for s in seen)
+    for proc in procs:
+        assert proc.returncode != 0 and "probe says hello" in proc.stderr, proc.stderr

@@ -19,6 +19,10 @@ zygote imports neither torch nor transformers: the pipeline's forkserver preload
 holds of those (``pipeline.core.isolate.IF_LOADED``), and a run that never needed them must not
 look as if it had. It does import ``datasets``, which nearly every run's parent imports to check
 its data: a run that would not have has its forkserver preload it too (a second, no more).
+
+The pipeline's other commands the tests run as often (``MODULES``: the registry, the bill) fork
+from it the same way, and the forkserver a run starts is the zygote's, shared by the runs that
+ask for the same one (below, "one forkserver for the runs of a zygote").
 """
 from __future__ import annotations
 
@@ -167,6 +171,8 @@ def _serve(address: str) -> None:
     held = [m for m in MUST_NOT_HOLD if m in sys.modules]
     assert not held, f"the warm interpreter must not hold {held}"
 
+    global _ADDRESS
+    _ADDRESS = address
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address)
     listener.listen(64)
@@ -181,17 +187,19 @@ def _serve(address: str) -> None:
             if key.fileobj is sys.stdin:  # the test process is gone
                 return
             conn, _ = listener.accept()
-            if os.fork() == 0:
+            request = _recv(conn)
+            if request is not None and request.get("forkserver"):
+                _hand_a_forkserver(conn, request)
+            elif request is not None and os.fork() == 0:
                 events.close()
                 listener.close()
-                _wait_for_run(conn)  # never returns
+                _wait_for_run(conn, request)  # never returns
             conn.close()
 
 
-def _wait_for_run(conn: socket.socket) -> None:
+def _wait_for_run(conn: socket.socket, request: dict) -> None:
     """A waiter: fork the run, tell the test its pid, then its exit code."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    request = _recv(conn)
     pid = os.fork()
     if pid == 0:
         conn.close()
@@ -218,6 +226,7 @@ def _become_the_run(request: dict) -> None:
         os.close(target)
     sys.path[0] = request["cwd"]  # ``python -m`` puts the working directory first
     sys.argv = ["-m", *request["argv"]]
+    _ask_the_zygote_for_the_forkserver()
     try:
         runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         code = 0
@@ -245,6 +254,130 @@ def _exit_code(code) -> int:
         return code
     print(code, file=sys.stderr)
     return 1
+
+
+
+# ---- one forkserver for the runs of a zygote ------------------------------------------------
+# Every run of the pipeline starts multiprocessing's forkserver, which imports what its stages
+# need (torch, sympy, onnxscript, datasets: ``pipeline.core.isolate``) before its first child: 2.5
+# CPU-seconds a run, a tenth of the suite's CPU time, spent on the same imports each time. A run
+# forked from a zygote asks the zygote for it instead: the zygote starts one as multiprocessing
+# starts it (the same command, preload, interpreter flags, and the run's environment and working
+# folder at that moment, so HF_HUB_OFFLINE set by the run is there), keeps it, and hands it to
+# every later run that asks for the same. Each child's stdout and stderr are the asking run's own
+# (passed with the child's other fds). What differs from a run's own forkserver: its stage
+# children are the zygote's forkserver's, so a run killed outright (a test's timeout) leaves a
+# stage child to finish its stage rather than die with the run.
+FORKSERVERS = 2  # kept per zygote (each holds torch); the oldest goes
+_forkservers: dict = {}
+_ADDRESS = None  # the zygote's socket, known to the runs it forks
+
+
+def _ask_the_zygote_for_the_forkserver() -> None:
+    """In a run: have multiprocessing take its forkserver from the zygote."""
+    from multiprocessing import forkserver, reduction, resource_tracker, spawn, util
+
+    fs = forkserver._forkserver
+    connect = fs.connect_to_new_process
+
+    def ensure_running() -> None:
+        with fs._lock:
+            resource_tracker.ensure_running()
+            if fs._forkserver_address is not None:
+                return
+            data = {}
+            if fs._preload_modules:  # as ForkServer.ensure_running computes it
+                data = {k: v for k, v in spawn.get_preparation_data("ignore").items()
+                        if k in ("main_path", "sys_path")}
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.connect(_ADDRESS)
+                _send(sock, {"forkserver": True, "preload": list(fs._preload_modules),
+                             "data": data, "env": dict(os.environ), "cwd": os.getcwd(),
+                             "flags": util._args_from_interpreter_flags()})
+                reduction.sendfds(sock, [1, 2])  # the server's own output, as a run's would be
+                fs._forkserver_address, fs._forkserver_pid = _recv(sock)
+                fs._forkserver_alive_fd = reduction.recvfds(sock, 1)[0]
+
+    def connect_to_new_process(fds):
+        return connect([*fds, 1, 2])  # the child's stdout and stderr: this run's
+
+    fs.ensure_running = forkserver.ensure_running = ensure_running
+    forkserver.connect_to_new_process = connect_to_new_process
+
+
+class _Forkserver:
+    """A forkserver the zygote started for runs with one (preload, data, environment)."""
+
+    def __init__(self, request: dict, out: int, err: int):
+        from multiprocessing import connection
+
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.address = connection.arbitrary_address("AF_UNIX")
+        listener.bind(self.address)
+        os.chmod(self.address, 0o600)
+        listener.listen()
+        alive_r, self.alive_w = os.pipe()
+        load = ("import importlib.util as u; s = u.spec_from_file_location('warm_forkserver', "
+                f"{__file__!r}); m = u.module_from_spec(s); s.loader.exec_module(m); ")
+        cmd = load + (f"m.forkserver_main({listener.fileno()}, {alive_r}, "
+                      f"{request['preload']!r}, **{request['data']!r})")
+        self.proc = subprocess.Popen(
+            [sys.executable, *request["flags"], "-c", cmd], stdin=subprocess.DEVNULL,
+            stdout=out, stderr=err, pass_fds=(listener.fileno(), alive_r),
+            env=request["env"], cwd=request["cwd"])
+        self.pid = self.proc.pid
+        os.close(alive_r)
+        listener.close()
+
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def close(self) -> None:
+        os.close(self.alive_w)  # it leaves once no run holds the other copies either
+
+
+def _hand_a_forkserver(conn: socket.socket, request: dict) -> None:
+    from multiprocessing import reduction
+
+    out, err = reduction.recvfds(conn, 2)
+    key = (tuple(request["preload"]), repr(sorted(request["data"].items())),
+           tuple(request["flags"]), frozenset((k, v) for k, v in request["env"].items()
+                                              if k != "PYTEST_CURRENT_TEST"))
+    server = _forkservers.get(key)
+    if server is None or not server.alive():
+        if len(_forkservers) >= FORKSERVERS:
+            _forkservers.pop(next(iter(_forkservers))).close()
+        server = _forkservers[key] = _Forkserver(request, out, err)
+    os.close(out)
+    os.close(err)
+    _send(conn, (server.address, server.pid))
+    reduction.sendfds(conn, [server.alive_w])
+
+
+def forkserver_main(listener_fd: int, alive_r: int, preload: list, **data) -> None:
+    """multiprocessing's forkserver, whose every child first takes the stdout and stderr its
+    run passed last among the child's fds (``connect_to_new_process`` above)."""
+    from multiprocessing import forkserver
+
+    serve_one = forkserver._serve_one
+
+    def _serve_one(child_r, fds, unused_fds, handlers):
+        *fds, out, err = fds
+        for fd, target in ((out, 1), (err, 2)):
+            os.dup2(fd, target)
+            os.close(fd)
+        return serve_one(child_r, fds, unused_fds, handlers)
+
+    forkserver._serve_one = _serve_one
+    # as in a run: the zygote ignores SIGCHLD (its waiters are reaped by the kernel), and an
+    # ignored signal stays ignored through exec, into every stage child and its subprocesses
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    forkserver.main(listener_fd, alive_r, preload, **data)
+
 
 if __name__ == "__main__":
     _serve(sys.argv[1])
