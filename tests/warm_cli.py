@@ -40,8 +40,9 @@ import tempfile
 from pathlib import Path
 
 # What a run's parent imports before its first stage (measured on a tiny OCR run), less torch
-# and transformers (above).
-WARM = ["datasets", "onnx", "onnxruntime", "PIL.Image", "hydra", "omegaconf",
+# and transformers (above), and pyplot, which every run that reaches its report imports to draw
+# it (0.4 s).
+WARM = ["datasets", "onnx", "onnxruntime", "PIL.Image", "matplotlib.pyplot", "hydra", "omegaconf",
         "pipeline.cli.main", "pipeline.cli.finish", "pipeline.recipes.main",
         "pipeline.engine.runner", "pipeline.report.manifest", "pipeline.models.ocr.task",
         "pipeline.data.real_batches"]
