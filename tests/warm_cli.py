@@ -14,7 +14,8 @@ stages and children are started by the run as in a cold one.
 
 What a fork cannot make equal it does not try to: a variable read when a library was imported
 keeps the zygote's value, so there is one zygote for each environment (``run``), and the first
-run with an environment, sweeps, and every run when ``PIPELINE_TEST_COLD_CLI=1`` start cold. The
+run with an environment other than the test process's own, sweeps, and every run when
+``PIPELINE_TEST_COLD_CLI=1`` start cold. The
 zygote imports neither torch nor transformers: the pipeline's forkserver preloads what its parent
 holds of those (``pipeline.core.isolate.IF_LOADED``), and a run that never needed them must not
 look as if it had. It does import ``datasets``, which nearly every run's parent imports to check
@@ -123,7 +124,9 @@ class Zygote:
 
 # One zygote for each environment a run asked for twice (pytest's PYTEST_CURRENT_TEST aside):
 # the first run with an environment starts cold, so one that only a single test sets (a
-# variable naming its temporary folder) never pays for a zygote. A few at most; the oldest goes.
+# variable naming its temporary folder) never pays for a zygote. The test process's own
+# environment (``run_cli`` without ``env``) is asked for by most tests: its first run forks too.
+# A few at most; the oldest goes.
 ZYGOTES = 3
 _zygotes: dict[frozenset, Zygote] = {}
 _seen: set[frozenset] = set()
@@ -147,13 +150,21 @@ def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float,
         return None  # a sweep hands its jobs to launchers that start interpreters anyway
     key = frozenset((k, v) for k, v in env.items() if k != "PYTEST_CURRENT_TEST")
     if key not in _zygotes:
-        if key not in _seen:
+        if key not in _seen and not _the_tests_own(env):
             _seen.add(key)
             return None
         if len(_zygotes) >= ZYGOTES:
             _zygotes.pop(next(iter(_zygotes))).close()
         _zygotes[key] = Zygote(env)
     return _zygotes[key].run(args, cwd, env, timeout, module)
+
+
+def _the_tests_own(env: dict[str, str]) -> bool:
+    """``env`` is this test process's environment with the checkout on PYTHONPATH."""
+    def rest(e):
+        return {k: v for k, v in e.items() if k not in ("PYTEST_CURRENT_TEST", "PYTHONPATH")}
+
+    return rest(env) == rest(os.environ)
 
 
 # ---- the zygote's side ----------------------------------------------------------------------
