@@ -52,7 +52,7 @@ setup: $(VENV)/.installed $(VENV)/bin/python-avx2
 run: setup  ## compile, gate and publish the OCR model as INT8
 	$(PY) -m pipeline $(ARGS)
 
-test: setup  ## the test suite (6.9 to 8 minutes on 2 AMD EPYC cores with AVX512-VNNI; more on slower CPUs: docs/installing.md)
+test: setup  ## the test suite (6.9 to 8 minutes on 2 Zen 5 EPYC cores, 9.1 to 9.3 on Zen 4; more on slower CPUs: docs/installing.md)
 	$(PY) -m pytest -q -n 2 --dist loadscope
 
 test-fast: setup  ## the unit tests for the edit loop: no whole-CLI run (marked cli by tests/conftest.py), nothing marked slow
