@@ -38,6 +38,19 @@ def section(cli, quick: bool = False, only: tuple[str, ...] = ENTRIES) -> dict:
     return out
 
 
+def truetype_fonts(prefer: tuple[str, ...] = ()) -> list:
+    """The machine's TrueType fonts (those named in ``prefer`` when it has any), for the OCR
+    entries' rendered lines; none is a one-line error naming the package to install."""
+    from pathlib import Path
+
+    found = sorted(Path("/usr/share/fonts").rglob("*.ttf"))
+    fonts = [f for f in found if f.name in prefer] or found
+    if not fonts:
+        raise RuntimeError("no TrueType fonts under /usr/share/fonts: apt-get install -y "
+                           "fonts-dejavu-core")
+    return fonts
+
+
 def ocr_run_targets(runs: dict, prefix: str = "") -> dict:
     """An OCR entry's targets for its runs (quant mode -> the run's record): whether each ran,
     its gate verdict with default settings, and the sequence accuracy and CER of FP32, FP16 and

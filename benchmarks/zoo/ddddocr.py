@@ -60,10 +60,9 @@ def write_lines(folder: Path, count: int, seed: int = 0) -> Path:
     on white at sizes 24-40 px with random margins; returns ``labels.jsonl``."""
     from PIL import Image, ImageDraw, ImageFont
 
-    fonts = sorted(Path("/usr/share/fonts").rglob("*.ttf"))
-    if not fonts:
-        raise RuntimeError("no TrueType fonts under /usr/share/fonts: apt-get install -y "
-                           "fonts-dejavu-core")
+    from benchmarks.zoo import truetype_fonts
+
+    fonts = truetype_fonts()
     labels = folder / "labels.jsonl"
     stamp = folder / ".complete"
     if stamp.exists() and stamp.read_text() == f"{count} {seed}\n":

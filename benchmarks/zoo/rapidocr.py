@@ -93,11 +93,9 @@ def write_lines(folder: Path, count: int, seed: int = 1234) -> Path:
     on light paper; returns ``labels.jsonl``."""
     from PIL import Image, ImageDraw, ImageFont
 
-    found = sorted(Path("/usr/share/fonts").rglob("*.ttf"))
-    fonts = [f for f in found if f.name in FONT_NAMES] or found
-    if not fonts:
-        raise RuntimeError("no TrueType fonts under /usr/share/fonts: apt-get install -y "
-                           "fonts-dejavu-core")
+    from benchmarks.zoo import truetype_fonts
+
+    fonts = truetype_fonts(FONT_NAMES)
     labels, stamp = folder / "labels.jsonl", folder / ".complete"
     if stamp.exists() and stamp.read_text() == f"{count} {seed}\n":
         return labels
