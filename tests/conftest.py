@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny OCR-shaped pipeline run once per test session and reused."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import os
@@ -200,13 +201,22 @@ if importlib.util.find_spec("xdist") is not None:
 _STARTS_CLI = re.compile(r'run_cli\(|tiny_args\(|"-m", "pipeline|from pipeline\.__main__ import')
 
 
+@functools.cache
+def _source(fn) -> str | None:
+    """A function's source, read once a session: the same fixtures and helpers are asked for by
+    every test that uses them (tokenizing them again for each was 1 s of every collection)."""
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return None
+
+
 def _starts_cli(fn, module, seen: set) -> bool:
     if fn in seen or not callable(fn):
         return False
     seen.add(fn)
-    try:
-        src = inspect.getsource(fn)
-    except (OSError, TypeError):
+    src = _source(fn)
+    if src is None:
         return False
     if _STARTS_CLI.search(src):
         return True
