@@ -40,7 +40,8 @@ def report(workdir: Path) -> dict:
 @pytest.fixture(scope="module")
 def auto_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("auto")
-    proc = run_cli(*args(workdir, "quant=auto", "quant.region_trials=1"))
+    # every candidate on every runtime in blocks of 4 runs (20 by default when runtimes mix)
+    proc = run_cli(*args(workdir, "quant=auto", "quant.region_trials=1", "bench.block=4"))
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     return workdir, proc
 
@@ -85,7 +86,8 @@ def test_every_timing_comes_from_one_benchmark_and_a_second_run_rebuilds_nothing
     rep = report(workdir)
     benches = [s for s in rep["stages"] if s["stage"] == "benchmark"]
     assert len(benches) == 1  # every candidate on every runtime timed side by side, once
-    proc = run_cli(*args(workdir, "quant=auto", "quant.region_trials=1"))
+    # every candidate on every runtime in blocks of 4 runs (20 by default when runtimes mix)
+    proc = run_cli(*args(workdir, "quant=auto", "quant.region_trials=1", "bench.block=4"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     again = report(workdir)
     assert all(s["reused"] for s in again["stages"])

@@ -21,7 +21,9 @@ needs_openvino = pytest.mark.skipif(not runtimes.installed("openvino"),
 
 @needs_openvino
 def test_auto_benchmarks_every_target_and_records_the_choice(tiny_run, tmp_path):
-    proc = run_cli(*seeded_args(tiny_run, seeded(tiny_run, tmp_path), "hardware.runtime=auto"))
+    # blocks of 4 runs (20 by default when runtimes mix: tests/measure/test_timing.py)
+    proc = run_cli(*seeded_args(tiny_run, seeded(tiny_run, tmp_path), "hardware.runtime=auto",
+                                "bench.block=4"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rep = json.loads((tmp_path / "runs" / "latest" / "report.json").read_text())
     rt = rep["runtimes"]
@@ -108,13 +110,13 @@ def test_a_failing_runtime_is_recorded_while_the_others_run(tiny_run, tmp_path):
     assert "Det" in plan.failures["candidate @ openvino fp32"]
     assert ("fp32", runtimes.Target("openvino", "fp32")) in plan.extra  # the other one ran
 
-    bench_cfg = dataclasses.replace(cfg.bench, min_rounds=10, max_seconds=0.5,
+    bench_cfg = dataclasses.replace(cfg.bench, min_rounds=10, max_seconds=0.5, block=4,
                                     cold_start_repeats=0, batch_sizes=[1])
     bench = runner.run(Benchmark(split, bench_cfg, hw, plan.bench_options()), bad, fp32=fp32)
     assert list(bench.meta["failures"]) == ["candidate @ openvino fp32"]
     timed = bench.meta["batches"]["1"]["latency_ms"]
     assert {"candidate", "fp32", "fp32 @ openvino fp32"} <= set(timed)
-    assert bench.meta["batches"]["1"]["block"] == 20  # runtimes mixed: alternated in blocks
+    assert bench.meta["batches"]["1"]["block"] == 4  # runtimes mixed: alternated in blocks
 
 
 @needs_openvino

@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
+import re
 import selectors
 import shutil
 import signal
@@ -47,7 +48,7 @@ WARM = ["datasets", "onnx", "onnxruntime", "PIL.Image", "matplotlib.pyplot", "hy
         "pipeline.cli.main", "pipeline.cli.finish", "pipeline.recipes.main",
         "pipeline.engine.runner", "pipeline.report.manifest", "pipeline.models.ocr.task",
         "pipeline.data.real_batches"]
-MUST_NOT_HOLD = ("torch", "transformers", "ray")
+MUST_NOT_HOLD = ("torch", "transformers", "ray", "mlflow")
 # The commands a zygote forks: the pipeline, and those the tests run as often (each a package
 # with a ``__main__``, whose imports the pipeline's mostly cover).
 MODULES = ("pipeline", "pipeline.registry", "pipeline.bill")
@@ -122,7 +123,22 @@ class Zygote:
                 raise
 
 
-# One zygote for each environment a run asked for twice (pytest's PYTEST_CURRENT_TEST aside):
+# Variables left out of the keys that pick a zygote and a forkserver (``_keyed``): values that
+# libraries write into the environment for themselves (torch's inductor cache folder, the path
+# onnxruntime-genai found onnxruntime's library at: a process without them computes the same),
+# and those of libraries neither holds (Ray, which also sets PYTHONBREAKPOINT, and MLflow: never
+# imported there, MUST_NOT_HOLD). An in-process test that used one of those libraries changed the
+# worker's environment for good, and every later run paid for a new zygote and its forkservers:
+# 4 of a suite's 8 zygotes. A forked run still gets its whole environment (``_become_the_run``).
+NOT_KEYED = re.compile(r"(PYTEST_CURRENT_TEST|TORCHINDUCTOR_CACHE_DIR|ORT_LIB_PATH"
+                       r"|PYTHONBREAKPOINT)$|_?MLFLOW_|RAY_")
+
+
+def _keyed(env: dict[str, str]) -> frozenset:
+    return frozenset((k, v) for k, v in env.items() if not NOT_KEYED.match(k))
+
+
+# One zygote for each environment a run asked for twice (NOT_KEYED aside):
 # the first run with an environment starts cold, so one that only a single test sets (a
 # variable naming its temporary folder) never pays for a zygote. The test process's own
 # environment (``run_cli`` without ``env``) is asked for by most tests: its first run forks too.
@@ -148,7 +164,7 @@ def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float,
     if (os.environ.get("PIPELINE_TEST_COLD_CLI") == "1"
             or (module == "pipeline" and is_sweep(args))):
         return None  # a sweep hands its jobs to launchers that start interpreters anyway
-    key = frozenset((k, v) for k, v in env.items() if k != "PYTEST_CURRENT_TEST")
+    key = _keyed(env)
     if key not in _zygotes:
         if key not in _seen and not _the_tests_own(env):
             _seen.add(key)
@@ -357,8 +373,7 @@ def _hand_a_forkserver(conn: socket.socket, request: dict) -> None:
 
     out, err = reduction.recvfds(conn, 2)
     key = (tuple(request["preload"]), repr(sorted(request["data"].items())),
-           tuple(request["flags"]), frozenset((k, v) for k, v in request["env"].items()
-                                              if k != "PYTEST_CURRENT_TEST"))
+           tuple(request["flags"]), _keyed(request["env"]))
     server = _forkservers.get(key)
     if server is None or not server.alive():
         if len(_forkservers) >= FORKSERVERS:

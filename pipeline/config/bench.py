@@ -56,7 +56,7 @@ class TimingConfig:
     min_seconds: float = 10.0               # per batch size: spread the rounds over at least this
     max_seconds: float = 60.0               # per batch size: keep measuring while CIs are wide
     rel_ci: float = 0.03                    # target half-width of each ratio's 95 % CI
-    block: int = 1                          # runs per model per round (>1 across runtimes)
+    block: int = 1                          # runs per model per round (1: 20 across runtimes)
     size_buckets: int = 4                   # input shape classes by the dynamic axis's size
     batches_per_bucket: int = 2             # distinct real batches per shape class
     warmup_window: int = 10                 # warm-up ends when two windows' medians agree ...

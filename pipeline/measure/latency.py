@@ -15,7 +15,7 @@ import numpy as np
 from pipeline.measure import timing
 
 OUTLIER_FACTOR = 1.5  # an input 1.5x slower than its shape predicts is flagged
-MIXED_BLOCK = 20      # runs per model per round when the timed set mixes runtimes
+MIXED_BLOCK = 20      # runs per model per round when the timed set mixes runtimes (bench.block=1)
 MIN_BLOCK_ROUNDS = 10  # rounds of blocks before the CI may stop the timing
 MIN_STATE_ROUNDS = 20  # rounds a core state needs before its own speedup is reported
 
@@ -74,9 +74,11 @@ def core_states(probes: list, times: dict, fastest: str, rel_ci: float) -> dict:
 
 def blocking(cfg, runtimes_timed: set) -> tuple[int, int, int]:
     """(block, min rounds, rounds between CI checks). Across runtimes, one engine's spinning
-    workers slow the next one's first runs: alternate in blocks of MIXED_BLOCK runs, and count
-    rounds so that each model still gets about ``min_rounds`` runs."""
-    block = max(cfg.block, MIXED_BLOCK) if len(runtimes_timed) > 1 else cfg.block
+    workers slow the next one's first runs: alternate in blocks, of ``bench.block`` runs where
+    it is set above 1 and of MIXED_BLOCK where it is left at 1, and count rounds so that each
+    model still gets about ``min_rounds`` runs (at least MIN_BLOCK_ROUNDS rounds)."""
+    mixed = len(runtimes_timed) > 1
+    block = MIXED_BLOCK if mixed and cfg.block == 1 else cfg.block
     if block == 1:
         return 1, cfg.min_rounds, 50
     return block, max(MIN_BLOCK_ROUNDS, math.ceil(cfg.min_rounds / block)), MIN_BLOCK_ROUNDS

@@ -27,8 +27,8 @@ precision, baselines in fp32; ``runtime=auto`` times every artifact on every tar
 its own label, see ``runtimes.plan``). A target that cannot load a model is recorded in
 ``failures`` and the others are timed. When the timed set mixes runtimes, per-run alternation is
 spoiled by the other engine's spinning workers, so models alternate in blocks of ``MIXED_BLOCK``
-runs (``pipeline.measure.latency``): ratios compare block medians, percentiles use every single
-run.
+runs, or of ``bench.block`` where it is set above 1 (``pipeline.measure.latency``): ratios
+compare block medians, percentiles use every single run.
 """
 from __future__ import annotations
 

@@ -108,3 +108,19 @@ def test_every_input_is_timed_in_every_order():
         assert {y for y, _ in rest} == {x}
         firsts.setdefault(x, set()).add(first)
     assert all(f == set("abcd") for f in firsts.values()), firsts
+
+
+def test_runtimes_mixed_alternate_in_blocks_of_20_unless_bench_block_says_how_many():
+    """One engine's spinning threads slow the next one's first runs: across runtimes each model
+    runs in blocks (20 at ``bench.block=1``), and the rounds are counted so that each model
+    still gets about ``min_rounds`` runs, never fewer than 10 rounds of blocks."""
+    from pipeline.config.bench import TimingConfig
+    from pipeline.measure.latency import blocking
+
+    one, two = {"onnxruntime"}, {"onnxruntime", "openvino"}
+    assert blocking(TimingConfig(min_rounds=200), one) == (1, 200, 50)
+    assert blocking(TimingConfig(min_rounds=200, block=3), one) == (3, 67, 10)
+    assert blocking(TimingConfig(min_rounds=200), two) == (20, 10, 10)
+    assert blocking(TimingConfig(min_rounds=400), two) == (20, 20, 10)
+    assert blocking(TimingConfig(min_rounds=200, block=4), two) == (4, 50, 10)
+    assert blocking(TimingConfig(min_rounds=20, block=4), two) == (4, 10, 10)
