@@ -54,7 +54,8 @@ def preload(modules) -> None:
 def _modules() -> list[str]:
     if _IN_CHILD:  # a child's own children only probe a runtime: 0.4 s to start, not 1.4 with torch
         return ALWAYS
-    return ALWAYS + [m for m in IF_LOADED if m in sys.modules] + ASKED
+    # each once, in order: torch is both loaded by the parent and asked for by the runner
+    return list(dict.fromkeys(ALWAYS + [m for m in IF_LOADED if m in sys.modules] + ASKED))
 
 
 def context():
