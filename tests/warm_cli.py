@@ -18,7 +18,8 @@ run with an environment other than the test process's own, sweeps, and every run
 ``PIPELINE_TEST_COLD_CLI=1`` start cold. The
 zygote imports neither torch nor transformers: the pipeline's forkserver preloads what its parent
 holds of those (``pipeline.core.isolate.IF_LOADED``), and a run that never needed them must not
-look as if it had. It does import ``datasets``, which nearly every run's parent imports to check
+look as if it had; ``model=hf`` runs, whose parents import both, fork from one that holds them
+(``WARM_HF``). It does import ``datasets``, which nearly every run's parent imports to check
 its data: a run that would not have has its forkserver preload it too (a second, no more).
 
 The pipeline's other commands the tests run as often (``MODULES``: the registry, the bill) fork
@@ -49,6 +50,17 @@ WARM = ["datasets", "onnx", "onnxruntime", "PIL.Image", "matplotlib.pyplot", "hy
         "pipeline.engine.runner", "pipeline.report.manifest", "pipeline.models.ocr.task",
         "pipeline.data.real_batches"]
 MUST_NOT_HOLD = ("torch", "transformers", "ray", "mlflow")
+# A ``model=hf`` run's parent reads the folder with transformers' Auto classes before its first
+# stage, importing transformers and torch (2.3 CPU-seconds, every run): its forkserver preloads
+# them whether the parent held them from its start or not. Such runs fork from a zygote of their
+# own that holds them too (``HF``), and only they: the others must not look as if they had.
+WARM_HF = ["transformers.models.auto.configuration_auto",
+           "transformers.models.auto.tokenization_auto"]
+HF = "hf"
+
+
+def _kind(module: str, args: list[str]) -> str:
+    return HF if module == "pipeline" and "model=hf" in args else ""
 # The commands a zygote forks: the pipeline, and those the tests run as often (each a package
 # with a ``__main__``, whose imports the pipeline's mostly cover).
 MODULES = ("pipeline", "pipeline.registry", "pipeline.bill")
@@ -80,10 +92,10 @@ class Zygote:
     """One warm interpreter, started on first use by this process and ended with it (it reads
     its stdin, a pipe from here, and leaves at end of file)."""
 
-    def __init__(self, env: dict[str, str]):
+    def __init__(self, env: dict[str, str], kind: str = ""):
         self.folder = Path(tempfile.mkdtemp(prefix="pipeline-zygote-"))
         self.address = str(self.folder / "socket")
-        self.proc = subprocess.Popen([sys.executable, __file__, self.address], env=env,
+        self.proc = subprocess.Popen([sys.executable, __file__, self.address, kind], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         ready = self.proc.stdout.readline()
         if ready.strip() != b"ready":
@@ -144,8 +156,8 @@ def _keyed(env: dict[str, str]) -> frozenset:
 # environment (``run_cli`` without ``env``) is asked for by most tests: its first run forks too.
 # A few at most; the oldest goes.
 ZYGOTES = 3
-_zygotes: dict[frozenset, Zygote] = {}
-_seen: set[frozenset] = set()
+_zygotes: dict[tuple, Zygote] = {}
+_seen: set[tuple] = set()
 
 
 @atexit.register
@@ -164,14 +176,15 @@ def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float,
     if (os.environ.get("PIPELINE_TEST_COLD_CLI") == "1"
             or (module == "pipeline" and is_sweep(args))):
         return None  # a sweep hands its jobs to launchers that start interpreters anyway
-    key = _keyed(env)
+    kind = _kind(module, args)
+    key = (_keyed(env), kind)
     if key not in _zygotes:
         if key not in _seen and not _the_tests_own(env):
             _seen.add(key)
             return None
         if len(_zygotes) >= ZYGOTES:
             _zygotes.pop(next(iter(_zygotes))).close()
-        _zygotes[key] = Zygote(env)
+        _zygotes[key] = Zygote(env, kind)
     return _zygotes[key].run(args, cwd, env, timeout, module)
 
 
@@ -185,7 +198,7 @@ def _the_tests_own(env: dict[str, str]) -> bool:
 
 # ---- the zygote's side ----------------------------------------------------------------------
 
-def _serve(address: str) -> None:
+def _serve(address: str, kind: str) -> None:
     import importlib
 
     import matplotlib
@@ -196,7 +209,14 @@ def _serve(address: str) -> None:
     from hydra.core.plugins import Plugins
 
     Plugins.instance()  # the scan of hydra_plugins every compose starts with
-    held = [m for m in MUST_NOT_HOLD if m in sys.modules]
+    if kind == HF:  # as the run's parent imports them: after turning the hub off
+        from pipeline.models.hf_folder import offline
+
+        offline()
+        for name in WARM_HF:
+            importlib.import_module(name)
+    held = [m for m in MUST_NOT_HOLD if m in sys.modules
+            and not (kind == HF and m in ("torch", "transformers"))]
     assert not held, f"the warm interpreter must not hold {held}"
 
     global _ADDRESS
@@ -423,4 +443,4 @@ def forkserver_main(listener_fd: int, alive_r: int, preload: list, **data) -> No
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1])
+    _serve(sys.argv[1], sys.argv[2])
