@@ -30,7 +30,8 @@ if os.environ.get("PYTEST_XDIST_WORKER") and "PIPELINE_LOCK_DIR" not in os.envir
 def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, env: dict | None = None,
             module: str = "pipeline") -> subprocess.CompletedProcess:
     """``python -m pipeline *args`` (or another of its commands, ``module``: the registry, the
-    bill); forked from a warm interpreter where that is the same (tests/warm_cli.py)."""
+    bill; or onnxruntime-genai's model builder); forked from a warm interpreter where that is the
+    same (tests/warm_cli.py)."""
     from tests import warm_cli
 
     args = tuple(map(str, args))

@@ -4,8 +4,6 @@ with ``save_pretrained``; and its onnxruntime-genai folder from the model builde
 Nothing is downloaded."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 VOCAB = 512
@@ -29,9 +27,11 @@ def llama(folder: Path, layers: int = 2, hidden: int = 64, seed: int = 0) -> Pat
 
 
 def build(hf: Path, out: Path, precision: str = "int4", *extra: str) -> Path:
-    """The builder's CLI on the CPU (it parses its own options before building)."""
-    proc = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf),
-                           "-o", str(out), "-p", precision, "-e", "cpu", "-c", str(out) + ".cache",
-                           *extra], capture_output=True, text=True)
+    """The builder's CLI on the CPU (it parses its own options before building), forked from a
+    warm interpreter as the pipeline's command line is (``tests/warm_cli.py``)."""
+    from tests.conftest import run_cli
+
+    proc = run_cli("-i", str(hf), "-o", str(out), "-p", precision, "-e", "cpu",
+                   "-c", str(out) + ".cache", *extra, module="onnxruntime_genai.models.builder")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
