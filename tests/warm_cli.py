@@ -158,7 +158,7 @@ def _keyed(env: dict[str, str]) -> frozenset:
 # the first run with an environment starts cold, so one that only a single test sets (a
 # variable naming its temporary folder) never pays for a zygote. The test process's own
 # environment (``run_cli`` without ``env``) is asked for by most tests: its first run forks too.
-# A few at most; the oldest goes.
+# A few at most; the least recently used goes.
 ZYGOTES = 3
 _zygotes: dict[tuple, Zygote] = {}
 _seen: set[tuple] = set()
@@ -182,14 +182,16 @@ def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float,
         return None  # a sweep hands its jobs to launchers that start interpreters anyway
     kind = _kind(module, args)
     key = (_keyed(env), kind)
-    if key not in _zygotes:
+    zygote = _zygotes.pop(key, None)  # put back last: the least recently used goes first
+    if zygote is None:
         if key not in _seen and not _the_tests_own(env):
             _seen.add(key)
             return None
         if len(_zygotes) >= ZYGOTES:
             _zygotes.pop(next(iter(_zygotes))).close()
-        _zygotes[key] = Zygote(env, kind)
-    return _zygotes[key].run(args, cwd, env, timeout, module)
+        zygote = Zygote(env, kind)
+    _zygotes[key] = zygote
+    return zygote.run(args, cwd, env, timeout, module)
 
 
 def _the_tests_own(env: dict[str, str]) -> bool:
