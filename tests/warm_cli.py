@@ -323,7 +323,7 @@ def _exit_code(code) -> int:
 # children are the zygote's forkserver's, so a run killed outright (a test's timeout) leaves a
 # stage child to finish its stage rather than die with the run; and a Hugging Face model type's
 # code is imported by each child, not by the forkserver (MODEL_CODE).
-FORKSERVERS = 3  # kept per zygote (each holds torch); the least recently used goes
+FORKSERVERS = 2  # kept per zygote (each holds torch); the least recently used goes
 # A Hugging Face run asks its forkserver for its model type's code too (``pipeline.models.
 # hf_folder``): each model type was a forkserver of its own, torch and transformers imported
 # again (4 CPU-seconds). The shared one imports what every model type's code imports
