@@ -50,6 +50,11 @@ WARM = ["datasets", "onnx", "onnxruntime", "PIL.Image", "matplotlib.pyplot", "hy
         "pipeline.engine.runner", "pipeline.report.manifest", "pipeline.models.ocr.task",
         "pipeline.data.real_batches"]
 MUST_NOT_HOLD = ("torch", "transformers", "ray", "mlflow")
+# The commands a zygote forks: the pipeline, those the tests run as often (each a package with
+# a ``__main__``, whose imports the pipeline's mostly cover), and the decoder fixtures' model
+# builder (from the zygote that holds transformers: ``_kind``).
+BUILDER = "onnxruntime_genai.models.builder"
+MODULES = ("pipeline", "pipeline.registry", "pipeline.bill", BUILDER)
 # A ``model=hf`` run's parent reads the folder with transformers' Auto classes before its first
 # stage, importing transformers and torch (2.3 CPU-seconds, every run): its forkserver preloads
 # them whether the parent held them from its start or not. Such runs fork from a zygote of their
@@ -63,11 +68,6 @@ def _kind(module: str, args: list[str]) -> str:
     # onnxruntime-genai's model builder, which tests run to lay out a tiny decoder as it ships,
     # imports what a model=hf parent does and more (4 CPU-seconds of its 6)
     return HF if module == BUILDER or (module == "pipeline" and "model=hf" in args) else ""
-# The commands a zygote forks: the pipeline, those the tests run as often (each a package with
-# a ``__main__``, whose imports the pipeline's mostly cover), and the decoder fixtures' model
-# builder (from the zygote that holds transformers: ``_kind``).
-BUILDER = "onnxruntime_genai.models.builder"
-MODULES = ("pipeline", "pipeline.registry", "pipeline.bill", BUILDER)
 
 
 def _send(sock: socket.socket, obj) -> None:
@@ -334,6 +334,8 @@ MODEL_CODE = re.compile(r"transformers\.models\.(?!auto\.)[\w.]+$")
 def _shared_preload(asked: list[str]) -> list[str]:
     kept = [m for m in asked if not MODEL_CODE.match(m)]
     return kept + ["transformers.modeling_utils"] if len(kept) < len(asked) else kept
+
+
 _forkservers: dict = {}
 _ADDRESS = None  # the zygote's socket, known to the runs it forks
 
