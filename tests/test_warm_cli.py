@@ -97,3 +97,26 @@ def test_runs_share_the_zygotes_forkserver_and_its_children_write_to_the_run(zyg
     assert all(s["probe"] == "from the test" for s in seen)
     for proc in procs:
         assert proc.returncode != 0 and "probe says hello" in proc.stderr, proc.stderr
+
+
+def test_what_picks_a_zygote_and_a_forkserver():
+    """Variables libraries set for themselves, or those of libraries no zygote holds, pick no new
+    interpreter; one read when a held library is imported (the hub's offline switch) does. A
+    Hugging Face model type's code is left to the child, and only model=hf runs and the model
+    builder fork from the zygote that holds transformers."""
+    base = {"PATH": "/bin", "HF_HUB_OFFLINE": "1"}
+    same = {**base, "TORCHINDUCTOR_CACHE_DIR": "/tmp/x", "ORT_LIB_PATH": "/x.so",
+            "RAY_USAGE_STATS_ENABLED": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "60",
+            "PYTHONBREAKPOINT": "ray.util.rpdb._driver_set_trace", "PYTEST_CURRENT_TEST": "t"}
+    assert warm_cli._keyed(same) == warm_cli._keyed(base)
+    assert warm_cli._keyed({"PATH": "/bin"}) != warm_cli._keyed(base)
+    asked = ["numpy", "transformers", "transformers.models.auto.modeling_auto",
+             "transformers.models.bert.modeling_bert", "torch"]
+    assert warm_cli._shared_preload(asked) == [
+        "numpy", "transformers", "transformers.models.auto.modeling_auto", "torch",
+        "transformers.modeling_utils"]
+    assert warm_cli._shared_preload(["numpy", "torch"]) == ["numpy", "torch"]
+    assert warm_cli._kind("pipeline", ["model=hf", "quant=int8"]) == warm_cli.HF
+    assert warm_cli._kind(warm_cli.BUILDER, ["-i", "x"]) == warm_cli.HF
+    assert warm_cli._kind("pipeline", ["model=ocr_tiny"]) == ""
+    assert warm_cli._kind("pipeline.registry", ["model=hf"]) == ""
