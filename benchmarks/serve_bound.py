@@ -87,7 +87,7 @@ def _inference_cpu_ms(served, bodies: list[bytes], threads: int, sizes: list[int
     from pipeline.serve.load import _content_type
     from pipeline.serve.readers import reader
 
-    r = reader(served.task_key)
+    r = reader(served.reader_key)
     limits = Limits(1 << 26, 1 << 26, 1 << 16)
     prepared = [r.prepare(b, _content_type(b), limits).feeds for b in bodies[:8]]
     d = served.runtime
@@ -171,7 +171,7 @@ def measure(served, bodies: list[bytes], threads: int, batch_counts: dict | None
     share = {b: b * n / answered for b, n in counts.items()} if answered else {}
     if prepare_cpu_ms is None:
         prepare_cpu_ms = isolate.call("serve bound: decode + preprocess", _prepare_cpu_ms,
-                                      served.task_key, bodies, runs)
+                                      served.reader_key, bodies, runs)
     infer = isolate.call("serve bound: inference", _inference_cpu_ms, served, bodies, threads,
                          sorted(share or {1: 1.0}), runs)
     return CpuBound(usable_cores(), threads, prepare_cpu_ms, infer, share,

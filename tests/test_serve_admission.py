@@ -83,8 +83,8 @@ def test_an_artifact_gives_its_server_the_target_its_gate_judged_and_no_other(tm
     def served(gate: dict):
         config = {"model": {"source": "ocr", "name": "ocr"}, "slo": {"p99_ms": 150.0},
                   "gate": gate}
-        return _served("run", tmp_path / "model.onnx", config, task("ocr").serving_spec(),
-                       None, None, {}, None)
+        return _served("run", tmp_path / "model.onnx", config,
+                       task("ocr").serving_spec().to_dict(), None, None, {}, None)
 
     assert served({"check_slo_p99": True}).target_ms == 150.0
     assert served({"check_slo_p99": False}).target_ms is None

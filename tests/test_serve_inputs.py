@@ -77,15 +77,17 @@ def test_a_text_classifier_reads_text_as_its_tokenizer_does_and_answers_class_an
 
     from tests import hf_tiny
     from pipeline.models.hf_folder import folder_tokenizer
+    from pipeline.config.metrics import MetricName
     from pipeline.serve.readers import TextKey, reader
+    from pipeline.task.serving import TextInput
 
     folder = hf_tiny.bert(tmp_path / "cls", task="sequence-classification", num_labels=3)
     tok = folder_tokenizer(folder)
-    spec = {"reader": "text", "task": "sequence-classification",
-            "input_names": ["input_ids", "attention_mask", "token_type_ids"], "max_length": 8,
-            "pad_token_id": tok.pad_token_id, "metric": "classification", "top_k": 2,
-            "labels": ["neg", "mid", "pos"], "files": {}}
-    r_key = TextKey(str(folder), json.dumps(spec, sort_keys=True))
+    spec = TextInput(task="sequence-classification",
+                     input_names=("input_ids", "attention_mask", "token_type_ids"), max_length=8,
+                     pad_token_id=tok.pad_token_id, metric=MetricName.classification, top_k=2,
+                     labels=("neg", "mid", "pos"), files={})
+    r_key = TextKey(str(folder), spec)
     r = reader(r_key)
     text = "the quick brown fox jumps over a lazy dog while seven small birds sing"
     plain = prepare(text.encode(), "text/plain", LIMITS, r_key)

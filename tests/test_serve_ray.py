@@ -79,7 +79,7 @@ def test_replicas_answer_raw_bytes_and_bad_input(ray_app):
     from pipeline.core import isolate
 
     assert [a.json()["prediction"] for a in answers] == isolate.call(
-        "direct", _direct, served.model, served.task_key, bodies)
+        "direct", _direct, served.model, served.reader_key, bodies)
     bad = requests.post(url, data=b"not an image", timeout=60)
     assert bad.status_code == 415 and "not a PNG or JPEG" in bad.json()["error"]
     status = serve.status().applications["recognizer"].deployments["Recognizer"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -148,7 +149,7 @@ def test_the_readers_feeds_and_text_are_the_evaluations_own(tmp_path):
     from PIL import Image
 
     from pipeline.serve.inputs import Limits
-    from pipeline.serve.readers import UserImageKey, UserImageReader
+    from pipeline.serve.readers import UserImageReader
 
     chars = "abcdefgh"
     (tmp_path / "chars.txt").write_text("\n".join(chars) + "\n")
@@ -169,9 +170,9 @@ def test_the_readers_feeds_and_text_are_the_evaluations_own(tmp_path):
               "data.image.pad_units=normalized", "data.image.pad_width_multiple=8", "metric=ctc",
               f"metric.charset={tmp_path / 'chars.txt'}")
     spec = t.serving_spec()
-    assert spec["charset"] == list(chars) and spec["time_major"] is False
-    assert spec["image"]["min_width"] == 160 and spec["image"]["resize"] == "height"
-    reader = UserImageReader(UserImageKey(json.dumps(spec, sort_keys=True)))
+    assert spec.decoding.charset == tuple(chars) and spec.decoding.time_major is False
+    assert spec.image.min_width == 160 and spec.image.resize.value == "height"
+    reader = UserImageReader(spec)
     ds = t.dataset(t.split("evaluation", 5, ""))
     bodies = _evaluation_files(t, 5)
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
@@ -185,17 +186,26 @@ def test_the_readers_feeds_and_text_are_the_evaluations_own(tmp_path):
         widths.add(got.size)
         out = session.run(None, got.feeds)[0]
         assert reader.answers(out) == t.predictions(out)
-        time_major = UserImageReader(UserImageKey(json.dumps({**spec, "time_major": True})))
+        time_major = UserImageReader(replace(spec, decoding=replace(spec.decoding,
+                                                                     time_major=True)))
         assert time_major.answers(out.transpose(1, 0, 2)) == t.predictions(out)
     assert len(widths) > 1 and min(widths) >= 160 and all(w % 8 == 0 for w in widths)
     # a record naming an image step this code lacks (written by another version): one line
     from pipeline.core.errors import ConfigError
     from pipeline.serve import artifact
 
-    other = {**spec, "image": {**spec["image"], "sharpen": 2}}
+    record = spec.to_dict()
+    other = {**record, "image": {**record["image"], "sharpen": 2}}
+    config = {"model": {"source": "onnx", "name": "rec"}}
     with pytest.raises(ConfigError, match="preprocessing cannot be rebuilt by this code.*sharpen"):
-        artifact._served_as("rec:v1", model, {"model": {"source": "onnx", "name": "rec"}},
-                            other, None, None, {}, None)
+        artifact._served("rec:v1", model, config, other, None, None, {}, None)
+    # a step this code knows, of a value its checks refuse: the check's own words
+    odd = {**record, "image": {**record["image"], "interpolation": "magic"}}
+    with pytest.raises(ConfigError, match="cannot be rebuilt.*data.image.interpolation"):
+        artifact._served("rec:v1", model, config, odd, None, None, {}, None)
+    served = artifact._served("rec:v1", model, config, json.loads(json.dumps(record)), None,
+                              None, {}, None)
+    assert served.spec == spec and served.reader_key == spec  # read back as it was written
 
 
 def test_classes_answer_scores_are_probabilities_once():
@@ -233,7 +243,7 @@ def test_a_model_of_arrays_is_read_from_json_as_evaluated(tmp_path):
     by input name in a JSON body, padded in a batch as the evaluation padded them, answered as
     the metric reads the output; a body that does not fit is one 400 line naming the input."""
     from pipeline.serve.inputs import BadInput, Limits
-    from pipeline.serve.readers import UserArraysKey, UserArraysReader
+    from pipeline.serve.readers import UserArraysReader
     from pipeline.serve.slo import request_bodies
 
     model = _identity(tmp_path / "m.onnx", {"x": ["batch", "time"], "z": ["batch", 2]})
@@ -246,9 +256,9 @@ def test_a_model_of_arrays_is_read_from_json_as_evaluated(tmp_path):
               f"data.path={table}", "data.calibration_samples=2", "data.evaluation_samples=8",
               "data.image.pad_width_multiple=4", "metric=agreement")
     spec = t.serving_spec()
-    assert spec["reader"] == "arrays" and spec["size_axis"] == ["x", 1]
-    assert [i["name"] for i in spec["inputs"]] == ["x", "z"] and t.not_served is None
-    reader = UserArraysReader(UserArraysKey(json.dumps(spec, sort_keys=True)))
+    assert spec.reader == "arrays" and spec.size_axis == ("x", 1)
+    assert [i.name for i in spec.inputs] == ["x", "z"] and t.not_served is None
+    reader = UserArraysReader(spec)
     ds = t.dataset(t.split("evaluation", 8, ""))
     limits = Limits(1 << 20, 1, 1)
     prepared = [reader.prepare(b, "application/json", limits)
@@ -264,7 +274,7 @@ def test_a_model_of_arrays_is_read_from_json_as_evaluated(tmp_path):
     assert batch["x"].shape[1] % 4 == 0
     assert reader.answers(batch["x"]) == t.predictions(batch["x"])
     assert [a.shape for a in reader.example().values()] == [
-        (1, *spec["example"]["x"]), (1, 2)]
+        (1, *spec.example["x"]), (1, 2)]
     bad = {b'{"inputs": {"x": [1, 2]}}': "one array for each of the model's inputs ['x', 'z']",
            b'{"inputs": {"x": [[1]], "z": [1, 2]}}': "input x: an array of shape [1, 1]",
            b'{"inputs": {"x": [1], "z": [1, 2, 3]}}': "the model takes [2] for one sample",

@@ -34,6 +34,7 @@ from pipeline.metrics import agreement as agreement_metrics
 from pipeline.metrics import pairs as pair_metrics
 from pipeline.config.metrics import MetricName
 from pipeline.task.contract import InputSpec, MetricsSpec, OutputSpec
+from pipeline.task.serving import TextInput
 from pipeline.models.user_task import UserTask
 
 TASKS = ("feature-extraction", "sequence-classification")
@@ -357,20 +358,20 @@ class HfTask(UserTask):
     # -- serving: what a server needs to read a request as the evaluation read its samples -------
     not_served = None  # every encoder is served (text in)
 
-    def serving_spec(self) -> dict:
+    def serving_spec(self) -> TextInput:
         """The tokenization the evaluation used and how the outputs are decoded, with the digest
         of every tokenizer file the published artifact carries (``serving_files``)."""
         from pipeline.core.artifact import sha256_file
 
         labels = getattr(self.config, "id2label", None) or {}
-        return {"reader": "text", "task": self.kind, "input_names": list(self.input_names),
-                "max_length": self.max_length, "pad_token_id": self.tokenizer.pad_token_id,
-                "metric": self.metric_cfg.name.value, "top_k": self.metric_cfg.top_k,
-                "labels": ([str(labels.get(k, labels.get(str(k), k)))
-                            for k in range(self.config.num_labels)]
-                           if self.kind == "sequence-classification" else None),
-                "files": {name: sha256_file(path)
-                          for name, path in sorted(self.serving_files().items())}}
+        return TextInput(
+            task=self.kind, input_names=tuple(self.input_names), max_length=self.max_length,
+            pad_token_id=self.tokenizer.pad_token_id, metric=self.metric_cfg.name,
+            top_k=self.metric_cfg.top_k,
+            labels=(tuple(str(labels.get(k, labels.get(str(k), k)))
+                          for k in range(self.config.num_labels))
+                    if self.kind == "sequence-classification" else None),
+            files={name: sha256_file(path) for name, path in sorted(self.serving_files().items())})
 
     def serving_files(self) -> dict[str, Path]:
         """The folder's tokenizer files (and ``config.json``, which names the tokenizer's class

@@ -6,22 +6,24 @@ In: a ``UserTask``. One whose one input is read from an image column of the data
 JPEG bytes; one whose inputs are all arrays (a table's number lists: audio frames, byte features)
 from a JSON body holding one sample's arrays by input name (each input's name, dtype and declared
 shape, the axis batches are bucketed by and its padding multiple travel, and the first evaluation
-sample's shapes, which warm-up sends as zeros). Out: ``spec(task)``, the ``serving`` record a run
-writes into ``report.json`` and the manifest; for an image: the input's name and dtype, every
-``data.image`` step (``ImagePrep``, field by field), the size of the first evaluation image (what
-a server warms up with: a model of fixed size without a resize takes no other), and how the
-first output reads, per metric: ``ctc`` the character set (travelling inside the record: the
-user's charset file does not travel) and the layout; ``classification`` the top-k and the class
-names (``metric.class_names``, else an image folder's label names); ``agreement`` whether the
-output ends in a class axis. The input's declared shape travels too: an image that would not fit
-a fixed size is refused by the server in one line, not by the runtime. ``why_not(task)``: the one
-line saying why a model is not served (an image input beside others), None when it is.
+sample's shapes, which warm-up sends as zeros). Out: ``spec(task)``, the typed ``serving`` record
+(``pipeline.task.serving``) a run writes into ``report.json`` and the manifest; for an image: the
+input's name and dtype, every ``data.image`` step (``ImagePrep``, field by field), the size of the
+first evaluation image (what a server warms up with: a model of fixed size without a resize takes
+no other), and how the first output reads (``Decoding``), per metric: ``ctc`` the character set
+(travelling inside the record: the user's charset file does not travel) and the layout;
+``classification`` the top-k and the class names (``metric.class_names``, else an image folder's
+label names); ``agreement`` whether the output ends in a class axis. The input's declared shape
+travels too: an image that would not fit a fixed size is refused by the server in one line, not by
+the runtime. ``why_not(task)``: the one line saying why a model is not served (an image input
+beside others), None when it is.
 """
 from __future__ import annotations
 
 import dataclasses
 
 from pipeline.config.metrics import MetricName
+from pipeline.task.serving import ArrayInput, ArrayInputs, Decoding, ImageInput
 
 
 def why_not(task) -> str | None:
@@ -33,43 +35,37 @@ def why_not(task) -> str | None:
     return None
 
 
-def spec(task) -> dict | None:
+def spec(task) -> ImageInput | ArrayInputs | None:
     """The serving record, or None when ``why_not`` has a reason."""
     if why_not(task) is not None:
         return None
     first = task.inputs[0]
     if _image_feature(task, first.name) is not None:
-        out = {"reader": "image", "input": first.name, "dtype": first.dtype,
-               "shape": list(first.shape),  # fixed sizes, and what each dynamic axis is
-               "image": _prep(task.data_cfg.image),
-               "sample_size": list(task.first_image_size())}
-    else:  # arrays, as a JSON body: one sample, each input by name
-        out = {"reader": "arrays",
-               "inputs": [{"name": i.name, "dtype": i.dtype, "shape": list(i.shape)}
-                          for i in task.inputs],
-               "size_axis": list(task.size_axis),
-               "pad_width_multiple": task.data_cfg.image.pad_width_multiple,
-               "example": {n: list(a.shape[1:]) for n, a in task.example(1).items()}}
-    return {**out, **_decoding(task)}
+        return ImageInput(input=first.name, dtype=first.dtype, shape=tuple(first.shape),
+                          image=dataclasses.replace(task.data_cfg.image),  # a copy
+                          sample_size=tuple(task.first_image_size()),
+                          decoding=_decoding(task))
+    # arrays, as a JSON body: one sample, each input by name
+    return ArrayInputs(
+        inputs=tuple(ArrayInput(name=i.name, dtype=i.dtype, shape=tuple(i.shape))
+                     for i in task.inputs),
+        size_axis=tuple(task.size_axis),
+        pad_width_multiple=task.data_cfg.image.pad_width_multiple,
+        example={n: tuple(a.shape[1:]) for n, a in task.example(1).items()},
+        decoding=_decoding(task))
 
 
-def _decoding(task) -> dict:
+def _decoding(task) -> Decoding:
     """How the first output reads, per metric."""
     m = task.metric_cfg
-    out = {"metric": m.name.value}
     if m.name == MetricName.ctc:
-        out.update(charset=list(task.charset), time_major=bool(task.time_major))
-    elif m.name == MetricName.classification:
-        out.update(top_k=m.top_k, labels=list(m.class_names) or _label_names(task))
-    else:
-        out.update(class_axis=bool(task._class_axis()))
-    return out
-
-
-def _prep(prep) -> dict:
-    """``ImagePrep`` as plain JSON values (the resize mode by its name)."""
-    return {f.name: (v.value if hasattr(v, "value") else v)
-            for f in dataclasses.fields(prep) for v in [getattr(prep, f.name)]}
+        return Decoding(metric=m.name, charset=tuple(task.charset),
+                        time_major=bool(task.time_major))
+    if m.name == MetricName.classification:
+        labels = list(m.class_names) or _label_names(task)
+        return Decoding(metric=m.name, top_k=m.top_k,
+                        labels=tuple(labels) if labels is not None else None)
+    return Decoding(metric=m.name, class_axis=bool(task._class_axis()))
 
 
 def _image_feature(task, name: str):

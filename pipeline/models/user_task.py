@@ -29,6 +29,7 @@ from pipeline.metrics import classification, ctc
 from pipeline.config.metrics import MetricName
 from pipeline.task.metric import MetricSpec
 from pipeline.task.contract import Batch, DataSplit, MetricsSpec
+from pipeline.task.serving import ArrayInputs, ImageInput
 
 
 BUCKET_PROBE = 64  # samples whose sizes show which dynamic axis varies
@@ -388,7 +389,7 @@ class UserTask:
         return len(shape) >= 2 and isinstance(shape[-1], int) and shape[-1] > 1
 
     # -- serving: what a server needs to read a request as the evaluation read its samples -------
-    def serving_spec(self) -> dict | None:
+    def serving_spec(self) -> ImageInput | ArrayInputs | None:
         """One image input's preprocessing, or each array input's dtype and shape, and the
         output's decoding (``user_serving``); None for an image input beside others
         (``not_served`` says why)."""

@@ -22,6 +22,7 @@ from pipeline.measure.bench_record import (BatchRecord, BenchRecord, ColdStart, 
 from pipeline.measure.fusion_record import FuseRecord, Parity
 from pipeline.measure.results import Evaluation, Role
 from pipeline.metrics.outputs import RTOL, agreement
+from pipeline.task.serving import Serving
 
 ROWS = ((Role.export, "export (torch -> ONNX, FP32)"), (Role.fp32, "optimize (FP32 baseline)"),
         (Role.fp16, "fp16 (baseline)"), (Role.candidate, "candidate"))
@@ -169,7 +170,7 @@ class RunReport:
     quantization: dict | None = omitted()  # pipeline.report.quant.as_dict
     pruning: dict | None = omitted()       # pipeline.prune.report.as_dict
     load: LoadRecord | None = omitted()
-    serving: object = omitted()      # what the evaluation fed the model
+    serving: Serving | None = omitted()  # what the evaluation fed the model
     auto: object = omitted()         # quant=auto: every candidate, the winner and why
 
     def row(self, role: Role) -> Row:

@@ -114,7 +114,7 @@ def manifest(out, report: RunReport) -> dict:
             "latency": to_json(cand.latency), "environment": to_json(report.environment),
             "input_contract": to_json(report.timing.input_contract),
             "evaluation_set": sets[0].evaluation_set, "calibration_set": sets[1].calibration_set,
-            "serving": report.serving,
+            "serving": to_json(report.serving),
             "quantization": {k: report.quantization[k] for k in
                              ("settings", "calibration", "latency_exclusions", "float_outputs")}
             if out.quant is not None else None,

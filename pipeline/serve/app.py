@@ -49,7 +49,7 @@ class Server:
         from pipeline.serve.readers import reader
 
         self.served, self.cfg = served, cfg
-        self.reader = reader(served.task_key)
+        self.reader = reader(served.reader_key)
         self.limits = Limits.of(cfg)
         self.metrics = ServerMetrics(cfg.max_batch)
         self.ready = False
@@ -70,7 +70,7 @@ class Server:
     # -- life cycle ------------------------------------------------------------------------
     async def start(self) -> None:
         if self.cfg.mode == "pipeline":
-            self.workers = Workers(self.cfg.workers, self.served.task_key,
+            self.workers = Workers(self.cfg.workers, self.served.reader_key,
                                    on_restart=self.metrics.worker_restarts.inc)
             await self.workers.start()
         self.model = await run_in_threadpool(self._load)
@@ -147,7 +147,7 @@ class Server:
         return [(p, dict(timings)) for p in predictions]
 
     def _inline(self, body: bytes, content_type: str):
-        prepared = prepare(body, content_type, self.limits, self.served.task_key)
+        prepared = prepare(body, content_type, self.limits, self.served.reader_key)
         self._batch_formed(1)
         (answer, timings), = self._run_batch([Job(prepared.feeds, prepared.size)])
         return answer, {"decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms,

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.errors import ConfigError, StageError
+from pipeline.task import serving
+from pipeline.task.serving import BuiltinImage, ImageInput, ArrayInputs, Serving, TextInput
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,8 @@ class Served:
     ref: str                   # what the user named
     model: Path                # the ONNX file
     model_name: str            # model.name
-    task_key: str              # pipeline.models.task(key)
-    spec: dict                 # what the evaluation fed the model (task.serving_spec())
+    reader_key: object         # how requests are read (pipeline.serve.readers.reader)
+    spec: Serving | None       # what the evaluation fed the model (task.serving_spec())
     output_sha256: str | None  # the evaluation's output-hash ledger
     evaluation_set: str | None # the digest of the split it was computed on
     runtime: dict              # the deployed runtime and precision the gate judged
@@ -43,16 +45,9 @@ class Served:
         """What the server reads and answers, in words (its start-up line)."""
         if self.kind == "generate":
             return "a decoder"
-        reader = self.spec.get("reader")
-        if reader == "text":
-            return f"text for a {self.spec.get('task')} encoder"
-        if reader == "image":
-            return (f"images for {self.spec.get('metric')}, input {self.spec.get('input')}, "
-                    f"data.image.resize={self.spec['image'].get('resize')}")
-        if reader == "arrays":
-            return (f"JSON arrays for {self.spec.get('metric')}, inputs "
-                    f"{', '.join(i['name'] for i in self.spec['inputs'])}")
-        return f"task {self.task_key}"
+        if isinstance(self.spec, BuiltinImage):
+            return f"task {self.reader_key}"
+        return self.spec.describe()
 
 
 def open_ref(ref: str, pulled_into: Path, overrides: list[str] | None = None) -> Served:
@@ -149,7 +144,7 @@ def _served(ref, model, config: dict, spec: dict | None, ledger, eval_set, runti
     """``files``: where the files the spec names are (a pull's folder, or the run's model.path)."""
     from dataclasses import replace
 
-    served = _served_as(ref, model, config, spec, ledger, eval_set, runtime, files)
+    served = _served_as(ref, model, config, _spec(ref, spec), ledger, eval_set, runtime, files)
     # the target its gate judged: a run that did not check it (gate.check_slo_p99=false) was
     # not held to one, and neither is its server
     target = (config.get("slo") or {}).get("p99_ms")
@@ -157,24 +152,34 @@ def _served(ref, model, config: dict, spec: dict | None, ledger, eval_set, runti
     return replace(served, target_ms=float(target) if target and judged else None)
 
 
-def _served_as(ref, model, config: dict, spec: dict | None, ledger, eval_set, runtime,
+def _spec(ref: str, record: dict | None) -> Serving | None:
+    """The recorded serving spec, typed; one this code cannot read (a key it lacks: a record
+    written by another version, or edited) is one line, as for a built-in task whose
+    preprocessing changed, rather than a reader that fails in every worker."""
+    from pipeline.core.errors import PipelineError
+
+    try:
+        return serving.read(record)
+    except (KeyError, TypeError, ValueError, PipelineError) as e:
+        # PipelineError: a recorded data.image step this code's checks refuse, which says why
+        cause = str(e) if isinstance(e, PipelineError) else f"{type(e).__name__}: {e}"
+        raise ConfigError(f"{ref}: its evaluation's preprocessing cannot be rebuilt by this code "
+                          f"({cause}); serve it with the version that built it") from None
+
+
+def _served_as(ref, model, config: dict, spec: Serving | None, ledger, eval_set, runtime,
                files: Path | None) -> Served:
     from pipeline.models import TASKS, task
 
     source = config["model"]["source"]
     if (Path(model).parent / "genai_config.json").is_file():  # an onnxruntime-genai decoder
-        return Served(ref, Path(model), config["model"]["name"], None, {}, ledger, eval_set,
+        return Served(ref, Path(model), config["model"]["name"], None, None, ledger, eval_set,
                       runtime, kind="generate")
-    if spec is not None and spec.get("reader") == "text":
+    if isinstance(spec, TextInput):
         return Served(ref, Path(model), config["model"]["name"], _text_key(ref, spec, files),
                       spec, ledger, eval_set, runtime)
-    if spec is not None and spec.get("reader") in ("image", "arrays"):  # the user's own model
-        from pipeline.serve.readers import UserArraysKey, UserImageKey
-
-        key = (UserImageKey if spec["reader"] == "image" else UserArraysKey)(
-            json.dumps(spec, sort_keys=True))
-        _reproducible(ref, key)
-        return Served(ref, Path(model), config["model"]["name"], key, spec, ledger, eval_set,
+    if isinstance(spec, (ImageInput, ArrayInputs)):  # the user's own model: the spec is its key
+        return Served(ref, Path(model), config["model"]["name"], spec, spec, ledger, eval_set,
                       runtime)
     if source not in TASKS:
         raise ConfigError(f"{ref}: model.source={source}: its run recorded no serving spec (an "
@@ -185,29 +190,15 @@ def _served_as(ref, model, config: dict, spec: dict | None, ledger, eval_set, ru
     if spec is None:  # published before runs recorded it: this code's preprocessing is assumed
         print(f"serve: {ref} records no preprocessing; serving with the task's own ({source})")
     elif spec != current:
-        changed = sorted(k for k in set(spec) | set(current) if spec.get(k) != current.get(k))
+        was, now = spec.to_dict(), current.to_dict()
+        changed = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k))
         raise ConfigError(f"{ref}: its evaluation's preprocessing differs from this code's in "
                           f"{', '.join(changed)}; serve it with the version that built it")
     return Served(ref, Path(model), config["model"]["name"], source, current, ledger, eval_set,
                   runtime)
 
 
-def _reproducible(ref: str, key) -> None:
-    """The recorded preprocessing is one this code can rebuild (a record written by another
-    version may name an image step this one lacks): one line, as for a built-in task whose
-    preprocessing changed, rather than a reader that fails in every worker."""
-    from pipeline.core.errors import PipelineError
-    from pipeline.serve.readers import reader
-
-    try:
-        reader(key)
-    except (KeyError, TypeError, ValueError, PipelineError) as e:
-        raise ConfigError(f"{ref}: its evaluation's preprocessing cannot be rebuilt by this "
-                          f"code ({type(e).__name__}: {e}); serve it with the version that "
-                          "built it") from None
-
-
-def _text_key(ref: str, spec: dict, folder: Path | None):
+def _text_key(ref: str, spec: TextInput, folder: Path | None):
     """A text model's reader key, once every tokenizer file its evaluation used is found beside
     the model (or in the run's model folder) with the bytes it had then."""
     from pipeline.core.artifact import sha256_file
@@ -215,7 +206,7 @@ def _text_key(ref: str, spec: dict, folder: Path | None):
 
     if folder is None:
         raise StageError(f"{ref}: no folder holds its tokenizer files")
-    for name, digest in sorted(spec.get("files", {}).items()):
+    for name, digest in sorted(spec.files.items()):
         path = folder / name
         if not path.is_file():
             raise StageError(f"{ref}: {path} is missing: the tokenizer its evaluation used "
@@ -224,4 +215,4 @@ def _text_key(ref: str, spec: dict, folder: Path | None):
             raise StageError(f"{ref}: {path} changed since the evaluation (sha256 "
                              f"{digest[:12]} then); serve the published version, whose files "
                              "are the evaluated ones")
-    return TextKey(str(folder), json.dumps(spec, sort_keys=True))
+    return TextKey(str(folder), spec)

@@ -164,16 +164,16 @@ def read_text(body: bytes, content_type: str, limits: Limits) -> str:
     return text
 
 
-def read_arrays(body: bytes, content_type: str, limits: Limits, inputs: list[dict]) -> dict:
+def read_arrays(body: bytes, content_type: str, limits: Limits, inputs) -> dict:
     """A model of array inputs' request: a JSON object ``{"inputs": {name: nested list}}`` with
     one sample of every input (no batch axis), each cast to its dtype and checked against its
-    declared shape (``inputs``: name, dtype, shape with the batch axis first). Out: the feeds of a
+    declared shape (``inputs``: ``ArrayInput`` records, the batch axis first). Out: the feeds of a
     batch of one; anything else is one 400 or 415 line naming the input."""
     import numpy as np
 
     _not_an_image(body, content_type, limits, 'arrays (JSON {"inputs": {name: [...]}})')
     value = json_body(body)
-    names = [i["name"] for i in inputs]
+    names = [i.name for i in inputs]
     given = value.get("inputs") if isinstance(value, dict) else None
     if not isinstance(given, dict) or sorted(given) != sorted(names):
         have = sorted(given) if isinstance(given, dict) else "none"
@@ -181,18 +181,18 @@ def read_arrays(body: bytes, content_type: str, limits: Limits, inputs: list[dic
                             f"of the model's inputs {names} (it has {have})")
     feeds = {}
     for i in inputs:
-        declared = i["shape"][1:]
+        declared = list(i.shape[1:])
         try:
-            a = np.asarray(given[i["name"]], dtype=i["dtype"])
+            a = np.asarray(given[i.name], dtype=i.dtype)
         except (ValueError, TypeError, OverflowError) as e:
-            raise BadInput(400, f"input {i['name']}: not an array of {i['dtype']} ({e})") from None
+            raise BadInput(400, f"input {i.name}: not an array of {i.dtype} ({e})") from None
         if a.ndim != len(declared) or any(isinstance(d, int) and d != s
                                           for d, s in zip(declared, a.shape)):
-            raise BadInput(400, f"input {i['name']}: an array of shape {list(a.shape)}; the "
+            raise BadInput(400, f"input {i.name}: an array of shape {list(a.shape)}; the "
                                 f"model takes {declared} for one sample (no batch axis)")
         if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
-            raise BadInput(400, f"input {i['name']}: holds NaN or infinity")
-        feeds[i["name"]] = a[None]
+            raise BadInput(400, f"input {i.name}: holds NaN or infinity")
+        feeds[i.name] = a[None]
     return feeds
 
 

@@ -48,7 +48,7 @@ def application(served, cfg: ServeConfig, replicas: int = 1, num_cpus: float = 1
             from pipeline.config import HardwareRuntime
             from pipeline.serve.readers import reader
 
-            self.served, self.cfg, self.reader = served, cfg, reader(served.task_key)
+            self.served, self.cfg, self.reader = served, cfg, reader(served.reader_key)
             self.limits = Limits.of(cfg)
             deployed = served.runtime
             self.model = runtimes.load(served.model, HardwareRuntime(
@@ -77,7 +77,7 @@ def application(served, cfg: ServeConfig, replicas: int = 1, num_cpus: float = 1
             body = await request.body()
             try:
                 p = await asyncio.to_thread(prepare, body, request.headers.get("content-type", ""),
-                                            self.limits, self.served.task_key)
+                                            self.limits, self.served.reader_key)
             except BadInput as e:
                 return JSONResponse({"error": e.line}, status_code=e.status)
             prediction, batch = await self.infer(p)

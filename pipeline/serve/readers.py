@@ -3,8 +3,8 @@ the JSON a client gets, with the code its evaluation used.
 
 In: a reader key (hashable and picklable, so a preprocessing worker process rebuilds the reader
 from it): a built-in OCR task's key, a ``TextKey`` (the folder holding the tokenizer files the
-artifact carries, and the serving spec its run recorded), or a ``UserImageKey`` /
-``UserArraysKey`` (the spec a run of the user's own image or array model recorded). Out: a
+artifact carries, and the serving spec its run recorded), or the spec a run of the user's own
+image or array model recorded (``pipeline.task.serving.ImageInput`` / ``ArrayInputs``). Out: a
 reader with ``prepare`` (one request's bytes checked, decoded and preprocessed: a ``Prepared``,
 or ``BadInput``), ``stack`` (prepared requests of one shape class as one batch), ``answers`` (a
 batch's outputs as one answer per request), ``example`` and ``warm_request`` (what warm-up
@@ -32,23 +32,15 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.config.metrics import MetricName
 from pipeline.serve.inputs import BadInput, Limits, Prepared, check_input, open_image, read_text
+from pipeline.task.serving import ArrayInputs, Decoding, ImageInput, TextInput
 
 
 @dataclass(frozen=True)
 class TextKey:
-    folder: str   # the tokenizer files (a pulled folder, or the run's model.path)
-    spec: str     # the run's serving spec, as canonical JSON (hashable)
-
-
-@dataclass(frozen=True)
-class UserImageKey:
-    spec: str     # the run's serving spec (``pipeline.models.user_serving``), canonical JSON
-
-
-@dataclass(frozen=True)
-class UserArraysKey:
-    spec: str     # the same, for a model whose inputs are arrays
+    folder: str       # the tokenizer files (a pulled folder, or the run's model.path)
+    spec: TextInput   # the run's serving spec
 
 
 @functools.lru_cache(maxsize=None)
@@ -56,9 +48,9 @@ def reader(key):
     """The reader for ``key``; one per process (a worker builds its own on its first request)."""
     if isinstance(key, TextKey):
         return TextReader(key)
-    if isinstance(key, UserArraysKey):
+    if isinstance(key, ArrayInputs):
         return UserArraysReader(key)
-    return UserImageReader(key) if isinstance(key, UserImageKey) else ImageReader(key)
+    return UserImageReader(key) if isinstance(key, ImageInput) else ImageReader(key)
 
 
 class ImageReader:
@@ -104,12 +96,12 @@ class UserImageReader:
     out, what its metric reads: the text (``ctc``), the top classes with their names and the best
     one's score (``classification``), or the output itself (``agreement``)."""
 
-    def __init__(self, key: UserImageKey):
-        from pipeline.config.data import ImagePrep, Resize
+    def __init__(self, spec: ImageInput):
+        from pipeline.config.data import Resize
 
-        self.spec = json.loads(key.spec)
-        self.prep = ImagePrep(**self.spec["image"])
-        self.input = self.spec["input"]
+        self.spec = spec
+        self.prep = spec.image
+        self.input = spec.input
         # a fixed resize bounds the input by itself; other images are bounded per request
         self.bounded = self.prep.resize == Resize.fixed
 
@@ -122,8 +114,7 @@ class UserImageReader:
         a = images.to_array(image, self.prep)
         # padded alone as a batch of one is (width multiple, min_width): an exact shape class
         a = images.pad(a, images.padded_shape([a], self.prep), self.prep)
-        feeds = {self.input: np.ascontiguousarray(a[None].astype(self.spec["dtype"],
-                                                                 copy=False))}
+        feeds = {self.input: np.ascontiguousarray(a[None].astype(self.spec.dtype, copy=False))}
         what = "a {}x{} image".format(*image.size)
         if not self.bounded:
             check_input(feeds, limits, what)
@@ -135,7 +126,7 @@ class UserImageReader:
     def _fits(self, shape: tuple, what: str) -> None:
         """The preprocessed image against the model's fixed sizes (a classifier's 3x224x224
         without a resize): one 400 line, where the runtime would answer a 500."""
-        declared = self.spec.get("shape", [])[1:]
+        declared = self.spec.shape[1:]
         if any(isinstance(d, int) and d != s for d, s in zip(declared, shape)):
             sizes = "x".join(str(d) if isinstance(d, int) else "any" for d in declared)
             raise BadInput(400, f"{what} becomes an input of {'x'.join(map(str, shape))}; the "
@@ -153,7 +144,7 @@ class UserImageReader:
         return {self.input: np.stack([images.pad(a, shape, self.prep) for a in arrays])}
 
     def answers(self, outputs) -> list:
-        return metric_answers(self.spec, outputs)
+        return metric_answers(self.spec.decoding, outputs)
 
     def example(self) -> dict:
         body, kind = self.warm_request()
@@ -164,7 +155,7 @@ class UserImageReader:
         from PIL import Image
 
         buf = io.BytesIO()
-        Image.new("RGB", tuple(self.spec["sample_size"]), color=(128, 128, 128)).save(
+        Image.new("RGB", tuple(self.spec.sample_size), color=(128, 128, 128)).save(
             buf, format="PNG")
         return buf.getvalue(), "image/png"
 
@@ -174,10 +165,10 @@ class UserArraysReader:
     holding one sample (no batch axis), checked against each input's dtype and declared shape;
     out, what its metric reads, as for an image model."""
 
-    def __init__(self, key: UserArraysKey):
-        self.spec = json.loads(key.spec)
-        self.inputs = self.spec["inputs"]
-        self.size_input, axis = self.spec["size_axis"]
+    def __init__(self, spec: ArrayInputs):
+        self.spec = spec
+        self.inputs = spec.inputs
+        self.size_input, axis = spec.size_axis
         self.size_dim = axis - 1 if axis > 0 else None
 
     def prepare(self, body: bytes, content_type: str, limits: Limits) -> Prepared:
@@ -195,16 +186,15 @@ class UserArraysReader:
         """One batch, padded as the evaluation's batches were (``stack_arrays``)."""
         from pipeline.models.user_task import stack_arrays
 
-        return {i["name"]: stack_arrays(
-            [f[i["name"]][0] for f in feeds],
-            self.size_dim if i["name"] == self.size_input else None,
-            self.spec["pad_width_multiple"]) for i in self.inputs}
+        return {i.name: stack_arrays([f[i.name][0] for f in feeds],
+                                     self.size_dim if i.name == self.size_input else None,
+                                     self.spec.pad_width_multiple) for i in self.inputs}
 
     def answers(self, outputs) -> list:
-        return metric_answers(self.spec, outputs)
+        return metric_answers(self.spec.decoding, outputs)
 
     def example(self) -> dict:
-        return {i["name"]: np.zeros([1, *self.spec["example"][i["name"]]], dtype=i["dtype"])
+        return {i.name: np.zeros([1, *self.spec.example[i.name]], dtype=i.dtype)
                 for i in self.inputs}
 
     def warm_request(self) -> tuple[bytes, str]:
@@ -213,21 +203,21 @@ class UserArraysReader:
             .encode(), "application/json"
 
 
-def metric_answers(spec: dict, outputs) -> list:
+def metric_answers(decoding: Decoding, outputs) -> list:
     """A user's model's answers, as its metric decodes its first output: the text (``ctc``),
     the classes (``classification``), or the output itself rounded (``agreement``)."""
     from pipeline.metrics import ctc
     from pipeline.models.user_task import agreement_predictions
 
     out = np.asarray(outputs)
-    if spec["metric"] == "ctc":
-        return ctc.greedy_decode(out, spec["charset"], spec["time_major"])
-    if spec["metric"] == "classification":
-        return classes_answers(out, spec.get("labels"), spec["top_k"])
-    return agreement_predictions(out, spec["class_axis"])
+    if decoding.metric == MetricName.ctc:
+        return ctc.greedy_decode(out, list(decoding.charset), decoding.time_major)
+    if decoding.metric == MetricName.classification:
+        return classes_answers(out, decoding.labels, decoding.top_k)
+    return agreement_predictions(out, decoding.class_axis)
 
 
-def classes_answers(outputs, labels: list | None, top_k: int) -> list[dict]:
+def classes_answers(outputs, labels: tuple[str, ...] | None, top_k: int) -> list[dict]:
     """A classifier's answer per row: its best class, the class's name (``labels``, else the
     index), its score and the top-k classes. The score is the output itself where the rows are
     already probabilities (none negative, each summing to 1), else the softmax of the row."""
@@ -253,9 +243,9 @@ class TextReader:
     def __init__(self, key: TextKey):
         from pipeline.models.hf_folder import folder_tokenizer
 
-        self.spec = json.loads(key.spec)
+        self.spec = key.spec
         self.tokenizer = folder_tokenizer(Path(key.folder))
-        self.names = tuple(self.spec["input_names"])
+        self.names = key.spec.input_names
 
     def prepare(self, body: bytes, content_type: str, limits: Limits) -> Prepared:
         from pipeline.models.hf_folder import encode
@@ -263,7 +253,7 @@ class TextReader:
         start = time.perf_counter()
         text = read_text(body, content_type, limits)
         decoded = time.perf_counter()
-        sample, = encode(self.tokenizer, [text], self.spec["max_length"], self.names)
+        sample, = encode(self.tokenizer, [text], self.spec.max_length, self.names)
         check_input(sample, limits, f"a text of {len(text)} characters")
         done = time.perf_counter()
         return Prepared({n: a[None] for n, a in sample.items()}, int(sample["input_ids"].size),
@@ -273,15 +263,15 @@ class TextReader:
         from pipeline.models.hf_folder import collate
 
         return collate([{n: a[0] for n, a in f.items()} for f in feeds], self.names,
-                       self.spec["pad_token_id"])
+                       self.spec.pad_token_id)
 
     def answers(self, outputs) -> list:
         from pipeline.models.hf_folder import embedding_predictions
 
         out = np.asarray(outputs)
-        if self.spec["task"] == "feature-extraction":
+        if self.spec.task == "feature-extraction":
             return [p["output"] for p in embedding_predictions(out)]
-        return classes_answers(out, self.spec.get("labels"), self.spec.get("top_k", 5))
+        return classes_answers(out, self.spec.labels, self.spec.top_k)
 
     def example(self) -> dict:
         return self.prepare(b"warm up", "text/plain", Limits(1 << 20, 1, 1)).feeds

@@ -53,10 +53,12 @@ def request_bodies(t, ds, count: int = 64) -> list[bytes]:
     UTF-8, the user's own image file as it is (PNG or JPEG; another format as PNG), a model of
     array inputs' sample as JSON."""
     n = min(count, len(ds))
-    reader = (t.serving_spec() or {}).get("reader")
-    if reader == "image":
+    from pipeline.task.serving import ArrayInputs, ImageInput
+
+    spec = t.serving_spec()
+    if isinstance(spec, ImageInput):
         return _image_files(t, ds, n)
-    if reader == "arrays":  # each sample's arrays, as the JSON body the server reads
+    if isinstance(spec, ArrayInputs):  # each sample's arrays, as the JSON body the server reads
         return [json.dumps({"inputs": {k: v.tolist() for k, v in sample.items()}}).encode()
                 for sample in t._arrays(ds, list(range(n)))]
     if hasattr(t, "from_image"):  # the built-in recognizers: their lines as images
@@ -98,6 +100,7 @@ def _image_files(t, ds, n: int) -> list[bytes]:
 def served_folder(cfg, out, dest: Path) -> Path:
     """The candidate laid out as a pulled folder: its files linked, not copied."""
     from pipeline.core.artifact import plain
+    from pipeline.core.json_record import to_json
 
     t = out.run.task
     dest.mkdir(parents=True)
@@ -108,7 +111,7 @@ def served_folder(cfg, out, dest: Path) -> Path:
     for name, path in (t.serving_files().items() if hasattr(t, "serving_files") else ()):
         os.symlink(Path(path).resolve(), dest / name)
     (dest / "manifest.json").write_text(json.dumps({
-        "config": plain(cfg), "serving": t.serving_spec(), "metrics": {},
+        "config": plain(cfg), "serving": to_json(t.serving_spec()), "metrics": {},
         "runtime": {"deployed": (out.runtimes or {}).get("deployed") or {}}}))
     return dest
 

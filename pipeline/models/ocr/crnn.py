@@ -19,6 +19,7 @@ import numpy as np
 from pipeline.core.errors import StageError
 from pipeline.models.ocr import data as ocr_data
 from pipeline.models.ocr.decode import greedy_decode, score
+from pipeline.task.serving import BuiltinImage, OcrImage
 
 NAME = "ocr"
 PRIMARY_METRIC = "sequence_accuracy"   # higher is better; the accuracy gate is judged on it
@@ -154,15 +155,15 @@ def from_image(image) -> np.ndarray:
     return ocr_data.collate([line])
 
 
-def serving_spec() -> dict:
+def serving_spec() -> BuiltinImage:
     """What the evaluation fed the model and how its outputs read, recorded in the manifest so a
     server can refuse an artifact whose preprocessing this code no longer reproduces."""
-    return {"kind": "image", "input": INPUT_NAME, "output": OUTPUT_NAME,
-            "image": {"color": "grey", "resize": "height", "height": ocr_data.HEIGHT,
-                      "interpolation": "bilinear", "width_multiple": ocr_data.WIDTH_MULTIPLE,
-                      "normalize": "x / 127.5 - 1", "pad": "edge"},
-            "charset": ocr_data.ALPHABET, "decoder": "ctc_greedy", "blank": 0,
-            "prediction": "text"}
+    return BuiltinImage(
+        input=INPUT_NAME, output=OUTPUT_NAME,
+        image=OcrImage(color="grey", resize="height", height=ocr_data.HEIGHT,
+                       interpolation="bilinear", width_multiple=ocr_data.WIDTH_MULTIPLE,
+                       normalize="x / 127.5 - 1", pad="edge"),
+        charset=ocr_data.ALPHABET, decoder="ctc_greedy", blank=0, prediction="text")
 
 
 def stack(requests: list[np.ndarray]) -> np.ndarray:

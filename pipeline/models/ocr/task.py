@@ -15,6 +15,7 @@ import numpy as np
 from pipeline.core.errors import StageError
 from pipeline.metrics import ctc
 from pipeline.task.contract import Batch, DataSplit, InputSpec, MetricsSpec, OutputSpec
+from pipeline.task.serving import BuiltinImage
 
 
 DEFAULT_PARAMS = {"widths": [32, 64, 128, 256, 256], "hidden": 128}  # the schema's defaults
@@ -105,7 +106,7 @@ class OcrTask:
         evaluation preprocessed its lines."""
         return {self.inputs[0].name: self.module.from_image(image)}
 
-    def serving_spec(self) -> dict:
+    def serving_spec(self) -> BuiltinImage:
         return self.module.serving_spec()
 
     # -- outputs -----------------------------------------------------------------------------
