@@ -265,3 +265,17 @@ def test_errors_are_counted_in_the_window_they_were_sent_in():
     step = _summarize(Step(100.0, 3.0), Records.of(ok + shed), 3.0, LoadConfig(slo_p99_ms=100.0))
     assert step.window_errors == [0, 2, 1]
     assert step.errors == {"503": 2, "dropped": 1}
+
+
+def test_each_body_is_declared_as_a_client_would_declare_it():
+    """Images by their magic bytes, a JSON object (a model of arrays' one sample, or a text
+    model's {"text": ...}) as JSON, any other UTF-8 as text, the rest as bytes."""
+    from pipeline.serve.load import _content_type
+
+    assert _content_type(line_png()) == "image/png"
+    assert _content_type(b"\xff\xd8\xff\xe0rest") == "image/jpeg"
+    assert _content_type(b' {"inputs": {"x": [1.5, 2]}}') == "application/json"
+    assert _content_type(json.dumps({"text": "a sentence"}).encode()) == "application/json"
+    for sentence in (b"a sentence", b"{braces} open this sentence", b"[1, 2]", b"{" * 5000):
+        assert _content_type(sentence) == "text/plain; charset=utf-8", sentence[:20]
+    assert _content_type(b"\xff\xfe\x00") == "application/octet-stream"

@@ -37,7 +37,8 @@ over HTTP (``pipeline.serve``).
         [--max-seconds S] [--window S] [--slo-ms MS] [--concurrency C,C,..] [--out FILE]
         [--allow-remote]
                               the load generator (pipeline.serve.load): open-loop Poisson steps
-                              and a concurrency sweep from raw bytes; only 127.0.0.1/localhost
+                              and a concurrency sweep from raw bytes (--texts: a line each, JSON
+                              objects as application/json); only 127.0.0.1/localhost
                               unless --allow-remote; --max-seconds: a low rate's step runs longer,
                               up to S, until its p99 interval can close
 
