@@ -288,26 +288,81 @@ def test_a_model_of_arrays_is_read_from_json_as_evaluated(tmp_path):
         assert e.value.status == 400 and words in e.value.line, e.value.line
 
 
-def test_an_image_beside_other_inputs_is_not_served_and_says_why(tmp_path):
-    """An image input beside an array input: the run records no serving spec, slo.mode=serve is
-    refused before any stage, and serving it is one line."""
+def test_an_image_beside_other_inputs_is_read_from_json_as_evaluated(tmp_path):
+    """An image input beside an array input (a detector fed its image and its scale factors):
+    one JSON body holds the arrays and the image file's bytes in base64; each request alone is
+    the evaluation's batch of one, several are padded as its batches were; the record reads
+    back as written; bad image values are one 400 line naming the input. Two image inputs are
+    not served, and say why."""
+    import base64
+
     import datasets
     from PIL import Image
 
     from pipeline.core.errors import ConfigError
     from pipeline.serve import artifact, slo
+    from pipeline.serve.inputs import BadInput, Limits
+    from pipeline.serve.readers import UserArraysReader
 
-    model = _identity(tmp_path / "m.onnx", {"x": ["batch", 4], "image": ["batch", 3, 8, 8]})
-    images = [Image.new("RGB", (8, 8), (k, k, k)) for k in range(6)]
-    datasets.Dataset.from_dict({"image": images, "x": [[float(k)] * 4 for k in range(6)]}) \
+    model = _identity(tmp_path / "m.onnx", {"image": ["batch", 3, 8, "width"], "x": ["batch", 4]})
+    rng = np.random.default_rng(3)
+    images = [Image.fromarray(rng.integers(0, 256, (8, int(w), 3), dtype=np.uint8))
+              for w in rng.integers(5, 12, 8)]
+    datasets.Dataset.from_dict({"image": images, "x": [[float(k)] * 4 for k in range(8)]}) \
         .save_to_disk(str(tmp_path / "saved"))
-    t = _task(tmp_path / "dd", "model=onnx", f"model.path={tmp_path / 'm.onnx'}", "data=saved",
-              f"data.path={tmp_path / 'saved'}", "data.calibration_samples=2",
-              "data.evaluation_samples=4", "metric=agreement")
-    assert t.serving_spec() is None
-    assert "has 2 inputs (x, image), image an image" in t.not_served
-    with pytest.raises(ConfigError, match="^slo.mode=serve: .*image an image.*slo.mode=model"):
-        slo.preflight(t)
+    args = ("model=onnx", f"model.path={model}", "data=saved", f"data.path={tmp_path / 'saved'}",
+            "data.calibration_samples=2", "data.evaluation_samples=6", "metric=agreement",
+            "data.image.pad_width_multiple=4")
+    t = _task(tmp_path / "dd", *args)
+    spec = t.serving_spec()
+    assert spec.reader == "arrays" and spec.image_input.name == "image" and t.not_served is None
+    assert spec.image_input.sample_size == images[0].size
     config = {"model": {"source": "onnx", "name": "m"}}
+    served = artifact._served("m:v1", model, config, json.loads(json.dumps(spec.to_dict())),
+                              None, None, {}, None)
+    assert served.reader_key == spec and "image an image file" in served.what
+    reader = UserArraysReader(spec)
+    ds = t.dataset(t.split("evaluation", 6, ""))
+    bodies = slo.request_bodies(t, ds, 6)
+    limits = Limits(1 << 20, 1 << 20, 1 << 12, 1 << 20)
+    prepared = [reader.prepare(b, "application/json", limits) for b in bodies]
+    for k, p in enumerate(prepared):  # each alone: the evaluation's batch of one
+        expected = next(t.batches(ds.select([k]), 1)).feeds
+        alone = reader.stack([p.feeds])
+        assert all(np.array_equal(alone[n], a) for n, a in expected.items()), k
+    batch = reader.stack([p.feeds for p in prepared])  # several: padded as evaluated
+    evaluated = next(t.batches(ds, 6, sort=False)).feeds
+    assert all(np.array_equal(batch[n], evaluated[n]) for n in ("image", "x"))
+    assert len({p.feeds["image"].shape[3] for p in prepared}) > 1  # widths differ: padded
+    assert reader.answers(batch["image"]) == t.predictions(batch["image"])
+    warm = reader.example()
+    assert warm["image"].shape[:3] == (1, 3, 8) and warm["x"].shape == (1, 4)
+    good = json.loads(bodies[0])["inputs"]
+    text = base64.b64encode(b"not an image at all").decode()
+    bad = {"a list": ([1, 2], 'input image: an image file is sent as {"b64"'),
+           "bad base64": ({"b64": "%%%"}, "input image: not valid base64"),
+           "not an image": ({"b64": text}, "input image: body is not a PNG or JPEG image")}
+    for case, (value, words) in bad.items():
+        body = json.dumps({"inputs": {**good, "image": value}}).encode()
+        with pytest.raises(BadInput) as e:
+            reader.prepare(body, "application/json", limits)
+        assert e.value.status == 400 and words in e.value.line, (case, e.value.line)
+    with pytest.raises(BadInput) as e:  # the image file itself as the body: JSON is asked for
+        reader.prepare(base64.b64decode(good["image"]["b64"]), "image/png", limits)
+    assert e.value.status == 415 and "image image in base64" in e.value.line
+
+    # two image inputs: not served, said before any stage, and by the server
+    model2 = _identity(tmp_path / "m2.onnx", {"image": ["batch", 3, 8, 8],
+                                              "mask": ["batch", 3, 8, 8]})
+    datasets.Dataset.from_dict({"image": images[:4], "mask": images[:4]}) \
+        .save_to_disk(str(tmp_path / "saved2"))
+    t2 = _task(tmp_path / "dd2", "model=onnx", f"model.path={model2}", "data=saved",
+               f"data.path={tmp_path / 'saved2'}", "data.calibration_samples=2",
+               "data.evaluation_samples=2", "metric=agreement", "data.image.resize=fixed",
+               "data.image.height=8", "data.image.width=8")
+    assert t2.serving_spec() is None
+    assert "has 2 inputs read from images (image, mask)" in t2.not_served
+    with pytest.raises(ConfigError, match="^slo.mode=serve: .*read from images.*slo.mode=model"):
+        slo.preflight(t2)
     with pytest.raises(ConfigError, match="recorded no serving spec"):
-        artifact._served_as("m:v1", model, config, None, None, None, {}, None)
+        artifact._served_as("m:v1", model2, config, None, None, None, {}, None)

@@ -23,15 +23,14 @@ from __future__ import annotations
 import dataclasses
 
 from pipeline.config.metrics import MetricName
-from pipeline.task.serving import ArrayInput, ArrayInputs, Decoding, ImageInput
+from pipeline.task.serving import ArrayInput, ArrayInputs, Decoding, ImageInput, ImagePart
 
 
 def why_not(task) -> str | None:
-    images = [i.name for i in task.inputs if _image_feature(task, i.name) is not None]
-    if images and len(task.inputs) != 1:
-        names = ", ".join(i.name for i in task.inputs)
-        return (f"{task.what} has {len(task.inputs)} inputs ({names}), {images[0]} an image; "
-                "the server reads one image per request, or arrays for models without one")
+    images = _image_inputs(task)
+    if len(images) > 1:
+        return (f"{task.what} has {len(images)} inputs read from images ({', '.join(images)}); "
+                "the server reads one image per request")
     return None
 
 
@@ -39,20 +38,27 @@ def spec(task) -> ImageInput | ArrayInputs | None:
     """The serving record, or None when ``why_not`` has a reason."""
     if why_not(task) is not None:
         return None
+    images = _image_inputs(task)
     first = task.inputs[0]
-    if _image_feature(task, first.name) is not None:
+    if images and len(task.inputs) == 1:  # the image file is the body
         return ImageInput(input=first.name, dtype=first.dtype, shape=tuple(first.shape),
                           image=dataclasses.replace(task.data_cfg.image),  # a copy
-                          sample_size=tuple(task.first_image_size()),
+                          sample_size=tuple(task.first_image_size(first.name)),
                           decoding=_decoding(task))
-    # arrays, as a JSON body: one sample, each input by name
+    # arrays, as a JSON body: one sample, each input by name (an image file among them: base64)
+    image = ImagePart(name=images[0], steps=dataclasses.replace(task.data_cfg.image),
+                      sample_size=tuple(task.first_image_size(images[0]))) if images else None
     return ArrayInputs(
         inputs=tuple(ArrayInput(name=i.name, dtype=i.dtype, shape=tuple(i.shape))
                      for i in task.inputs),
         size_axis=tuple(task.size_axis),
         pad_width_multiple=task.data_cfg.image.pad_width_multiple,
         example={n: tuple(a.shape[1:]) for n, a in task.example(1).items()},
-        decoding=_decoding(task))
+        image_input=image, decoding=_decoding(task))
+
+
+def _image_inputs(task) -> list[str]:
+    return [i.name for i in task.inputs if _image_feature(task, i.name) is not None]
 
 
 def _decoding(task) -> Decoding:
@@ -72,9 +78,7 @@ def _image_feature(task, name: str):
     """The image feature of the column input ``name`` reads, if it is one."""
     from datasets import Image
 
-    columns = getattr(task, "columns", None) if len(task.inputs) > 1 else None
-    column = columns[name] if columns else task.data_cfg.input_column
-    feature = task.data().dataset.features.get(column)
+    feature = task.data().dataset.features.get(task.column_of(name))
     return feature if isinstance(feature, Image) else None
 
 

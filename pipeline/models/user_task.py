@@ -287,8 +287,7 @@ class UserTask:
         """Per sample, its feeds without the batch axis (images preprocessed, others as arrays)."""
         from pipeline.data.images import to_array
 
-        columns = (self.columns if len(self.inputs) > 1
-                   else {self.inputs[0].name: self.data_cfg.input_column})
+        columns = {i.name: self.column_of(i.name) for i in self.inputs}
         out = []
         chosen = _undecoded(ds.select(rows))  # _row decodes each image once its size is checked
         for k in range(len(chosen)):
@@ -390,9 +389,9 @@ class UserTask:
 
     # -- serving: what a server needs to read a request as the evaluation read its samples -------
     def serving_spec(self) -> ImageInput | ArrayInputs | None:
-        """One image input's preprocessing, or each array input's dtype and shape, and the
-        output's decoding (``user_serving``); None for an image input beside others
-        (``not_served`` says why)."""
+        """One image input's preprocessing, or each array input's dtype and shape (one of them
+        perhaps read from an image), and the output's decoding (``user_serving``); None for a
+        model of two image inputs (``not_served`` says why)."""
         from pipeline.models import user_serving
 
         return user_serving.spec(self)
@@ -403,11 +402,16 @@ class UserTask:
 
         return user_serving.why_not(self)
 
-    def first_image_size(self) -> tuple[int, int]:
-        """(width, height) of the first evaluation image, as the evaluation decoded it."""
+    def column_of(self, name: str) -> str:
+        """The data's column input ``name`` is read from."""
+        return self.columns[name] if len(self.inputs) > 1 else self.data_cfg.input_column
+
+    def first_image_size(self, name: str) -> tuple[int, int]:
+        """(width, height) of the first evaluation image of input ``name``, as the evaluation
+        decoded it."""
         data = self.data()
         ds = _undecoded(data.dataset.select(data.evaluation[:1]))
-        return tuple(self._row(ds, 0)[self.data_cfg.input_column].size)
+        return tuple(self._row(ds, 0)[self.column_of(name)].size)
 
     # -- outputs -------------------------------------------------------------------------------
     def predictions(self, outputs) -> list:

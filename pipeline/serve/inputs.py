@@ -164,21 +164,29 @@ def read_text(body: bytes, content_type: str, limits: Limits) -> str:
     return text
 
 
-def read_arrays(body: bytes, content_type: str, limits: Limits, inputs) -> dict:
-    """A model of array inputs' request: a JSON object ``{"inputs": {name: nested list}}`` with
-    one sample of every input (no batch axis), each cast to its dtype and checked against its
-    declared shape (``inputs``: ``ArrayInput`` records, the batch axis first). Out: the feeds of a
-    batch of one; anything else is one 400 or 415 line naming the input."""
-    import numpy as np
-
-    _not_an_image(body, content_type, limits, 'arrays (JSON {"inputs": {name: [...]}})')
+def json_inputs(body: bytes, content_type: str, limits: Limits, names: list[str],
+                image: str | None = None) -> dict:
+    """A model of array inputs' request: a JSON object ``{"inputs": {name: value}}`` with one
+    sample of every input in ``names`` (no batch axis); ``image``: the input sent as an image
+    file. Out: the values by name; a body of other inputs is one 400 line, an image one 415."""
+    reads = 'arrays (JSON {"inputs": {name: [...]}})'
+    _not_an_image(body, content_type, limits, reads if image is None else
+                  f'JSON {{"inputs": {{...}}}} with the image {image} in base64')
     value = json_body(body)
-    names = [i.name for i in inputs]
     given = value.get("inputs") if isinstance(value, dict) else None
     if not isinstance(given, dict) or sorted(given) != sorted(names):
         have = sorted(given) if isinstance(given, dict) else "none"
         raise BadInput(400, f'JSON body must be {{"inputs": {{...}}}} with one array for each '
                             f"of the model's inputs {names} (it has {have})")
+    return given
+
+
+def array_feeds(given: dict, inputs) -> dict:
+    """Each of ``inputs`` (``ArrayInput`` records, the batch axis first) from its value in
+    ``given``, cast to its dtype and checked against its declared shape: the feeds of a batch of
+    one; a value that does not fit is one 400 line naming the input."""
+    import numpy as np
+
     feeds = {}
     for i in inputs:
         declared = list(i.shape[1:])

@@ -14,11 +14,12 @@ A built-in image model (OCR) reads PNG or JPEG through the task's own ``from_ima
 what the task decodes (the text). The user's own image model reads them through the recorded
 ``data.image`` steps (``pipeline.data.images``, the functions its evaluation used) and answers what
 its metric decodes: the text (``ctc``), the classes (``classification``) or the output
-(``agreement``); a model of arrays reads one sample as JSON and answers the same way. A Hugging
-Face encoder reads UTF-8 text, or JSON ``{"text": ...}``, tokenized by the folder's tokenizer
-through the evaluation's own ``encode`` (truncated to the same ``max_length``), and answers the
-vector (an embedding, rounded as the output-hash ledger rounds it), or for a classifier its
-class, label, softmax score and top-k classes. Decoders are not read here (they generate; no
+(``agreement``); a model of arrays reads one sample as JSON (an input read from an image file
+beside them: that file's bytes in base64, through the same steps) and answers the same way. A
+Hugging Face encoder reads UTF-8 text, or JSON ``{"text": ...}``, tokenized by the folder's
+tokenizer through the evaluation's own ``encode`` (truncated to the same ``max_length``), and
+answers the vector (an embedding, rounded as the output-hash ledger rounds it), or for a classifier
+its class, label, softmax score and top-k classes. Decoders are not read here (they generate; no
 batch of one shape answers them).
 """
 from __future__ import annotations
@@ -91,116 +92,188 @@ class ImageReader:
         return buf.getvalue(), "image/png"
 
 
+class ImageSteps:
+    """One model input read from an image through the evaluation's ``data.image`` steps
+    (``pipeline.data.images``, the functions the evaluation used): the image alone as a batch of
+    one, checked against the input's fixed sizes, and several of them padded into one batch as
+    the evaluation's batches were."""
+
+    def __init__(self, name: str, dtype: str, shape: tuple, prep):
+        from pipeline.config.data import Resize
+
+        self.name, self.dtype, self.declared, self.prep = name, dtype, tuple(shape[1:]), prep
+        # a fixed resize bounds the input by itself; other images are bounded per request
+        self.bounded = prep.resize == Resize.fixed
+
+    def feed(self, image, limits: Limits) -> np.ndarray:
+        """``image`` (decoded, PIL) as the input of a batch of one."""
+        from pipeline.data import images
+
+        a = images.to_array(image, self.prep)
+        # padded alone as a batch of one is (width multiple, min_width): an exact shape class
+        a = images.pad(a, images.padded_shape([a], self.prep), self.prep)
+        feed = np.ascontiguousarray(a[None].astype(self.dtype, copy=False))
+        what = "a {}x{} image".format(*image.size)
+        if not self.bounded:
+            check_input({self.name: feed}, limits, what)
+        self._fits(a.shape, what)
+        return feed
+
+    def _fits(self, shape: tuple, what: str) -> None:
+        """The preprocessed image against the model's fixed sizes (a classifier's 3x224x224
+        without a resize): one 400 line, where the runtime would answer a 500."""
+        if any(isinstance(d, int) and d != s for d, s in zip(self.declared, shape)):
+            sizes = "x".join(str(d) if isinstance(d, int) else "any" for d in self.declared)
+            raise BadInput(400, f"{what} becomes an input of {'x'.join(map(str, shape))}; the "
+                                f"model takes {sizes} (data.image.resize="
+                                f"{self.prep.resize.value} as evaluated): send an image of "
+                                "that size")
+
+    def width(self, feed: np.ndarray) -> int:
+        from pipeline.data import images
+
+        return images.width(feed[0], self.prep)
+
+    def stack(self, feeds: list[np.ndarray]) -> np.ndarray:
+        """One batch; images of one shape class share their width, so none is padded (images
+        of other heights, without a resize, are padded as the evaluation's batches were)."""
+        from pipeline.data import images
+
+        arrays = [f[0] for f in feeds]
+        shape = images.padded_shape(arrays, self.prep)
+        return np.stack([images.pad(a, shape, self.prep) for a in arrays])
+
+
+def grey_png(size: tuple[int, int]) -> bytes:
+    """A grey PNG of ``size`` (width, height): what warm-up sends a model that reads images."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", tuple(size), color=(128, 128, 128)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+WARM_LIMITS = Limits(1 << 30, 1 << 30, 1 << 20, 1 << 30)  # warm-up's own request, not a client's
+
+
 class UserImageReader:
     """The user's own image model: PNG/JPEG bytes through the evaluation's ``data.image`` steps;
     out, what its metric reads: the text (``ctc``), the top classes with their names and the best
     one's score (``classification``), or the output itself (``agreement``)."""
 
     def __init__(self, spec: ImageInput):
-        from pipeline.config.data import Resize
-
         self.spec = spec
-        self.prep = spec.image
-        self.input = spec.input
-        # a fixed resize bounds the input by itself; other images are bounded per request
-        self.bounded = self.prep.resize == Resize.fixed
+        self.steps = ImageSteps(spec.input, spec.dtype, spec.shape, spec.image)
 
     def prepare(self, body: bytes, content_type: str, limits: Limits) -> Prepared:
-        from pipeline.data import images
-
         start = time.perf_counter()
         image = open_image(body, content_type, limits)
         decoded = time.perf_counter()
-        a = images.to_array(image, self.prep)
-        # padded alone as a batch of one is (width multiple, min_width): an exact shape class
-        a = images.pad(a, images.padded_shape([a], self.prep), self.prep)
-        feeds = {self.input: np.ascontiguousarray(a[None].astype(self.spec.dtype, copy=False))}
-        what = "a {}x{} image".format(*image.size)
-        if not self.bounded:
-            check_input(feeds, limits, what)
-        self._fits(a.shape, what)
+        feed = self.steps.feed(image, limits)
         done = time.perf_counter()
-        return Prepared(feeds, images.width(a, self.prep), (decoded - start) * 1000.0,
-                        (done - decoded) * 1000.0)
-
-    def _fits(self, shape: tuple, what: str) -> None:
-        """The preprocessed image against the model's fixed sizes (a classifier's 3x224x224
-        without a resize): one 400 line, where the runtime would answer a 500."""
-        declared = self.spec.shape[1:]
-        if any(isinstance(d, int) and d != s for d, s in zip(declared, shape)):
-            sizes = "x".join(str(d) if isinstance(d, int) else "any" for d in declared)
-            raise BadInput(400, f"{what} becomes an input of {'x'.join(map(str, shape))}; the "
-                                f"model takes {sizes} (data.image.resize="
-                                f"{self.prep.resize.value} as evaluated): send an image of "
-                                "that size")
+        return Prepared({self.spec.input: feed}, self.steps.width(feed),
+                        (decoded - start) * 1000.0, (done - decoded) * 1000.0)
 
     def stack(self, feeds: list[dict]) -> dict:
-        """One batch; images of one shape class share their width, so none is padded (images
-        of other heights, without a resize, are padded as the evaluation's batches were)."""
-        from pipeline.data import images
-
-        arrays = [f[self.input][0] for f in feeds]
-        shape = images.padded_shape(arrays, self.prep)
-        return {self.input: np.stack([images.pad(a, shape, self.prep) for a in arrays])}
+        return {self.spec.input: self.steps.stack([f[self.spec.input] for f in feeds])}
 
     def answers(self, outputs) -> list:
         return metric_answers(self.spec.decoding, outputs)
 
     def example(self) -> dict:
         body, kind = self.warm_request()
-        return self.prepare(body, kind, Limits(1 << 30, 1 << 30, 1 << 20, 1 << 30)).feeds
+        return self.prepare(body, kind, WARM_LIMITS).feeds
 
     def warm_request(self) -> tuple[bytes, str]:
         """A grey PNG of the first evaluation image's size: every model takes that one."""
-        from PIL import Image
-
-        buf = io.BytesIO()
-        Image.new("RGB", tuple(self.spec.sample_size), color=(128, 128, 128)).save(
-            buf, format="PNG")
-        return buf.getvalue(), "image/png"
+        return grey_png(self.spec.sample_size), "image/png"
 
 
 class UserArraysReader:
     """The user's own model of array inputs: a JSON body ``{"inputs": {name: nested list}}``
     holding one sample (no batch axis), checked against each input's dtype and declared shape;
-    out, what its metric reads, as for an image model."""
+    an input read from an image file (``spec.image_input``) is that file's bytes in base64,
+    ``{"b64": "..."}``, read as the evaluation read it; out, what its metric reads, as for an
+    image model."""
 
     def __init__(self, spec: ArrayInputs):
         self.spec = spec
-        self.inputs = spec.inputs
         self.size_input, axis = spec.size_axis
         self.size_dim = axis - 1 if axis > 0 else None
+        part = spec.image_input
+        self.image = None if part is None else ImageSteps(
+            part.name, *next((i.dtype, i.shape) for i in spec.inputs if i.name == part.name),
+            part.steps)
+        self.arrays = tuple(i for i in spec.inputs if part is None or i.name != part.name)
 
     def prepare(self, body: bytes, content_type: str, limits: Limits) -> Prepared:
-        from pipeline.serve.inputs import read_arrays
+        from pipeline.serve.inputs import array_feeds, json_inputs
 
         start = time.perf_counter()
-        feeds = read_arrays(body, content_type, limits, self.inputs)
+        given = json_inputs(body, content_type, limits, [i.name for i in self.spec.inputs],
+                            self.image.name if self.image else None)
+        feeds = array_feeds(given, self.arrays)
+        decoded = time.perf_counter()
+        if self.image is not None:
+            name = self.image.name
+            try:
+                image = open_image(image_bytes(given[name], name), "", limits)
+            except BadInput as e:  # said of the input, and a 400: the body itself is JSON
+                raise BadInput(400, e.line if e.line.startswith(f"input {name}:")
+                               else f"input {name}: {e.line}") from None
+            feeds[name] = self.image.feed(image, limits)
         check_input(feeds, limits, "the JSON body")
         done = time.perf_counter()
         size = (feeds[self.size_input].shape[self.size_dim + 1] if self.size_dim is not None
                 else 1)
-        return Prepared(feeds, int(size), (done - start) * 1000.0, 0.0)
+        return Prepared(feeds, int(size), (decoded - start) * 1000.0, (done - decoded) * 1000.0)
 
     def stack(self, feeds: list[dict]) -> dict:
-        """One batch, padded as the evaluation's batches were (``stack_arrays``)."""
+        """One batch, padded as the evaluation's batches were (``stack_arrays``; an image input
+        by its ``data.image`` padding)."""
         from pipeline.models.user_task import stack_arrays
 
-        return {i.name: stack_arrays([f[i.name][0] for f in feeds],
-                                     self.size_dim if i.name == self.size_input else None,
-                                     self.spec.pad_width_multiple) for i in self.inputs}
+        out = {i.name: stack_arrays([f[i.name][0] for f in feeds],
+                                    self.size_dim if i.name == self.size_input else None,
+                                    self.spec.pad_width_multiple) for i in self.arrays}
+        if self.image is not None:
+            out[self.image.name] = self.image.stack([f[self.image.name] for f in feeds])
+        return {i.name: out[i.name] for i in self.spec.inputs}
 
     def answers(self, outputs) -> list:
         return metric_answers(self.spec.decoding, outputs)
 
     def example(self) -> dict:
+        if self.image is not None:  # the image goes through its steps: warm-up's own request
+            return self.prepare(*self.warm_request(), WARM_LIMITS).feeds
         return {i.name: np.zeros([1, *self.spec.example[i.name]], dtype=i.dtype)
-                for i in self.inputs}
+                for i in self.spec.inputs}
 
     def warm_request(self) -> tuple[bytes, str]:
-        """The first evaluation sample's shapes, as zeros."""
-        return json.dumps({"inputs": {n: a[0].tolist() for n, a in self.example().items()}}) \
-            .encode(), "application/json"
+        """The first evaluation sample's shapes, as zeros (an image input: a grey image of the
+        first evaluation image's size)."""
+        import base64
+
+        inputs = {i.name: np.zeros(self.spec.example[i.name], dtype=i.dtype).tolist()
+                  for i in self.arrays}
+        if self.image is not None:
+            inputs[self.image.name] = {"b64": base64.b64encode(
+                grey_png(self.spec.image_input.sample_size)).decode()}
+        return json.dumps({"inputs": inputs}).encode(), "application/json"
+
+
+def image_bytes(value, name: str) -> bytes:
+    """An image input's value in a JSON body: ``{"b64": "..."}``, the file's bytes in base64."""
+    import base64
+    import binascii
+
+    if not (isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str)):
+        raise BadInput(400, f'input {name}: an image file is sent as {{"b64": "<its bytes in '
+                            'base64>"}')
+    try:
+        return base64.b64decode(value["b64"], validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise BadInput(400, f"input {name}: not valid base64 ({e})") from None
 
 
 def metric_answers(decoding: Decoding, outputs) -> list:

@@ -51,16 +51,15 @@ def preflight(t) -> None:
 def request_bodies(t, ds, count: int = 64) -> list[bytes]:
     """Up to ``count`` evaluation samples as a client sends them: a line as PNG, a sentence as
     UTF-8, the user's own image file as it is (PNG or JPEG; another format as PNG), a model of
-    array inputs' sample as JSON."""
+    array inputs' sample as JSON (an image file among its inputs in base64)."""
     n = min(count, len(ds))
     from pipeline.task.serving import ArrayInputs, ImageInput
 
     spec = t.serving_spec()
     if isinstance(spec, ImageInput):
-        return _image_files(t, ds, n)
+        return _image_files(t, ds, n, t.column_of(spec.input))
     if isinstance(spec, ArrayInputs):  # each sample's arrays, as the JSON body the server reads
-        return [json.dumps({"inputs": {k: v.tolist() for k, v in sample.items()}}).encode()
-                for sample in t._arrays(ds, list(range(n)))]
+        return _array_bodies(t, ds, n, spec)
     if hasattr(t, "from_image"):  # the built-in recognizers: their lines as images
         from PIL import Image
 
@@ -78,13 +77,29 @@ def request_bodies(t, ds, count: int = 64) -> list[bytes]:
     return [str(x).encode() for x in ds[column][:n]]
 
 
-def _image_files(t, ds, n: int) -> list[bytes]:
-    """The first ``n`` images of the user's data set, each file's own bytes."""
+def _array_bodies(t, ds, n: int, spec) -> list[bytes]:
+    """The first ``n`` samples as JSON bodies: each array input's values, and an input read
+    from an image file as that file's bytes in base64 (``{"b64": ...}``)."""
+    import base64
+
+    part = spec.image_input
+    files = _image_files(t, ds, n, t.column_of(part.name)) if part is not None else None
+    out = []
+    for k, sample in enumerate(t._arrays(ds, list(range(n)))):
+        inputs = {name: a.tolist() for name, a in sample.items()
+                  if part is None or name != part.name}
+        if part is not None:
+            inputs[part.name] = {"b64": base64.b64encode(files[k]).decode()}
+        out.append(json.dumps({"inputs": inputs}).encode())
+    return out
+
+
+def _image_files(t, ds, n: int, column: str) -> list[bytes]:
+    """The first ``n`` images of the user's data set's ``column``, each file's own bytes."""
     from pipeline.data.images import open_checked
     from pipeline.models.user_task import _undecoded
     from pipeline.serve.inputs import MAGIC
 
-    column = t.data_cfg.input_column
     raw = _undecoded(ds.select(range(n)))[column]
     out = []
     for r in raw:

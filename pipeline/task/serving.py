@@ -13,7 +13,8 @@ written by ``pipeline.core.json_record`` key for key as runs have always written
   evaluation image's size (what warm-up sends);
 - ``ArrayInputs``: the user's own model of array inputs (``reader: arrays``): each input's name,
   dtype and declared shape, the axis batches are bucketed by, its padding, the first sample's
-  shapes.
+  shapes; and where one of its inputs is read from an image file beside the arrays (a detector
+  fed its image and its scale factors), that input's ``ImagePart``: its steps and first size.
 The user's records carry their ``Decoding`` in the same object: the metric, and per metric what
 reads the first output (``ctc``: the character set, which travels inside the record, and the
 layout; ``classification``: top-k and class names; ``agreement``: whether it ends in a class
@@ -124,17 +125,28 @@ class ArrayInput(_Record):
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
+class ImagePart(_Record):
+    """The input of a model of arrays that is read from an image file: a request sends the
+    file's bytes as ``{"b64": ...}`` in that input's place."""
+    name: str
+    steps: ImagePrep                   # every data.image step, as evaluated
+    sample_size: tuple[int, int]       # the first evaluation image (width, height): warm-up's
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
 class ArrayInputs(_Record):
     reader: str = "arrays"
     inputs: tuple[ArrayInput, ...]
     size_axis: tuple[str, int]         # the input and axis batches are bucketed by (0: none)
     pad_width_multiple: int
     example: dict[str, tuple[int, ...]]  # the first sample's shapes, no batch axis: warm-up's
+    image_input: ImagePart | None = omitted()  # an input read from an image file, if one is
     decoding: Decoding | None = inline()
 
     def describe(self) -> str:
+        image = f" ({self.image_input.name} an image file)" if self.image_input else ""
         return (f"JSON arrays for {self.decoding.metric.value}, inputs "
-                f"{', '.join(i.name for i in self.inputs)}")
+                f"{', '.join(i.name for i in self.inputs)}{image}")
 
 
 Serving = BuiltinImage | TextInput | ImageInput | ArrayInputs
