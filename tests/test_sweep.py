@@ -223,12 +223,12 @@ def test_a_killed_job_leaves_no_lock_behind(tmp_path):
 
 
 def test_pareto_front_and_best_point_per_model():
-    from pipeline.cli.sweep.summary import best_per_model, overlaps, pareto
+    from pipeline.cli.sweep.summary import (Overlap, PointRow, TimedWindow, best_per_model,
+                                            overlaps, pareto)
 
     def row(num, model, verdict, drop, speedup, mb):
-        return {"num": num, "point": str(num), "model": model, "verdict": verdict,
-                "accuracy_drop": drop, "speedup": speedup, "size_mb": mb, "published": None,
-                "timed": []}
+        return PointRow(num=num, point=str(num), model=model, quant="int8", calibration="minmax",
+                        verdict=verdict, accuracy_drop=drop, speedup=speedup, size_mb=mb)
 
     rows = [row(0, "a", "PASS", 0.0, 2.0, 1.0),   # front
             row(1, "a", "PASS", 0.1, 1.5, 1.0),   # dominated by 0
@@ -237,9 +237,43 @@ def test_pareto_front_and_best_point_per_model():
             row(4, "b", "ERROR", None, None, None)]
     assert pareto(rows) == [0, 2, 3]
     best = best_per_model(rows)
-    assert best["a"]["num"] == 0 and best["b"]["num"] == 3
-    rows[0]["timed"] = [{"label": "benchmark", "host": "h", "start": 0.0, "end": 2.0}]
-    rows[1]["timed"] = [{"label": "benchmark", "host": "h", "start": 2.0, "end": 3.0}]
+    assert best["a"].num == 0 and best["b"].num == 3
+    rows[0].timed = [TimedWindow("benchmark", "h", 0.0, 2.0)]
+    rows[1].timed = [TimedWindow("benchmark", "h", 2.0, 3.0)]
     assert overlaps(rows) == []
-    rows[3]["timed"] = [{"label": "explain", "host": "h", "start": 2.5, "end": 4.0}]
-    assert overlaps(rows) == [{"a": "#1 benchmark", "b": "#3 explain"}]
+    rows[3].timed = [TimedWindow("explain", "h", 2.5, 4.0)]
+    assert overlaps(rows) == [Overlap("#1 benchmark", "#3 explain")]
+
+
+def test_summary_json_reads_back_as_its_records_key_for_key():
+    """summary.json is written by field: a finished point's row has the keys sweeps have always
+    written (no more, no fewer), and the whole summary reads back into equal records."""
+    import json
+
+    from pipeline.cli.sweep.summary import Best, PointRow, SweepSummary, TimedWindow
+    from pipeline.core.json_record import from_json, to_json
+
+    row = PointRow(num=0, point="quant=int8", model="ocr_tiny", quant="int8",
+                   calibration="minmax", verdict="PASS", accuracy_drop=0.1, speedup=1.7,
+                   speedup_ci95=(1.6, 1.8), p99_ms=3.2, size_mb=0.4, published="ocr_tiny:int8",
+                   report="/r/report.md", exit_code=0, seconds=12.5,
+                   timed=[TimedWindow("benchmark", "h", 1.0, 2.0, 0.0)], started=0.5, ended=13.0,
+                   batch=8, stages_built=9, stages=12, overrides=["quant=int8"], pareto=True)
+    died = PointRow(num=1, point="quant=mixed", model="ocr_tiny", quant="mixed",
+                    calibration="minmax", error="no result")
+    summary = SweepSummary(sweep_dir="/s", points=2, rows=[row, died], pareto=[0],
+                           best_per_model={"ocr_tiny": Best(0, "quant=int8", 1.7, 0.1, 0.4,
+                                                            "ocr_tiny:int8")},
+                           overlapping_timed_stages=[], wall_s=20.0, timed_s=1.0,
+                           compile_wall_s=19.0, exit_code=3, figure="pareto.png")
+    written = json.loads(json.dumps(to_json(summary)))
+    assert list(written["rows"][0]) == [
+        "num", "point", "model", "quant", "calibration", "verdict", "error", "accuracy_drop",
+        "speedup", "speedup_ci95", "p99_ms", "size_mb", "published", "report", "exit_code",
+        "seconds", "timed", "started", "ended", "batch", "stages_built", "stages", "overrides",
+        "pareto"]
+    assert written["rows"][0]["timed"] == [{"label": "benchmark", "host": "h", "start": 1.0,
+                                            "end": 2.0, "waited_s": 0.0}]
+    assert "started" not in written["rows"][1] and written["rows"][1]["verdict"] == "ERROR"
+    assert written["best_per_model"]["ocr_tiny"]["num"] == 0
+    assert from_json(SweepSummary, written) == summary

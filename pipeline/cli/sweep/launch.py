@@ -17,7 +17,6 @@ gate failed, else 0.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -25,6 +24,8 @@ import time
 import uuid
 from pathlib import Path
 
+from pipeline.cli.sweep.point import FILE as POINT_FILE
+from pipeline.cli.sweep.point import PointResult
 from pipeline.engine.compose import CONF_DIR, NULLABLE, compose
 from pipeline.core.errors import ConfigError
 
@@ -88,7 +89,7 @@ def main(argv: list[str]) -> int:
     summary = sweep_summary.write(sweep_dir, todo, cfgs, time.time() - t0)
     print(sweep_summary.terminal(summary))
     print(f"summary: {sweep_dir / 'summary.md'}")
-    return summary["exit_code"]
+    return summary.exit_code
 
 
 # The package each launcher needs beyond the base install, and the extra that installs it:
@@ -124,40 +125,38 @@ def _hydra_main():
         run_point)()
 
 
-def run_point(cfg) -> dict:
+def run_point(cfg) -> PointResult:
     """Hydra's task function: one point as ``python -m pipeline <its overrides>``. It never raises
     (Hydra would end the sweep); whatever happens is written to ``point.json``."""
     from hydra.core.hydra_config import HydraConfig
 
     hc = HydraConfig.get()
     out = Path(hc.runtime.output_dir)
-    overrides = [_from_hydra(o) for o in hc.overrides.task]
-    result = {"num": int(hc.job.num), "overrides": overrides, "exit_code": None,
-              "report": None, "published": None, "error": None, "host": os.uname().nodename}
+    result = PointResult(num=int(hc.job.num), host=os.uname().nodename,
+                         overrides=[_from_hydra(o) for o in hc.overrides.task])
     t0 = time.time()
     try:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
         with open(out / "point.log", "w") as log:
-            proc = subprocess.run([sys.executable, "-m", "pipeline", *overrides],
+            proc = subprocess.run([sys.executable, "-m", "pipeline", *result.overrides],
                                   cwd=hc.runtime.cwd, env=env, stdout=log,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        result["exit_code"] = proc.returncode
+        result.exit_code = proc.returncode
         lines = (out / "point.log").read_text(errors="replace").splitlines()
         for line in lines:
             for key in ("report", "published", "error"):
                 if line.startswith(f"{key}: "):
-                    result[key] = line[len(key) + 2:].strip()
-        if proc.returncode not in (0, 1) and result["error"] is None:
+                    setattr(result, key, line[len(key) + 2:].strip())
+        if proc.returncode not in (0, 1) and result.error is None:
             tail = [ln for ln in lines if ln.strip()][-1:] or [""]
-            result["error"] = (f"killed by signal {-proc.returncode}" if proc.returncode < 0
-                               else f"exit {proc.returncode}: {tail[0].strip()}")
+            result.error = (f"killed by signal {-proc.returncode}" if proc.returncode < 0
+                            else f"exit {proc.returncode}: {tail[0].strip()}")
     except Exception as e:  # noqa: BLE001 - a point's failure is its row, never the sweep's end
-        result["error"] = f"{type(e).__name__}: {e}"
-    result.update(started=t0, ended=time.time(), seconds=round(time.time() - t0, 1))
-    tmp = out / ".point.json.tmp"
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(out / "point.json")
+        result.error = f"{type(e).__name__}: {e}"
+    result.started, result.ended = t0, time.time()
+    result.seconds = round(result.ended - t0, 1)
+    result.write(out)
     _progress(out.parent, result)
     return result
 
@@ -165,7 +164,7 @@ def run_point(cfg) -> dict:
 PROGRESS_ENV = "PIPELINE_SWEEP_PROGRESS"  # "<points>:<start time>", set by main for the workers
 
 
-def _progress(sweep_dir: Path, result: dict) -> None:
+def _progress(sweep_dir: Path, result: PointResult) -> None:
     """One line per finished point: how many of how many, elapsed and time left (points run in
     parallel workers, so the count is the ``point.json`` files written so far)."""
     from pipeline.core.progress import Progress
@@ -173,8 +172,8 @@ def _progress(sweep_dir: Path, result: dict) -> None:
     total, _, t0 = os.environ.get(PROGRESS_ENV, "").partition(":")
     if not total:
         return
-    done = len(list(sweep_dir.glob("*/point.json")))
+    done = len(list(sweep_dir.glob(f"*/{POINT_FILE}")))
     bar = Progress(int(total), "sweep", clock=time.time, unit="points", every=0)
     bar.tty, bar.t0 = False, float(t0)  # workers print to a shared stream: plain lines
-    code = result["exit_code"]
-    bar.update(done, f"{' '.join(result['overrides'])} (exit {code if code is not None else '-'})")
+    code = result.exit_code
+    bar.update(done, f"{' '.join(result.overrides)} (exit {code if code is not None else '-'})")
