@@ -5,8 +5,8 @@ In: the sweep folder (one Hydra job folder per point with ``point.json``, writte
 ``SweepSummary`` of ``PointRow`` records, written as ``summary.json`` (by field, through
 ``pipeline.core.json_record``), ``summary.md`` and ``pareto.png`` in the sweep folder. A row holds
 the point's verdict (PASS, FAIL for a failed gate, ERROR with the error line when it did not
-finish), the accuracy drop against FP16, the speedup against the fastest float baseline with its 95
-% CI and the p99 at the gate's batch size, the shipped size, and the published ref. The Pareto
+finish), the accuracy drop against FP16, the speedup against the fastest float baseline with its
+95 % CI and the p99 at the gate's batch size, the shipped size, and the published ref. The Pareto
 front is over accuracy drop (lower), speedup (higher) and size (smaller), among points that were
 measured; the best point per model is the fastest that passed its gate (the gate's limits are
 applied by each run). Timed stages' windows (start, end, host) are collected from the reports, so
