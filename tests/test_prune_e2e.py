@@ -70,8 +70,31 @@ def test_pruned_network_flows_through_export_and_every_later_stage(tiny_run, tmp
     assert section["recover"]["steps"] == 3 and section["recover"]["seconds"] > 0
     assert section["recover"]["precision"] == training_precision()["dtype"]
     assert section["recover"]["steps_per_second"] > 0
+    # the section is a typed record written key for key: it reads back whole, and the manifest
+    # that ships with the model carries the same one
+    from pipeline.core.json_record import from_json, to_json
+    from pipeline.prune.report import PruningSection
+
+    typed = from_json(PruningSection, section)
+    assert to_json(typed) == section and typed.rows[2].metrics == recovered_metrics(section)
+    manifest = next(m for m in map(_json, (workdir / "registry" / "blobs").glob("*/*"))
+                    if isinstance(m, dict) and "lineage" in m)  # the evidence blob
+    assert manifest["pruning"] == section
     md = (workdir / "runs" / "latest" / "report.md").read_text()
     assert "## Pruning" in md and "before recovery" in md
+
+
+def _json(path: Path):
+    try:
+        return json.loads(path.read_bytes())
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def recovered_metrics(section: dict) -> dict:
+    """The recovered row's held-out metrics: every key beside the row's own four."""
+    return {k: v for k, v in section["rows"][2].items()
+            if k not in ("step", "parameters", "macs", "onnx_mb")}
 
 
 @pytest.mark.parametrize("extra,needle", [

@@ -16,6 +16,14 @@ from pipeline.gate.verdict import Verdict
 from pipeline.measure.results import Role
 
 
+@dataclass(frozen=True)
+class PruningArtifacts:
+    """A ``prune=channels`` run's own artifacts, beside the models every run has."""
+    load: object             # the network before pruning
+    prune: object            # the pruned, recovered network (what export starts from)
+    unpruned_export: object  # the unpruned network's export: the ONNX size it is compared with
+
+
 @dataclass
 class Outcome:
     run: object         # the run's facts: models.run.Run (encoders) or models.decoder.Decoder
@@ -27,7 +35,7 @@ class Outcome:
     load: object = None  # the loadtest artifact (bench.mode=load or soak)
     quant: object = None  # QuantInfo (encoders) or recipes.decoder_record.WeightOnlyInfo
     runtimes: dict | None = None  # targets per artifact, failures, the choice (runtimes.plan)
-    pruning: dict | None = None  # prune=channels: the load, prune and unpruned export artifacts
+    pruning: PruningArtifacts | None = None  # prune=channels
     auto: object = None  # quant=auto: every candidate, the winner and why (recipes.auto_result)
     # the benchmark label the shipped candidate was timed under, per batch size (str): the
     # choice of runtime=auto and quant=auto; None: the benchmark's own candidate everywhere

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pipeline import gate
 from pipeline.core.env import environment
 from pipeline.config import Config, PruneMethod, QuantMode
-from pipeline.gate.outcome import Outcome
+from pipeline.gate.outcome import Outcome, PruningArtifacts
 from pipeline.models.run import Run
 from pipeline.models.sources import Source, Splits
 from pipeline.stages.benchmark import Benchmark
@@ -109,16 +109,16 @@ def recipe(cfg: Config, runner, run: Run) -> Outcome:
         if cfg.prune.method == PruneMethod.channels:  # off: no stage, every key stays as it was
             from pipeline.prune.helper import with_ignored
 
-            pruning = {"load": source,
-                       "prune": runner.run(Prune(task=key, prune=with_ignored(cfg.prune, t),
-                                                 data=splits.evaluation if isinstance(key, Source)
-                                                 else None), source)}
-            source = pruning["prune"]  # the load format: later stages see a smaller network
+            unpruned = source
+            source = runner.run(Prune(task=key, prune=with_ignored(cfg.prune, t),
+                                      data=splits.evaluation if isinstance(key, Source) else None),
+                                unpruned)  # the load format: later stages see a smaller network
         export = Export(task=key, opset=OPSET, data=splits.parity, hardware=hw)
         exported = runner.run(export, source)
-        if pruning:  # the unpruned export (shared with unpruned runs' cache) for the size row
-            pruning["unpruned_export"] = runner.run(export, pruning["load"],
-                                                    label="export[unpruned]")
+        if cfg.prune.method == PruneMethod.channels:
+            # the unpruned export (shared with unpruned runs' cache) for the size row
+            pruning = PruningArtifacts(unpruned, source, runner.run(export, unpruned,
+                                                                    label="export[unpruned]"))
     fusion = getattr(t, "fusion", None)
     unfused = exported  # the graph dynamic INT8 may quantize instead of the fused one
     if fusion:  # a transformer encoder: onnxruntime.transformers' fusions make the FP32 baseline

@@ -22,6 +22,7 @@ from pipeline.measure.bench_record import (BatchRecord, BenchRecord, ColdStart, 
 from pipeline.measure.fusion_record import FuseRecord, Parity
 from pipeline.measure.results import Evaluation, Role
 from pipeline.metrics.outputs import RTOL, agreement
+from pipeline.prune.report import PruningSection
 from pipeline.task.serving import Serving
 
 ROWS = ((Role.export, "export (torch -> ONNX, FP32)"), (Role.fp32, "optimize (FP32 baseline)"),
@@ -168,7 +169,7 @@ class RunReport:
     labels_outside_charset: object = omitted()
     fusion: FusionReport | None = omitted()
     quantization: dict | None = omitted()  # pipeline.report.quant.as_dict
-    pruning: dict | None = omitted()       # pipeline.prune.report.as_dict
+    pruning: PruningSection | None = omitted()
     load: LoadRecord | None = omitted()
     serving: Serving | None = omitted()  # what the evaluation fed the model
     auto: object = omitted()         # quant=auto: every candidate, the winner and why

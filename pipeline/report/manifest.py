@@ -33,8 +33,8 @@ def body(cfg, out, record: list) -> RunReport:
     if out.pruning is not None:
         from pipeline.prune import report as pruning_report
 
-        pruning = pruning_report.as_dict(out)
-        unpruned = out.pruning["load"]  # the network before pruning (recipes.main)
+        pruning = pruning_report.section(out)
+        unpruned = out.pruning.load  # the network before pruning (recipes.main)
         lineage = {**lineage, "unpruned": b.LineageEntry(unpruned.digest, "load", None,
                                                           str(unpruned.path))}
     outside = getattr(t, "outside_charset", None)
@@ -119,7 +119,7 @@ def manifest(out, report: RunReport) -> dict:
                              ("settings", "calibration", "latency_exclusions", "float_outputs")}
             if out.quant is not None else None,
             # what ships is the pruned network; unpruned manifests stay as they were
-            **({"pruning": report.pruning} if report.pruning is not None else {}),
+            **({"pruning": to_json(report.pruning)} if report.pruning is not None else {}),
             # what was gated is what ships: engine, precision, threads, executed kernels
             "runtime": {"deployed": to_json(plan.deployed), "mode": plan.mode,
                         "choice": {b: c.picked for b, c in plan.choice.items()}}}
