@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.serve_decoder import decoder_section, decoder_table
-from benchmarks.serve_process import start, status_mb, stop
+from benchmarks.serve_process import start, stop
 
 SCALE = 4.0        # a 300 dpi scanner's line: about 128 pixels tall
 SOAK_SHARE = 0.7   # the soak's rate, as a share of the highest steady rate within the target

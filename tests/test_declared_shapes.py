@@ -7,7 +7,6 @@ quant=auto."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import onnx

@@ -177,7 +177,6 @@ def measure_model(cli, package: Path, name: str, folder: Path, labels: Path,
     ref = isolate.call(f"zoo ddddocr {name}: the package's own inference", reference,
                        package, name, folder, labels)
     charset = root / "charset.txt"
-    classes = len(ref["charset"])  # the blank included
     standins = write_charset(ref.pop("charset"), charset)
     given = handed = package / "ddddocr" / f"{name}.onnx"  # as the package ships it
     common = ["model=onnx", f"model.path={handed}", *DATA_ARGS, f"data.path={folder}",

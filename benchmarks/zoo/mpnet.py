@@ -386,7 +386,7 @@ def summary(runs: dict, parity: dict, sbs: dict) -> dict:
 def targets(runs: dict, parity: dict, sbs: dict, peer: dict, vnni: bool) -> dict:
     """The issue's targets as name -> [measured, met]."""
     bar = TARGETS["b8_vnni" if vnni else "b8_no_vnni"]
-    out = {f"FP32 parity with sentence-transformers' recipe (cosine >= 0.9999) on >= 99 %": [
+    out = {"FP32 parity with sentence-transformers' recipe (cosine >= 0.9999) on >= 99 %": [
         parity["share_cosine_ge_0.9999"], parity["share_cosine_ge_0.9999"] >= TARGETS["parity"]]}
     acc = sbs["accuracy_vs_fp32"]
     for q, r in runs.items():

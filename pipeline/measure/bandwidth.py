@@ -18,7 +18,6 @@ Deliberately not handled: NUMA placement, huge pages, non-temporal reads.
 """
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 

@@ -22,8 +22,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.models.checkpoint_tensors import CheckpointTensors
+
+if TYPE_CHECKING:  # annotations only: numpy is imported where it is used
+    import numpy as np
 
 # the streaming export's placeholder for a MatMul weight left in the checkpoint
 # (``pipeline.stages._lazy_builder``: stages import quant, not the other way round)
