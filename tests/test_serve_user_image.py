@@ -337,6 +337,17 @@ def test_an_image_beside_other_inputs_is_read_from_json_as_evaluated(tmp_path):
     assert reader.answers(batch["image"]) == t.predictions(batch["image"])
     warm = reader.example()
     assert warm["image"].shape[:3] == (1, 3, 8) and warm["x"].shape == (1, 4)
+    # the input-size limit: an image brought to a fixed size is bounded by its steps (a
+    # detector's 3x928x928 is over the default limit and must still be served, warm-up first);
+    # an image of any width is checked like any input
+    few = Limits(1 << 20, 1 << 20, 1 << 12, 100)
+    fixed = replace(spec, image_input=replace(spec.image_input, steps=replace(
+        spec.image_input.steps, resize="fixed", height=8, width=12)))
+    assert UserArraysReader(fixed).prepare(bodies[0], "application/json", few).feeds[
+        "image"].shape == (1, 3, 8, 12)
+    with pytest.raises(BadInput) as e:
+        reader.prepare(bodies[0], "application/json", few)
+    assert e.value.status == 413 and "over the limit of 100" in e.value.line
     good = json.loads(bodies[0])["inputs"]
     text = base64.b64encode(b"not an image at all").decode()
     bad = {"a list": ([1, 2], 'input image: an image file is sent as {"b64"'),

@@ -213,6 +213,7 @@ class UserArraysReader:
         given = json_inputs(body, content_type, limits, [i.name for i in self.spec.inputs],
                             self.image.name if self.image else None)
         feeds = array_feeds(given, self.arrays)
+        check_input(feeds, limits, "the JSON body")  # the image is bounded by its own steps
         decoded = time.perf_counter()
         if self.image is not None:
             name = self.image.name
@@ -221,8 +222,7 @@ class UserArraysReader:
             except BadInput as e:  # said of the input, and a 400: the body itself is JSON
                 raise BadInput(400, e.line if e.line.startswith(f"input {name}:")
                                else f"input {name}: {e.line}") from None
-            feeds[name] = self.image.feed(image, limits)
-        check_input(feeds, limits, "the JSON body")
+            feeds[name] = self.image.feed(image, limits)  # checked unless a fixed resize
         done = time.perf_counter()
         size = (feeds[self.size_input].shape[self.size_dim + 1] if self.size_dim is not None
                 else 1)
