@@ -39,7 +39,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q uv
 	$(UV) "torch==2.13.0"
-	$(UV) -e ".[test,registry,ray,hf,llm,serve]"
+	$(UV) -e ".[test,registry,ray,hf,llm,serve,opencv]"
 	touch $@
 
 # The venv's Python on an emulated AVX2-only CPU (QEMU user mode; .ci/run installs qemu-user):

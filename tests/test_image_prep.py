@@ -34,6 +34,46 @@ def test_interpolation_is_pils_named_filter():
         ImagePrep(interpolation="cubic")
 
 
+def test_resampler_opencv_resizes_as_cv2_resize_does():
+    """Code built on OpenCV resizes with cv2.resize, whose filters give other pixels than
+    Pillow's (no smoothing on a downscale): with resampler=opencv the input is cv2's, to the
+    last bit, for each filter, in colour (BGR) and grey, at a fixed size and a height."""
+    import cv2
+
+    bgr = np.random.default_rng(3).integers(0, 256, (61, 203, 3), dtype=np.uint8)
+    img = Image.fromarray(np.ascontiguousarray(bgr[:, :, ::-1]))  # the file, as RGB
+    for name, flag in (("bilinear", cv2.INTER_LINEAR), ("bicubic", cv2.INTER_CUBIC),
+                       ("nearest", cv2.INTER_NEAREST), ("lanczos", cv2.INTER_LANCZOS4),
+                       ("box", cv2.INTER_AREA)):
+        prep = ImagePrep(resize="fixed", height=32, width=96, interpolation=name,
+                         resampler="opencv", channel_order="bgr", scale=1.0)
+        want = cv2.resize(bgr, (96, 32), interpolation=flag).astype(np.float32)
+        np.testing.assert_array_equal(images.to_array(img, prep), want.transpose(2, 0, 1))
+        grey = ImagePrep(color="grey", resize="height", height=16, interpolation=name,
+                         resampler="opencv", scale=1.0)
+        want = cv2.resize(np.asarray(img.convert("L")), (53, 16), interpolation=flag)
+        np.testing.assert_array_equal(images.to_array(img, grey)[0], want.astype(np.float32))
+    pillow = images.to_array(img, ImagePrep(resize="fixed", height=32, width=96,
+                                            interpolation="bicubic", scale=1.0))
+    opencv = images.to_array(img, ImagePrep(resize="fixed", height=32, width=96,
+                                            interpolation="bicubic", resampler="opencv",
+                                            scale=1.0))
+    assert np.abs(pillow - opencv).max() > 10  # the knob matters: other pixels
+    with pytest.raises(ConfigError, match="interpolation=hamming: OpenCV has no such filter"):
+        ImagePrep(resampler="opencv", interpolation="hamming")
+    with pytest.raises(ConfigError, match="data.image.resampler='cv'"):
+        ImagePrep(resampler="cv")
+
+
+def test_resampler_opencv_without_opencv_is_one_line(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cv2", None)  # import cv2 raises ImportError
+    with pytest.raises(StageError, match=r"resampler=opencv needs OpenCV: pip install .*opencv"):
+        images.to_array(_colour(20, 10), ImagePrep(resize="fixed", height=8, width=8,
+                                                   resampler="opencv"))
+
+
 def test_width_rounding_floor_truncates_as_int_does():
     img = _colour(10, 3)  # 10 * 2 / 3 = 6.67
     prep = dict(resize="height", height=2)

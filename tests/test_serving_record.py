@@ -100,3 +100,11 @@ def test_a_record_this_code_cannot_read_names_what():
     with pytest.raises(TypeError, match="JSON object"):
         serving.read(["image"])
     assert serving.read(None) is None
+
+
+def test_a_record_written_before_a_step_existed_reads_with_that_steps_default():
+    """A user's image record from before ``data.image.resampler`` existed was resized by Pillow,
+    which is the default it reads back with."""
+    image = to_json(_records()[1])
+    del image["image"]["resampler"]
+    assert serving.read(image).image.resampler == "pillow"

@@ -34,6 +34,12 @@ class Resize(str, enum.Enum):
 INTERPOLATIONS = ("nearest", "box", "bilinear", "hamming", "bicubic", "lanczos")
 
 
+# data.image.resampler=opencv: each interpolation as cv2.resize names it (box: INTER_AREA, the
+# average over each output pixel's source area; OpenCV has no Hamming filter)
+OPENCV_FILTERS = {"nearest": "INTER_NEAREST", "bilinear": "INTER_LINEAR", "bicubic": "INTER_CUBIC",
+                  "lanczos": "INTER_LANCZOS4", "box": "INTER_AREA"}
+
+
 @dataclass
 class ImagePrep:
     """Image -> float32 array, in this order: colour, resize, width cap, scale, normalize, pad,
@@ -46,6 +52,8 @@ class ImagePrep:
     width: int = 0                 # for fixed
     interpolation: str = "bilinear"  # PIL's resampling filter: nearest, box, bilinear, hamming,
                                    # bicubic, lanczos (what the training code resized with)
+    resampler: str = "pillow"      # the library that resizes: pillow, or opencv for code that
+                                   # calls cv2.resize (its filters differ: other pixels)
     width_rounding: str = "round"  # resize=height: the scaled width rounded (round), truncated
                                    # (floor, as int(w * h / H) does) or rounded up (ceil, as
                                    # PaddleOCR's recognizers do)
@@ -76,6 +84,11 @@ class ImagePrep:
         _choice("data.image.interpolation", self.interpolation, INTERPOLATIONS)
         _choice("data.image.width_rounding", self.width_rounding, ("round", "floor", "ceil"))
         _choice("data.image.over_width", self.over_width, ("squeeze", "crop"))
+        _choice("data.image.resampler", self.resampler, ("pillow", "opencv"))
+        if self.resampler == "opencv" and self.interpolation not in OPENCV_FILTERS:
+            raise ConfigError(f"data.image.interpolation={self.interpolation}: OpenCV has no such "
+                              f"filter (data.image.resampler=opencv takes "
+                              f"{', '.join(OPENCV_FILTERS)})")
         _choice("data.image.pad", self.pad, ("edge", "constant"))
         _choice("data.image.pad_units", self.pad_units, ("pixel", "normalized"))
         if self.max_width < 0:

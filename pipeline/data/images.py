@@ -6,7 +6,8 @@ In: PIL images and an ``ImagePrep``. Out: arrays [C, H, W] (or [H, W, C]) per im
 constant, in pixel or normalized units), so text lines of different widths batch as a serving
 engine would batch them. Every step a model's own inference code may do differently is a knob
 (``ImagePrep``): when colour is converted, PIL's resampling filter, how the scaled width is
-rounded, a width cap. Pillow does the resizing; the rest is numpy. Not handled: crops and augmentation (inference only).
+rounded, a width cap, and which library resizes: Pillow, or OpenCV where the model's own code
+calls ``cv2.resize``; the rest is numpy. Not handled: crops and augmentation (inference only).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.config.data import ImagePrep, Resize
+from pipeline.config.data import OPENCV_FILTERS, ImagePrep, Resize
 from pipeline.core.errors import StageError
 
 # The most pixels an image's header may claim: checked before it is decoded. 40 MP holds a 24 MP
@@ -82,13 +83,10 @@ def open_checked(source: str | Path | bytes, max_pixels: int = MAX_PIXELS,
 
 def to_array(image, prep: ImagePrep) -> np.ndarray:
     """One image, channel-first (``nchw``) or channel-last (``nhwc``), without padding."""
-    from PIL import Image
-
     mode = "L" if prep.color == "grey" else "RGB"
     img = image.convert(mode) if prep.convert == "before_resize" else image
-    resample = getattr(Image.Resampling, prep.interpolation.upper())
     if prep.resize == Resize.fixed:
-        img = img.resize((prep.width, prep.height), resample)
+        img = _resize(img, (prep.width, prep.height), prep)
     elif prep.resize == Resize.height:
         exact = img.width * prep.height / img.height
         w = max(1, int(exact) if prep.width_rounding == "floor" else
@@ -96,9 +94,9 @@ def to_array(image, prep: ImagePrep) -> np.ndarray:
                 # product a rounding error above a whole number goes up as it does there
                 math.ceil(prep.height * (img.width / img.height))
                 if prep.width_rounding == "ceil" else round(exact))
-        img = img.resize((w, prep.height), resample)
+        img = _resize(img, (w, prep.height), prep)
     if prep.max_width and img.width > prep.max_width:
-        img = (img.resize((prep.max_width, img.height), resample) if prep.over_width == "squeeze"
+        img = (_resize(img, (prep.max_width, img.height), prep) if prep.over_width == "squeeze"
                else img.crop((0, 0, prep.max_width, img.height)))
     img = img.convert(mode)  # after_resize: now; before_resize: already this mode, a no-op
     a = np.asarray(img, dtype=np.float32) * np.float32(prep.scale)
@@ -106,6 +104,26 @@ def to_array(image, prep: ImagePrep) -> np.ndarray:
     if prep.channel_order == "bgr" and a.shape[2] == 3:
         a = a[:, :, ::-1]
     return _layout(_normalize(a, prep), prep)
+
+
+def _resize(img, size: tuple[int, int], prep: ImagePrep):
+    """``img`` (PIL) resized to ``size`` (width, height) by Pillow's filter, or by OpenCV's
+    ``cv2.resize`` on its 8-bit pixels (``resampler=opencv``), as code built on OpenCV resizes
+    (OpenCV's bilinear and bicubic do not smooth a downscale as Pillow's do: other pixels)."""
+    from PIL import Image
+
+    if prep.resampler != "opencv":
+        return img.resize(size, getattr(Image.Resampling, prep.interpolation.upper()))
+    try:
+        import cv2
+    except ImportError:
+        raise StageError("data.image.resampler=opencv needs OpenCV: pip install -e "
+                         "'.[opencv]' (opencv-python-headless)") from None
+    if img.mode not in ("L", "RGB", "RGBA"):  # palette, 16-bit, CMYK: as PIL converts them
+        img = img.convert("RGBA" if "A" in img.getbands() else "RGB")
+    pixels = cv2.resize(np.asarray(img), size,
+                        interpolation=getattr(cv2, OPENCV_FILTERS[prep.interpolation]))
+    return Image.fromarray(pixels, img.mode)
 
 
 def _normalize(a: np.ndarray, prep: ImagePrep) -> np.ndarray:
