@@ -75,6 +75,18 @@ class ImagePrep:
     channel_order: str = "rgb"     # rgb or bgr (models trained with OpenCV read bgr)
     layout: str = "nchw"           # nchw or nhwc
 
+    def _check_opencv(self) -> None:
+        """At compose, not in a stage: the filter exists in OpenCV, and OpenCV is installed."""
+        import importlib.util
+
+        if self.interpolation not in OPENCV_FILTERS:
+            raise ConfigError(f"data.image.interpolation={self.interpolation}: OpenCV has no such "
+                              f"filter (data.image.resampler=opencv takes "
+                              f"{', '.join(OPENCV_FILTERS)})")
+        if importlib.util.find_spec("cv2") is None:
+            raise ConfigError("data.image.resampler=opencv needs OpenCV: pip install -e "
+                              "'.[opencv]' (opencv-python-headless)")
+
     def __post_init__(self):
         self.resize = Resize(self.resize)
         _choice("data.image.color", self.color, ("rgb", "grey"))
@@ -85,10 +97,8 @@ class ImagePrep:
         _choice("data.image.width_rounding", self.width_rounding, ("round", "floor", "ceil"))
         _choice("data.image.over_width", self.over_width, ("squeeze", "crop"))
         _choice("data.image.resampler", self.resampler, ("pillow", "opencv"))
-        if self.resampler == "opencv" and self.interpolation not in OPENCV_FILTERS:
-            raise ConfigError(f"data.image.interpolation={self.interpolation}: OpenCV has no such "
-                              f"filter (data.image.resampler=opencv takes "
-                              f"{', '.join(OPENCV_FILTERS)})")
+        if self.resampler == "opencv":
+            self._check_opencv()
         _choice("data.image.pad", self.pad, ("edge", "constant"))
         _choice("data.image.pad_units", self.pad_units, ("pixel", "normalized"))
         if self.max_width < 0:

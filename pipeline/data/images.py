@@ -114,11 +114,8 @@ def _resize(img, size: tuple[int, int], prep: ImagePrep):
 
     if prep.resampler != "opencv":
         return img.resize(size, getattr(Image.Resampling, prep.interpolation.upper()))
-    try:
-        import cv2
-    except ImportError:
-        raise StageError("data.image.resampler=opencv needs OpenCV: pip install -e "
-                         "'.[opencv]' (opencv-python-headless)") from None
+    import cv2  # installed: ImagePrep checks it at compose
+
     if img.mode not in ("L", "RGB", "RGBA"):  # palette, 16-bit, CMYK: as PIL converts them
         img = img.convert("RGBA" if "A" in img.getbands() else "RGB")
     pixels = cv2.resize(np.asarray(img), size,

@@ -35,6 +35,15 @@ class HeldOut:
 
 
 @dataclass(frozen=True)
+class Recovery:
+    """The recovery fine-tune as the prune stage ran it (its threads, loss, speed: ``rest``)."""
+    steps: int
+    seconds: float
+    precision: str = "bfloat16"    # absent in records from before it was recorded
+    rest: dict = rest()
+
+
+@dataclass(frozen=True)
 class PruningSection:
     """report.json's ``pruning`` (and the manifest's), key for key as runs have written it."""
     config: dict                           # the prune group as the run set it
@@ -47,7 +56,7 @@ class PruningSection:
     parameters_reduction: float
     onnx_size_reduction: float
     held_out: HeldOut
-    recover: dict                          # the recovery fine-tune as the prune stage ran it
+    recover: Recovery
     artifact: str                          # the prune stage's digest
 
 
@@ -55,10 +64,10 @@ class PruningSection:
 class _HeldOutScores:
     seed: int
     samples: int
-    what: str | None
     unpruned: dict
     pruned: dict
     recovered: dict
+    what: str | None = None  # absent in records from before it was recorded
 
 
 @dataclass(frozen=True)
@@ -72,7 +81,8 @@ class _PruneMeta:
     macs_per: str
     layers: tuple[tuple[str, int, int], ...]
     held_out: _HeldOutScores
-    recover: dict
+    recover: Recovery
+    others: dict = rest()    # what the report does not read (params, source)
 
 
 def section(outcome) -> PruningSection:
@@ -80,7 +90,7 @@ def section(outcome) -> PruningSection:
     import json
 
     p = outcome.pruning
-    meta = from_json(_PruneMeta, p.prune.meta, known_only=True)
+    meta = from_json(_PruneMeta, p.prune.meta)  # strict: the recovery keeps its every key
     params = json.loads((p.prune.path / "net.json").read_text())["params"]
     cfg = p.prune.config.get("prune", {})
     unpruned_mb = p.unpruned_export.model.stat().st_size / 1e6
@@ -92,9 +102,8 @@ def section(outcome) -> PruningSection:
         PruneStep(f"prune (ratio {cfg.get('ratio')}, {cfg.get('importance')}, round to "
                   f"{cfg.get('round_to')}), before recovery", meta.parameters, meta.macs,
                   pruned_mb, dict(held.pruned)),
-        PruneStep(f"recovery ({rec['steps']} steps, {rec['seconds']} s, "
-                  f"{rec.get('precision', 'bfloat16')})", meta.parameters, meta.macs, pruned_mb,
-                  dict(held.recovered)),
+        PruneStep(f"recovery ({rec.steps} steps, {rec.seconds} s, {rec.precision})",
+                  meta.parameters, meta.macs, pruned_mb, dict(held.recovered)),
     )
     return PruningSection(
         config=cfg, rows=rows, layers=meta.layers, params=params, metrics=tuple(held.unpruned),
