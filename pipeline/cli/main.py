@@ -77,6 +77,12 @@ def _preflight(cfg):
 
     cfg, note = already_quantized(cfg, t)  # quant=int8 on a quantized model: refused here
     notes += [note] if note else []
+    from pipeline.task.batch_limit import within
+
+    cfg, note = within(cfg, t)  # a graph of batch 1 only: every batch size the run uses is 1
+    if note:
+        notes.append(note)
+        t.warnings.append(note)  # and the report says so
     try:
         limits(cfg.gate.max_accuracy_drop, t.metrics)  # each judged metric reported, with a limit
     except ConfigError as e:  # still one line: with the warning that says why it is judged

@@ -256,7 +256,8 @@ def _serve(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="pipeline-serve-") as tmp:
         served = open_ref(ns.ref, Path(tmp) / "pulled", overrides)
         # the split needs the model's kind; the longest wait admitted, its p99 target
-        cfg = cfg.resolved(text=isinstance(served.reader_key, TextKey), target_ms=served.target_ms)
+        cfg = cfg.resolved(text=isinstance(served.reader_key, TextKey), target_ms=served.target_ms,
+                           max_batch=served.max_batch)
         if ns.replicas:
             return _serve_ray(ns, cfg, served)
         if served.kind == "generate":  # a decoder: streamed generation, KV-cache admission

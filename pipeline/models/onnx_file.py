@@ -10,6 +10,7 @@ metric needs and the data lacks.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -90,7 +91,9 @@ def probe(path: str, one: dict, two: dict, fixed_batch: tuple) -> dict:
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3  # outputs that differ from their declaration warn on every call
+    # outputs that differ from their declaration warn on every call, and a graph that fails at
+    # batch 2 logs its error: the answer says why, in one line (fatal only on the console)
+    opts.log_severity_level = 4
     model = onnx.load(path)  # external data from the model's folder (checked before)
     redeclared(model, fixed_batch)
     session = ort.InferenceSession(model.SerializeToString(), opts,
@@ -99,7 +102,11 @@ def probe(path: str, one: dict, two: dict, fixed_batch: tuple) -> dict:
     try:
         out["two"] = [list(a.shape) for a in session.run(None, two)]
     except Exception as e:  # noqa: BLE001 - the runtime's errors are long: its first line
-        out["why"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"
+        first = str(e).strip().splitlines()[0]
+        # "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Non-zero status code returned while
+        # running Gemm node. ...": the node and its message say it
+        first = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first)
+        out["why"] = f"{type(e).__name__}: {first[:200]}"
     return out
 
 
@@ -180,15 +187,14 @@ class OnnxTask(UserTask):
         path = self.key.path
         if seen["two"] is None:
             if self.fixed_batch:
-                raise ConfigError(f"model.path={path}: input {self.fixed_batch[0]} declares a "
-                                  f"fixed batch of 1 and the graph fails at batch 2 "
-                                  f"({seen['why']}); the pipeline evaluates and times batches: "
-                                  "export the model with a dynamic batch axis")
+                self._batch_of_one(seen)
             seen["two"] = [None] * len(seen["one"])
         outputs = []
         for o, one, two in zip(self.outputs, seen["one"], seen["two"]):
             axes = [a for a in range(len(one)) if two is not None and one[a] == 1
                     and len(two) == len(one) and two[a] == 2]
+            if self.max_batch == 1:  # only batch 1 ran: the batch is the leading axis of 1
+                axes = [0]
             if len(axes) != 1:  # no axis follows the batch, or several: the declaration stays
                 outputs.append(o)
                 continue
@@ -202,18 +208,42 @@ class OnnxTask(UserTask):
                     layout = (f"; read as [{'time, batch' if b == 1 else 'batch, time'}, classes]"
                               " whatever metric.time_major says")
                 self.time_major = b == 1
-            if shape != o.shape or layout:
+            # a graph of batch 1 only declares its outputs' batch as 1: true, nothing to say
+            same = shape == o.shape or (self.max_batch == 1 and o.shape[:1] == (1,)
+                                        and shape[1:] == o.shape[1:])
+            if not same or layout:
                 self.warnings.append(f"model.path={path}: output {o.name} is declared "
                                      f"{list(o.shape)} but the graph returns {one} at batch 1 "
                                      f"and {two} at batch 2: the pipeline trusts the graph "
                                      f"({list(shape)}){layout}")
-                self.learned_outputs |= shape != o.shape
+                self.learned_outputs |= not same
             outputs.append(OutputSpec(o.name, o.dtype, shape))
         self.outputs = tuple(outputs)
-        if self.fixed_batch:
+        if self.fixed_batch and self.max_batch is None:
             self.warnings.append(f"model.path={path}: input(s) {', '.join(self.fixed_batch)} "
                                  "declare a fixed batch of 1; the graph runs at batch 2, so the "
                                  "imported model declares the batch axis dynamic")
+
+    def _batch_of_one(self, seen: dict) -> None:
+        """The graph declares batch 1 and fails at batch 2 (a Reshape to a constant [1, ...]
+        baked in by a static export, a detector's NMS tail): the run feeds it one sample per
+        model run (``max_batch``; ``pipeline.task.batch_limit`` sets the run's batch sizes to 1),
+        and the imported model keeps its batch fixed. Each output must then hold the sample
+        along a leading axis of 1, which is how its outputs are read; one line otherwise."""
+        path = self.key.path
+        for o, one in zip(self.outputs, seen["one"]):
+            if not one or one[0] != 1:
+                raise ConfigError(f"model.path={path}: input {self.fixed_batch[0]} declares a "
+                                  f"fixed batch of 1 and the graph fails at batch 2 "
+                                  f"({seen['why']}), so it runs one sample at a time; but output "
+                                  f"{o.name} is {one} at batch 1, with no leading batch axis of "
+                                  "1 to read a sample's outputs from: export it with a batch "
+                                  "axis first (a dynamic one, or 1)")
+        self.max_batch = 1
+        self.warnings.append(f"model.path={path}: input(s) {', '.join(self.fixed_batch)} declare "
+                             f"a fixed batch of 1 and the graph fails at batch 2 ({seen['why']}):"
+                             " one sample per model run wherever the run evaluates, calibrates, "
+                             "times or serves it (the batch sizes it uses are set to 1)")
 
     def _probe(self, one: dict, two: dict) -> dict:
         """``probe`` run once per model file, sample and runtime, not in every stage's child

@@ -65,6 +65,7 @@ class UserTask:
     dynamic_op_types: tuple[str, ...] = ("LSTM", "GRU")  # no static INT8 kernels for these
     prune_ignored: tuple[str, ...] = ()
     _image_input: str | None = None  # the input read from images (data.image pads it), if any
+    max_batch: int | None = None  # 1: the graph runs one sample at a time (None: any batch)
 
     def __init__(self, key):
         from pipeline.models.sources import config_of
@@ -361,6 +362,7 @@ class UserTask:
         label = self.data_cfg.label_column
         labels = ds[label] if label in ds.column_names else [None] * len(ds)
         order = (np.argsort(self.sizes(ds), kind="stable") if sort else np.arange(len(ds)))
+        batch_size = min(batch_size, self.max_batch or batch_size)  # what the graph can run
         for k in range(0, len(order), batch_size):
             idx = [int(i) for i in order[k:k + batch_size]]
             yield Batch(idx, self._collate(self._arrays(ds, idx)), [labels[i] for i in idx])
@@ -372,6 +374,7 @@ class UserTask:
         """The first evaluation sample, repeated: a real input of every declared shape."""
         ds = self._select(self.data().evaluation[:1])
         first = next(self.batches(ds, 1)).feeds
+        batch = min(batch, self.max_batch or batch)
         return {n: np.repeat(a, batch, axis=0) for n, a in first.items()}
 
     def _channel_axis(self) -> bool:

@@ -4,7 +4,8 @@ plus ``<repo>/<name>/config.pbtxt``.
 In: a folder written by a pull (``model.onnx``, ``manifest.json``), already re-hashed. Out: the
 model repository entry. ``onnx`` reads the graph's inputs and outputs (names, element types, dims;
 a symbolic dim becomes -1); the evidence supplies the batch sizes that were benchmarked (the
-largest becomes ``max_batch_size``, the others ``preferred_batch_size``) and the ONNX Runtime thread
+largest becomes ``max_batch_size``, the others ``preferred_batch_size``; 0 when an input declares
+a batch of 1, which the graph alone runs) and the ONNX Runtime thread
 counts the latency was measured with. Triton version folders are integers, so the registry version
 and digest are kept in the version folder's ``manifest.json`` and in a comment of the config; an
 export of a digest that is already there is a no-op. Writes are atomic: a new model folder, or a
@@ -45,8 +46,10 @@ def export(pulled: Path, name: str, repository: Path, ref: str, digest: str,
         raise RegistryError(f"--kind={kind}: valid choices: KIND_CPU, KIND_GPU, KIND_AUTO")
     evidence = json.loads((pulled / EVIDENCE_FILE).read_text())
     inputs, outputs = _signature(pulled / MODEL_FILE)
-    if max_batch_size is None:
-        max_batch_size = max(_batch_sizes(evidence) or [0])
+    if max_batch_size is None:  # a graph that declares a batch of 1 runs that alone: Triton's
+        # batching off (0), the 1 kept in dims; else the largest batch benchmarked
+        fixed = any(dims[:1] == [1] for _, _, dims in inputs)
+        max_batch_size = 0 if fixed else max(_batch_sizes(evidence) or [0])
     text = config_pbtxt(name, inputs, outputs, max_batch_size, instances, kind, evidence,
                         f"{name}:{ref}@{digest}")
     repository.mkdir(parents=True, exist_ok=True)

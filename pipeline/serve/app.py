@@ -231,7 +231,8 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
 
     ready = {"model": server.served.ref, "mode": cfg.mode, "workers": cfg.workers,
              "consumers": cfg.consumers, "intra_op_threads": cfg.intra_op_threads,
-             "queue_limit": cfg.queue_limit, "max_queue_ms": cfg.max_queue_ms}
+             "max_batch": cfg.max_batch, "queue_limit": cfg.queue_limit,
+             "max_queue_ms": cfg.max_queue_ms}
     routes = [Route("/predict", predict, methods=["POST"]), *service_routes(server, m, ready)]
     return Starlette(routes=routes, lifespan=lifespan(server),
                      exception_handlers=ERRORS_AS_JSON), server

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from pipeline.core.errors import ConfigError, StageError
@@ -39,6 +40,23 @@ class Served:
     runtime: dict              # the deployed runtime and precision the gate judged
     kind: str = "predict"      # predict: one answer per request; generate: a decoder's stream
     target_ms: float | None = None  # the p99 target its gate judged (slo.p99_ms), if it did
+
+    @cached_property
+    def max_batch(self) -> int | None:
+        """1 when an input of the model declares a batch of 1 (its run kept it: the graph
+        fails at batch 2, ``pipeline.task.batch_limit``), else None: any batch."""
+        if self.kind != "predict":
+            return None
+        import onnx
+
+        graph = onnx.load(str(self.model), load_external_data=False).graph
+        weights = {i.name for i in graph.initializer}
+        for i in graph.input:
+            dims = i.type.tensor_type.shape.dim
+            if i.name not in weights and dims and dims[0].HasField("dim_value") \
+                    and dims[0].dim_value == 1:
+                return 1
+        return None
 
     @property
     def what(self) -> str:

@@ -103,12 +103,17 @@ class ServeConfig:
         if not 0 <= self.kv_budget_mb < math.inf:
             raise ConfigError(f"--kv-budget-mb={self.kv_budget_mb}: must be >= 0 and finite")
 
-    def resolved(self, text: bool = False, target_ms: float | None = None) -> "ServeConfig":
+    def resolved(self, text: bool = False, target_ms: float | None = None,
+                 max_batch: int | None = None) -> "ServeConfig":
         """Zero counts replaced by the split of the usable cores; ``text``: the model reads text
         (a tokenizer's cost, next to nothing: one worker, every core running the model);
-        ``target_ms``: the artifact's p99 target, the longest wait admitted unless given."""
+        ``target_ms``: the artifact's p99 target, the longest wait admitted unless given;
+        ``max_batch``: the most the model's graph runs at once (1: it declares a batch of 1),
+        a cap on the batcher's."""
         from dataclasses import replace
 
+        if max_batch is not None and self.max_batch > max_batch:
+            return replace(self, max_batch=max_batch).resolved(text, target_ms)
         if self.max_queue_ms is None:
             return replace(self, max_queue_ms=target_ms or 0.0).resolved(text)
         cores = usable_cores()

@@ -5,8 +5,9 @@ in the artifact: the file as given, its opset upgraded to 13 when lower (per-cha
 13: a per-channel model at opset 12 is invalid) with onnx's version converter, external data
 loaded from the model's own folder only and saved inside the model. Declarations the task
 found untrue by running the graph (``pipeline.models.onnx_file``) are corrected: an input batch
-fixed at 1 becomes dynamic (the graph ran at batch 2), outputs are declared as the graph returns
-them (``redeclared`` in the stage's record). Parity: the upgraded model against the file as
+fixed at 1 becomes dynamic when the graph ran at batch 2 (one that fails there keeps its batch of
+1, and the run feeds it a sample at a time), outputs are declared as the graph returns them
+(``redeclared`` in the stage's record). Parity: the upgraded model against the file as
 given (at batch 1 when it fixes its batch), on real samples, must agree (max output difference
 within ``tolerance``, identical predictions); there is no torch network, so no torch parity.
 """
@@ -66,12 +67,14 @@ class ImportOnnx:
                                  f"{str(e).splitlines()[0][:200]})") from None
             after = MIN_OPSET
         fixed = getattr(t, "fixed_batch", ())
+        # a graph that fails at batch 2 keeps its batch of 1 declared: what it can run
+        dynamic = () if t.max_batch == 1 else fixed
         changed = {}
-        if fixed or getattr(t, "learned_outputs", False):  # what running the graph showed
+        if dynamic or getattr(t, "learned_outputs", False):  # what running the graph showed
             from pipeline.models.onnx_file import redeclared
 
-            redeclared(model, fixed, t.outputs)
-            changed = {"batch_made_dynamic": list(fixed),
+            redeclared(model, dynamic, t.outputs)
+            changed = {"batch_made_dynamic": list(dynamic),
                        "outputs": {o.name: list(o.shape) for o in t.outputs}}
         target = out_dir / "model.onnx"
         onnx.save(model, str(target))

@@ -49,6 +49,7 @@ class OcrTask:
                                    module.PRIMARY_METRIC)
         self.size_axis = (module.INPUT_NAME, 3)
         self.label_free = False  # generated lines come with their text
+        self.max_batch = None  # any batch
         self.dynamic_op_types = ("LSTM",)
         self.prune_ignored = ("cnn.0", "head")
         # Pruning takes its trace input, held-out data and recovery loop from the CRNN's helper
