@@ -85,22 +85,31 @@ def to_onnx(checkpoint: Path, path: Path, opset: int = 12) -> Path:
     return path
 
 
-def batch_of_one(given: Path, path: Path, rows: int = 0) -> Path:
+def batch_of_one(given: Path, path: Path, rows: int = 0, mixed: bool = False) -> Path:
     """``given`` as a static export writes it: the batch fixed at 1 and the ``Flatten`` a
     ``Reshape`` to the constant ``[1, features]``, so the graph fails at batch 2 (as a
     transformer's baked ``[1, 197, 12, 64]`` or a detector's NMS tail do). ``rows``: the logits
-    reshaped to ``[rows, -1]`` instead of ``[1, classes]``, an output without a batch axis."""
+    reshaped to ``[rows, -1]`` instead of ``[1, classes]``, an output without a batch axis.
+    ``mixed``: the ``Flatten`` kept and the logits reshaped to ``[1, -1]``: batch 2 runs without
+    an error and returns both samples' logits as one row ``[1, 6]`` (a YOLO head's
+    ``[1, 82, -1]`` does that to its anchors)."""
     import onnx
     from onnx import helper, numpy_helper
 
     model = onnx.load(str(given))
     g = model.graph
-    at = next(k for k, n in enumerate(g.node) if n.op_type == "Flatten")
-    flat = g.node[at]
     g.initializer.append(numpy_helper.from_array(np.array([1, -1], np.int64), "baked_shape"))
-    g.node.remove(flat)
-    g.node.insert(at, helper.make_node("Reshape", [flat.input[0], "baked_shape"],
-                                       list(flat.output), name="baked_reshape"))
+    if mixed:
+        last = g.output[0].name
+        for n in g.node:
+            n.output[:] = [f"{o}_" if o == last else o for o in n.output]
+        g.node.append(helper.make_node("Reshape", [f"{last}_", "baked_shape"], [last]))
+    else:
+        at = next(k for k, n in enumerate(g.node) if n.op_type == "Flatten")
+        flat = g.node[at]
+        g.node.remove(flat)
+        g.node.insert(at, helper.make_node("Reshape", [flat.input[0], "baked_shape"],
+                                           list(flat.output), name="baked_reshape"))
     for v in list(g.input) + list(g.output):
         v.type.tensor_type.shape.dim[0].ClearField("dim_param")
         v.type.tensor_type.shape.dim[0].dim_value = 1

@@ -35,6 +35,7 @@ def files(tmp_path_factory) -> Path:
     given = byo_net.to_onnx(byo_net.train(root / "cnn.safetensors"), root / "cnn.onnx")
     byo_net.batch_of_one(given, root / "one.onnx")
     byo_net.batch_of_one(given, root / "rows.onnx", rows=3)
+    byo_net.batch_of_one(given, root / "mixed.onnx", mixed=True)
     return root
 
 
@@ -69,6 +70,20 @@ def test_an_output_without_a_batch_axis_is_refused_in_one_line(files):
                                           r"leading batch axis"):
         _task([*ARGS, f"model.path={files / 'rows.onnx'}", f"data.path={files / 'data'}",
                f"data_dir={files / 'dd-rows'}"])
+
+
+def test_a_graph_that_mixes_the_samples_at_batch_2_runs_one_at_a_time(files):
+    """Batch 2 runs without an error but returns both samples' logits as one row: made dynamic,
+    the batch would be read wrong without a word. It is a graph of batch 1, said so."""
+    from benchmarks.byo import _task
+
+    _, t = _task([*ARGS, f"model.path={files / 'mixed.onnx'}", f"data.path={files / 'data'}",
+                  f"data_dir={files / 'dd-mixed'}"])
+    assert t.max_batch == 1 and t.outputs[0].shape == ("batch", 3)
+    assert any("mixes the samples: output logits is [1, 3] at batch 1 and [1, 6] at batch 2"
+               in w for w in t.warnings), t.warnings
+    assert [next(t.batches(t.dataset(t.split("evaluation", 45, "")), 8)).feeds["image"].shape[0]]\
+        == [1]
 
 
 def test_a_graph_of_batch_one_is_compiled_served_and_exported_a_sample_at_a_time(files,

@@ -159,6 +159,39 @@ def test_a_text_model_runs_on_every_core_and_an_image_model_keeps_the_split(monk
     assert (inline.workers, inline.intra_op_threads) == (0, 6)
 
 
+def test_an_image_models_cores_are_shared_as_a_requests_cpu_time(monkeypatch):
+    """Given the costs (preprocessing ms, the model's CPU-ms per request), the workers get the
+    preprocessing's share of the cores; under half a core, for a model slower than 10 ms, one
+    worker beside the model's threads on every core. Counts the user gives are kept; a graph of batch 1 caps the batcher."""
+    from pipeline.serve import config
+    from pipeline.serve.config import ServeConfig, cost_split
+
+    assert cost_split(2, 38.0, 1708.0, 2) == (1, 2)   # a detector: 1.7 s a page on 2 threads
+    assert cost_split(2, 0.14, 0.27, 2) == (1, 1)     # the OCR model: too fast to share a core
+    assert cost_split(2, 0.4, 0.3) == (1, 1)          # both sides matter
+    assert cost_split(16, 0.4, 0.04) == (15, 1)       # preprocessing is nearly all of it
+    assert cost_split(16, 2.0, 20.0, 2) == (1, 15)    # 0.76 of a core: rounds to one worker
+    assert cost_split(16, 10.0, 15.0, 2) == (4, 12)
+    assert cost_split(1, 5.0, 5.0) == (1, 1)
+    monkeypatch.setattr(config, "usable_cores", lambda: 2)
+    heavy = ServeConfig().resolved(costs=(38.0, 1708.0, 2), max_batch=1)
+    assert (heavy.workers, heavy.consumers, heavy.intra_op_threads, heavy.max_batch) == \
+        (1, 1, 2, 1)
+    mine = ServeConfig(intra_op_threads=1, max_batch=4).resolved(costs=(38.0, 1708.0, 2))
+    assert (mine.workers, mine.intra_op_threads, mine.max_batch) == (1, 1, 4)
+    text = ServeConfig().resolved(text=True, costs=(38.0, 1708.0, 2))  # text: its own rule
+    assert (text.workers, text.consumers, text.intra_op_threads) == (1, 2, 1)
+
+
+def test_the_models_time_per_request_is_read_from_its_record():
+    from pipeline.serve.artifact import per_sample
+
+    assert per_sample({"1": {"p50": 12.5}, "8": {"p50": 40.0}}) == 12.5
+    assert per_sample({"8": {"p50": 40.0}, "4": {"p50": 24.0}}) == 6.0  # the smallest batch
+    for nothing in (None, {}, {"1": {}}, {"1": {"p50": 0}}, {"x": {"p50": 1}}, []):
+        assert per_sample(nothing) is None
+
+
 def test_consumers_never_run_an_empty_batch():
     """Two consumers may wait for company for the same request; the one that finds it taken
     starts over rather than running nothing. Requests from four threads, two shape classes."""

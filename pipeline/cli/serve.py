@@ -243,6 +243,25 @@ def _check_load_numbers(ns, rates: list[float], concurrency: list[int]) -> None:
                           "--refine and --max-seconds >= 0)")
 
 
+def _costs(cfg, served, text: bool) -> tuple[float, float, int] | None:
+    """(preprocessing ms, the model's ms, its threads) per request, for the split of the cores
+    between the workers and the model's threads when either is left to the server: the reader's
+    warm-up request prepared here, and the model's time per sample as its gate's benchmark
+    measured it on the threads it ran on. None where the split does not depend on them (text,
+    inline, both counts given, a decoder) or nothing was measured."""
+    if (text or cfg.mode != "pipeline" or served.kind != "predict" or not served.latency_ms
+            or (cfg.workers and cfg.intra_op_threads)):
+        return None
+    from pipeline.serve.inputs import Limits
+    from pipeline.serve.readers import prepare_ms
+
+    prep = prepare_ms(served.reader_key, Limits.of(cfg))
+    threads = served.runtime.get("intra_op_threads")
+    if prep is None or not isinstance(threads, int) or threads < 1:
+        return None
+    return prep, served.latency_ms, threads
+
+
 def _serve(argv: list[str]) -> int:
     import signal
 
@@ -255,9 +274,11 @@ def _serve(argv: list[str]) -> int:
     ns, cfg, overrides = parse(argv)
     with tempfile.TemporaryDirectory(prefix="pipeline-serve-") as tmp:
         served = open_ref(ns.ref, Path(tmp) / "pulled", overrides)
-        # the split needs the model's kind; the longest wait admitted, its p99 target
-        cfg = cfg.resolved(text=isinstance(served.reader_key, TextKey), target_ms=served.target_ms,
-                           max_batch=served.max_batch)
+        # the split needs the model's kind and costs; the longest wait admitted, its p99 target
+        text = isinstance(served.reader_key, TextKey)
+        costs = _costs(cfg, served, text)
+        cfg = cfg.resolved(text=text, target_ms=served.target_ms, max_batch=served.max_batch,
+                           costs=costs)
         if ns.replicas:
             return _serve_ray(ns, cfg, served)
         if served.kind == "generate":  # a decoder: streamed generation, KV-cache admission
@@ -282,6 +303,10 @@ def _serve(argv: list[str]) -> int:
             what, how = served.what, (
                 f"mode={cfg.mode} workers={cfg.workers} consumers={cfg.consumers} "
                 f"threads={cfg.intra_op_threads} max_batch={cfg.max_batch}")
+            if costs:
+                how += (f" (cores shared as a request's CPU time: preprocessing {costs[0]:.2f} "
+                        f"ms, the model {costs[1]:.2f} ms on {costs[2]} thread(s) as "
+                        "benchmarked)")
         print(f"serving {served.ref} ({served.model_name}, {what}) on "
               f"http://{cfg.host}:{cfg.port or '(a free port)'} {how}", flush=True)
         _announce(userver, server, cfg.host, Path(ns.ready_file) if ns.ready_file else None)

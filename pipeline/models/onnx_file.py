@@ -187,8 +187,19 @@ class OnnxTask(UserTask):
         path = self.key.path
         if seen["two"] is None:
             if self.fixed_batch:
-                self._batch_of_one(seen)
+                self._batch_of_one(seen, f"the graph fails at batch 2 ({seen['why']})")
             seen["two"] = [None] * len(seen["one"])
+        elif self.fixed_batch:  # it ran at batch 2: each output must have followed the batch
+            mixed = next(((o.name, one, two) for o, one, two in
+                          zip(self.outputs, seen["one"], seen["two"])
+                          if not any(len(two) == len(one) and one[a] == 1 and two[a] == 2
+                                     for a in range(len(one)))), None)
+            if mixed:  # a Reshape to a constant [1, -1] folds both samples into one row
+                name, one, two = mixed
+                self._batch_of_one(seen, f"at batch 2 the graph mixes the samples: output {name}"
+                                         f" is {one} at batch 1 and {two} at batch 2, no axis "
+                                         "following the batch")
+                seen["two"] = [None] * len(seen["one"])
         outputs = []
         for o, one, two in zip(self.outputs, seen["one"], seen["two"]):
             axes = [a for a in range(len(one)) if two is not None and one[a] == 1
@@ -224,26 +235,27 @@ class OnnxTask(UserTask):
                                  "declare a fixed batch of 1; the graph runs at batch 2, so the "
                                  "imported model declares the batch axis dynamic")
 
-    def _batch_of_one(self, seen: dict) -> None:
-        """The graph declares batch 1 and fails at batch 2 (a Reshape to a constant [1, ...]
-        baked in by a static export, a detector's NMS tail): the run feeds it one sample per
-        model run (``max_batch``; ``pipeline.task.batch_limit`` sets the run's batch sizes to 1),
-        and the imported model keeps its batch fixed. Each output must then hold the sample
-        along a leading axis of 1, which is how its outputs are read; one line otherwise."""
+    def _batch_of_one(self, seen: dict, why: str) -> None:
+        """The graph declares batch 1 and cannot run batch 2 (``why``): a Reshape to a constant
+        [1, ...] baked in by a static export fails there, or folds the two samples into one row
+        without an error (YOLO heads, text detectors: outputs [1, 2 x anchors, ...]). The run
+        feeds it one sample per model run (``max_batch``; ``pipeline.task.batch_limit`` sets the
+        run's batch sizes to 1), and the imported model keeps its batch fixed. Each output must
+        then hold the sample along a leading axis of 1, which is how its outputs are read; one
+        line otherwise."""
         path = self.key.path
         for o, one in zip(self.outputs, seen["one"]):
             if not one or one[0] != 1:
                 raise ConfigError(f"model.path={path}: input {self.fixed_batch[0]} declares a "
-                                  f"fixed batch of 1 and the graph fails at batch 2 "
-                                  f"({seen['why']}), so it runs one sample at a time; but output "
-                                  f"{o.name} is {one} at batch 1, with no leading batch axis of "
-                                  "1 to read a sample's outputs from: export it with a batch "
-                                  "axis first (a dynamic one, or 1)")
+                                  f"fixed batch of 1 and {why}, so it runs one sample at a time;"
+                                  f" but output {o.name} is {one} at batch 1, with no leading "
+                                  "batch axis of 1 to read a sample's outputs from: export it "
+                                  "with a batch axis first (a dynamic one, or 1)")
         self.max_batch = 1
         self.warnings.append(f"model.path={path}: input(s) {', '.join(self.fixed_batch)} declare "
-                             f"a fixed batch of 1 and the graph fails at batch 2 ({seen['why']}):"
-                             " one sample per model run wherever the run evaluates, calibrates, "
-                             "times or serves it (the batch sizes it uses are set to 1)")
+                             f"a fixed batch of 1 and {why}: one sample per model run wherever "
+                             "the run evaluates, calibrates, times or serves it (the batch sizes "
+                             "it uses are set to 1)")
 
     def _probe(self, one: dict, two: dict) -> dict:
         """``probe`` run once per model file, sample and runtime, not in every stage's child

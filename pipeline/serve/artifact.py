@@ -19,7 +19,7 @@ shape, and the output's decoding, whole in the record); any other is one line sa
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -40,6 +40,9 @@ class Served:
     runtime: dict              # the deployed runtime and precision the gate judged
     kind: str = "predict"      # predict: one answer per request; generate: a decoder's stream
     target_ms: float | None = None  # the p99 target its gate judged (slo.p99_ms), if it did
+    # the model's time per request as its gate's benchmark measured it: the p50 at the smallest
+    # batch timed, per sample, on runtime["intra_op_threads"] threads (None: not recorded)
+    latency_ms: float | None = None
 
     @cached_property
     def max_batch(self) -> int | None:
@@ -126,9 +129,10 @@ def _from_manifest(ref: str, model: Path, manifest: dict) -> Served:
     if not model.is_file():
         raise StageError(f"{ref}: no model.onnx beside its manifest")
     metrics = manifest.get("metrics") or {}
-    return _served(ref, model, manifest["config"], manifest.get("serving"),
-                   metrics.get("output_sha256"), manifest.get("evaluation_set"),
-                   ((manifest.get("runtime") or {}).get("deployed")) or {}, model.parent)
+    return replace(_served(ref, model, manifest["config"], manifest.get("serving"),
+                           metrics.get("output_sha256"), manifest.get("evaluation_set"),
+                           ((manifest.get("runtime") or {}).get("deployed")) or {},
+                           model.parent), latency_ms=per_sample(manifest.get("latency")))
 
 
 def _from_report(ref: str, report: dict) -> Served:
@@ -152,15 +156,27 @@ def _from_report(ref: str, report: dict) -> Served:
                          f"(digest {lineage['digest'][:12]}); run the pipeline again")
     cand = next(r for r in report["rows"] if r["role"] == "candidate")
     model_path = report["config"]["model"].get("path")
-    return _served(ref, model, report["config"], report.get("serving"),
-                   cand.get("output_sha256"), None, (report.get("runtimes") or {}).get("deployed")
-                   or {}, Path(model_path) if model_path else None)
+    return replace(_served(ref, model, report["config"], report.get("serving"),
+                           cand.get("output_sha256"), None,
+                           (report.get("runtimes") or {}).get("deployed") or {},
+                           Path(model_path) if model_path else None),
+                   latency_ms=per_sample(cand.get("latency")))
+
+
+def per_sample(latency) -> float | None:
+    """The p50 per sample at the smallest batch a benchmark timed (``{"1": {"p50": ms}}``), or
+    None when the record holds none (an older run, a decoder)."""
+    try:
+        batch = min(int(b) for b in latency)
+        ms = float(latency[str(batch)]["p50"]) / batch
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return None
+    return ms if 0 < ms < float("inf") else None
 
 
 def _served(ref, model, config: dict, spec: dict | None, ledger, eval_set, runtime,
             files: Path | None) -> Served:
     """``files``: where the files the spec names are (a pull's folder, or the run's model.path)."""
-    from dataclasses import replace
 
     served = _served_as(ref, model, config, _spec(ref, spec), ledger, eval_set, runtime, files)
     # the target its gate judged: a run that did not check it (gate.check_slo_p99=false) was

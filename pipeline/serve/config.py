@@ -3,8 +3,10 @@ may use (``os.sched_getaffinity``), never from what this machine happens to be.
 
 Why a split: Case 1 of issue 36, an image service whose decoding and preprocessing shared the
 model's process and left the accelerator at 20 %. Here the producer side (decode + preprocess in
-worker processes) and the consumer (the model's intra-op threads) each get cores of their own:
-about a third of the cores to the workers, the rest to inference, each at least one.
+worker processes) and the consumer (the model's intra-op threads) each get cores of their own,
+in proportion to what a request costs each side (``cost_split``: the warm-up request prepared at
+start-up against the model's time in the artifact's own benchmark), each at least one; about a
+third of the cores to the workers when the artifact records no benchmark (``default_split``).
 
 A text model is split otherwise: tokenizing a request costs a hundredth of what even a small
 transformer's inference does (all-mpnet-base-v2: 0.06 against 12 CPU-ms), so a third of the cores
@@ -35,6 +37,31 @@ def default_split(cores: int) -> tuple[int, int]:
     """(preprocessing workers, inference intra-op threads) for ``cores`` usable cores."""
     workers = max(1, cores // 3)
     return workers, max(1, cores - workers)
+
+
+# A model faster than this per request keeps its own core(s) apart from the workers' even when
+# preprocessing is cheap: onnxruntime's pool threads spin between runs, and at a run every few
+# tenths of a millisecond they hold the core the worker needs (the OCR model, 0.27 ms a line:
+# 740 -> under 500 req/s with a second thread on 2 cores). A 1.7 s detector gained 1.85x from
+# every core. Between the two nothing was measured; 10 ms keeps short models on the split.
+SHARE_ALL_CORES_MS = 10.0
+
+
+def cost_split(cores: int, prepare_ms: float, model_ms: float,
+               model_threads: int = 1) -> tuple[int, int]:
+    """(preprocessing workers, inference intra-op threads) with the cores shared as a request's
+    CPU time is: ``prepare_ms`` (decode and preprocess, on one core) against the model's
+    ``model_ms`` on ``model_threads`` threads (its CPU-ms: the product). Neither side then waits
+    on the other at saturation. Preprocessing that needs under half a core, for a model slower
+    than ``SHARE_ALL_CORES_MS``, gets one worker sharing a core with the model's threads on
+    every core: a detector of 1.7 s a page whose page resizes in 38 ms would otherwise run on
+    half the machine while the worker idles."""
+    model_cpu_ms = model_ms * max(1, model_threads)
+    share = prepare_ms / max(prepare_ms + model_cpu_ms, 1e-9)
+    if cores < 2 or (cores * share < 0.5 and model_ms >= SHARE_ALL_CORES_MS):
+        return 1, cores
+    workers = min(cores - 1, max(1, round(cores * share)))
+    return workers, cores - workers
 
 
 @dataclass(frozen=True)
@@ -104,18 +131,21 @@ class ServeConfig:
             raise ConfigError(f"--kv-budget-mb={self.kv_budget_mb}: must be >= 0 and finite")
 
     def resolved(self, text: bool = False, target_ms: float | None = None,
-                 max_batch: int | None = None) -> "ServeConfig":
+                 max_batch: int | None = None,
+                 costs: tuple[float, float, int] | None = None) -> "ServeConfig":
         """Zero counts replaced by the split of the usable cores; ``text``: the model reads text
         (a tokenizer's cost, next to nothing: one worker, every core running the model);
         ``target_ms``: the artifact's p99 target, the longest wait admitted unless given;
         ``max_batch``: the most the model's graph runs at once (1: it declares a batch of 1),
-        a cap on the batcher's."""
+        a cap on the batcher's; ``costs``: (preprocessing ms, the model's ms, the threads it
+        was timed on) per request, which split the cores (``cost_split``) instead of the fixed
+        third."""
         from dataclasses import replace
 
         if max_batch is not None and self.max_batch > max_batch:
-            return replace(self, max_batch=max_batch).resolved(text, target_ms)
+            return replace(self, max_batch=max_batch).resolved(text, target_ms, costs=costs)
         if self.max_queue_ms is None:
-            return replace(self, max_queue_ms=target_ms or 0.0).resolved(text)
+            return replace(self, max_queue_ms=target_ms or 0.0).resolved(text, costs=costs)
         cores = usable_cores()
         if self.mode == "inline":  # no workers: the model's threads may have every core
             return replace(self, workers=0, consumers=0,
@@ -124,6 +154,6 @@ class ServeConfig:
             return replace(self, workers=self.workers or 1,
                            consumers=self.consumers or cores,
                            intra_op_threads=self.intra_op_threads or 1)
-        workers, threads = default_split(cores)
+        workers, threads = cost_split(cores, *costs) if costs else default_split(cores)
         return replace(self, workers=self.workers or workers, consumers=self.consumers or 1,
                        intra_op_threads=self.intra_op_threads or threads)

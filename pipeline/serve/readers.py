@@ -353,6 +353,21 @@ class TextReader:
         return b"a sentence to warm up with", "text/plain; charset=utf-8"
 
 
+def prepare_ms(key, limits: Limits, runs: int = 5) -> float | None:
+    """Decode and preprocess time of the reader's warm-up request, the median of ``runs`` after
+    one that warms its imports: the preprocessing side of a request, before any worker starts.
+    None when the limits refuse it (the warm-up then says so)."""
+    r = reader(key)
+    body, content_type = r.warm_request()
+    try:
+        r.prepare(body, content_type, limits)
+        times = [(lambda p: p.decode_ms + p.preprocess_ms)(r.prepare(body, content_type, limits))
+                 for _ in range(runs)]
+    except BadInput:
+        return None
+    return float(np.median(times))
+
+
 def prepare(body: bytes, content_type: str, limits: Limits, key) -> Prepared:
     """Decode and preprocess one request for the artifact ``key`` names: a worker's entry."""
     return reader(key).prepare(body, content_type, limits)
