@@ -102,12 +102,20 @@ def probe(path: str, one: dict, two: dict, fixed_batch: tuple) -> dict:
     try:
         out["two"] = [list(a.shape) for a in session.run(None, two)]
     except Exception as e:  # noqa: BLE001 - the runtime's errors are long: its first line
-        first = str(e).strip().splitlines()[0]
-        # "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Non-zero status code returned while
-        # running Gemm node. ...": the node and its message say it
-        first = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first)
-        out["why"] = f"{type(e).__name__}: {first[:200]}"
+        out["why"] = f"{type(e).__name__}: {runtime_line(e)}"
     return out
+
+
+def runtime_line(e: Exception, limit: int = 300) -> str:
+    """onnxruntime's error in one line, without what names its own source: "[ONNXRuntimeError]
+    : 1 : FAIL : Non-zero status code returned while running Reshape node. Name:'...' Status
+    Message: /onnxruntime_src/.../reshape_helper.h:91 onnxruntime::ReshapeHelper::...(...)
+    input_shape_size == requested_shape_size was false. The input tensor cannot be reshaped ..."
+    keeps the node and the sentence that says what went wrong."""
+    lines = str(e).strip().splitlines()
+    line = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", lines[0] if lines else "")
+    line = re.sub(r"\S*onnxruntime_src\S*:\d+ (\S+\(.*?\) )?(.*? was false\. )?", "", line)
+    return line[:limit]
 
 
 def _shape(value_info) -> tuple:
@@ -210,8 +218,11 @@ class OnnxTask(UserTask):
                 outputs.append(o)
                 continue
             b, rank_kept = axes[0], len(o.shape) == len(one)
+            # batch 1 alone says nothing of which sizes vary: a size declared and seen is kept
+            kept = rank_kept and self.max_batch == 1
             shape = tuple("batch" if a == b else int(one[a]) if a == len(one) - 1 else
                           o.shape[a] if rank_kept and isinstance(o.shape[a], str) and a else
+                          int(one[a]) if kept and o.shape[a] == one[a] else
                           ("time" if ctc else "dynamic") for a in range(len(one)))
             layout = ""
             if ctc and o is self.outputs[0] and len(one) == 3:
