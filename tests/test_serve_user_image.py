@@ -345,6 +345,10 @@ def test_an_image_beside_other_inputs_is_read_from_json_as_evaluated(tmp_path):
         spec.image_input.steps, resize="fixed", height=8, width=12)))
     assert UserArraysReader(fixed).prepare(bodies[0], "application/json", few).feeds[
         "image"].shape == (1, 3, 8, 12)
+    # so is an array of fixed sizes (x is [batch, 4]): a YOLO's 3x320x320 sent as numbers
+    three = Limits(1 << 20, 1 << 20, 1 << 12, 3)
+    assert UserArraysReader(fixed).prepare(bodies[0], "application/json", three).feeds[
+        "x"].shape == (1, 4)
     with pytest.raises(BadInput) as e:
         reader.prepare(bodies[0], "application/json", few)
     assert e.value.status == 413 and "over the limit of 100" in e.value.line

@@ -205,6 +205,10 @@ class UserArraysReader:
             part.name, *next((i.dtype, i.shape) for i in spec.inputs if i.name == part.name),
             part.steps)
         self.arrays = tuple(i for i in spec.inputs if part is None or i.name != part.name)
+        # an input of fixed sizes is as large as the model makes it whatever the body says
+        # (array_feeds checks each size): only one that can grow is held to the input limit
+        self.growing = {i.name for i in self.arrays
+                        if any(not isinstance(d, int) for d in i.shape[1:])}
 
     def prepare(self, body: bytes, content_type: str, limits: Limits) -> Prepared:
         from pipeline.serve.inputs import array_feeds, json_inputs
@@ -213,7 +217,8 @@ class UserArraysReader:
         given = json_inputs(body, content_type, limits, [i.name for i in self.spec.inputs],
                             self.image.name if self.image else None)
         feeds = array_feeds(given, self.arrays)
-        check_input(feeds, limits, "the JSON body")  # the image is bounded by its own steps
+        # the image is bounded by its own steps, a fixed-size array by the model
+        check_input({n: a for n, a in feeds.items() if n in self.growing}, limits, "the JSON body")
         decoded = time.perf_counter()
         if self.image is not None:
             name = self.image.name
