@@ -16,6 +16,11 @@ from pathlib import Path
 from pipeline.core.errors import ConfigError
 
 
+# metric.detections: how a detector's head is laid out (pipeline.metrics.detection)
+DETECTION_LAYOUTS = ("yolo",)
+NMS_MODES = ("per_class", "all")  # metric.nms: boxes suppressed within a class, or across all
+
+
 class MetricName(str, enum.Enum):
     classification = "classification"
     ctc = "ctc"
@@ -34,10 +39,31 @@ class MetricConfig:
     primary: str = ""              # the metric the gate (and the quantization search) judges, one
                                    # of those the task reports (e.g. spearman, cosine_p1); empty:
                                    # the task's own (top1, sequence_accuracy, cosine_mean, ...)
+    detections: str = ""           # agreement: "yolo" reads the output as a detector's head,
+                                   # [4 + classes, anchors] per sample (boxes cx, cy, w, h, then
+                                   # class scores), decoded into boxes and judged as detections
+                                   # (detection_f1); empty: the output as numbers
+    score_threshold: float = 0.25  # detections: an anchor's best class score kept from here up
+    iou_threshold: float = 0.45    # detections: non-maximum suppression at this overlap ...
+    nms: str = "per_class"         # ... within each class (per_class: Ultralytics' own), or
+                                   # across classes (all: code that calls cv2.dnn.NMSBoxes
+                                   # without class ids)
 
     def __post_init__(self):
         self.name = MetricName(self.name)
         if self.top_k < 1:
             raise ConfigError(f"metric.top_k={self.top_k}: must be at least 1")
+        if self.detections and self.detections not in DETECTION_LAYOUTS:
+            raise ConfigError(f"metric.detections={self.detections}: valid choices: "
+                              f"{', '.join(DETECTION_LAYOUTS)} (empty: the output read as numbers)")
+        if self.detections and self.name != MetricName.agreement:
+            raise ConfigError(f"metric.detections={self.detections}: a detector's head is judged "
+                              f"against the FP16 baseline's detections: metric=agreement, not "
+                              f"metric={self.name.value}")
+        if self.nms not in NMS_MODES:
+            raise ConfigError(f"metric.nms={self.nms}: valid choices: {', '.join(NMS_MODES)}")
+        for key in ("score_threshold", "iou_threshold"):
+            if not 0 < getattr(self, key) < 1:
+                raise ConfigError(f"metric.{key}={getattr(self, key)}: must be between 0 and 1")
         if self.charset and not Path(self.charset).is_file():
             raise ConfigError(f"metric.charset={self.charset}: no such file")

@@ -71,6 +71,10 @@ def _decoding(task) -> Decoding:
         labels = list(m.class_names) or _label_names(task)
         return Decoding(metric=m.name, top_k=m.top_k,
                         labels=tuple(labels) if labels is not None else None)
+    if m.detections:  # a detector's head: answered as its detections, decoded as evaluated
+        return Decoding(metric=m.name, detections=m.detections,
+                        score_threshold=m.score_threshold, iou_threshold=m.iou_threshold,
+                        nms=m.nms)
     return Decoding(metric=m.name, class_axis=bool(task._class_axis()))
 
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from pipeline.core.errors import ConfigError, StageError
 from pipeline.metrics import agreement as agreement_metrics
-from pipeline.metrics import classification, ctc
+from pipeline.metrics import classification, ctc, detection
 from pipeline.config.metrics import MetricName
 from pipeline.task.metric import MetricSpec
 from pipeline.task.contract import Batch, DataSplit, MetricsSpec
@@ -90,12 +90,22 @@ class UserTask:
         self.metrics = self._primary(self._metrics(data))
 
     def _check_columns(self, data) -> None:
-        """Several inputs: each is a column of the data."""
+        """Each input is a column of the data: several, each the column named like it (else
+        data.input_column); one, data.input_column, else the column named like it (a saved set
+        whose column is the input's name, ``images``, read without naming it again)."""
         if self.data_cfg.pair_columns:
             raise ConfigError(f"data.pair_columns: sentence pairs are read by model=hf (a text "
                               f"encoder); {self.what} reads data.input_column")
+        columns = data.dataset.column_names
         if len(self.inputs) > 1:
-            self.columns = self._input_columns(data.dataset.column_names)
+            self.columns = self._input_columns(columns)
+        elif self.column_per_input:
+            name, configured = self.inputs[0].name, self.data_cfg.input_column
+            if configured not in columns and name not in columns:
+                raise ConfigError(f"data.input_column={configured}: not a column of "
+                                  f"{self.data_cfg.path}, nor is the model's input {name} "
+                                  f"(columns: {', '.join(columns)})")
+            self.columns = {name: configured if configured in columns else name}
 
     def _input_columns(self, columns: list[str]) -> dict[str, str]:
         """Each input reads the column named like it, else data.input_column; each column feeds
@@ -177,6 +187,8 @@ class UserTask:
             self._check_labels(data)
             return MetricsSpec((ctc.SPECS["sequence_accuracy"], ctc.SPECS["cer"]),
                                "sequence_accuracy")
+        if m.detections:
+            return self._detection_metrics(out)
         classes = self._class_axis()
         fixed = [d for d in out.shape[1:] if isinstance(d, int)]
         if len(fixed) == len(out.shape) - 1 and int(np.prod(fixed)) == 1:  # one value a sample
@@ -192,6 +204,20 @@ class UserTask:
         if self._channel_axis():  # a detector's boxes and scores: each part judged on its own
             names.insert(names.index("cosine_p1") + 1, "cosine_parts")
         return MetricsSpec(tuple(agreement_metrics.SPECS[n] for n in dict.fromkeys(names)), primary)
+
+    def _detection_metrics(self, out) -> MetricsSpec:
+        """metric.detections=yolo: the first output is a detector's head, [batch, 4 + classes,
+        anchors] (or [batch, anchors, 4 + classes]); judged by the detections decoded from it,
+        the numbers' cosine and differences reported beside."""
+        fixed = [d for d in out.shape[1:] if isinstance(d, int)]
+        if len(out.shape) != 3 or not fixed or min(fixed) < 5:
+            raise ConfigError(f"metric.detections={self.metric_cfg.detections}: a YOLO head is "
+                              f"[batch, 4 + classes, anchors] (or its last two axes swapped), "
+                              f"with at least one class; {self.what}'s output {out.name} has "
+                              f"shape {list(out.shape)}")
+        names = ["cosine_mean", "cosine_p1", "max_abs_diff", "mean_abs_diff"]
+        return MetricsSpec((detection.SPECS["detection_f1"],
+                            *(agreement_metrics.SPECS[n] for n in names)), "detection_f1")
 
     def _check_classes(self, data, classes: int) -> None:
         """Labels the output cannot name: a class past the output's last is never predicted, so
@@ -262,9 +288,9 @@ class UserTask:
         if self._data is None:
             from pipeline.data.load import load
 
-            several = len(getattr(self, "inputs", ())) > 1 and self.column_per_input
+            # a model whose inputs read a column each checks them itself (_check_columns)
             self._data = load(self.data_cfg, cache_dir=str(Path(self.key.data_dir) / "hf-cache"),
-                              input_column=not several)
+                              input_column=not self.column_per_input)
         return self._data
 
     def split(self, which: str, count: int, data_dir: str) -> DataSplit:
@@ -407,7 +433,8 @@ class UserTask:
 
     def column_of(self, name: str) -> str:
         """The data's column input ``name`` is read from."""
-        return self.columns[name] if len(self.inputs) > 1 else self.data_cfg.input_column
+        columns = getattr(self, "columns", None)
+        return columns[name] if columns else self.data_cfg.input_column
 
     def first_image_size(self, name: str) -> tuple[int, int]:
         """(width, height) of the first evaluation image of input ``name``, as the evaluation
@@ -424,6 +451,8 @@ class UserTask:
             return top_classes(out, self.metric_cfg.top_k)
         if name == MetricName.ctc:
             return ctc.greedy_decode(out, self.charset, self.time_major)
+        if self.metric_cfg.detections:
+            return detection_predictions(out, self.metric_cfg)
         return agreement_predictions(out, self._class_axis())
 
     def margins(self, outputs) -> list[float]:
@@ -458,6 +487,14 @@ class UserTask:
             return ctc.score(predictions, [str(t) for t in labels])
         outs = [np.asarray(p["output"], dtype=np.float64)[None] for p in predictions]
         refs = [np.asarray(t, dtype=np.float64)[None] for t in labels]
+        m = self.metric_cfg
+        if m.detections:  # the baseline's detections decoded as the candidate's were
+            res = agreement_metrics.agreement(refs, outs)
+            res["detection_f1"] = detection.f1(
+                [detection.decode(r[0], m.score_threshold, m.iou_threshold, m.nms)
+                 for r in refs],
+                [p["detections"] for p in predictions])
+            return res
         return agreement_metrics.agreement(refs, outs, parts=self._channel_axis())
 
 
@@ -479,6 +516,17 @@ def top_classes(outputs, top_k: int) -> list[list[int]]:
     out = np.asarray(outputs)
     k = max(1, min(top_k, out.shape[1]))
     return [[int(c) for c in row] for row in np.argsort(-out, axis=1, kind="stable")[:, :k]]
+
+
+def detection_predictions(outputs, m) -> list[dict]:
+    """A detector's predictions: each sample's detections (``metric.detections``, decoded at
+    the metric's thresholds), what they decide (the classes found) and the output, rounded."""
+    out = []
+    for row in np.asarray(outputs):
+        found = detection.decode(row, m.score_threshold, m.iou_threshold, m.nms or "per_class")
+        out.append({"decision": detection.decision(found), "detections": found,
+                    "output": np.round(row.astype(np.float64), 6).tolist()})
+    return out
 
 
 def agreement_predictions(outputs, classes: bool | None = None) -> list[dict]:

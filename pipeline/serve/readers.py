@@ -283,7 +283,8 @@ def image_bytes(value, name: str) -> bytes:
 
 def metric_answers(decoding: Decoding, outputs) -> list:
     """A user's model's answers, as its metric decodes its first output: the text (``ctc``),
-    the classes (``classification``), or the output itself rounded (``agreement``)."""
+    the classes (``classification``), a detector's boxes (``agreement`` with ``detections``),
+    or the output itself rounded (``agreement``)."""
     from pipeline.metrics import ctc
     from pipeline.models.user_task import agreement_predictions
 
@@ -292,6 +293,11 @@ def metric_answers(decoding: Decoding, outputs) -> list:
         return ctc.greedy_decode(out, list(decoding.charset), decoding.time_major)
     if decoding.metric == MetricName.classification:
         return classes_answers(out, decoding.labels, decoding.top_k)
+    if decoding.detections:  # the boxes, as the evaluation decoded them; not the raw head
+        from pipeline.models.user_task import detection_predictions
+
+        return [{"detections": p["detections"], "decision": p["decision"]}
+                for p in detection_predictions(out, decoding)]
     return agreement_predictions(out, decoding.class_axis)
 
 

@@ -100,6 +100,10 @@ class Decoding(_Record):
     top_k: int | None = omitted()                 # classification
     labels: tuple[str, ...] | None = omitted()    # classification: names, index by index
     class_axis: bool | None = omitted()           # agreement: the output ends in classes
+    detections: str | None = omitted()            # agreement: a detector's head (yolo) ...
+    score_threshold: float | None = omitted()     # ... its detections kept from this score
+    iou_threshold: float | None = omitted()       # ... after suppression at this overlap
+    nms: str | None = omitted()                   # ... within a class (per_class) or across
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

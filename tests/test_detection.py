@@ -1,0 +1,130 @@
+"""A detector's raw head judged by its detections (``metric=agreement metric.detections=yolo``):
+boxes decoded from [4 + classes, anchors] at the score threshold, suppressed within a class,
+and a candidate's detections matched to the baseline's (same class, IoU 0.5); the task's metrics,
+predictions and served answers read them; a head of the wrong shape, an unknown layout or the
+layout under another metric is one line."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from pipeline.metrics import detection
+
+
+def _head(anchors: list[tuple], classes: int = 2, count: int = 32) -> np.ndarray:
+    """[4 + classes, count]: each anchor given (cx, cy, w, h, class, score), the rest empty
+    (there are more anchors than channels: how the layout is told from its transpose)."""
+    x = np.zeros((4 + classes, count), np.float32)
+    for k, (cx, cy, w, h, c, s) in enumerate(anchors):
+        x[:4, k] = cx, cy, w, h
+        x[4 + c, k] = s
+    return x
+
+
+HEAD = _head([(50, 50, 20, 20, 0, 0.9),    # kept
+              (52, 50, 20, 20, 0, 0.6),    # the same object, weaker: suppressed
+              (52, 50, 20, 20, 1, 0.5),    # same place, another class: kept
+              (150, 80, 10, 30, 1, 0.3),   # kept
+              (10, 10, 5, 5, 0, 0.2)])     # under the threshold
+
+
+def test_a_head_decodes_into_boxes_best_first_suppressed_within_a_class():
+    found = detection.decode(HEAD, 0.25, 0.45)
+    assert [(d["class"], d["score"]) for d in found] == [(0, 0.9), (1, 0.5), (1, 0.3)]
+    assert found[0]["box"] == [40.0, 40.0, 60.0, 60.0] and found[2]["box"] == [145, 65, 155, 95]
+    assert detection.decode(HEAD.T, 0.25, 0.45) == found  # [anchors, 4 + classes] too
+    assert detection.decode(HEAD, 0.95, 0.45) == []
+    assert len(detection.decode(HEAD, 0.25, 0.99)) == 4  # nothing overlaps that much
+    # across classes (code that calls cv2.dnn.NMSBoxes without class ids): the 1 at the 0's
+    # place goes too
+    assert [(d["class"], d["score"]) for d in detection.decode(HEAD, 0.25, 0.45, "all")] == \
+        [(0, 0.9), (1, 0.3)]
+    assert detection.decision(found) == "[0, 1, 1]"
+    with pytest.raises(ValueError, match=r"\[4 \+ classes, anchors\]"):
+        detection.head(np.zeros((1, 6, 5)))
+
+
+def test_detections_are_matched_by_class_and_overlap():
+    base = detection.decode(HEAD, 0.25, 0.45)
+    assert detection.f1([base], [base]) == 100.0 and detection.f1([[]], [[]]) == 100.0
+    assert detection.f1([base], [base[:2]]) == pytest.approx(100 * 4 / 5)  # one lost
+    moved = [{**d, "box": [v + 15 for v in d["box"]]} for d in base]       # IoU 0.14
+    assert detection.f1([base], [moved]) == 0.0
+    other = [{**d, "class": 1 - d["class"]} for d in base]
+    # the two overlapping boxes of either class still find each other; the third finds none
+    assert detection.f1([base], [other]) == pytest.approx(100 * 4 / 6)
+
+
+def test_the_layout_is_checked_when_the_config_is_made():
+    from pipeline.core.errors import ConfigError
+    from pipeline.engine.compose import compose
+
+    data = ["model=onnx", "model.path=m.onnx", "data=saved", "data.path=d"]
+    with pytest.raises(ConfigError, match="metric.detections=ssd: valid choices: yolo"):
+        compose([*data, "metric=agreement", "metric.detections=ssd"])
+    with pytest.raises(ConfigError, match="metric=agreement, not metric=classification"):
+        compose([*data, "metric=classification", "metric.detections=yolo"])
+    with pytest.raises(ConfigError, match="metric.nms=none: valid choices: per_class, all"):
+        compose([*data, "metric=agreement", "metric.detections=yolo", "metric.nms=none"])
+    with pytest.raises(ConfigError, match="metric.score_threshold=1.5: must be between 0 and 1"):
+        compose([*data, "metric=agreement", "metric.detections=yolo",
+                 "metric.score_threshold=1.5"])
+
+
+def test_a_detectors_run_judges_and_serves_its_detections(tmp_path):
+    """An identity graph over heads written into the data: the task's primary metric is
+    detection_f1, its predictions the decoded boxes; a candidate that lost a detection scores
+    under 100 where the outputs' cosine barely moves; the served answer is the boxes, as
+    evaluated, read back through the serving record."""
+    import datasets
+
+    from pipeline.core.errors import ConfigError
+    from pipeline.serve import artifact
+    from pipeline.serve.readers import UserArraysReader
+    from tests.test_serve_user_image import _identity, _task
+
+    rng = np.random.default_rng(0)
+    heads = []
+    for _ in range(8):
+        x = rng.uniform(0, 0.05, (6, 40)).astype(np.float32)  # background: no detection
+        x[:4] = rng.uniform(20, 200, (4, 40))
+        x[4 + rng.integers(0, 2), rng.integers(0, 40, 3)] = rng.uniform(0.5, 0.95, 3)
+        heads.append(x)
+    datasets.Dataset.from_dict({"x": heads}).save_to_disk(str(tmp_path / "saved"))
+    model = _identity(tmp_path / "m.onnx", {"x": ["batch", 6, 40]})
+    args = ("model=onnx", f"model.path={model}", "data=saved", f"data.path={tmp_path / 'saved'}",
+            "data.calibration_samples=2", "data.evaluation_samples=6", "metric=agreement",
+            "metric.detections=yolo")
+    t = _task(tmp_path / "dd", *args)
+    assert t.metrics.primary == "detection_f1"
+    ds = t.dataset(t.split("evaluation", 6, ""))
+    batch = next(t.batches(ds, 6, sort=False))
+    preds = t.predictions(batch.feeds["x"])
+    assert all(1 <= len(p["detections"]) <= 3 for p in preds)
+    truth = list(batch.feeds["x"])
+    assert t.score(preds, truth)["detection_f1"] == 100.0
+    weaker = batch.feeds["x"].copy()
+    k = int(np.argmax(weaker[0, 4:].max(axis=0)))
+    weaker[0, 4:, k] = 0.1  # the first sample's best detection falls under the threshold
+    scores = t.score(t.predictions(weaker), truth)
+    assert scores["detection_f1"] < 100.0 and scores["cosine_mean"] > 0.99
+    # served: the boxes as evaluated, not the raw head
+    spec = t.serving_spec()
+    assert (spec.decoding.detections, spec.decoding.score_threshold) == ("yolo", 0.25)
+    served = artifact._served("m:v1", model, {"model": {"source": "onnx", "name": "m"}},
+                              json.loads(json.dumps(spec.to_dict())), None, None, {}, None)
+    answers = UserArraysReader(served.reader_key).answers(batch.feeds["x"])
+    assert answers == [{"detections": p["detections"], "decision": p["decision"]}
+                       for p in preds]
+    # the one input read from the column named like it (data.input_column=image is none);
+    # neither there: one line naming both
+    datasets.Dataset.from_dict({"y": heads}).save_to_disk(str(tmp_path / "other"))
+    with pytest.raises(ConfigError, match=r"data.input_column=image: not a column of .*other, "
+                                          r"nor is the model's input x \(columns: y\)"):
+        _task(tmp_path / "dd3", *args[:2], "data=saved", f"data.path={tmp_path / 'other'}",
+              *args[4:])
+    flat = _identity(tmp_path / "flat.onnx", {"x": ["batch", 3]})
+    with pytest.raises(ConfigError, match=r"a YOLO head is \[batch, 4 \+ classes, anchors\]"):
+        _task(tmp_path / "dd2", *args[:1], f"model.path={flat}", *args[2:])
