@@ -88,12 +88,12 @@ def test_a_detectors_run_judges_and_serves_its_detections(tmp_path):
     rng = np.random.default_rng(0)
     heads = []
     for _ in range(8):
-        x = rng.uniform(0, 0.05, (6, 40)).astype(np.float32)  # background: no detection
-        x[:4] = rng.uniform(20, 200, (4, 40))
-        x[4 + rng.integers(0, 2), rng.integers(0, 40, 3)] = rng.uniform(0.5, 0.95, 3)
+        x = rng.uniform(0, 0.05, (6, 64)).astype(np.float32)  # background: no detection
+        x[:4] = rng.uniform(20, 200, (4, 64))
+        x[4 + rng.integers(0, 2), rng.integers(0, 64, 3)] = rng.uniform(0.5, 0.95, 3)
         heads.append(x)
     datasets.Dataset.from_dict({"x": heads}).save_to_disk(str(tmp_path / "saved"))
-    model = _identity(tmp_path / "m.onnx", {"x": ["batch", 6, 40]})
+    model = _identity(tmp_path / "m.onnx", {"x": ["batch", 6, 64]})
     args = ("model=onnx", f"model.path={model}", "data=saved", f"data.path={tmp_path / 'saved'}",
             "data.calibration_samples=2", "data.evaluation_samples=6", "metric=agreement",
             "metric.detections=yolo")
@@ -125,6 +125,10 @@ def test_a_detectors_run_judges_and_serves_its_detections(tmp_path):
                                           r"nor is the model's input x \(columns: y\)"):
         _task(tmp_path / "dd3", *args[:2], "data=saved", f"data.path={tmp_path / 'other'}",
               *args[4:])
+    # read as numbers, the run says what the shape suggests
+    plain = _task(tmp_path / "dd4", *args[:-1])
+    assert plain.metrics.primary == "argmax_agreement"
+    assert any("metric.detections=yolo judges the boxes" in w for w in plain.warnings)
     flat = _identity(tmp_path / "flat.onnx", {"x": ["batch", 3]})
     with pytest.raises(ConfigError, match=r"a YOLO head is \[batch, 4 \+ classes, anchors\]"):
         _task(tmp_path / "dd2", *args[:1], f"model.path={flat}", *args[2:])

@@ -203,6 +203,14 @@ class UserTask:
                                                   "mean_abs_diff"]
         if self._channel_axis():  # a detector's boxes and scores: each part judged on its own
             names.insert(names.index("cosine_p1") + 1, "cosine_parts")
+            shape = out.shape
+            if len(shape) == 3 and shape[1] >= 5 and (not isinstance(shape[2], int)
+                                                      or shape[2] >= 8 * shape[1]):
+                self.warnings.append(
+                    f"metric=agreement: {self.what}'s output {out.name} {list(shape)} has the "
+                    "shape of a detector's head ([batch, 4 + classes, anchors]); if it is one, "
+                    "metric.detections=yolo judges the boxes it decodes to (an argmax over "
+                    "anchors flips on rounding, and the boxes' pixels hold up a cosine)")
         return MetricsSpec(tuple(agreement_metrics.SPECS[n] for n in dict.fromkeys(names)), primary)
 
     def _detection_metrics(self, out) -> MetricsSpec:
