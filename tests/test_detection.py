@@ -104,7 +104,9 @@ def test_a_detectors_run_judges_and_serves_its_detections(tmp_path):
     preds = t.predictions(batch.feeds["x"])
     assert all(1 <= len(p["detections"]) <= 3 for p in preds)
     truth = list(batch.feeds["x"])
-    assert t.score(preds, truth)["detection_f1"] == 100.0
+    same = t.score(preds, truth)
+    assert same["detection_f1"] == 100.0
+    assert same["detections_found"] == sum(len(p["detections"]) for p in preds)
     weaker = batch.feeds["x"].copy()
     k = int(np.argmax(weaker[0, 4:].max(axis=0)))
     weaker[0, 4:, k] = 0.1  # the first sample's best detection falls under the threshold

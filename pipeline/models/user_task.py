@@ -224,7 +224,7 @@ class UserTask:
                               f"with at least one class; {self.what}'s output {out.name} has "
                               f"shape {list(out.shape)}")
         names = ["cosine_mean", "cosine_p1", "max_abs_diff", "mean_abs_diff"]
-        return MetricsSpec((detection.SPECS["detection_f1"],
+        return MetricsSpec((detection.SPECS["detection_f1"], detection.SPECS["detections_found"],
                             *(agreement_metrics.SPECS[n] for n in names)), "detection_f1")
 
     def _check_classes(self, data, classes: int) -> None:
@@ -498,10 +498,11 @@ class UserTask:
         m = self.metric_cfg
         if m.detections:  # the baseline's detections decoded as the candidate's were
             res = agreement_metrics.agreement(refs, outs)
+            found = [p["detections"] for p in predictions]
             res["detection_f1"] = detection.f1(
                 [detection.decode(r[0], m.score_threshold, m.iou_threshold, m.nms)
-                 for r in refs],
-                [p["detections"] for p in predictions])
+                 for r in refs], found)
+            res["detections_found"] = float(sum(len(f) for f in found))
             return res
         return agreement_metrics.agreement(refs, outs, parts=self._channel_axis())
 
