@@ -261,8 +261,13 @@ def test_a_model_of_arrays_is_read_from_json_as_evaluated(tmp_path):
     reader = UserArraysReader(spec)
     ds = t.dataset(t.split("evaluation", 8, ""))
     limits = Limits(1 << 20, 1, 1)
-    prepared = [reader.prepare(b, "application/json", limits)
-                for b in request_bodies(t, ds, 8)]
+    bodies = request_bodies(t, ds, 8)  # as a client holding arrays sends them: numpy's .npz
+    assert all(b[:4] == b"PK\x03\x04" for b in bodies)
+    prepared = [reader.prepare(b, "application/octet-stream", limits) for b in bodies]
+    for k, sample in enumerate(t._arrays(ds, list(range(8)))):  # JSON numbers: the same feeds
+        body = json.dumps({"inputs": {n: a.tolist() for n, a in sample.items()}}).encode()
+        as_json = reader.prepare(body, "application/json", limits).feeds
+        assert all(np.array_equal(as_json[n], prepared[k].feeds[n]) for n in ("x", "z")), k
     for k, p in enumerate(prepared):  # each alone: the evaluation's batch of one
         expected = next(t.batches(ds.select([k]), 1)).feeds
         alone = reader.stack([p.feeds])
@@ -286,6 +291,41 @@ def test_a_model_of_arrays_is_read_from_json_as_evaluated(tmp_path):
         with pytest.raises(BadInput) as e:
             reader.prepare(body, "application/json", limits)
         assert e.value.status == 400 and words in e.value.line, e.value.line
+
+    def npz(**arrays) -> bytes:
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        return buf.getvalue()
+
+    def npy(a, **kw) -> bytes:
+        buf = io.BytesIO()
+        np.save(buf, a, **kw)
+        return buf.getvalue()
+
+    lying = npy(np.zeros(4, np.float32)).replace(b"(4,)", b"(9,)")  # its header: 9 values
+    bomb = io.BytesIO()
+    np.savez_compressed(bomb, x=np.zeros(1 << 19, np.float32), z=np.zeros(2, np.float32))
+    bad = {npy(np.zeros(4, np.float32)): (400, "a .npy body holds one array; the model's "
+                                               "inputs are ['x', 'z']"),
+           npz(x=np.zeros(4, np.float32)): (400, "the numpy body holds ['x']"),
+           npz(x=np.zeros(4, np.float32), z=np.zeros(3, np.float32)):
+               (400, "the model takes [2] for one sample"),
+           npz(x=np.array([None, 1], dtype=object), z=np.zeros(2)): (400, "never read"),
+           b"PK\x03\x04 truncated": (400, "not a readable .npz"),
+           bomb.getvalue(): (413, "uncompressed, over --max-body-bytes=1048576")}
+    for body, (status, words) in bad.items():
+        with pytest.raises(BadInput) as e:
+            reader.prepare(body, "application/octet-stream", limits)
+        assert (e.value.status, words in e.value.line) == (status, True), e.value.line
+    from pipeline.serve.inputs import numpy_inputs
+
+    with pytest.raises(BadInput, match=r"its .npy header says \[9\] float32 \(36 bytes\) and "
+                                       r"16 bytes follow"):
+        numpy_inputs(lying, limits, ["x"])
+    with pytest.raises(BadInput, match=r"input x: not a .npy array"):
+        numpy_inputs(lying[:8] + b"\0" + lying[9:], limits, ["x"])  # its header's length: 0
+    one = numpy_inputs(npy(np.arange(3, dtype=np.float32)), limits, ["x"])
+    assert one["x"].tolist() == [0.0, 1.0, 2.0]
 
 
 def test_an_image_beside_other_inputs_is_read_from_json_as_evaluated(tmp_path):
