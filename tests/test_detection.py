@@ -134,3 +134,28 @@ def test_a_detectors_run_judges_and_serves_its_detections(tmp_path):
     flat = _identity(tmp_path / "flat.onnx", {"x": ["batch", 3]})
     with pytest.raises(ConfigError, match=r"a YOLO head is \[batch, 4 \+ classes, anchors\]"):
         _task(tmp_path / "dd2", *args[:1], f"model.path={flat}", *args[2:])
+
+
+def test_the_verdict_says_when_one_detection_outweighs_the_limit():
+    """26 baseline detections: one lost is 100 / 51 = 1.96 points, past the 1-point default;
+    the check says so (and passes or fails as the limit says). 200 of them: nothing to say.
+    A limit on detection_f1 is a known metric when the config is made."""
+    from pipeline.engine.compose import compose
+    from pipeline import gate
+    from pipeline.config import GateConfig
+    from pipeline.task.contract import MetricsSpec
+
+    specs = MetricsSpec((detection.SPECS["detection_f1"], detection.SPECS["detections_found"]),
+                        "detection_f1")
+    for n, says in ((26, True), (200, False)):
+        one_lost = 100 * 2 * (n - 1) / (2 * n - 1)
+        m = gate.Measures(reference="FP16", speed=None,
+                          reference_metrics={"detection_f1": 100.0, "detections_found": n},
+                          candidate_metrics={"detection_f1": one_lost, "detections_found": n - 1})
+        check = gate._accuracy(m, GateConfig(), specs)[0]
+        assert ("one found or lost moving it 1.96 points" in check.detail) == says, check.detail
+        assert check.passed == (not says)
+    cfg = compose(["model=onnx", "model.path=m.onnx", "data=saved", "data.path=d",
+                   "metric=agreement", "metric.detections=yolo",
+                   "gate.max_accuracy_drop={detection_f1: 3}"])
+    assert cfg.gate.max_accuracy_drop == {"detection_f1": 3}

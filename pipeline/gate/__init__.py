@@ -30,7 +30,7 @@ from pipeline.core.env import differences
 from pipeline.gate.verdict import Check, Verdict
 from pipeline.measure.results import (ONE, BenchResult, DecodeResult, Evaluation, Role, Speedup,
                                       Timing)
-from pipeline.metrics import limits as metric_limits
+from pipeline.metrics import detection, limits as metric_limits
 from pipeline.metrics.outputs import RTOL, agreement, kind
 
 NAN = float("nan")
@@ -94,7 +94,8 @@ def _accuracy(m: Measures, g, metrics) -> list[Check]:
         checks.append(Check.of(name, r.drop, r.limit, lambda v, lim=r.limit: v <= lim + 1e-9,
                                f"{r.metric} {_fmt(r.candidate, f)} vs {m.reference} "
                                f"{_fmt(r.reference, f)}: drop {_fmt(r.drop, f)} "
-                               f"{scale}".rstrip(),
+                               f"{scale}".rstrip()
+                               + detection.resolution(r.metric, m.reference_metrics, r.limit),
                                missing=f"no {r.metric} measured for {' and '.join(absent)}"
                                if absent else ""))
     return checks

@@ -122,3 +122,18 @@ def decision(detections: list[dict]) -> str:
     """What a sample's detections decide, for the gate's output agreement: the classes found
     and how many of each (the boxes move by fractions of a pixel between precisions)."""
     return json.dumps(sorted(d["class"] for d in detections))
+
+
+def resolution(metric: str, reference: dict, limit: float | None) -> str:
+    """What one detection weighs in ``detection_f1`` over the baseline's ``detections_found``
+    (one lost of n: 100 / (2n - 1) points), said where that is more than the limit: the
+    evaluation set is too small to tell the limit from one box near the score threshold."""
+    n = reference.get("detections_found") if metric == "detection_f1" else None
+    if not isinstance(n, (int, float)) or n < 1:
+        return ""
+    step = 100.0 / (2 * n - 1)
+    if limit is None or step <= limit:
+        return ""
+    return (f"; it rests on {int(n)} detections, one found or lost moving it {step:.2f} points, "
+            f"more than the limit: evaluate more samples (data.evaluation_samples) or size "
+            f"gate.max_accuracy_drop to it")
