@@ -103,14 +103,8 @@ def test_a_graph_of_batch_one_is_compiled_served_and_exported_a_sample_at_a_time
         ([1], 1, 1, 1)
     assert any("at most 1 sample(s) per run" in w for w in report["warnings"])
     assert report["verdict"]["passed"], report["verdict"]
-    # the artifact keeps the batch of 1 it can run
     ref = report["published"].split("@")[0]
-    pulled = tmp_path / "pulled"
     r = f"registry.root={root / 'registry'}"
-    assert run_cli("pull", ref, "--out", str(pulled), r,
-                   module="pipeline.registry").returncode == 0
-    dims = onnx.load(str(pulled / "model.onnx")).graph.input[0].type.tensor_type.shape.dim
-    assert [d.dim_value for d in dims] == [1, 3, 16, 16]
     # served: requests arriving together are each run alone, and answer as evaluated
     from tests.test_serve_user_image import _evaluation_files, _task
 
@@ -138,6 +132,9 @@ def test_a_graph_of_batch_one_is_compiled_served_and_exported_a_sample_at_a_time
     repo = tmp_path / "triton"
     proc = run_cli("export-triton", ref, "--out", str(repo), r, module="pipeline.registry")
     assert proc.returncode == 0, proc.stderr
+    # the artifact (pulled, re-hashed, into the model repository) keeps the batch it can run
+    dims = onnx.load(str(next(repo.glob("*/1/model.onnx")))).graph.input[0].type.tensor_type
+    assert [d.dim_value for d in dims.shape.dim] == [1, 3, 16, 16]
     text = next(repo.glob("*/config.pbtxt")).read_text()
     assert "max_batch_size: 0" in text and "dynamic_batching" not in text
     assert re.search(r'name: "image"\s+data_type: TYPE_FP32\s+dims: \[ 1, 3, 16, 16 \]', text)
