@@ -75,6 +75,30 @@ def test_resampler_opencv_without_opencv_is_one_line_at_compose(monkeypatch):
         ImagePrep(resize="fixed", height=8, width=8, resampler="opencv")
 
 
+def test_letterbox_fits_the_image_keeping_its_aspect_centred_on_the_fill():
+    """30x20 into 32x32: scaled by 32/30 to 32x21, an 11-row margin split 5 above and 6 below
+    (the odd pixel after the image, as Ultralytics' letterbox does); the border is the fill."""
+    img = _colour(30, 20)
+    prep = ImagePrep(resize="letterbox", height=32, width=32, scale=1.0)
+    a = images.to_array(img, prep)
+    assert a.shape == (3, 32, 32)
+    assert (a[:, :5] == 114).all() and (a[:, 26:] == 114).all()
+    np.testing.assert_array_equal(a[:, 5:26].transpose(1, 2, 0), np.asarray(
+        img.resize((32, 21), Image.Resampling.BILINEAR), dtype=np.float32))
+    tall = images.to_array(_colour(10, 40), ImagePrep(resize="letterbox", height=16, width=16,
+                                                      letterbox_fill=0, scale=1.0,
+                                                      color="grey"))
+    assert tall.shape == (1, 16, 16) and (tall[:, :, :6] == 0).all() and (tall[:, :, 10:] == 0).all()
+    assert (tall[:, :, 6:10] != 0).any()  # a 4-column image in the middle
+    same = _colour(32, 32)  # already the size: not resampled at all
+    np.testing.assert_array_equal(images.to_array(same, prep).transpose(1, 2, 0),
+                                  np.asarray(same, dtype=np.float32))
+    for bad, words in (({"width": 0}, "resize=letterbox needs a width"),
+                       ({"letterbox_fill": 300}, "letterbox_fill=300: a pixel value")):
+        with pytest.raises(ConfigError, match=words):
+            ImagePrep(**{"resize": "letterbox", "height": 32, "width": 32, **bad})
+
+
 def test_width_rounding_floor_truncates_as_int_does():
     img = _colour(10, 3)  # 10 * 2 / 3 = 6.67
     prep = dict(resize="height", height=2)

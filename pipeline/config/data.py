@@ -28,6 +28,8 @@ class Resize(str, enum.Enum):
     none = "none"      # keep the image's own size (every image must then have the same size)
     fixed = "fixed"    # exactly height x width
     height = "height"  # height fixed, width scaled to keep the aspect ratio (text lines)
+    letterbox = "letterbox"  # scaled to fit height x width keeping the aspect ratio, centred on
+                             # a border of letterbox_fill (how YOLO detectors are fed)
 
 
 # PIL's resampling filters by name: the one the model's own inference code resizes with
@@ -66,6 +68,8 @@ class ImagePrep:
     pad: str = "edge"              # how batches pad narrower images: edge (repeat the last column)
                                    # or constant (pad_value)
     pad_value: float = 0.0         # pad=constant: the value, in pad_units
+    letterbox_fill: float = 114.0  # resize=letterbox: the border's pixel value, 0..255
+                                   # (Ultralytics' grey 114; 0 for code that pads black)
     pad_units: str = "pixel"       # pixel: a 0..255 value normalized like the image (padding
                                    # before normalization); normalized: the value the model sees
                                    # (padding after normalization, e.g. zeros)
@@ -105,12 +109,15 @@ class ImagePrep:
             raise ConfigError(f"data.image.max_width={self.max_width}: must be >= 0 (0: no cap)")
         if not math.isfinite(self.pad_value):
             raise ConfigError(f"data.image.pad_value={self.pad_value}: must be a finite number")
-        if self.resize in (Resize.fixed, Resize.height) and self.height < 1:
+        if self.resize != Resize.none and self.height < 1:
             raise ConfigError(f"data.image.height={self.height}: resize={self.resize.value} needs a "
                               "height of at least 1")
-        if self.resize == Resize.fixed and self.width < 1:
-            raise ConfigError(f"data.image.width={self.width}: resize=fixed needs a width of at "
-                              "least 1")
+        if self.resize in (Resize.fixed, Resize.letterbox) and self.width < 1:
+            raise ConfigError(f"data.image.width={self.width}: resize={self.resize.value} needs a "
+                              "width of at least 1")
+        if not 0 <= self.letterbox_fill <= 255:  # NaN fails too
+            raise ConfigError(f"data.image.letterbox_fill={self.letterbox_fill}: a pixel value, "
+                              "0 to 255")
         if self.min_width < 0:
             raise ConfigError(f"data.image.min_width={self.min_width}: must be >= 0")
         if self.pad_width_multiple < 1:

@@ -87,6 +87,8 @@ def to_array(image, prep: ImagePrep) -> np.ndarray:
     img = image.convert(mode) if prep.convert == "before_resize" else image
     if prep.resize == Resize.fixed:
         img = _resize(img, (prep.width, prep.height), prep)
+    elif prep.resize == Resize.letterbox:
+        img = _letterbox(img, prep)
     elif prep.resize == Resize.height:
         exact = img.width * prep.height / img.height
         w = max(1, int(exact) if prep.width_rounding == "floor" else
@@ -121,6 +123,28 @@ def _resize(img, size: tuple[int, int], prep: ImagePrep):
     pixels = cv2.resize(np.asarray(img), size,
                         interpolation=getattr(cv2, OPENCV_FILTERS[prep.interpolation]))
     return Image.fromarray(pixels, img.mode)
+
+
+def _letterbox(img, prep: ImagePrep):
+    """``img`` scaled by the one factor that fits it in ``width`` x ``height`` (up or down), each
+    side rounded (at least 1 pixel), then centred on a ``letterbox_fill`` canvas; an odd margin
+    puts its extra pixel after the image (bottom, right), as Ultralytics' letterbox does. The
+    boxes a detector finds are in the canvas's pixels."""
+    from PIL import Image
+
+    if img.mode not in ("L", "RGB"):  # palette, alpha (convert=after_resize): a plain fill
+        img = img.convert("RGB")
+    r = min(prep.height / img.height, prep.width / img.width)
+    size = (max(round(img.width * r), 1), max(round(img.height * r), 1))
+    if size != img.size:
+        img = _resize(img, size, prep)
+    left = round((prep.width - size[0]) / 2 - 0.1)
+    top = round((prep.height - size[1]) / 2 - 0.1)
+    fill = round(prep.letterbox_fill)
+    canvas = Image.new(img.mode, (prep.width, prep.height),
+                       fill if len(img.getbands()) == 1 else (fill,) * len(img.getbands()))
+    canvas.paste(img, (left, top))
+    return canvas
 
 
 def _normalize(a: np.ndarray, prep: ImagePrep) -> np.ndarray:

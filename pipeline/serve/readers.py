@@ -103,7 +103,7 @@ class ImageSteps:
 
         self.name, self.dtype, self.declared, self.prep = name, dtype, tuple(shape[1:]), prep
         # a fixed resize bounds the input by itself; other images are bounded per request
-        self.bounded = prep.resize == Resize.fixed
+        self.bounded = prep.resize in (Resize.fixed, Resize.letterbox)
 
     def feed(self, image, limits: Limits) -> np.ndarray:
         """``image`` (decoded, PIL) as the input of a batch of one."""
