@@ -159,3 +159,38 @@ def test_the_verdict_says_when_one_detection_outweighs_the_limit():
                    "metric=agreement", "metric.detections=yolo",
                    "gate.max_accuracy_drop={detection_f1: 3}"])
     assert cfg.gate.max_accuracy_drop == {"detection_f1": 3}
+
+
+def test_a_served_box_is_mapped_back_into_the_posted_image():
+    """A bright square at x 30..50, y 10..20 of a 90x30 photo, letterboxed into 48x48: where it
+    lands in the input, read from the pixels, mapped back through the request's geometry, is
+    where it was (to a pixel); the geometry crosses a worker's frame whole; clipped to the
+    image; an answer without detections is left as it is."""
+    from PIL import Image
+
+    from pipeline.config.data import ImagePrep
+    from pipeline.data import images
+    from pipeline.serve.inputs import Prepared
+    from pipeline.serve.readers import ImageSteps, in_image
+    from pipeline.serve.workers import answer, prepared_frame, split
+
+    a = np.zeros((30, 90, 3), np.uint8)
+    a[10:20, 30:50] = 255
+    photo = Image.fromarray(a)
+    for resize in ("letterbox", "fixed"):
+        prep = ImagePrep(resize=resize, height=48, width=48, letterbox_fill=0,
+                         interpolation="nearest")
+        steps = ImageSteps("x", "float32", ("batch", 3, 48, 48), prep)
+        x = images.to_array(photo, prep)[0]
+        ys, xs = np.nonzero(x > 0.5)
+        box = [float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)]
+        geometry = steps.geometry(photo)
+        whole = prepared_frame(7, Prepared({"x": x[None]}, 48, 0.1, 0.2, geometry))
+        header, payload = split(whole[:])
+        assert answer(header, payload).geometry == geometry
+        mapped = in_image({"detections": [{"box": box}]}, geometry)["detections"][0]
+        assert np.allclose(mapped["image_box"], [30, 10, 50, 20], atol=1.0), (resize, mapped)
+    wide = in_image({"detections": [{"box": [-5.0, 0.0, 60.0, 48.0]}]}, geometry)
+    assert wide["detections"][0]["image_box"] == [0.0, 0.0, 90.0, 30.0]  # clipped
+    assert in_image({"decision": "[]", "output": [1.0]}, geometry) == {"decision": "[]",
+                                                                      "output": [1.0]}

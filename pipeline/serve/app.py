@@ -37,7 +37,7 @@ from pipeline.serve.admission import Backlog
 from pipeline.serve.batcher import Batcher, Job
 from pipeline.serve.config import ServeConfig
 from pipeline.serve.inputs import BadInput, Limits, Prepared
-from pipeline.serve.readers import prepare
+from pipeline.serve.readers import in_image, prepare
 from pipeline.serve.metrics import ServerMetrics
 from pipeline.serve.workers import WorkerError, WorkerLost, Workers
 
@@ -132,8 +132,8 @@ class Server:
         # decoder would crash the next worker too.
         prepared: Prepared = await self.workers.prepare(body, content_type, self.limits)
         answer, timings = await self.batcher.submit(prepared.feeds, prepared.size, hold)
-        return answer, {"decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms,
-                        **timings}
+        return in_image(answer, prepared.geometry), {
+            "decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms, **timings}
 
     def _run_batch(self, jobs: list[Job]) -> list:
         start = time.perf_counter()
@@ -150,8 +150,9 @@ class Server:
         prepared = prepare(body, content_type, self.limits, self.served.reader_key)
         self._batch_formed(1)
         (answer, timings), = self._run_batch([Job(prepared.feeds, prepared.size)])
-        return answer, {"decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms,
-                        "queue": 0.0, **timings}
+        return in_image(answer, prepared.geometry), {
+            "decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms, "queue": 0.0,
+            **timings}
 
 
 # Bodies streaming in before admission, at most this many times --queue-limit: a client that

@@ -55,6 +55,9 @@ class Prepared:
     size: int            # the task's size axis (a line's width): the batcher's shape class
     decode_ms: float
     preprocess_ms: float
+    # a detector's image: (sx, sy, left, top, width, height), the model input's pixels being the
+    # image's times s plus the offset; its boxes are mapped back through it (``in_image``)
+    geometry: tuple | None = None
 
 
 def check_body(body: bytes, limits: Limits) -> None:

@@ -34,7 +34,7 @@ def application(served, cfg: ServeConfig, replicas: int = 1, num_cpus: float = 1
     from starlette.responses import JSONResponse
 
     from pipeline.serve.inputs import BadInput, Limits
-    from pipeline.serve.readers import prepare
+    from pipeline.serve.readers import in_image, prepare
 
     root = str(Path(__file__).resolve().parents[2])  # the replicas import this checkout
 
@@ -81,6 +81,7 @@ def application(served, cfg: ServeConfig, replicas: int = 1, num_cpus: float = 1
             except BadInput as e:
                 return JSONResponse({"error": e.line}, status_code=e.status)
             prediction, batch = await self.infer(p)
+            prediction = in_image(prediction, p.geometry)
             return JSONResponse({"prediction": prediction, "model": self.served.ref,
                                  "timing_ms": {"decode": p.decode_ms,
                                                "preprocess": p.preprocess_ms, "batch": batch}})

@@ -105,6 +105,24 @@ class ImageSteps:
         # a fixed resize bounds the input by itself; other images are bounded per request
         self.bounded = prep.resize in (Resize.fixed, Resize.letterbox)
 
+    def geometry(self, image) -> tuple | None:
+        """How ``image``'s pixels land in the input: (sx, sy, left, top, width, height), for a
+        resize that keeps the whole image (none, fixed, letterbox, as ``images.to_array`` does
+        them); None for the others (a text line's width rounding and cap)."""
+        from pipeline.config.data import Resize
+
+        p, (w, h) = self.prep, image.size
+        if p.resize == Resize.none:
+            return (1.0, 1.0, 0.0, 0.0, w, h)
+        if p.resize == Resize.fixed:
+            return (p.width / w, p.height / h, 0.0, 0.0, w, h)
+        if p.resize == Resize.letterbox:
+            r = min(p.height / h, p.width / w)
+            nw, nh = max(round(w * r), 1), max(round(h * r), 1)
+            return (nw / w, nh / h, float(round((p.width - nw) / 2 - 0.1)),
+                    float(round((p.height - nh) / 2 - 0.1)), w, h)
+        return None
+
     def feed(self, image, limits: Limits) -> np.ndarray:
         """``image`` (decoded, PIL) as the input of a batch of one."""
         from pipeline.data import images
@@ -172,7 +190,8 @@ class UserImageReader:
         feed = self.steps.feed(image, limits)
         done = time.perf_counter()
         return Prepared({self.spec.input: feed}, self.steps.width(feed),
-                        (decoded - start) * 1000.0, (done - decoded) * 1000.0)
+                        (decoded - start) * 1000.0, (done - decoded) * 1000.0,
+                        self.steps.geometry(image) if self.spec.decoding.detections else None)
 
     def stack(self, feeds: list[dict]) -> dict:
         return {self.spec.input: self.steps.stack([f[self.spec.input] for f in feeds])}
@@ -228,10 +247,14 @@ class UserArraysReader:
                 raise BadInput(400, e.line if e.line.startswith(f"input {name}:")
                                else f"input {name}: {e.line}") from None
             feeds[name] = self.image.feed(image, limits)  # checked unless a fixed resize
+            geometry = self.image.geometry(image) if self.spec.decoding.detections else None
+        else:
+            geometry = None
         done = time.perf_counter()
         size = (feeds[self.size_input].shape[self.size_dim + 1] if self.size_dim is not None
                 else 1)
-        return Prepared(feeds, int(size), (decoded - start) * 1000.0, (done - decoded) * 1000.0)
+        return Prepared(feeds, int(size), (decoded - start) * 1000.0, (done - decoded) * 1000.0,
+                        geometry)
 
     def stack(self, feeds: list[dict]) -> dict:
         """One batch, padded as the evaluation's batches were (``stack_arrays``; an image input
@@ -299,6 +322,21 @@ def metric_answers(decoding: Decoding, outputs) -> list:
         return [{"detections": p["detections"], "decision": p["decision"]}
                 for p in detection_predictions(out, decoding)]
     return agreement_predictions(out, decoding.class_axis)
+
+
+def in_image(answer, geometry: tuple | None):
+    """A detector's answer with each box also in the posted image's pixels (``image_box``),
+    mapped back through the request's ``geometry`` and clipped to the image; any other answer
+    as it is."""
+    if not geometry or not isinstance(answer, dict) or "detections" not in answer:
+        return answer
+    sx, sy, left, top, w, h = geometry
+    for d in answer["detections"]:
+        x1, y1, x2, y2 = d["box"]
+        d["image_box"] = [round(min(max(v, 0.0), hi), 2) for v, hi in
+                          (((x1 - left) / sx, w), ((y1 - top) / sy, h),
+                           ((x2 - left) / sx, w), ((y2 - top) / sy, h))]
+    return answer
 
 
 def classes_answers(outputs, labels: tuple[str, ...] | None, top_k: int) -> list[dict]:

@@ -93,6 +93,7 @@ def prepared_frame(ident: int, p: Prepared) -> bytes:
     arrays = [(name, np.ascontiguousarray(a)) for name, a in p.feeds.items()]
     return frame({"id": ident, "ok": True, "size": p.size, "decode_ms": p.decode_ms,
                   "preprocess_ms": p.preprocess_ms,
+                  "geometry": list(p.geometry) if p.geometry else None,
                   "arrays": [[name, a.dtype.str, list(a.shape)] for name, a in arrays]},
                  *(a.tobytes() for _, a in arrays))
 
@@ -112,8 +113,10 @@ def answer(header: dict, payload: memoryview):
         # a copy: writeable, as the reader made it (an array over the frame's bytes is not)
         feeds[name] = np.frombuffer(payload, kind, count, at).reshape(shape).copy()
         at += count * kind.itemsize
+    geometry = header.get("geometry")
     return Prepared(feeds, int(header["size"]), float(header["decode_ms"]),
-                    float(header["preprocess_ms"]))
+                    float(header["preprocess_ms"]),
+                    tuple(float(v) for v in geometry) if geometry else None)
 
 
 class _Link(asyncio.Protocol):
