@@ -6,9 +6,9 @@ class's score, already activated, as Ultralytics' YOLOv8 and later export it; or
 ``[anchors, 4 + classes]`` (told apart by which axis is longer: there are more anchors than
 classes). Out: ``decode``, the detections a deployment reads: each anchor's best class, kept at
 ``score_threshold`` and above, then non-maximum suppression at ``iou_threshold`` within each
-class (or across classes, ``metric.nms=all``), as the models' own inference code decodes them; ``f1``, for two models' detections on the same
-inputs, the share of detections both find (same class, boxes overlapping at IoU 0.5 or more),
-pooled over the samples, in %.
+class (or across classes, ``metric.nms=all``), as the models' own inference code decodes them;
+``f1``, for two models' detections on the same inputs, the share of detections both find (same
+class, boxes overlapping at IoU 0.5 or more), pooled over the samples, in %.
 
 Why not the raw output's argmax or cosine: a head's 2100 to 8400 anchors hold near-equal box
 coordinates and scores near zero, so an argmax over them flips on rounding (FP32 against its own
@@ -28,9 +28,9 @@ MAX_DETECTIONS = 300  # per sample, highest scores first (Ultralytics' own defau
 MAX_CANDIDATES = 30000  # boxes into the suppression, best first (Ultralytics' max_nms)
 
 # Against FP16, which finds exactly its own detections (100): one detection in a hundred found
-# or lost by the candidate passes; past it the user decides (gate.max_accuracy_drop).
-# The detections a model found over the evaluation set, reported beside (never judged): how
-# many the F1 rests on (one found or lost among 26 moves it about 4 points).
+# or lost by the candidate passes; past it the user decides (gate.max_accuracy_drop). Beside it,
+# never judged, the detections a model found over the evaluation set: what the F1 rests on (one
+# found or lost among 26 moves it about 2 points, ``resolution``).
 SPECS = {"detection_f1": MetricSpec("detection_f1", True, needs_labels=False, limit=1.0),
          "detections_found": MetricSpec("detections_found", True, "", needs_labels=False,
                                         limit=None, scale="detections")}

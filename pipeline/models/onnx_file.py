@@ -197,11 +197,13 @@ class OnnxTask(UserTask):
             if self.fixed_batch:
                 self._batch_of_one(seen, f"the graph fails at batch 2 ({seen['why']})")
             seen["two"] = [None] * len(seen["one"])
-        elif self.fixed_batch:  # it ran at batch 2: each output must have followed the batch
+        elif self.fixed_batch:  # it ran at batch 2: an output that grew followed the batch
+            # (one that did not grow holds no sample: anchors, a constant, batch-independent)
             mixed = next(((o.name, one, two) for o, one, two in
                           zip(self.outputs, seen["one"], seen["two"])
-                          if not any(len(two) == len(one) and one[a] == 1 and two[a] == 2
-                                     for a in range(len(one)))), None)
+                          if two != one and not any(len(two) == len(one) and one[a] == 1
+                                                    and two[a] == 2 for a in range(len(one)))),
+                         None)
             if mixed:  # a Reshape to a constant [1, -1] folds both samples into one row
                 name, one, two = mixed
                 self._batch_of_one(seen, f"at batch 2 the graph mixes the samples: output {name}"

@@ -177,7 +177,6 @@ def per_sample(latency) -> float | None:
 def _served(ref, model, config: dict, spec: dict | None, ledger, eval_set, runtime,
             files: Path | None) -> Served:
     """``files``: where the files the spec names are (a pull's folder, or the run's model.path)."""
-
     served = _served_as(ref, model, config, _spec(ref, spec), ledger, eval_set, runtime, files)
     # the target its gate judged: a run that did not check it (gate.check_slo_p99=false) was
     # not held to one, and neither is its server

@@ -42,8 +42,9 @@ def default_split(cores: int) -> tuple[int, int]:
 # A model faster than this per request keeps its own core(s) apart from the workers' even when
 # preprocessing is cheap: onnxruntime's pool threads spin between runs, and at a run every few
 # tenths of a millisecond they hold the core the worker needs (the OCR model, 0.27 ms a line:
-# 740 -> under 500 req/s with a second thread on 2 cores). A 1.7 s detector gained 1.85x from
-# every core. Between the two nothing was measured; 10 ms keeps short models on the split.
+# 740 -> under 500 req/s with a second thread on 2 cores). A 1.7 s detector answered 1.4 to
+# 1.85x sooner on every core. Between the two nothing was measured; 10 ms keeps short models on
+# the split.
 SHARE_ALL_CORES_MS = 10.0
 
 
