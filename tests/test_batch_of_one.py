@@ -132,3 +132,26 @@ def test_a_graph_of_batch_one_is_compiled_served_and_exported_a_sample_at_a_time
     text = next(repo.glob("*/config.pbtxt")).read_text()
     assert "max_batch_size: 0" in text and "dynamic_batching" not in text
     assert re.search(r'name: "image"\s+data_type: TYPE_FP32\s+dims: \[ 1, 3, 16, 16 \]', text)
+
+
+def test_an_output_that_does_not_grow_at_batch_2_is_no_sign_of_folded_samples(files):
+    """A graph of declared batch 1 that runs at batch 2, beside its logits a constant output
+    (a detector's anchors): the logits follow the batch, the anchors stay as they are; the batch
+    is made dynamic, as before, not run a sample at a time."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from benchmarks.byo import _task
+
+    model = onnx.load(str(files / "cnn.onnx"))
+    g = model.graph
+    for v in (g.input[0], g.output[0]):
+        v.type.tensor_type.shape.dim[0].dim_value = 1  # replaces the symbolic batch
+    g.initializer.append(numpy_helper.from_array(np.ones((4, 2), np.float32), "anchor_values"))
+    g.node.append(helper.make_node("Identity", ["anchor_values"], ["anchors"]))
+    g.output.append(helper.make_tensor_value_info("anchors", onnx.TensorProto.FLOAT, [4, 2]))
+    onnx.save(model, str(files / "anchors.onnx"))
+    _, t = _task([*ARGS, f"model.path={files / 'anchors.onnx'}", f"data.path={files / 'data'}",
+                  f"data_dir={files / 'dd-anchors'}"])
+    assert t.max_batch is None and t.fixed_batch == ("image",)
+    assert any("declares the batch axis dynamic" in w for w in t.warnings), t.warnings
