@@ -13,6 +13,10 @@ import pytest
 from pipeline.metrics import detection
 
 
+def decode(row, score: float, iou: float, nms: str = "per_class") -> list[dict]:
+    return detection.Head("yolo", score, iou, nms).decode(row)
+
+
 def _head(anchors: list[tuple], classes: int = 2, count: int = 32) -> np.ndarray:
     """[4 + classes, count]: each anchor given (cx, cy, w, h, class, score), the rest empty
     (there are more anchors than channels: how the layout is told from its transpose)."""
@@ -31,15 +35,15 @@ HEAD = _head([(50, 50, 20, 20, 0, 0.9),    # kept
 
 
 def test_a_head_decodes_into_boxes_best_first_suppressed_within_a_class():
-    found = detection.decode(HEAD, 0.25, 0.45)
+    found = decode(HEAD, 0.25, 0.45)
     assert [(d["class"], d["score"]) for d in found] == [(0, 0.9), (1, 0.5), (1, 0.3)]
     assert found[0]["box"] == [40.0, 40.0, 60.0, 60.0] and found[2]["box"] == [145, 65, 155, 95]
-    assert detection.decode(HEAD.T, 0.25, 0.45) == found  # [anchors, 4 + classes] too
-    assert detection.decode(HEAD, 0.95, 0.45) == []
-    assert len(detection.decode(HEAD, 0.25, 0.99)) == 4  # nothing overlaps that much
+    assert decode(HEAD.T, 0.25, 0.45) == found  # [anchors, 4 + classes] too
+    assert decode(HEAD, 0.95, 0.45) == []
+    assert len(decode(HEAD, 0.25, 0.99)) == 4  # nothing overlaps that much
     # across classes (code that calls cv2.dnn.NMSBoxes without class ids): the 1 at the 0's
     # place goes too
-    assert [(d["class"], d["score"]) for d in detection.decode(HEAD, 0.25, 0.45, "all")] == \
+    assert [(d["class"], d["score"]) for d in decode(HEAD, 0.25, 0.45, "all")] == \
         [(0, 0.9), (1, 0.3)]
     assert detection.decision(found) == "[0, 1, 1]"
     with pytest.raises(ValueError, match=r"\[4 \+ classes, anchors\]"):
@@ -47,7 +51,7 @@ def test_a_head_decodes_into_boxes_best_first_suppressed_within_a_class():
 
 
 def test_detections_are_matched_by_class_and_overlap():
-    base = detection.decode(HEAD, 0.25, 0.45)
+    base = decode(HEAD, 0.25, 0.45)
     assert detection.f1([base], [base]) == 100.0 and detection.f1([[]], [[]]) == 100.0
     assert detection.f1([base], [base[:2]]) == pytest.approx(100 * 4 / 5)  # one lost
     moved = [{**d, "box": [v + 15 for v in d["box"]]} for d in base]       # IoU 0.14
@@ -130,9 +134,10 @@ def test_a_detectors_run_judges_and_serves_its_detections(tmp_path):
     # read as numbers, the run says what the shape suggests
     plain = _task(tmp_path / "dd4", *args[:-1])
     assert plain.metrics.primary == "argmax_agreement"
-    assert any("metric.detections=yolo judges the boxes" in w for w in plain.warnings)
+    assert any("metric.detections=yolo, yolov5 or yolox (as its head is laid out) judges the "
+               "boxes" in w for w in plain.warnings)
     flat = _identity(tmp_path / "flat.onnx", {"x": ["batch", 3]})
-    with pytest.raises(ConfigError, match=r"a YOLO head is \[batch, 4 \+ classes, anchors\]"):
+    with pytest.raises(ConfigError, match=r"yolo: its head is \[batch, 4 \+ classes, anchors\]"):
         _task(tmp_path / "dd2", *args[:1], f"model.path={flat}", *args[2:])
 
 
@@ -194,3 +199,117 @@ def test_a_served_box_is_mapped_back_into_the_posted_image():
     assert wide["detections"][0]["image_box"] == [0.0, 0.0, 90.0, 30.0]  # clipped
     assert in_image({"decision": "[]", "output": [1.0]}, geometry) == {"decision": "[]",
                                                                       "output": [1.0]}
+
+
+def _objectness_head(objects: list[tuple], classes: int = 2, count: int = 84) -> np.ndarray:
+    """[count, 5 + classes] (YOLOv5's and YOLOX's layout): each object given (anchor, x, y, w,
+    h, objectness, class, score), the rest empty."""
+    x = np.zeros((count, 5 + classes), np.float32)
+    for k, cx, cy, w, h, obj, c, s in objects:
+        x[k, :5] = cx, cy, w, h, obj
+        x[k, 5 + c] = s
+    return x
+
+
+def test_an_objectness_head_scores_each_class_times_the_objectness():
+    """yolov5: boxes already in pixels; an anchor's class score is objectness x the class's:
+    0.8 x 0.9 = 0.72 is kept, 0.9 x 0.2 = 0.18 is not, though either number alone passes."""
+    x = _objectness_head([(3, 40, 24, 32, 16, 0.8, 1, 0.9), (9, 10, 10, 8, 8, 0.9, 0, 0.2),
+                          (12, 41, 24, 32, 16, 0.7, 1, 0.8)])  # the first one's weaker twin
+    read = detection.Head("yolov5", 0.25, 0.45)
+    found = read.decode(x)
+    assert [(d["class"], d["score"]) for d in found] == [(1, 0.72)]
+    assert found[0]["box"] == [24.0, 16.0, 56.0, 32.0]
+    assert read.decode(x.T) == found  # [5 + classes, anchors] too
+    with pytest.raises(ValueError, match=r"a yolov5 head's output is \[5 \+ classes, anchors\]"):
+        read.decode(x[None])
+
+
+def test_a_raw_yolox_head_is_decoded_on_its_strides_grids():
+    """A 64x64 input's grids: 8x8 cells at stride 8, 4x4 at 16, 2x2 at 32 (84 anchors, level
+    after level, row by row). An offset (0.5, 0.5) in cell (2, 1) of stride 16 (anchor 64 + 4 +
+    2) with log sizes (log 2, 0) is a 32x16 box centred at (40, 24), as YOLOX's demo decodes
+    it; the grids of another input size or anchor count are refused."""
+    raw = _objectness_head([(70, 0.5, 0.5, np.log(2), 0.0, 0.8, 1, 0.9)])
+    read = detection.Head("yolox", 0.25, 0.45, "all", (64, 64))
+    assert read.decode(raw) == [{"class": 1, "score": 0.72, "box": [24.0, 16.0, 56.0, 32.0]}]
+    assert detection.grid_strides(84, 64, 64) == (8, 16, 32)
+    assert detection.grid_strides(85, 64, 64) == (8, 16, 32, 64)  # P6: one 64-pixel cell more
+    assert detection.grid_strides(84, 64, 32) is None
+    with pytest.raises(ValueError, match="not the grids of a 64x32 input"):
+        detection.Head("yolox", 0.25, 0.45, "all", (64, 32)).decode(raw)
+    # YOLOX's suppression counts sides in whole pixels: two 10-pixel boxes 4 apart overlap at
+    # 60 / 140 = 0.43 as areas, at 77 / 165 = 0.47 as pixels; one goes at 0.45
+    boxes, groups = np.array([[0, 0, 10, 10], [4, 0, 14, 10]], np.float32), np.zeros(2, int)
+    assert detection.nms(boxes, np.array([0.9, 0.8]), groups, 0.45) == [0, 1]
+    assert detection.nms(boxes, np.array([0.9, 0.8]), groups, 0.45, pixels=True) == [0]
+    ruined = raw.copy()
+    ruined[:, 2:4] = 1e4  # exp overflows: infinite boxes, no warning, still decoded
+    assert len(detection.Head("yolox", 0.25, 0.45, "all", (64, 64)).decode(ruined)) == 1
+
+
+def test_a_yolox_run_reads_its_grids_from_the_models_input(tmp_path):
+    """The task reads a yolox head's grid size from the model's fixed image input, decodes the
+    evaluation's outputs on it, records it for the server (which answers the same boxes), and
+    refuses, at task build, an input whose size the graph leaves open or an output that is not
+    that input's grids."""
+    import datasets
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from pipeline.core.errors import ConfigError
+    from pipeline.serve import artifact
+    from pipeline.serve.readers import UserArraysReader
+    from tests.test_serve_user_image import _task
+
+    def model(path, size, anchors=84):
+        """[b, 3, h, w] -> its first anchors x 7 values, as [b, anchors, 7]."""
+        graph = helper.make_graph(
+            [helper.make_node("Flatten", ["images"], ["flat"]),
+             helper.make_node("Slice", ["flat", "zero", "end", "one"], ["part"]),
+             helper.make_node("Reshape", ["part", "shape"], ["y"])], "g",
+            [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, *size])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", anchors, 7])],
+            [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             (("zero", [0]), ("end", [anchors * 7]), ("one", [1]), ("shape", [-1, anchors, 7]))])
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        m.ir_version = 8
+        onnx.save(m, str(path))
+        return path
+
+    rng = np.random.default_rng(1)
+    rows = []
+    for _ in range(8):
+        head = _objectness_head([(int(k), *rng.uniform(0, 1, 2), *rng.uniform(-0.5, 0.5, 2),
+                                  rng.uniform(0.6, 1), int(rng.integers(0, 2)),
+                                  rng.uniform(0.6, 1)) for k in rng.choice(84, 3, replace=False)])
+        image = np.zeros(3 * 64 * 64, np.float32)
+        image[:head.size] = head.ravel()
+        rows.append(image.reshape(3, 64, 64))
+    datasets.Dataset.from_dict({"images": rows}).save_to_disk(str(tmp_path / "saved"))
+    args = ("data=saved", f"data.path={tmp_path / 'saved'}", "data.calibration_samples=2",
+            "data.evaluation_samples=6", "metric=agreement", "metric.detections=yolox",
+            "metric.nms=all")
+    path = model(tmp_path / "m.onnx", (64, 64))
+    t = _task(tmp_path / "d1", "model=onnx", f"model.path={path}", *args)
+    assert t.metrics.primary == "detection_f1" and t.detection_head().input_size == (64, 64)
+    batch = next(t.batches(t.dataset(t.split("evaluation", 6, "")), 6, sort=False))
+    out = batch.feeds["images"].reshape(6, -1)[:, :84 * 7].reshape(6, 84, 7)
+    preds = t.predictions(out)
+    want = [detection.Head("yolox", 0.25, 0.45, "all", (64, 64)).decode(o) for o in out]
+    assert [p["detections"] for p in preds] == want and all(want)
+    assert t.score(preds, list(out))["detection_f1"] == 100.0
+    spec = t.serving_spec()
+    assert spec.decoding.input_size == (64, 64) and spec.decoding.detections == "yolox"
+    served = artifact._served("m:v1", path, {"model": {"source": "onnx", "name": "m"}},
+                              json.loads(json.dumps(spec.to_dict())), None, None, {}, None)
+    answers = UserArraysReader(served.reader_key).answers(out)
+    assert [a["detections"] for a in answers] == want
+    with pytest.raises(ConfigError, match=r"yolox: the head's boxes are on grids over the "
+                                          r"input's height and width, which .* does not fix"):
+        _task(tmp_path / "d2", "model=onnx",
+              f"model.path={model(tmp_path / 'open.onnx', ('h', 'w'))}", *args)
+    with pytest.raises(ConfigError, match=r"is not the grids of its 64x64 input .* "
+                                          r"metric.detections=yolov5"):
+        _task(tmp_path / "d3", "model=onnx",
+              f"model.path={model(tmp_path / 'odd.onnx', (64, 64), anchors=80)}", *args)

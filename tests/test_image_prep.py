@@ -99,6 +99,28 @@ def test_letterbox_fits_the_image_keeping_its_aspect_centred_on_the_fill():
             ImagePrep(**{"resize": "letterbox", "height": 32, "width": 32, **bad})
 
 
+def test_a_top_left_letterbox_truncates_each_side_and_leaves_the_margin_after_the_image():
+    """YOLOX's preproc: 30x20 into 16x16 is scaled by 16/30 to int(16.0) x int(10.67) = 16x10
+    (Ultralytics' rounding would give 11 rows), pasted at the top-left corner; the 6 rows below
+    it are the fill, and a server maps boxes back with no offset."""
+    from pipeline.serve.readers import ImageSteps
+
+    img = _colour(30, 20)
+    prep = ImagePrep(resize="letterbox", height=16, width=16, scale=1.0, letterbox_fill=7,
+                     letterbox_align="top_left")
+    a = images.to_array(img, prep)
+    assert a.shape == (3, 16, 16) and (a[:, 10:] == 7).all()
+    np.testing.assert_array_equal(a[:, :10].transpose(1, 2, 0), np.asarray(
+        img.resize((16, 10), Image.Resampling.BILINEAR), dtype=np.float32))
+    assert images.letterbox_placement(30, 20, prep) == (16, 10, 0, 0)
+    centred = ImagePrep(resize="letterbox", height=16, width=16)
+    assert images.letterbox_placement(30, 20, centred) == (16, 11, 0, 2)
+    steps = ImageSteps("x", "float32", (1, 3, 16, 16), prep)
+    assert steps.geometry(img) == (16 / 30, 10 / 20, 0.0, 0.0, 30, 20)
+    with pytest.raises(ConfigError, match="letterbox_align='middle'"):
+        ImagePrep(resize="letterbox", height=16, width=16, letterbox_align="middle")
+
+
 def test_width_rounding_floor_truncates_as_int_does():
     img = _colour(10, 3)  # 10 * 2 / 3 = 6.67
     prep = dict(resize="height", height=2)

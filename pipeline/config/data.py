@@ -28,8 +28,8 @@ class Resize(str, enum.Enum):
     none = "none"      # keep the image's own size (every image must then have the same size)
     fixed = "fixed"    # exactly height x width
     height = "height"  # height fixed, width scaled to keep the aspect ratio (text lines)
-    letterbox = "letterbox"  # scaled to fit height x width keeping the aspect ratio, centred on
-                             # a border of letterbox_fill (how YOLO detectors are fed)
+    letterbox = "letterbox"  # scaled to fit height x width keeping the aspect ratio, on a
+                             # border of letterbox_fill (how YOLO detectors are fed)
 
 
 # PIL's resampling filters by name: the one the model's own inference code resizes with
@@ -70,6 +70,9 @@ class ImagePrep:
     pad_value: float = 0.0         # pad=constant: the value, in pad_units
     letterbox_fill: float = 114.0  # resize=letterbox: the border's pixel value, 0..255
                                    # (Ultralytics' grey 114; 0 for code that pads black)
+    letterbox_align: str = "center"  # resize=letterbox: center (each side rounded, the image
+                                   # centred: Ultralytics) or top_left (each side truncated, the
+                                   # image in the top-left corner: YOLOX's preproc)
     pad_units: str = "pixel"       # pixel: a 0..255 value normalized like the image (padding
                                    # before normalization); normalized: the value the model sees
                                    # (padding after normalization, e.g. zeros)
@@ -104,6 +107,7 @@ class ImagePrep:
         if self.resampler == "opencv":
             self._check_opencv()
         _choice("data.image.pad", self.pad, ("edge", "constant"))
+        _choice("data.image.letterbox_align", self.letterbox_align, ("center", "top_left"))
         _choice("data.image.pad_units", self.pad_units, ("pixel", "normalized"))
         if self.max_width < 0:
             raise ConfigError(f"data.image.max_width={self.max_width}: must be >= 0 (0: no cap)")

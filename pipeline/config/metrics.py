@@ -17,7 +17,7 @@ from pipeline.core.errors import ConfigError
 
 
 # metric.detections: how a detector's head is laid out (pipeline.metrics.detection)
-DETECTION_LAYOUTS = ("yolo",)
+DETECTION_LAYOUTS = ("yolo", "yolov5", "yolox")
 NMS_MODES = ("per_class", "all")  # metric.nms: boxes suppressed within a class, or across all
 
 
@@ -39,10 +39,12 @@ class MetricConfig:
     primary: str = ""              # the metric the gate (and the quantization search) judges, one
                                    # of those the task reports (e.g. spearman, cosine_p1); empty:
                                    # the task's own (top1, sequence_accuracy, cosine_mean, ...)
-    detections: str = ""           # agreement: "yolo" reads the output as a detector's head,
-                                   # [4 + classes, anchors] per sample (boxes cx, cy, w, h, then
-                                   # class scores), decoded into boxes and judged as detections
-                                   # (detection_f1); empty: the output as numbers
+    detections: str = ""           # agreement: reads the output as a detector's head, decoded
+                                   # into boxes and judged as detections (detection_f1): yolo
+                                   # ([4 + classes, anchors]: box cx, cy, w, h, class scores),
+                                   # yolov5 ([anchors, 5 + classes]: box, objectness, class
+                                   # scores), yolox (as yolov5, boxes still on the strides'
+                                   # grids); empty: the output as numbers
     score_threshold: float = 0.25  # detections: an anchor's best class score kept from here up
     iou_threshold: float = 0.45    # detections: non-maximum suppression at this overlap ...
     nms: str = "per_class"         # ... within each class (per_class: Ultralytics' own), or

@@ -125,21 +125,29 @@ def _resize(img, size: tuple[int, int], prep: ImagePrep):
     return Image.fromarray(pixels, img.mode)
 
 
+def letterbox_placement(width: int, height: int, prep: ImagePrep) -> tuple[int, int, int, int]:
+    """Where a ``width`` x ``height`` image lands in the letterbox: its scaled size and its left
+    and top margins. One factor fits it in ``prep.width`` x ``prep.height`` (up or down), each
+    side at least 1 pixel. ``center``: each side rounded, the margins split, an odd one's extra
+    pixel after the image (Ultralytics' LetterBox); ``top_left``: each side truncated, no margin
+    before the image (YOLOX's preproc)."""
+    r = min(prep.height / height, prep.width / width)
+    if prep.letterbox_align == "top_left":
+        return max(int(width * r), 1), max(int(height * r), 1), 0, 0
+    w, h = max(round(width * r), 1), max(round(height * r), 1)
+    return w, h, round((prep.width - w) / 2 - 0.1), round((prep.height - h) / 2 - 0.1)
+
+
 def _letterbox(img, prep: ImagePrep):
-    """``img`` scaled by the one factor that fits it in ``width`` x ``height`` (up or down), each
-    side rounded (at least 1 pixel), then centred on a ``letterbox_fill`` canvas; an odd margin
-    puts its extra pixel after the image (bottom, right), as Ultralytics' letterbox does. The
-    boxes a detector finds are in the canvas's pixels."""
+    """``img`` scaled and placed on a ``letterbox_fill`` canvas of ``width`` x ``height``, as
+    ``letterbox_placement`` says. The boxes a detector finds are in the canvas's pixels."""
     from PIL import Image
 
     if img.mode not in ("L", "RGB"):  # palette, alpha (convert=after_resize): a plain fill
         img = img.convert("RGB")
-    r = min(prep.height / img.height, prep.width / img.width)
-    size = (max(round(img.width * r), 1), max(round(img.height * r), 1))
-    if size != img.size:
-        img = _resize(img, size, prep)
-    left = round((prep.width - size[0]) / 2 - 0.1)
-    top = round((prep.height - size[1]) / 2 - 0.1)
+    w, h, left, top = letterbox_placement(img.width, img.height, prep)
+    if (w, h) != img.size:
+        img = _resize(img, (w, h), prep)
     fill = round(prep.letterbox_fill)
     canvas = Image.new(img.mode, (prep.width, prep.height),
                        fill if len(img.getbands()) == 1 else (fill,) * len(img.getbands()))

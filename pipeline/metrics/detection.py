@@ -1,14 +1,24 @@
 """A detector's raw head read as detections, and how closely a candidate's follow the baseline's.
 
-In: one sample's output of a YOLO-style head (``metric.detections=yolo``): ``[4 + classes,
-anchors]``, each anchor's box (centre x, centre y, width, height, in the input's pixels) and each
-class's score, already activated, as Ultralytics' YOLOv8 and later export it; or its transpose
-``[anchors, 4 + classes]`` (told apart by which axis is longer: there are more anchors than
-classes). Out: ``decode``, the detections a deployment reads: each anchor's best class, kept at
-``score_threshold`` and above, then non-maximum suppression at ``iou_threshold`` within each
-class (or across classes, ``metric.nms=all``), as the models' own inference code decodes them;
-``f1``, for two models' detections on the same inputs, the share of detections both find (same
-class, boxes overlapping at IoU 0.5 or more), pooled over the samples, in %.
+In: one sample's output of a YOLO-style head, laid out as ``metric.detections`` says:
+
+- ``yolo``: ``[4 + classes, anchors]``, each anchor's box (centre x, centre y, width, height, in
+  the input's pixels) and each class's score, already activated, as Ultralytics' YOLOv8 and later
+  export it;
+- ``yolov5``: ``[anchors, 5 + classes]``, the box, then an objectness score, then each class's
+  score given an object (YOLOv5 and YOLOv7 exports): an anchor's score for a class is their
+  product;
+- ``yolox``: as ``yolov5``, but the box still on the head's grids (YOLOX exported without its
+  decoding, as its own ONNX demo reads it): the centre is an offset from its cell and the size a
+  log, at strides 8, 16 and 32 (and 64: the P6 models) over the input's height and width; its
+  suppression counts a box's sides in whole pixels (+1), as YOLOX's demo does.
+
+Either axis may come first (told apart by which is longer: there are more anchors than
+channels). Out: ``Head.decode``, the detections a deployment reads: each anchor's best class,
+kept at ``score_threshold`` and above, then non-maximum suppression at ``iou_threshold`` within
+each class (or across classes, ``metric.nms=all``), as the models' own inference code decodes
+them; ``f1``, for two models' detections on the same inputs, the share of detections both find
+(same class, boxes overlapping at IoU 0.5 or more), pooled over the samples, in %.
 
 Why not the raw output's argmax or cosine: a head's 2100 to 8400 anchors hold near-equal box
 coordinates and scores near zero, so an argmax over them flips on rounding (FP32 against its own
@@ -18,6 +28,7 @@ large coordinates and hides scores that INT8 ruined. What a user ships is the bo
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,39 +47,90 @@ SPECS = {"detection_f1": MetricSpec("detection_f1", True, needs_labels=False, li
                                         limit=None, scale="detections")}
 
 
-def head(row) -> np.ndarray:
-    """One sample's output as ``[4 + classes, anchors]``."""
+# The channels before the class scores, by layout: the box, then (yolov5, yolox) the objectness
+BOX_CHANNELS = {"yolo": 4, "yolov5": 5, "yolox": 5}
+# YOLOX's grids: one cell per stride's step over the input; P6 models add a fourth level
+GRID_STRIDES = ((8, 16, 32), (8, 16, 32, 64))
+
+
+def head(row, layout: str = "yolo") -> np.ndarray:
+    """One sample's output as ``[box channels + classes, anchors]``."""
     x = np.asarray(row, dtype=np.float32)
+    first = BOX_CHANNELS[layout]
     if x.ndim != 2:
-        raise ValueError(f"a YOLO head's output is [4 + classes, anchors] per sample; got "
-                         f"{list(x.shape)}")
+        raise ValueError(f"a {layout} head's output is [{first} + classes, anchors] per sample "
+                         f"(or its transpose); got {list(x.shape)}")
     return x.T if x.shape[0] > x.shape[1] else x
 
 
-def decode(row, score_threshold: float, iou_threshold: float,
-           nms_mode: str = "per_class") -> list[dict]:
-    """The sample's detections, best first: ``{"class", "score", "box": [x1, y1, x2, y2]}``;
-    ``nms_mode``: boxes suppressed within their class (per_class) or across classes (all)."""
-    x = head(row)
-    scores = x[4:]
-    classes = scores.argmax(axis=0)
-    best = scores[classes, np.arange(scores.shape[1])]
-    keep = np.flatnonzero(best >= score_threshold)
-    if not keep.size:
-        return []
-    cx, cy, w, h = x[:4, keep]
-    boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
-    groups = classes[keep] if nms_mode == "per_class" else np.zeros(keep.size, np.int64)
-    picked = nms(boxes, best[keep], groups, iou_threshold)
-    return [{"class": int(classes[keep[k]]), "score": round(float(best[keep[k]]), 6),
-             "box": [round(float(v), 2) for v in boxes[k]]} for k in picked]
+def grid_strides(anchors: int, height: int, width: int) -> tuple[int, ...] | None:
+    """The strides whose grids over a ``height`` x ``width`` input hold ``anchors`` cells, as
+    YOLOX lays them out (each level's rows of cells, level after level); None if none do."""
+    for strides in GRID_STRIDES:
+        if sum((height // s) * (width // s) for s in strides) == anchors:
+            return strides
+    return None
 
 
-def nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou: float) -> list[int]:
+def on_grid(x: np.ndarray, height: int, width: int) -> np.ndarray:
+    """A raw YOLOX head ``[5 + classes, anchors]`` with its boxes in the input's pixels: each
+    centre its cell's offset plus the cell, times the stride; each size exp of it, times the
+    stride (YOLOX's own ``demo_postprocess``)."""
+    strides = grid_strides(x.shape[1], height, width)
+    if strides is None:
+        raise ValueError(f"a yolox head of {x.shape[1]} anchors is not the grids of a "
+                         f"{height}x{width} input at strides 8, 16, 32 (64)")
+    cells, steps = [], []
+    for s in strides:
+        ys, xs = np.mgrid[0:height // s, 0:width // s]
+        cells.append(np.stack([xs.ravel(), ys.ravel()]))
+        steps.append(np.full(xs.size, s, np.float32))
+    cell, step = np.concatenate(cells, axis=1), np.concatenate(steps)
+    out = x.copy()
+    out[:2] = (x[:2] + cell) * step
+    with np.errstate(over="ignore"):  # a ruined candidate's huge logs are boxes as wide as inf
+        out[2:4] = np.exp(x[2:4]) * step
+    return out
+
+
+@dataclass(frozen=True)
+class Head:
+    """How a detector's head is read: its layout, and the thresholds and suppression its own
+    inference code decodes it at. ``input_size``: the input's height and width, whose grids a
+    ``yolox`` head's raw boxes are on (the task reads it from the model's fixed input)."""
+    layout: str = "yolo"
+    score_threshold: float = 0.25
+    iou_threshold: float = 0.45
+    nms: str = "per_class"
+    input_size: tuple[int, int] | None = None
+
+    def decode(self, row) -> list[dict]:
+        """The sample's detections, best first: ``{"class", "score", "box": [x1, y1, x2, y2]}``."""
+        x = head(row, self.layout)
+        if self.layout == "yolox":
+            x = on_grid(x, *self.input_size)
+        first = BOX_CHANNELS[self.layout]
+        scores = x[first:] * x[4] if first == 5 else x[first:]  # class given object, x object
+        classes = scores.argmax(axis=0)
+        best = scores[classes, np.arange(scores.shape[1])]
+        keep = np.flatnonzero(best >= self.score_threshold)
+        if not keep.size:
+            return []
+        cx, cy, w, h = x[:4, keep]
+        boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
+        groups = classes[keep] if self.nms == "per_class" else np.zeros(keep.size, np.int64)
+        # YOLOX's demo (and code copied from it) counts a box's sides in whole pixels, +1
+        picked = nms(boxes, best[keep], groups, self.iou_threshold, self.layout == "yolox")
+        return [{"class": int(classes[keep[k]]), "score": round(float(best[keep[k]]), 6),
+                 "box": [round(float(v), 2) for v in boxes[k]]} for k in picked]
+
+
+def nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou: float,
+        pixels: bool = False) -> list[int]:
     """Indices kept by greedy non-maximum suppression within each of ``classes`` (a group per
     box), best score first: at most ``MAX_DETECTIONS``, from the ``MAX_CANDIDATES`` best boxes
     (a ruined candidate whose every anchor passes the threshold is decoded in milliseconds,
-    not compared 8400 x 8400 times)."""
+    not compared 8400 x 8400 times). ``pixels``: overlaps of sides counted in whole pixels."""
     order = np.argsort(-scores, kind="stable")[:MAX_CANDIDATES]
     suppressed = np.zeros(order.size, dtype=bool)
     kept: list[int] = []
@@ -79,23 +141,27 @@ def nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou: float) 
         if len(kept) == MAX_DETECTIONS:
             break
         rest = order[i + 1:]
-        suppressed[i + 1:] |= (classes[rest] == classes[k]) & (ious(boxes[k], boxes[rest]) > iou)
+        suppressed[i + 1:] |= (classes[rest] == classes[k]) & (
+            ious(boxes[k], boxes[rest], pixels) > iou)
     return kept
 
 
-def ious(box: np.ndarray, others: np.ndarray) -> np.ndarray:
-    """Intersection over union of ``box`` with each of ``others`` (x1, y1, x2, y2)."""
+def ious(box: np.ndarray, others: np.ndarray, pixels: bool = False) -> np.ndarray:
+    """Intersection over union of ``box`` with each of ``others`` (x1, y1, x2, y2); ``pixels``:
+    each side's length + 1, as code that counts the pixels a box covers does."""
+    one = 1.0 if pixels else 0.0
     x1 = np.maximum(box[0], others[:, 0])
     y1 = np.maximum(box[1], others[:, 1])
     x2 = np.minimum(box[2], others[:, 2])
     y2 = np.minimum(box[3], others[:, 3])
-    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
-    union = _area(box) + _area(others) - inter
+    inter = np.clip(x2 - x1 + one, 0, None) * np.clip(y2 - y1 + one, 0, None)
+    union = _area(box, one) + _area(others, one) - inter
     return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
 
 
-def _area(b: np.ndarray) -> np.ndarray:
-    return np.clip(b[..., 2] - b[..., 0], 0, None) * np.clip(b[..., 3] - b[..., 1], 0, None)
+def _area(b: np.ndarray, one: float = 0.0) -> np.ndarray:
+    return (np.clip(b[..., 2] - b[..., 0] + one, 0, None)
+            * np.clip(b[..., 3] - b[..., 1] + one, 0, None))
 
 
 def f1(baseline: list[list[dict]], candidate: list[list[dict]]) -> float:

@@ -72,9 +72,10 @@ def _decoding(task) -> Decoding:
         return Decoding(metric=m.name, top_k=m.top_k,
                         labels=tuple(labels) if labels is not None else None)
     if m.detections:  # a detector's head: answered as its detections, decoded as evaluated
-        return Decoding(metric=m.name, detections=m.detections,
-                        score_threshold=m.score_threshold, iou_threshold=m.iou_threshold,
-                        nms=m.nms)
+        read = task.detection_head()
+        return Decoding(metric=m.name, detections=read.layout,
+                        score_threshold=read.score_threshold, iou_threshold=read.iou_threshold,
+                        nms=read.nms, input_size=read.input_size)
     return Decoding(metric=m.name, class_axis=bool(task._class_axis()))
 
 

@@ -203,29 +203,57 @@ class UserTask:
                                                   "mean_abs_diff"]
         if self._channel_axis():  # a detector's boxes and scores: each part judged on its own
             names.insert(names.index("cosine_p1") + 1, "cosine_parts")
-            shape = out.shape
-            if len(shape) == 3 and shape[1] >= 5 and (not isinstance(shape[2], int)
-                                                      or shape[2] >= 8 * shape[1]):
+            if _head_shaped(out.shape):
                 self.warnings.append(
-                    f"metric=agreement: {self.what}'s output {out.name} {list(shape)} has the "
-                    "shape of a detector's head ([batch, 4 + classes, anchors]); if it is one, "
-                    "metric.detections=yolo judges the boxes it decodes to (an argmax over "
-                    "anchors flips on rounding, and the boxes' pixels hold up a cosine)")
+                    f"metric=agreement: {self.what}'s output {out.name} {list(out.shape)} has "
+                    "the shape of a detector's head ([batch, box + classes, anchors] or its "
+                    "transpose); if it is one, metric.detections=yolo, yolov5 or yolox (as its "
+                    "head is laid out) judges the boxes it decodes to (an argmax over anchors "
+                    "flips on rounding, and the boxes' pixels hold up a cosine)")
         return MetricsSpec(tuple(agreement_metrics.SPECS[n] for n in dict.fromkeys(names)), primary)
 
     def _detection_metrics(self, out) -> MetricsSpec:
-        """metric.detections=yolo: the first output is a detector's head, [batch, 4 + classes,
-        anchors] (or [batch, anchors, 4 + classes]); judged by the detections decoded from it,
-        the numbers' cosine and differences reported beside."""
+        """metric.detections: the first output is a detector's head, [batch, box channels +
+        classes, anchors] (or its last two axes swapped); judged by the detections decoded from
+        it, the numbers' cosine and differences reported beside."""
+        m = self.metric_cfg
+        first = detection.BOX_CHANNELS[m.detections]
         fixed = [d for d in out.shape[1:] if isinstance(d, int)]
-        if len(out.shape) != 3 or not fixed or min(fixed) < 5:
-            raise ConfigError(f"metric.detections={self.metric_cfg.detections}: a YOLO head is "
-                              f"[batch, 4 + classes, anchors] (or its last two axes swapped), "
-                              f"with at least one class; {self.what}'s output {out.name} has "
-                              f"shape {list(out.shape)}")
+        if len(out.shape) != 3 or not fixed or min(fixed) < first + 1:
+            raise ConfigError(f"metric.detections={m.detections}: its head is [batch, {first} + "
+                              f"classes, anchors] (or its last two axes swapped), with at least "
+                              f"one class; {self.what}'s output {out.name} has shape "
+                              f"{list(out.shape)}")
+        if m.detections == "yolox":
+            height, width = self.detection_head().input_size
+            anchors = max(fixed)
+            if len(fixed) < 2 or detection.grid_strides(anchors, height, width) is None:
+                raise ConfigError(
+                    f"metric.detections=yolox: {self.what}'s output {out.name} "
+                    f"{list(out.shape)} is not the grids of its {height}x{width} input at "
+                    f"strides 8, 16, 32 (and 64), where each anchor is one cell; a head "
+                    f"exported with its boxes decoded is metric.detections=yolov5")
         names = ["cosine_mean", "cosine_p1", "max_abs_diff", "mean_abs_diff"]
         return MetricsSpec((detection.SPECS["detection_f1"], detection.SPECS["detections_found"],
                             *(agreement_metrics.SPECS[n] for n in names)), "detection_f1")
+
+    def detection_head(self) -> detection.Head:
+        """How ``metric.detections`` reads the first output; a ``yolox`` head's grids are over
+        the model's image input, whose height and width its graph fixes."""
+        m = self.metric_cfg
+        size = None
+        if m.detections == "yolox":
+            image = next((i for i in self.inputs if len(i.shape) == 4), None)
+            axes = (1, 2) if self.data_cfg.image.layout == "nhwc" else (2, 3)
+            size = image and tuple(image.shape[a] for a in axes)
+            if not size or not all(isinstance(d, int) for d in size):
+                raise ConfigError(
+                    f"metric.detections=yolox: the head's boxes are on grids over the input's "
+                    f"height and width, which {self.what} does not fix ("
+                    + (f"input {image.name} {list(image.shape)}" if image else "no 4-D input")
+                    + "): export it at the size its inference code feeds")
+        return detection.Head(m.detections, m.score_threshold, m.iou_threshold,
+                              m.nms or "per_class", size)
 
     def _check_classes(self, data, classes: int) -> None:
         """Labels the output cannot name: a class past the output's last is never predicted, so
@@ -460,7 +488,7 @@ class UserTask:
         if name == MetricName.ctc:
             return ctc.greedy_decode(out, self.charset, self.time_major)
         if self.metric_cfg.detections:
-            return detection_predictions(out, self.metric_cfg)
+            return detection_predictions(out, self.detection_head())
         return agreement_predictions(out, self._class_axis())
 
     def margins(self, outputs) -> list[float]:
@@ -499,12 +527,24 @@ class UserTask:
         if m.detections:  # the baseline's detections decoded as the candidate's were
             res = agreement_metrics.agreement(refs, outs)
             found = [p["detections"] for p in predictions]
-            res["detection_f1"] = detection.f1(
-                [detection.decode(r[0], m.score_threshold, m.iou_threshold, m.nms)
-                 for r in refs], found)
+            read = self.detection_head()
+            res["detection_f1"] = detection.f1([read.decode(r[0]) for r in refs], found)
             res["detections_found"] = float(sum(len(f) for f in found))
             return res
         return agreement_metrics.agreement(refs, outs, parts=self._channel_axis())
+
+
+def _head_shaped(shape) -> bool:
+    """[batch, channels, anchors] or [batch, anchors, channels]: at least 5 channels (a box and
+    a score) and 8 times as many anchors; anchors the graph leaves open only after the channels
+    (open before them, they are more likely a sequence's time steps)."""
+    if len(shape) != 3 or not isinstance(shape[1], int) and not isinstance(shape[2], int):
+        return False
+    channels, anchors = shape[1], shape[2]
+    if isinstance(channels, int) and channels >= 5 and not isinstance(anchors, int):
+        return True
+    return (isinstance(channels, int) and isinstance(anchors, int)
+            and min(channels, anchors) >= 5 and max(channels, anchors) >= 8 * min(channels, anchors))
 
 
 def stack_arrays(arrays: list, size_dim: int | None, multiple: int = 1) -> np.ndarray:
@@ -527,12 +567,12 @@ def top_classes(outputs, top_k: int) -> list[list[int]]:
     return [[int(c) for c in row] for row in np.argsort(-out, axis=1, kind="stable")[:, :k]]
 
 
-def detection_predictions(outputs, m) -> list[dict]:
-    """A detector's predictions: each sample's detections (``metric.detections``, decoded at
-    the metric's thresholds), what they decide (the classes found) and the output, rounded."""
+def detection_predictions(outputs, read: detection.Head) -> list[dict]:
+    """A detector's predictions: each sample's detections (decoded as ``read`` says), what they
+    decide (the classes found) and the output, rounded."""
     out = []
     for row in np.asarray(outputs):
-        found = detection.decode(row, m.score_threshold, m.iou_threshold, m.nms or "per_class")
+        found = read.decode(row)
         out.append({"decision": detection.decision(found), "detections": found,
                     "output": np.round(row.astype(np.float64), 6).tolist()})
     return out

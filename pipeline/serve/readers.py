@@ -117,10 +117,10 @@ class ImageSteps:
         if p.resize == Resize.fixed:
             return (p.width / w, p.height / h, 0.0, 0.0, w, h)
         if p.resize == Resize.letterbox:
-            r = min(p.height / h, p.width / w)
-            nw, nh = max(round(w * r), 1), max(round(h * r), 1)
-            return (nw / w, nh / h, float(round((p.width - nw) / 2 - 0.1)),
-                    float(round((p.height - nh) / 2 - 0.1)), w, h)
+            from pipeline.data.images import letterbox_placement
+
+            nw, nh, left, top = letterbox_placement(w, h, p)
+            return (nw / w, nh / h, float(left), float(top), w, h)
         return None
 
     def feed(self, image, limits: Limits) -> np.ndarray:
@@ -320,7 +320,7 @@ def metric_answers(decoding: Decoding, outputs) -> list:
         from pipeline.models.user_task import detection_predictions
 
         return [{"detections": p["detections"], "decision": p["decision"]}
-                for p in detection_predictions(out, decoding)]
+                for p in detection_predictions(out, decoding.head())]
     return agreement_predictions(out, decoding.class_axis)
 
 

@@ -104,6 +104,15 @@ class Decoding(_Record):
     score_threshold: float | None = omitted()     # ... its detections kept from this score
     iou_threshold: float | None = omitted()       # ... after suppression at this overlap
     nms: str | None = omitted()                   # ... within a class (per_class) or across
+    input_size: tuple[int, int] | None = omitted()  # yolox: the input's height and width, whose
+                                                  # grids its raw boxes are on
+
+    def head(self):
+        """A detector's head as this record reads it (``detections`` set)."""
+        from pipeline.metrics.detection import Head
+
+        return Head(self.detections, self.score_threshold, self.iou_threshold,
+                    self.nms or "per_class", self.input_size)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
