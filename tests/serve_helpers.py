@@ -39,8 +39,8 @@ def start(ref: str, tmp: Path, *args: str, timeout: float = 180, port: int = 0,
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     proc = subprocess.Popen([sys.executable, "-m", "pipeline.serve", ref, "--host", "127.0.0.1",
                              "--port", str(port), "--ready-file", str(ready), *args], cwd=ROOT,
-                            env=env,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+                            env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)  # its own group: a test may signal it all
     deadline = time.monotonic() + timeout
     while not ready.exists():
         if proc.poll() is not None or time.monotonic() > deadline:

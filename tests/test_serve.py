@@ -270,6 +270,38 @@ def test_sigterm_answers_what_is_in_flight_then_exits_0(published, tmp_path):
         requests.get(f"{running.url}/healthz", timeout=5)
 
 
+def _children(pid: int) -> set[int]:
+    from pathlib import Path
+
+    return {int(k) for t in Path(f"/proc/{pid}/task").iterdir()
+            for k in (t / "children").read_text().split()}
+
+
+def test_a_signal_to_the_whole_group_stops_the_server_once(published, tmp_path):
+    """A terminal's Ctrl-C and systemd's stop signal every process of the group, the workers
+    too, while the server drains what is in flight (here a request the batcher holds 5 s): the
+    workers are the server's to stop, so none dies and none is started in its place (a
+    replacement still starting when the server stopped printed a traceback); the request is
+    answered and the server exits 0."""
+    import os
+    import signal
+
+    ref, overrides = published
+    running = start(ref, tmp_path, *overrides, "--max-wait-ms", "5000", "--workers", "2",
+                    "--threads", "1")
+    before = _children(running.proc.pid)
+    with ThreadPoolExecutor(1) as pool:
+        inflight = admitted(pool, running.url)
+        os.killpg(running.proc.pid, signal.SIGTERM)
+        time.sleep(2)  # a dead worker is replaced within a second
+        assert _children(running.proc.pid) == before
+        answer = inflight.result()
+    assert answer.status_code == 200, answer.text
+    assert running.proc.wait(60) == 0, running.log.read_text()
+    log = running.log.read_text()
+    assert "drained and stopped" in log and "Traceback" not in log, log
+
+
 def test_predict_is_refused_until_warm_up_is_done(published, tmp_path):
     """Polled from the moment the process starts: /healthz may answer before /readyz does, and
     while /readyz says 503 a prediction is 503 too; once ready, it stays ready and answers."""

@@ -31,6 +31,7 @@ import dataclasses
 import itertools
 import json
 import multiprocessing
+import signal
 import socket
 import struct
 
@@ -52,6 +53,18 @@ class WorkerError(Exception):
 
 def _serve(sock: socket.socket, key) -> None:
     """A worker's life: answer frames on ``sock`` until the server closes it."""
+    # The server stops its workers (it closes their sockets once it has drained): a signal to
+    # the whole group (a terminal's Ctrl-C, systemd's stop) must not kill them mid-drain, where
+    # the server would start others in their place.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        _answer(sock, key)
+    except (BrokenPipeError, ConnectionResetError):
+        return  # the server went away (it was killed): nothing to answer, nothing to say
+
+
+def _answer(sock: socket.socket, key) -> None:
     from pipeline.serve.readers import prepare, reader
 
     reader(key)  # imports, the task, the tokenizer: before the first request needs them
