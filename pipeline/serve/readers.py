@@ -317,10 +317,13 @@ def metric_answers(decoding: Decoding, outputs) -> list:
     if decoding.metric == MetricName.classification:
         return classes_answers(out, decoding.labels, decoding.top_k)
     if decoding.detections:  # the boxes, as the evaluation decoded them; not the raw head
+        from pipeline.metrics.detection import Head
         from pipeline.models.user_task import detection_predictions
 
+        read = Head(decoding.detections, decoding.score_threshold, decoding.iou_threshold,
+                    decoding.nms or "per_class", decoding.input_size)
         return [{"detections": p["detections"], "decision": p["decision"]}
-                for p in detection_predictions(out, decoding.head())]
+                for p in detection_predictions(out, read)]
     return agreement_predictions(out, decoding.class_axis)
 
 

@@ -107,13 +107,6 @@ class Decoding(_Record):
     input_size: tuple[int, int] | None = omitted()  # yolox: the input's height and width, whose
                                                   # grids its raw boxes are on
 
-    def head(self):
-        """A detector's head as this record reads it (``detections`` set)."""
-        from pipeline.metrics.detection import Head
-
-        return Head(self.detections, self.score_threshold, self.iou_threshold,
-                    self.nms or "per_class", self.input_size)
-
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class ImageInput(_Record):
