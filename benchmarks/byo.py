@@ -115,7 +115,9 @@ def timed(models: dict, args: list[str], quants: tuple[str, ...] = QUANTS) -> di
     return out
 
 
-def _run(cli, args: list[str]) -> dict:
+def _run(cli, args: list[str], metrics: tuple[str, ...] = ("sequence_accuracy", "cer")) -> dict:
+    """One command line's record: its verdict and checks, ``metrics`` of every row, its
+    latencies, quantization and lineage."""
     code, seconds, rep = cli(args)
     if not rep or "rows" not in rep:
         raise RuntimeError(f"python -m pipeline {' '.join(args)} wrote no report (exit {code})")
@@ -126,8 +128,7 @@ def _run(cli, args: list[str]) -> dict:
             "seconds": round(seconds, 1), "verdict": rep["verdict"]["summary"],
             "checks": {k: {f: c.get(f) for f in ("passed", "value", "limit", "detail")}
                        for k, c in checks.items()},
-            "accuracy": {role: {"sequence_accuracy": r["sequence_accuracy"], "cer": r["cer"]}
-                         for role, r in rows.items()},
+            "accuracy": {role: {m: r.get(m) for m in metrics} for role, r in rows.items()},
             "latency_ms_in_run": {role: {b: v["p50"] for b, v in r["latency"].items()}
                                   for role, r in rows.items()},
             "quantization": {k: q.get(k) for k in ("settings", "latency_exclusions",
