@@ -69,11 +69,12 @@ def _task(args: list[str]):
     return cfg, task(task_key(cfg.model, cfg.data, cfg.metric, cfg.data_dir))
 
 
-def timed(models: dict, args: list[str], quants: tuple[str, ...] = QUANTS) -> dict:
-    """Every model at batch 1 and 8 in this one process on the pipeline's runtime settings,
-    interleaved round by round (a random rotation each round), after each one warmed up.
-    ``quants``: the roles that are the pipeline's artifacts (each also against the ORT default;
-    the first one has an A/A copy)."""
+def timed(models: dict, args: list[str], quants: tuple[str, ...] = QUANTS,
+          batches: tuple[int, ...] = BATCHES) -> dict:
+    """Every model at each of ``batches`` in this one process on the pipeline's runtime
+    settings, interleaved round by round (a random rotation each round), after each one warmed
+    up. ``quants``: the roles that are the pipeline's artifacts (each also against the ORT
+    default; the first one has an A/A copy)."""
     import os
 
     import numpy as np
@@ -97,7 +98,7 @@ def timed(models: dict, args: list[str], quants: tuple[str, ...] = QUANTS) -> di
     buckets = width_buckets(t.sizes(ds), bench.size_buckets)
     rng = np.random.default_rng(0)
     out = {}
-    for b in BATCHES:
+    for b in batches:
         inputs = [next(t.batches(ds.select([int(i) for i in rng.choice(
             idx, size=min(b, idx.size), replace=False)]), b)).feeds
             for idx in buckets for _ in range(bench.batches_per_bucket)]

@@ -38,6 +38,19 @@ def section(cli, quick: bool = False, only: tuple[str, ...] = ENTRIES) -> dict:
     return out
 
 
+def run_rows(all_runs: dict, metric: str) -> tuple[dict, dict, dict]:
+    """For an entry's ``summary`` row: its finished runs (quant mode -> record), ``metric`` of
+    FP32 and of each run's candidate, and each run's verdict (or why it has none)."""
+    runs = {q: r for q, r in all_runs.items() if "verdict" in r}
+    first = next(iter(runs.values()), None)
+    acc = {"fp32": first["accuracy"]["fp32"][metric] if first else None,
+           **{q: r["accuracy"]["candidate"][metric] for q, r in runs.items()}}
+    verdict = {q: (r["verdict"] if "verdict" in r else r.get("error") or
+                   f"not finished in {r.get('timed_out_after_s')} s")
+               for q, r in all_runs.items()}
+    return runs, acc, verdict
+
+
 def truetype_fonts(prefer: tuple[str, ...] = ()) -> list:
     """The machine's TrueType fonts (those named in ``prefer`` when it has any), for the OCR
     entries' rendered lines; none is a one-line error naming the package to install."""

@@ -267,16 +267,11 @@ def measure(cli, quick: bool = False) -> dict:
 def summary(name: str, m: dict) -> dict:
     """The results page's row of one model (``benchmarks.zoo`` describes the keys)."""
     from benchmarks.byo import ORT_DEFAULT
+    from benchmarks.zoo import run_rows
 
-    runs = {q: r for q, r in m["runs"].items() if "verdict" in r}
-    first = next(iter(runs.values()), None)
-    acc = {"fp32": first["accuracy"]["fp32"]["sequence_accuracy"] if first else None,
-           **{q: r["accuracy"]["candidate"]["sequence_accuracy"] for q, r in runs.items()}}
+    runs, acc, verdict = run_rows(m["runs"], "sequence_accuracy")
     if "accuracy" in m.get("ort_default", {}):
         acc["onnxruntime quantize_static"] = m["ort_default"]["accuracy"]["sequence_accuracy"]
-    verdict = {q: (r["verdict"] if "verdict" in r else r.get("error") or
-                   f"not finished in {r.get('timed_out_after_s')} s")
-               for q, r in m["runs"].items()}
     speedup = {}
     for b, tb in (m.get("timing") or {}).items():
         for q in runs:

@@ -19,12 +19,16 @@ whole pixels) of the same FP32 outputs, mapped back into the image as the server
 within a pixel: the package maps back through the fit factor, the server through each side's own
 scale). Then ``quant=int8`` and ``quant=auto``: the gate verdict with default settings, the
 detection F1 against FP16 of FP32 and of each candidate, and the speedups each run timed side by
-side (the auto table: every candidate on every runtime).
+side (the auto table: every candidate on every runtime). Beside them, onnxruntime's default
+``quantize_static`` of the same FP32 model on the same calibration images: its detection F1
+against the same FP16 model, and it, the pipeline's INT8 and FP32 timed side by side at batch 1
+in one process (``benchmarks.byo.timed``).
 """
 from __future__ import annotations
 
 import hashlib
 import random
+import time
 from pathlib import Path
 
 from benchmarks.zoo.ddddocr import AUTO_TIMEOUT_S, REQUIREMENT
@@ -161,6 +165,50 @@ def parity(mine: dict, ref: dict) -> dict:
                        enumerate(zip(mine["boxes"], ref["boxes"], near)) if not ok][:10]}
 
 
+def peer_f1(models: dict, args: list[str]) -> dict:
+    """Detection F1 against the pipeline's FP16 model of each of ``models`` (role -> file) on
+    the evaluation images, one at a time, preprocessed and decoded as the runs do: for a model
+    the runs did not make (onnxruntime's default ``quantize_static``)."""
+    import onnxruntime as ort
+
+    from benchmarks.byo import _task
+    from pipeline.metrics import detection
+
+    cfg, t = _task(args)
+    read = t.detection_head()
+    ds = t.dataset(t.split("evaluation", cfg.data.evaluation_samples, cfg.data_dir))
+    sessions = {role: ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+                for role, path in models.items()}
+    found: dict = {role: [] for role in sessions}
+    for batch in t.batches(ds, 1, sort=False):
+        for role, s in sessions.items():
+            found[role] += [read.decode(row) for row in s.run(None, batch.feeds)[0]]
+    return {role: {"detection_f1": detection.f1(found["fp16"], f),
+                   "detections_found": sum(map(len, f))}
+            for role, f in found.items() if role != "fp16"}
+
+
+def peer(out: dict, args: list[str]) -> dict:
+    """onnxruntime's ``quantize_static`` with every option at its default, of the int8 run's
+    FP32 model and calibrated on its calibration images: its detection F1 against FP16, and it,
+    the pipeline's INT8 and FP32 timed side by side at batch 1 (the graph's one batch size)."""
+    from benchmarks import byo
+    from pipeline.core import isolate
+
+    lineage = out["runs"]["int8"]["lineage"]
+    fp32, fp16 = (Path(lineage[k]) / "model.onnx" for k in ("fp32", "fp16"))
+    default = ROOT / "ort_default.onnx"
+    built = isolate.call("zoo ddddocr_det: onnxruntime default quantize_static",
+                         byo.default_quantize, fp32, default, args)
+    accuracy = isolate.call("zoo ddddocr_det: the default INT8's detections", peer_f1,
+                            {"fp16": fp16, byo.ORT_DEFAULT: default}, args)[byo.ORT_DEFAULT]
+    models = {"fp32": fp32, byo.ORT_DEFAULT: default,
+              "int8": Path(lineage["candidate"]) / "model.onnx"}
+    timing = isolate.call("zoo ddddocr_det: timing side by side", byo.timed, models, args,
+                          ("int8",), (1,))
+    return {"built": built, "accuracy": accuracy, "timing": timing}
+
+
 def run_record(cli, args: list[str], timeout: float | None = None) -> dict:
     """One command line's record (``benchmarks.byo._run``, detection metrics), with the auto
     table's rows where the run chose among candidates."""
@@ -198,7 +246,9 @@ def measure(cli, quick: bool = False) -> dict:
     files = sorted(folder.glob("*.png"))
     common = ["model=onnx", f"model.path={given}", *DATA_ARGS, f"data.path={folder}",
               f"data.calibration_samples={calibration}", f"data.evaluation_samples={evaluation}",
-              "registry=null"]
+              "registry=null",
+              # timed afresh each bench run (cached timings may come from a busier moment)
+              f"bench.nonce=zoo-{time.strftime('%Y%m%dT%H%M%S')}"]
     out: dict = {"requirement": REQUIREMENT, "file": str(given), "images": len(files),
                  "data_args": DATA_ARGS, "runs": {}}
     ref = isolate.call("zoo ddddocr_det: the package's own detection", reference, package, files)
@@ -211,6 +261,8 @@ def measure(cli, quick: bool = False) -> dict:
                                         AUTO_TIMEOUT_S if q == "auto" else None)
         except RuntimeError as e:
             out["runs"][q] = {"error": str(e)}
+    if "lineage" in out["runs"].get("int8", {}):
+        out["ort_default"] = peer(out, [*common, "quant=int8"])
     out["summary"] = [summary(out)]
     out["targets"] = targets(out)
     return out
@@ -218,17 +270,18 @@ def measure(cli, quick: bool = False) -> dict:
 
 def summary(out: dict) -> dict:
     """The results page's row (``benchmarks.zoo`` describes the keys)."""
-    runs = {q: r for q, r in out["runs"].items() if "verdict" in r}
-    first = next(iter(runs.values()), None)
-    acc = {"fp32": first["accuracy"]["fp32"]["detection_f1"] if first else None,
-           **{q: r["accuracy"]["candidate"]["detection_f1"] for q, r in runs.items()}}
-    verdict = {q: (r["verdict"] if "verdict" in r else r.get("error") or
-                   f"not finished in {r.get('timed_out_after_s')} s")
-               for q, r in out["runs"].items()}
+    from benchmarks.zoo import run_rows
+
+    runs, acc, verdict = run_rows(out["runs"], "detection_f1")
     # each run's speedup over its fastest float baseline: FP32 on onnxruntime for int8, the
     # fastest float model on any runtime for auto (named as the results table reads it)
     speedup = {f"{q} vs {'FP32' if q == 'int8' else 'fastest float'} b1": r["speedup_b1"]
                for q, r in runs.items() if "speedup_b1" in r}
+    peer = out.get("ort_default")
+    if peer:
+        acc["onnxruntime quantize_static"] = peer["accuracy"]["detection_f1"]
+        speedup["int8 vs quantize_static b1"] = peer["timing"]["1"]["speedup"][
+            "int8 vs ort_default_int8"]
     return {"model": "ddddocr common_det.onnx (YOLOX)", "metric": "detection F1 % vs FP16",
             "parity_percent": out["parity"]["agree_percent"], "verdict": verdict,
             "accuracy": acc, "speedup": speedup}
@@ -241,6 +294,12 @@ def targets(out: dict) -> dict:
             [p["agree_percent"], p["agree_percent"] >= 99.0],
         "inputs identical to the package's preprocessing (images)":
             [p["identical_inputs"], p["identical_inputs"] == p["images"]]}
+    peer = out.get("ort_default")
+    if peer:
+        t["onnxruntime default quantize_static: detection F1 vs FP16 (%)"] = [
+            peer["accuracy"]["detection_f1"], None]
+        for key, sp in peer["timing"]["1"]["speedup"].items():
+            t[f"batch 1, side by side: {key} (speedup, CI)"] = [sp, None]
     for q, r in out["runs"].items():
         if "verdict" not in r:
             t[f"{q}: ran"] = [r.get("error") or r.get("timed_out_after_s"), False]

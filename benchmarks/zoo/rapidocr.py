@@ -373,13 +373,9 @@ def measure(cli, quick: bool = False) -> dict:
 
 def summary(out: dict) -> dict:
     """The results page's row (``benchmarks.zoo`` describes the keys)."""
-    runs = {q: r for q, r in out["runs"].items() if "verdict" in r}
-    first = next(iter(runs.values()), None)
-    acc = {"fp32": first["accuracy"]["fp32"]["sequence_accuracy"] if first else None,
-           **{q: r["accuracy"]["candidate"]["sequence_accuracy"] for q, r in runs.items()}}
-    verdict = {q: (r["verdict"] if "verdict" in r else r.get("error") or
-                   f"not finished in {r.get('timed_out_after_s')} s")
-               for q, r in out["runs"].items()}
+    from benchmarks.zoo import run_rows
+
+    runs, acc, verdict = run_rows(out["runs"], "sequence_accuracy")
     # from the run's report: against the fastest float model the gate timed (FP32 or FP16, on
     # any runtime it tried), so it goes to the table's "peers" column under that name
     speedup = {f"{q} vs fastest float b{b}": sp for q, r in runs.items()
