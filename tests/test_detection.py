@@ -134,8 +134,8 @@ def test_a_detectors_run_judges_and_serves_its_detections(tmp_path):
     # read as numbers, the run says what the shape suggests
     plain = _task(tmp_path / "dd4", *args[:-1])
     assert plain.metrics.primary == "argmax_agreement"
-    assert any("metric.detections=yolo, yolov5 or yolox (as its head is laid out) judges the "
-               "boxes" in w for w in plain.warnings)
+    assert any("before any suppression, metric.detections=yolo, yolov5 or yolox (as its head "
+               "is laid out) judges the boxes" in w for w in plain.warnings)
     flat = _identity(tmp_path / "flat.onnx", {"x": ["batch", 3]})
     with pytest.raises(ConfigError, match=r"yolo: its head is \[batch, 4 \+ classes, anchors\]"):
         _task(tmp_path / "dd2", *args[:1], f"model.path={flat}", *args[2:])
@@ -305,6 +305,10 @@ def test_a_yolox_run_reads_its_grids_from_the_models_input(tmp_path):
                               json.loads(json.dumps(spec.to_dict())), None, None, {}, None)
     answers = UserArraysReader(served.reader_key).answers(out)
     assert [a["detections"] for a in answers] == want
+    # read as numbers, the transposed head ([batch, anchors, 5 + classes]) is named too
+    plain = _task(tmp_path / "d4", "model=onnx", f"model.path={path}", *args[:5])
+    assert plain.metrics.primary == "argmax_agreement"
+    assert any("yolo, yolov5 or yolox" in w for w in plain.warnings), plain.warnings
     with pytest.raises(ConfigError, match=r"yolox: the head's boxes are on grids over the "
                                           r"input's height and width, which .* does not fix"):
         _task(tmp_path / "d2", "model=onnx",

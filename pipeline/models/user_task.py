@@ -207,9 +207,10 @@ class UserTask:
                 self.warnings.append(
                     f"metric=agreement: {self.what}'s output {out.name} {list(out.shape)} has "
                     "the shape of a detector's head ([batch, box + classes, anchors] or its "
-                    "transpose); if it is one, metric.detections=yolo, yolov5 or yolox (as its "
-                    "head is laid out) judges the boxes it decodes to (an argmax over anchors "
-                    "flips on rounding, and the boxes' pixels hold up a cosine)")
+                    "transpose); if it is one, before any suppression, metric.detections=yolo, "
+                    "yolov5 or yolox (as its head is laid out) judges the boxes it decodes to (an "
+                    "argmax over anchors flips on rounding, and the boxes' pixels hold up a "
+                    "cosine)")
         return MetricsSpec(tuple(agreement_metrics.SPECS[n] for n in dict.fromkeys(names)), primary)
 
     def _detection_metrics(self, out) -> MetricsSpec:
