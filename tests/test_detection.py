@@ -243,6 +243,9 @@ def test_a_raw_yolox_head_is_decoded_on_its_strides_grids():
     boxes, groups = np.array([[0, 0, 10, 10], [4, 0, 14, 10]], np.float32), np.zeros(2, int)
     assert detection.nms(boxes, np.array([0.9, 0.8]), groups, 0.45) == [0, 1]
     assert detection.nms(boxes, np.array([0.9, 0.8]), groups, 0.45, pixels=True) == [0]
+    for bad in ({"layout": "ssd"}, {"layout": "yolox"}):  # unknown; grids of no size
+        with pytest.raises(ValueError, match="ssd|input_size"):
+            detection.Head(**bad)
     ruined = raw.copy()
     ruined[:, 2:4] = 1e4  # exp overflows: infinite boxes, no warning, still decoded
     assert len(detection.Head("yolox", 0.25, 0.45, "all", (64, 64)).decode(ruined)) == 1

@@ -104,6 +104,15 @@ class Head:
     nms: str = "per_class"
     input_size: tuple[int, int] | None = None
 
+    def __post_init__(self):
+        # a record written by hand or by another version: the server's warm-up fails in one line
+        if self.layout not in BOX_CHANNELS:
+            raise ValueError(f"detections={self.layout!r}: not a head layout "
+                             f"({', '.join(BOX_CHANNELS)})")
+        if self.layout == "yolox" and not self.input_size:
+            raise ValueError("detections=yolox: the input's height and width (input_size), "
+                             "whose grids its boxes are on, are not given")
+
     def decode(self, row) -> list[dict]:
         """The sample's detections, best first: ``{"class", "score", "box": [x1, y1, x2, y2]}``."""
         x = head(row, self.layout)
