@@ -107,7 +107,7 @@ def reference(package: Path, files: list[Path]) -> dict:
     import ddddocr
 
     det = ddddocr.DdddOcr(det=True, ocr=False, show_ad=False)
-    engine = det.detection_engine if hasattr(det, "detection_engine") else det
+    engine = det.detection_engine  # 1.6.1: the engine that holds the original preproc
     boxes, inputs = [], []
     for f in files:
         data = f.read_bytes()
