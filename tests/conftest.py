@@ -55,14 +55,16 @@ def one_line(proc, code: int, *words: str) -> None:
 
 def tiny_args(workdir: Path, *extra: str) -> list[str]:
     """A fast run of the whole recipe on the random tiny network. Its speed gate is off (a random
-    network's INT8 is not expected to be faster), so is its latency SLO (a functional test must
-    pass however busy the machine is), and its A/A tolerance is wide (sub-millisecond timings of
-    a few rounds); everything else is the real pipeline."""
+    network's INT8 is not expected to be faster), so are its latency SLO and its A/A self-check
+    (a functional test must pass however busy the machine is: a busy moment read FP32 1.94x
+    against its own copy in sub-millisecond timings of a few rounds, where the wide tolerance is
+    0.5); everything else is the real pipeline. A test of those verdicts turns them back on."""
     return ["model=ocr_tiny", f"workdir={workdir}", f"data_dir={workdir / 'data'}",
             f"registry.root={workdir / 'registry'}", "bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=0.3",
             "bench.warmup_max_runs=20", "bench.size_buckets=2", "bench.cold_start_repeats=1",
             "bench.aa_tolerance=0.5",
-            "gate.min_speedup=0", "gate.check_slo_p99=false", *extra]
+            "gate.min_speedup=0", "gate.check_slo_p99=false", "gate.require_aa_check=false",
+            *extra]
 
 
 def run_folder(proc: subprocess.CompletedProcess) -> Path:

@@ -182,20 +182,24 @@ def test_checkpoint_that_does_not_fit_names_the_tensor_and_both_shapes(tmp_path)
 def test_load_mode_adds_only_the_load_test(tiny_run):
     """The SLO shapes the load test and is judged by the gate; whether this machine meets 50 ms
     today is not the test's business (a busy machine read 141 ms): the exit code and the check
-    follow the measured p99, whichever way it went."""
+    follow the measured p99, whichever way it went, and the A/A self-check (on here) its own
+    measurement."""
     workdir, _ = tiny_run
     proc = run_cli(*tiny_args(workdir, "bench.mode=load", "bench.load.steps=2",
                               "bench.load.refine_steps=1", "bench.load.step_seconds=0.5",
-                              "slo.p99_ms=50", "gate.check_slo_p99=true"))
+                              "slo.p99_ms=50", "gate.check_slo_p99=true",
+                              "gate.require_aa_check=true"))
     rep = report(workdir)
     verdict = json.loads((workdir / "runs" / "latest" / "verdict.json").read_text())
     checks = {c["check"]: c for c in verdict["checks"]}
-    slo = checks.pop("slo_p99_ms")
+    assert set(checks) >= {"accuracy_drop", "output_agreement", "speedup_ci_low", "aa_check",
+                           "same_environment"}
+    slo, aa = checks.pop("slo_p99_ms"), checks.pop("aa_check")
     bench = Artifact.read(Path(next(s["path"] for s in rep["stages"] if s["label"] == "benchmark")))
     p99 = bench.meta["batches"]["1"]["latency_ms"]["candidate"]["p99"]  # slo.batch_size
     assert slo["limit"] == 50 and slo["value"] == pytest.approx(p99)
-    assert slo["passed"] == (p99 <= 50) and verdict["passed"] == slo["passed"]
-    assert proc.returncode == (0 if slo["passed"] else 1), proc.stderr
+    assert slo["passed"] == (p99 <= 50) and verdict["passed"] == (slo["passed"] and aa["passed"])
+    assert proc.returncode == (0 if verdict["passed"] else 1), proc.stderr
     assert all(c["passed"] for c in checks.values()), checks  # no other check is about speed
     assert {s["label"] for s in rep["stages"] if not s["reused"]} == {"loadtest"}
     for role in ("candidate", "fp32"):
@@ -207,5 +211,3 @@ def test_load_mode_adds_only_the_load_test(tiny_run):
     assert rep["figures"] == {"latency_cdf.png": "ok", "load_curve.png": "ok",
                               "sensitivity.png": "ok"}
     assert (workdir / "runs" / "latest" / "load_curve.png").stat().st_size > 1000
-    assert set(checks) >= {"accuracy_drop", "output_agreement", "speedup_ci_low", "aa_check",
-                           "same_environment"}
