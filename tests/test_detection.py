@@ -320,3 +320,78 @@ def test_a_yolox_run_reads_its_grids_from_the_models_input(tmp_path):
                                           r"metric.detections=yolov5"):
         _task(tmp_path / "d3", "model=onnx",
               f"model.path={model(tmp_path / 'odd.onnx', (64, 64), anchors=80)}", *args)
+
+
+def test_an_end_to_end_graphs_rows_are_its_detections_as_selected():
+    """[detections, 6+]: the rows at the threshold, best first, nothing suppressed again (two
+    overlapping boxes of one class both kept: the graph chose them); a row with a number that is
+    not finite is none, a class the nearest whole number, columns past the sixth unread."""
+    x = np.zeros((300, 8), np.float32)  # padding rows score 0
+    x[0] = [10, 10, 50, 50, 0.3, 2.0000002, 9, 9]
+    x[1] = [12, 12, 52, 52, 0.9, 2, 0, 0]
+    x[2] = [1, 1, 5, 5, np.nan, 1, 0, 0]
+    x[3] = [1, 1, 5, np.inf, 0.8, 1, 0, 0]
+    x[4] = [1, 1, 5, 5, 0.2, 1, 0, 0]
+    assert detection.Head("end2end").decode(x) == [
+        {"class": 2, "score": 0.9, "box": [12.0, 12.0, 52.0, 52.0]},
+        {"class": 2, "score": 0.3, "box": [10.0, 10.0, 50.0, 50.0]}]
+    assert [d["score"] for d in detection.Head("end2end", 0.15).decode(x)] == [0.9, 0.3, 0.2]
+    with pytest.raises(ValueError, match=r"end2end output is \[detections, 6\] .* got \[300, 5\]"):
+        detection.Head("end2end").decode(x[:, :5])
+
+
+def test_an_end_to_end_run_judges_and_serves_the_rows_its_graph_selected(tmp_path):
+    """An identity graph over rows written into the data, [batch, 300, 6]: judged by
+    detection_f1 on the selected rows, served as evaluated; a shape no end-to-end exporter
+    writes (a head's anchors as rows or as columns, a flat output) refused at task build; read
+    as numbers, the run names the layout."""
+    import datasets
+
+    from pipeline.core.errors import ConfigError
+    from pipeline.serve import artifact
+    from pipeline.serve.readers import UserArraysReader
+    from tests.test_serve_user_image import _identity, _task
+
+    rng = np.random.default_rng(2)
+    rows = []
+    for _ in range(8):
+        x = np.zeros((300, 6), np.float32)
+        n = int(rng.integers(1, 5))
+        corner = rng.uniform(0, 200, (n, 2))
+        x[:n, :2], x[:n, 2:4] = corner, corner + rng.uniform(10, 60, (n, 2))
+        x[:n, 4] = np.sort(rng.uniform(0.3, 0.95, n))[::-1]
+        x[:n, 5] = rng.integers(0, 80, n)
+        rows.append(x)
+    datasets.Dataset.from_dict({"x": rows}).save_to_disk(str(tmp_path / "saved"))
+    model = _identity(tmp_path / "m.onnx", {"x": ["batch", 300, 6]})
+    args = ("model=onnx", f"model.path={model}", "data=saved", f"data.path={tmp_path / 'saved'}",
+            "data.calibration_samples=2", "data.evaluation_samples=6", "metric=agreement",
+            "metric.detections=end2end")
+    t = _task(tmp_path / "e1", *args)
+    assert t.metrics.primary == "detection_f1"
+    batch = next(t.batches(t.dataset(t.split("evaluation", 6, "")), 6, sort=False))
+    preds = t.predictions(batch.feeds["x"])
+    assert [len(p["detections"]) for p in preds] == [
+        int((r[:, 4] >= 0.25).sum()) for r in batch.feeds["x"]]
+    truth = list(batch.feeds["x"])
+    assert t.score(preds, truth)["detection_f1"] == 100.0
+    moved = batch.feeds["x"].copy()
+    moved[0, 0, 5] += 1  # the first sample's best detection named another class
+    assert t.score(t.predictions(moved), truth)["detection_f1"] < 100.0
+    spec = t.serving_spec()
+    assert spec.decoding.detections == "end2end" and spec.decoding.input_size is None
+    served = artifact._served("m:v1", model, {"model": {"source": "onnx", "name": "m"}},
+                              json.loads(json.dumps(spec.to_dict())), None, None, {}, None)
+    answers = UserArraysReader(served.reader_key).answers(batch.feeds["x"])
+    assert [a["detections"] for a in answers] == [p["detections"] for p in preds]
+    plain = _task(tmp_path / "e2", *args[:-1])
+    assert any("metric.detections=end2end judges the detections it selects" in w
+               for w in plain.warnings), plain.warnings
+    for shape, says in ((["batch", 6300, 6], r"has 6300 rows, more than an end-to-end export "
+                                             r"keeps .* metric.detections=yolo, yolov5 or yolox"),
+                        (["batch", 84, 8400], r"its output is \[batch, detections, 6\] .* has "
+                                              r"shape \['batch', 84, 8400\]"),
+                        (["batch", 3], r"has shape \['batch', 3\]")):
+        other = _identity(tmp_path / f"m{shape[1]}.onnx", {"x": shape})
+        with pytest.raises(ConfigError, match=says):
+            _task(tmp_path / f"e{shape[1]}", args[0], f"model.path={other}", *args[2:])

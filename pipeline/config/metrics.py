@@ -17,7 +17,7 @@ from pipeline.core.errors import ConfigError
 
 
 # metric.detections: how a detector's head is laid out (pipeline.metrics.detection)
-DETECTION_LAYOUTS = ("yolo", "yolov5", "yolox")
+DETECTION_LAYOUTS = ("yolo", "yolov5", "yolox", "end2end")
 NMS_MODES = ("per_class", "all")  # metric.nms: boxes suppressed within a class, or across all
 
 
@@ -44,9 +44,12 @@ class MetricConfig:
                                    # ([4 + classes, anchors]: box cx, cy, w, h, class scores),
                                    # yolov5 ([anchors, 5 + classes]: box, objectness, class
                                    # scores), yolox (as yolov5, boxes still on the strides'
-                                   # grids); empty: the output as numbers
+                                   # grids), end2end ([detections, 6]: x1, y1, x2, y2, score,
+                                   # class, already selected by the graph); empty: the output
+                                   # as numbers
     score_threshold: float = 0.25  # detections: an anchor's best class score kept from here up
     iou_threshold: float = 0.45    # detections: non-maximum suppression at this overlap ...
+                                   # (not end2end: its graph has chosen its rows)
     nms: str = "per_class"         # ... within each class (per_class: Ultralytics' own), or
                                    # across classes (all: code that calls cv2.dnn.NMSBoxes
                                    # without class ids)

@@ -11,14 +11,19 @@ In: one sample's output of a YOLO-style head, laid out as ``metric.detections`` 
 - ``yolox``: as ``yolov5``, but the box still on the head's grids (YOLOX exported without its
   decoding, as its own ONNX demo reads it): the centre is an offset from its cell and the size a
   log, at strides 8, 16 and 32 (and 64: the P6 models) over the input's height and width; its
-  suppression counts a box's sides in whole pixels (+1), as YOLOX's demo does.
+  suppression counts a box's sides in whole pixels (+1), as YOLOX's demo does;
+- ``end2end``: ``[detections, 6]``, a graph that ends in its own selection (YOLOv10 and YOLO26,
+  NMS-free, or an export with its suppression inside, Ultralytics' ``nms=True``): each row a box's
+  corners (x1, y1, x2, y2, in the input's pixels), its score and its class; columns after the
+  sixth (a segmenter's mask coefficients, a pose model's keypoints) are not read.
 
-Either axis may come first (told apart by which is longer: there are more anchors than
+A head's axes may come either way (told apart by which is longer: there are more anchors than
 channels). Out: ``Head.decode``, the detections a deployment reads: each anchor's best class,
 kept at ``score_threshold`` and above, then non-maximum suppression at ``iou_threshold`` within
 each class (or across classes, ``metric.nms=all``), as the models' own inference code decodes
-them; ``f1``, for two models' detections on the same inputs, the share of detections both find
-(same class, boxes overlapping at IoU 0.5 or more), pooled over the samples, in %.
+them (an ``end2end`` graph's rows: those kept at the threshold, nothing suppressed again);
+``f1``, for two models' detections on the same inputs, the share of detections both find (same
+class, boxes overlapping at IoU 0.5 or more), pooled over the samples, in %.
 
 Why not the raw output's argmax or cosine: a head's 2100 to 8400 anchors hold near-equal box
 coordinates and scores near zero, so an argmax over them flips on rounding (FP32 against its own
@@ -51,6 +56,15 @@ SPECS = {"detection_f1": MetricSpec("detection_f1", True, needs_labels=False, li
 BOX_CHANNELS = {"yolo": 4, "yolov5": 5, "yolox": 5}
 # YOLOX's grids: one cell per stride's step over the input; P6 models add a fourth level
 GRID_STRIDES = ((8, 16, 32), (8, 16, 32, 64))
+# An end-to-end graph's row: x1, y1, x2, y2, score, class (then what the task adds, unread)
+END2END_COLUMNS = 6
+# Rows of an end-to-end graph (Ultralytics keeps 300); a head's anchors are thousands (a
+# one-class YOLOv5 at 320 x 320: 6300 rows of 6), which this layout would misread
+END2END_MAX_ROWS = 1000
+# Columns of an end-to-end row: 6, a segmenter's 38, a pose model's 57; a head laid out
+# [channels, anchors] has thousands
+END2END_MAX_COLUMNS = 64
+LAYOUTS = (*BOX_CHANNELS, "end2end")
 
 
 def head(row, layout: str = "yolo") -> np.ndarray:
@@ -106,15 +120,17 @@ class Head:
 
     def __post_init__(self):
         # a record written by hand or by another version: the server's warm-up fails in one line
-        if self.layout not in BOX_CHANNELS:
+        if self.layout not in LAYOUTS:
             raise ValueError(f"detections={self.layout!r}: not a head layout "
-                             f"({', '.join(BOX_CHANNELS)})")
+                             f"({', '.join(LAYOUTS)})")
         if self.layout == "yolox" and not self.input_size:
             raise ValueError("detections=yolox: the input's height and width (input_size), "
                              "whose grids its boxes are on, are not given")
 
     def decode(self, row) -> list[dict]:
         """The sample's detections, best first: ``{"class", "score", "box": [x1, y1, x2, y2]}``."""
+        if self.layout == "end2end":
+            return selected(row, self.score_threshold)
         x = head(row, self.layout)
         if self.layout == "yolox":
             x = on_grid(x, *self.input_size)
@@ -132,6 +148,23 @@ class Head:
         picked = nms(boxes, best[keep], groups, self.iou_threshold, self.layout == "yolox")
         return [{"class": int(classes[keep[k]]), "score": round(float(best[keep[k]]), 6),
                  "box": [round(float(v), 2) for v in boxes[k]]} for k in picked]
+
+
+def selected(row, score_threshold: float) -> list[dict]:
+    """An end-to-end graph's rows ``[detections, 6+]`` as detections: those scoring
+    ``score_threshold`` or more, best first, as the exporters' own code reads them (the padding
+    rows score 0). Not suppressed again: the graph chose them. A row with a number that is not
+    finite is no detection (a ruined candidate's), and a class is the nearest whole number (the
+    graph casts its index to the rows' float type)."""
+    x = np.asarray(row, dtype=np.float32)
+    if x.ndim != 2 or x.shape[1] < END2END_COLUMNS:
+        raise ValueError(f"an end2end output is [detections, {END2END_COLUMNS}] per sample (x1, "
+                         f"y1, x2, y2, score, class); got {list(x.shape)}")
+    x = x[:, :END2END_COLUMNS]
+    keep = np.flatnonzero(np.isfinite(x).all(axis=1) & (x[:, 4] >= score_threshold))
+    keep = keep[np.argsort(-x[keep, 4], kind="stable")][:MAX_DETECTIONS]
+    return [{"class": int(np.rint(x[k, 5])), "score": round(float(x[k, 4]), 6),
+             "box": [round(float(v), 2) for v in x[k, :4]]} for k in keep]
 
 
 def nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou: float,

@@ -203,7 +203,14 @@ class UserTask:
                                                   "mean_abs_diff"]
         if self._channel_axis():  # a detector's boxes and scores: each part judged on its own
             names.insert(names.index("cosine_p1") + 1, "cosine_parts")
-            if _head_shaped(out.shape):
+            if _end2end_shaped(out.shape):
+                self.warnings.append(
+                    f"metric=agreement: {self.what}'s output {out.name} {list(out.shape)} has "
+                    "the shape of an end-to-end detector's output ([batch, detections, 6]: x1, "
+                    "y1, x2, y2, score, class); if it is one, metric.detections=end2end judges "
+                    "the detections it selects (a one-class head's anchors before suppression "
+                    "have 6 columns too: metric.detections=yolov5 or yolox)")
+            elif _head_shaped(out.shape):
                 self.warnings.append(
                     f"metric=agreement: {self.what}'s output {out.name} {list(out.shape)} has "
                     "the shape of a detector's head ([batch, box + classes, anchors] or its "
@@ -215,9 +222,12 @@ class UserTask:
 
     def _detection_metrics(self, out) -> MetricsSpec:
         """metric.detections: the first output is a detector's head, [batch, box channels +
-        classes, anchors] (or its last two axes swapped); judged by the detections decoded from
-        it, the numbers' cosine and differences reported beside."""
+        classes, anchors] (or its last two axes swapped), or an end-to-end graph's rows; judged
+        by the detections decoded from it, the numbers' cosine and differences reported beside."""
         m = self.metric_cfg
+        if m.detections == "end2end":
+            self._check_end2end(out)
+            return _detection_spec()
         first = detection.BOX_CHANNELS[m.detections]
         fixed = [d for d in out.shape[1:] if isinstance(d, int)]
         if len(out.shape) != 3 or not fixed or min(fixed) < first + 1:
@@ -234,9 +244,25 @@ class UserTask:
                     f"{list(out.shape)} is not the grids of its {height}x{width} input at "
                     f"strides 8, 16, 32 (and 64), where each anchor is one cell; a head "
                     f"exported with its boxes decoded is metric.detections=yolov5")
-        names = ["cosine_mean", "cosine_p1", "max_abs_diff", "mean_abs_diff"]
-        return MetricsSpec((detection.SPECS["detection_f1"], detection.SPECS["detections_found"],
-                            *(agreement_metrics.SPECS[n] for n in names)), "detection_f1")
+        return _detection_spec()
+
+    def _check_end2end(self, out) -> None:
+        """An end-to-end graph's rows, [batch, detections, 6 or more]; a count of rows no
+        exporter keeps is a head's anchors (a one-class YOLOv5 head has 6 columns too)."""
+        cols, rows = (out.shape[2], out.shape[1]) if len(out.shape) == 3 else (None, None)
+        if (not isinstance(cols, int) or cols < detection.END2END_COLUMNS
+                or cols > detection.END2END_MAX_COLUMNS):
+            raise ConfigError(
+                f"metric.detections=end2end: its output is [batch, detections, "
+                f"{detection.END2END_COLUMNS}] (x1, y1, x2, y2, score, class; columns after them, "
+                f"{detection.END2END_MAX_COLUMNS} at most, are not read); {self.what}'s output "
+                f"{out.name} has shape {list(out.shape)}")
+        if isinstance(rows, int) and rows > detection.END2END_MAX_ROWS:
+            raise ConfigError(
+                f"metric.detections=end2end: {self.what}'s output {out.name} {list(out.shape)} "
+                f"has {rows} rows, more than an end-to-end export keeps "
+                f"({detection.END2END_MAX_ROWS} at most): rows of a head's anchors, before any "
+                f"suppression, are metric.detections=yolo, yolov5 or yolox")
 
     def detection_head(self) -> detection.Head:
         """How ``metric.detections`` reads the first output; a ``yolox`` head's grids are over
@@ -533,6 +559,20 @@ class UserTask:
             res["detections_found"] = float(sum(len(f) for f in found))
             return res
         return agreement_metrics.agreement(refs, outs, parts=self._channel_axis())
+
+
+def _detection_spec() -> MetricsSpec:
+    """A detector judged by its detections, its outputs' numbers reported beside."""
+    names = ["cosine_mean", "cosine_p1", "max_abs_diff", "mean_abs_diff"]
+    return MetricsSpec((detection.SPECS["detection_f1"], detection.SPECS["detections_found"],
+                        *(agreement_metrics.SPECS[n] for n in names)), "detection_f1")
+
+
+def _end2end_shaped(shape) -> bool:
+    """[batch, detections, 6]: rows of corners, score and class, as many as an exporter keeps."""
+    return (len(shape) == 3 and shape[2] == detection.END2END_COLUMNS
+            and (not isinstance(shape[1], int)
+                 or detection.END2END_COLUMNS < shape[1] <= detection.END2END_MAX_ROWS))
 
 
 def _head_shaped(shape) -> bool:
