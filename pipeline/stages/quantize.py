@@ -115,7 +115,8 @@ class Quantize:
     dynamic_op_types: tuple
     exclude: tuple = ()      # node names kept float
     name = "quantize"
-    version = 14  # 14: an output Concat of very different ranges stays float (joined_outputs);
+    version = 15  # 15: ... and so does every node between it and the output (NMS-free heads);
+    #             14: an output Concat of very different ranges stays float (joined_outputs);
     #             13: no quantize_dynamic pass for op types the graph lacks;
     #             12: the residual sums and norms of pipeline.stages.norms stay float;
     #             11: nodes on a masking sentinel stay float (pipeline.quant.mask_nodes);

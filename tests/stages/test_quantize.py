@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from pipeline.stages.quantize import Quantize
@@ -192,10 +193,13 @@ def test_a_gemm_with_a_2d_bias_quantizes_per_channel_and_keeps_its_name(tmp_path
     assert {"gemm0", "gemm2"} <= names and not any(n.endswith("_MatMul") for n in names)
 
 
-def test_an_output_joined_from_boxes_and_scores_keeps_the_scores(tmp_path):
+@pytest.mark.parametrize("tail", [False, True], ids=["join-is-output", "join-then-selection"])
+def test_an_output_joined_from_boxes_and_scores_keeps_the_scores(tmp_path, tail):
     """A detector's head joins coordinates in pixels and scores in 0..1 into its one output (YOLOv8
     as nudenet ships it). One INT8 scale over the joined output rounded every score below half
-    the step to 0; the output's Concat now stays float and each part keeps its own scale."""
+    the step to 0; the output's Concat now stays float and each part keeps its own scale. An
+    NMS-free head (YOLO26) joins them, then transposes and picks rows before its output: the
+    nodes after the join stay float too (quantized, each carried the joined scale on)."""
     from onnx import numpy_helper
 
     from pipeline.stages.calibrate import Calibrate
@@ -210,7 +214,10 @@ def test_an_output_joined_from_boxes_and_scores_keeps_the_scores(tmp_path):
              helper.make_node("Mul", ["b0", "px"], ["b"], name="pixels"),
              helper.make_node("MatMul", ["x", "Ws"], ["s0"], name="logits"),
              helper.make_node("Sigmoid", ["s0"], ["s"], name="scores"),
-             helper.make_node("Concat", ["b", "s"], ["y"], name="head", axis=1)]
+             helper.make_node("Concat", ["b", "s"], ["j" if tail else "y"], name="head", axis=1)]
+    if tail:  # [batch, 10] -> [10, batch] -> back: two data-movement ops after the join
+        nodes += [helper.make_node("Transpose", ["j"], ["t"], name="turn", perm=[1, 0]),
+                  helper.make_node("Transpose", ["t"], ["y"], name="back", perm=[1, 0])]
     save(src / "model.onnx", nodes,
          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 10])], inits)
@@ -219,9 +226,12 @@ def test_an_output_joined_from_boxes_and_scores_keeps_the_scores(tmp_path):
     cmeta = run(Calibrate(cal, "minmax", 8), artifact(src), tmp_path / "cal")
     meta = run(Quantize(INT8, True, "minmax", None, ()), artifact(src), tmp_path / "int8",
                calibration=artifact(tmp_path / "cal", "calibrate", **cmeta))
-    assert meta["joined_outputs"] == ["head"]
+    assert meta["joined_outputs"] == (["head", "turn", "back"] if tail else ["head"])
     g = onnx.load(str(tmp_path / "int8" / "model.onnx")).graph
-    assert next(n for n in g.node if "y" in n.output).op_type == "Concat"  # no Q/DQ after it
+    # no Q/DQ after the join
+    assert next(n for n in g.node if "y" in n.output).op_type == ("Transpose" if tail
+                                                                  else "Concat")
+    assert not any(n.op_type == "QuantizeLinear" and {"j", "t"} & set(n.input) for n in g.node)
     x = rows[32:].astype(np.float32)
     ref = outputs(src / "model.onnx", {"x": x})[0]
     got = outputs(tmp_path / "int8" / "model.onnx", {"x": x})[0]
@@ -235,10 +245,17 @@ def test_joined_outputs_are_only_output_concats_of_far_apart_ranges():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])
     nodes = [helper.make_node("Concat", ["a", "b"], ["y"], name="out", axis=1),
              helper.make_node("Concat", ["a", "b"], ["z"], name="inner", axis=1),
-             helper.make_node("Relu", ["z"], ["w"], name="relu")]
+             helper.make_node("MatMul", ["z", "W"], ["m"], name="weighted"),
+             helper.make_node("Relu", ["m"], ["w"], name="relu"),
+             helper.make_node("Concat", ["a", "b"], ["j"], name="late", axis=1),
+             helper.make_node("Transpose", ["j"], ["t"], name="turn"),
+             helper.make_node("Split", ["t"], ["u", "v"], name="split", num_outputs=2),
+             helper.make_node("Relu", ["v"], ["r"], name="unused")]
     model = helper.make_model(helper.make_graph(nodes, "g", [x], [
-        helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
-        helper.make_tensor_value_info("w", TensorProto.FLOAT, None)]))
-    assert joined_outputs(model, {"a": (0.0, 320.0), "b": (0.0, 1.0)}) == ["out"]
+        helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in ("y", "w", "u")]))
+    # the output's own join; a join whose way out crosses no weighted op, with that way (not
+    # the Relu that leads nowhere); not a join whose next op is weighted
+    assert joined_outputs(model, {"a": (0.0, 320.0), "b": (0.0, 1.0)}) == [
+        "out", "late", "turn", "split"]
     assert joined_outputs(model, {"a": (-8.0, 8.0), "b": (0.0, 1.0)}) == []  # 8x: within range
     assert joined_outputs(model, {"a": (0.0, 320.0)}) == []  # one range known: nothing to compare
