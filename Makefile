@@ -25,6 +25,10 @@ SERVE_ARGS ?=
 # hf extra has 5.x, so the transformer section runs it in a venv of its own, with the same
 # onnxruntime and onnx as .venv so that both INT8 models are built and timed by one runtime.
 OPTIMUM_VENV := .venv-optimum
+# `make bench` only: the zoo's YOLO entry exports and runs a checkpoint with Ultralytics' own code
+# (benchmarks/ultralytics_side.py), which brings its own OpenCV, plotting and torchvision: a venv
+# of its own, with the same onnxruntime and onnx as .venv.
+ULTRALYTICS_VENV := .venv-ultralytics
 SAME_AS_VENV = $(shell $(PY) -c 'from importlib.metadata import version as v; print(*(p + "==" + v(p) for p in ("onnxruntime", "onnx")))')
 
 .PHONY: run test test-fast bench train-ocr train-ocr-mobile clean-cache setup push pull sweep serve
@@ -71,7 +75,13 @@ $(OPTIMUM_VENV)/.installed: $(VENV)/.installed
 	  "optimum-onnx==0.1.0" "transformers<4.58" $(SAME_AS_VENV)
 	touch $@
 
-bench: setup $(OPTIMUM_VENV)/.installed  ## the numbers the issues ask for, written to bench.json (installs the bench extra and .venv-optimum)
+$(ULTRALYTICS_VENV)/.installed: $(VENV)/.installed
+	test -x $(ULTRALYTICS_VENV)/bin/python || $(PYTHON) -m venv $(ULTRALYTICS_VENV)
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(ULTRALYTICS_VENV)/bin/python $(PIP_FLAGS) \
+	  "torch==2.13.0" "ultralytics==8.4.190" "onnxslim==0.1.98" $(SAME_AS_VENV)
+	touch $@
+
+bench: setup $(OPTIMUM_VENV)/.installed $(ULTRALYTICS_VENV)/.installed  ## the numbers the issues ask for, written to bench.json (installs the bench extra, .venv-optimum and .venv-ultralytics)
 	$(UV) -e ".[bench]"
 	$(PY) -m benchmarks.run --out bench.json
 

@@ -188,7 +188,7 @@ def peer_f1(models: dict, args: list[str]) -> dict:
             for role, f in found.items() if role != "fp16"}
 
 
-def peer(out: dict, args: list[str]) -> dict:
+def peer(out: dict, args: list[str], root: Path = ROOT, entry: str = "ddddocr_det") -> dict:
     """onnxruntime's ``quantize_static`` with every option at its default, of the int8 run's
     FP32 model and calibrated on its calibration images: its detection F1 against FP16, and it,
     the pipeline's INT8 and FP32 timed side by side at batch 1 (the graph's one batch size)."""
@@ -197,14 +197,14 @@ def peer(out: dict, args: list[str]) -> dict:
 
     lineage = out["runs"]["int8"]["lineage"]
     fp32, fp16 = (Path(lineage[k]) / "model.onnx" for k in ("fp32", "fp16"))
-    default = ROOT / "ort_default.onnx"
-    built = isolate.call("zoo ddddocr_det: onnxruntime default quantize_static",
+    default = root / "ort_default.onnx"
+    built = isolate.call(f"zoo {entry}: onnxruntime default quantize_static",
                          byo.default_quantize, fp32, default, args)
-    accuracy = isolate.call("zoo ddddocr_det: the default INT8's detections", peer_f1,
+    accuracy = isolate.call(f"zoo {entry}: the default INT8's detections", peer_f1,
                             {"fp16": fp16, byo.ORT_DEFAULT: default}, args)[byo.ORT_DEFAULT]
     models = {"fp32": fp32, byo.ORT_DEFAULT: default,
               "int8": Path(lineage["candidate"]) / "model.onnx"}
-    timing = isolate.call("zoo ddddocr_det: timing side by side", byo.timed, models, args,
+    timing = isolate.call(f"zoo {entry}: timing side by side", byo.timed, models, args,
                           ("int8",), (1,))
     return {"built": built, "accuracy": accuracy, "timing": timing}
 
@@ -268,7 +268,7 @@ def measure(cli, quick: bool = False) -> dict:
     return out
 
 
-def summary(out: dict) -> dict:
+def summary(out: dict, model: str = "ddddocr common_det.onnx (YOLOX)") -> dict:
     """The results page's row (``benchmarks.zoo`` describes the keys)."""
     from benchmarks.zoo import run_rows
 
@@ -282,15 +282,15 @@ def summary(out: dict) -> dict:
         acc["onnxruntime quantize_static"] = peer["accuracy"]["detection_f1"]
         speedup["int8 vs quantize_static b1"] = peer["timing"]["1"]["speedup"][
             "int8 vs ort_default_int8"]
-    return {"model": "ddddocr common_det.onnx (YOLOX)", "metric": "detection F1 % vs FP16",
+    return {"model": model, "metric": "detection F1 % vs FP16",
             "parity_percent": out["parity"]["agree_percent"], "verdict": verdict,
             "accuracy": acc, "speedup": speedup}
 
 
-def targets(out: dict) -> dict:
+def targets(out: dict, reference: str = "DdddOcr(det=True).detection") -> dict:
     p = out["parity"]
     t: dict = {
-        "FP32 parity with DdddOcr(det=True).detection: images whose boxes are within 1 px (%)":
+        f"FP32 parity with {reference}: images whose boxes are within 1 px (%)":
             [p["agree_percent"], p["agree_percent"] >= 99.0],
         "inputs identical to the package's preprocessing (images)":
             [p["identical_inputs"], p["identical_inputs"] == p["images"]]}
