@@ -36,7 +36,7 @@ CHECKPOINT = Path("netra_ocr") / "detectors" / "yolo26s_best" / "best.pt"
 # Ultralytics' venv (Makefile: ULTRALYTICS_VENV), in the repository root; ULTRALYTICS_PYTHON
 # names another
 ULTRALYTICS_PYTHON = Path(__file__).resolve().parents[2] / ".venv-ultralytics" / "bin" / "python"
-CALIBRATION, EVALUATION = 32, 96
+CALIBRATION, EVALUATION = 32, 64
 QUICK = (8, 24)
 QUANTS = ("int8", "auto")
 CONF = 0.25  # the package's YoloDetector
