@@ -556,7 +556,7 @@ class UserTask:
             found = [p["detections"] for p in predictions]
             read = self.detection_head()
             res["detection_f1"] = detection.f1([read.decode(r[0]) for r in refs], found)
-            res["detections_found"] = float(sum(len(f) for f in found))
+            res["detections_found"] = sum(len(f) for f in found)  # a count: printed as one
             return res
         return agreement_metrics.agreement(refs, outs, parts=self._channel_axis())
 
