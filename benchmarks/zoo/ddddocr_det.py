@@ -118,11 +118,11 @@ def reference(package: Path, files: list[Path]) -> dict:
     return {"boxes": boxes, "inputs": inputs}
 
 
-def pipeline_detections(model: Path, args: list[str], files: list[Path]) -> dict:
-    """The pipeline's own preprocessing (the composed ``data.image``) and decoding (the task's
-    ``detection_head``) around the package's FP32 file on onnxruntime, each box mapped back into
-    the image as the server maps it (``image_box``), then truncated as the package truncates."""
-    import numpy as np
+def served(model: Path, args: list[str], files: list[Path], size: tuple[int, int]):
+    """For each file, the input the pipeline's own preprocessing (the composed ``data.image``)
+    makes of it and its detections as the task decodes them (``detection_head``) from the FP32
+    file on onnxruntime, each box mapped back into the image as the server maps it
+    (``image_box``)."""
     import onnxruntime as ort
     from PIL import Image
 
@@ -134,15 +134,22 @@ def pipeline_detections(model: Path, args: list[str], files: list[Path]) -> dict
     read, prep = t.detection_head(), cfg.data.image
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
-    steps = ImageSteps(name, "float32", (1, 3, 416, 416), prep)
-    boxes, inputs = [], []
+    steps = ImageSteps(name, "float32", (1, 3, *size), prep)
     for f in files:
         with Image.open(f) as img:
             made = images.to_array(img.convert("RGB"), prep)
             geometry = steps.geometry(img)
-        inputs.append(hashlib.sha256(np.ascontiguousarray(made, np.float32).tobytes()).hexdigest())
         found = read.decode(session.run(None, {name: made[None]})[0][0])
-        mapped = in_image({"detections": found}, geometry)["detections"]
+        yield made, in_image({"detections": found}, geometry)["detections"]
+
+
+def pipeline_detections(model: Path, args: list[str], files: list[Path]) -> dict:
+    """``served``'s inputs (their digests) and boxes, truncated as the package truncates."""
+    import numpy as np
+
+    boxes, inputs = [], []
+    for made, mapped in served(model, args, files, (416, 416)):
+        inputs.append(hashlib.sha256(np.ascontiguousarray(made, np.float32).tobytes()).hexdigest())
         boxes.append([[int(v) for v in d["image_box"]] for d in mapped])
     return {"boxes": boxes, "inputs": inputs}
 

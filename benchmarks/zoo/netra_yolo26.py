@@ -134,29 +134,13 @@ def pixels(x) -> str:
 
 
 def pipeline_detections(model: Path, args: list[str], files: list[Path]) -> dict:
-    """The pipeline's own preprocessing (the composed ``data.image``) and decoding (the task's
-    ``detection_head``) around the exported FP32 file on onnxruntime, each box mapped back into
-    the image as the server maps it (``image_box``)."""
-    import onnxruntime as ort
-    from PIL import Image
+    """The pipeline's own preprocessing and decoding around the exported FP32 file, each box
+    mapped back as the server maps it (``ddddocr_det.served``): pixels' digests, classes, boxes."""
+    from benchmarks.zoo.ddddocr_det import served
 
-    from benchmarks.byo import _task
-    from pipeline.data import images
-    from pipeline.serve.readers import ImageSteps, in_image
-
-    cfg, t = _task(args)
-    read, prep = t.detection_head(), cfg.data.image
-    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    steps = ImageSteps(name, "float32", (1, 3, 640, 640), prep)
     found, inputs = [], []
-    for f in files:
-        with Image.open(f) as img:
-            made = images.to_array(img.convert("RGB"), prep)
-            geometry = steps.geometry(img)
+    for made, mapped in served(model, args, files, (640, 640)):
         inputs.append(pixels(made))
-        mapped = in_image({"detections": read.decode(session.run(None, {name: made[None]})[0][0])},
-                          geometry)["detections"]
         found.append([(d["class"], d["image_box"]) for d in mapped])
     return {"found": found, "inputs": inputs}
 
