@@ -77,6 +77,22 @@ def test_the_layout_is_checked_when_the_config_is_made():
                  "metric.score_threshold=1.5"])
 
 
+def _identity_run(tmp_path, rows: list, shape: list, layout: str):
+    """An identity graph of ``shape`` over ``rows`` written into the data, read as
+    ``metric.detections=layout``: the task, its arguments, the model and the evaluation's batch."""
+    import datasets
+
+    from tests.test_serve_user_image import _identity, _task
+
+    datasets.Dataset.from_dict({"x": rows}).save_to_disk(str(tmp_path / "saved"))
+    model = _identity(tmp_path / "m.onnx", {"x": shape})
+    args = ("model=onnx", f"model.path={model}", "data=saved", f"data.path={tmp_path / 'saved'}",
+            "data.calibration_samples=2", "data.evaluation_samples=6", "metric=agreement",
+            f"metric.detections={layout}")
+    t = _task(tmp_path / "first", *args)
+    return t, args, model, next(t.batches(t.dataset(t.split("evaluation", 6, "")), 6, sort=False))
+
+
 def test_a_detectors_run_judges_and_serves_its_detections(tmp_path):
     """An identity graph over heads written into the data: the task's primary metric is
     detection_f1, its predictions the decoded boxes; a candidate that lost a detection scores
@@ -96,15 +112,8 @@ def test_a_detectors_run_judges_and_serves_its_detections(tmp_path):
         x[:4] = rng.uniform(20, 200, (4, 64))
         x[4 + rng.integers(0, 2), rng.integers(0, 64, 3)] = rng.uniform(0.5, 0.95, 3)
         heads.append(x)
-    datasets.Dataset.from_dict({"x": heads}).save_to_disk(str(tmp_path / "saved"))
-    model = _identity(tmp_path / "m.onnx", {"x": ["batch", 6, 64]})
-    args = ("model=onnx", f"model.path={model}", "data=saved", f"data.path={tmp_path / 'saved'}",
-            "data.calibration_samples=2", "data.evaluation_samples=6", "metric=agreement",
-            "metric.detections=yolo")
-    t = _task(tmp_path / "dd", *args)
+    t, args, model, batch = _identity_run(tmp_path, heads, ["batch", 6, 64], "yolo")
     assert t.metrics.primary == "detection_f1"
-    ds = t.dataset(t.split("evaluation", 6, ""))
-    batch = next(t.batches(ds, 6, sort=False))
     preds = t.predictions(batch.feeds["x"])
     assert all(1 <= len(p["detections"]) <= 3 for p in preds)
     truth = list(batch.feeds["x"])
@@ -345,7 +354,6 @@ def test_an_end_to_end_run_judges_and_serves_the_rows_its_graph_selected(tmp_pat
     detection_f1 on the selected rows, served as evaluated; a shape no end-to-end exporter
     writes (a head's anchors as rows or as columns, a flat output) refused at task build; read
     as numbers, the run names the layout."""
-    import datasets
 
     from pipeline.core.errors import ConfigError
     from pipeline.serve import artifact
@@ -362,14 +370,8 @@ def test_an_end_to_end_run_judges_and_serves_the_rows_its_graph_selected(tmp_pat
         x[:n, 4] = np.sort(rng.uniform(0.3, 0.95, n))[::-1]
         x[:n, 5] = rng.integers(0, 80, n)
         rows.append(x)
-    datasets.Dataset.from_dict({"x": rows}).save_to_disk(str(tmp_path / "saved"))
-    model = _identity(tmp_path / "m.onnx", {"x": ["batch", 300, 6]})
-    args = ("model=onnx", f"model.path={model}", "data=saved", f"data.path={tmp_path / 'saved'}",
-            "data.calibration_samples=2", "data.evaluation_samples=6", "metric=agreement",
-            "metric.detections=end2end")
-    t = _task(tmp_path / "e1", *args)
+    t, args, model, batch = _identity_run(tmp_path, rows, ["batch", 300, 6], "end2end")
     assert t.metrics.primary == "detection_f1"
-    batch = next(t.batches(t.dataset(t.split("evaluation", 6, "")), 6, sort=False))
     preds = t.predictions(batch.feeds["x"])
     assert [len(p["detections"]) for p in preds] == [
         int((r[:, 4] >= 0.25).sum()) for r in batch.feeds["x"]]
