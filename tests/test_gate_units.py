@@ -394,3 +394,32 @@ def test_int8_that_answers_inf_where_fp32_answers_numbers_fails_the_gate(tmp_pat
     assert "16 of 16 evaluation samples gave NaN or inf outputs (FP16: 0)" in \
         checks["finite_outputs"]["detail"]
     assert "published:" not in proc.stdout
+
+
+def test_output_agreement_asks_no_more_than_fp32_itself_keeps(tmp_path):
+    """A dense detector's decision (every class it finds on a sample) differs between FP32 and
+    FP16 on some samples by one detection at the threshold: there the limit is FP32's own
+    agreement (a candidate as close as the float model passes, one further fails), said in the
+    detail; where FP32 agrees past gate.min_output_agreement, that limit holds."""
+    perfect = {"cosine_mean": 1.0, "cosine_p1": 1.0, "max_abs_diff": 0.0, "mean_abs_diff": 0.0}
+
+    def decided(name, same):  # 100 samples, the first ``same`` decided as FP16 decided them
+        return evaluation(tmp_path / name, perfect,
+                          [{"decision": str(k) if k < same else "other", "output": [1.0]}
+                           for k in range(100)])
+
+    fp16 = decided("fp16", 100)
+    for fp32, cand, passed, limit in ((92, 93, True, 0.92), (92, 90, False, 0.92),
+                                      (99, 93, False, 0.95), (99, 96, True, 0.95)):
+        evals = {"fp16": fp16, "fp32": decided(f"fp32-{fp32}-{cand}", fp32),
+                 "candidate": decided(f"cand-{fp32}-{cand}", cand)}
+        check = next(c for c in judge(evals, fast_bench(), GateConfig(), EMBED).checks
+                     if c.name == "output_agreement")
+        assert (check.passed, check.limit) == (passed, pytest.approx(limit)), check
+        assert ("the limit is FP32's own agreement with FP16 (92.00%)" in check.detail) == \
+            (fp32 == 92), check.detail
+    # FP32 judged (quant=auto's float rows): the cap comes only from an FP32 evaluation given
+    # as such (auto gives its baselines'), never from the row itself
+    alone = gate.measures({"fp16": fp16, "fp32": decided("fp32-alone", 80)}, fast_bench(),
+                          GateConfig(), role=gate.Role.fp32)
+    assert alone.float_agreement is None and alone.agreement == pytest.approx(0.8)

@@ -279,8 +279,11 @@ class _Auto:
                 if lab not in seats.timed:
                     continue  # failed to load on that runtime: recorded in failures
                 seat = seen_from(bench, lab)  # its own timings, nothing renamed
+                # FP32 as the baselines evaluated it: its agreement with FP16 is the least any
+                # row must keep (FP32 on another runtime included) where it is under the limit
                 measures = gate.measures({Role.fp16: self.ref, role: ev}, seat, g,
-                                         self.cfg.slo, self.models[role], role=role)
+                                         self.cfg.slo, self.models[role], role=role,
+                                         float_eval=self.evals.get(Role.fp32))
                 verdict = self.verdicts[lab] = gate.judge(measures, g, t.metrics, self.cfg.slo,
                                                           env)
                 table.append(_row(NAMES[role], role, target, lab, ev, self.ref, seat, verdict,
