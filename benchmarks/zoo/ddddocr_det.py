@@ -294,13 +294,13 @@ def summary(out: dict, model: str = "ddddocr common_det.onnx (YOLOX)") -> dict:
             "accuracy": acc, "speedup": speedup}
 
 
-def targets(out: dict, reference: str = "DdddOcr(det=True).detection") -> dict:
+def targets(out: dict, reference: str = "DdddOcr(det=True).detection",
+            inputs: str = "inputs identical to the package's preprocessing (images)") -> dict:
     p = out["parity"]
     t: dict = {
         f"FP32 parity with {reference}: images whose boxes are within 1 px (%)":
             [p["agree_percent"], p["agree_percent"] >= 99.0],
-        "inputs identical to the package's preprocessing (images)":
-            [p["identical_inputs"], p["identical_inputs"] == p["images"]]}
+        inputs: [p["identical_inputs"], p["identical_inputs"] == p["images"]]}
     peer = out.get("ort_default")
     if peer:
         t["onnxruntime default quantize_static: detection F1 vs FP16 (%)"] = [

@@ -40,6 +40,8 @@ CALIBRATION, EVALUATION = 32, 64
 QUICK = (8, 24)
 QUANTS = ("int8", "auto")
 CONF = 0.25  # the package's YoloDetector
+INPUTS = ("inputs with the pixels of Ultralytics' preprocessing (images; it divides by 255 where "
+          "the pipeline multiplies by 1/255, which may differ in a float's last bit)")
 DATA_ARGS = ["data=imagefolder", "data.image.resize=letterbox", "data.image.height=640",
              "data.image.width=640", "data.image.resampler=opencv",
              "data.image.interpolation=bilinear", "metric=agreement",
@@ -219,5 +221,11 @@ def measure(cli, quick: bool = False) -> dict:
     if "lineage" in out["runs"].get("int8", {}):
         out["ort_default"] = ddddocr_det.peer(out, [*common, "quant=int8"], ROOT, "netra_yolo26")
     out["summary"] = [ddddocr_det.summary(out, "netra-ocr YOLO26s (end2end)")]
-    out["targets"] = ddddocr_det.targets(out, "Ultralytics' predict")
+    out["targets"] = targets(out)
     return out
+
+
+def targets(out: dict) -> dict:
+    from benchmarks.zoo import ddddocr_det
+
+    return ddddocr_det.targets(out, "Ultralytics' predict", INPUTS)
