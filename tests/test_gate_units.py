@@ -418,6 +418,13 @@ def test_output_agreement_asks_no_more_than_fp32_itself_keeps(tmp_path):
         assert (check.passed, check.limit) == (passed, pytest.approx(limit)), check
         assert ("the limit is FP32's own agreement with FP16 (92.00%)" in check.detail) == \
             (fp32 == 92), check.detail
+    # the one rule every check of agreement asks (the gate, the runtime choice, quant=auto)
+    from pipeline.metrics.outputs import agreement_limit, own_agreement
+
+    assert agreement_limit(0.95, 0.92) == 0.92 and agreement_limit(0.95, 0.99) == 0.95
+    assert agreement_limit(0.95, None) == agreement_limit(0.95, float("nan")) == 0.95
+    assert own_agreement(decided("fp32-92", 92), fp16) == pytest.approx(0.92)
+    assert own_agreement(None, fp16) is None
     # FP32 judged (quant=auto's float rows): the cap comes only from an FP32 evaluation given
     # as such (auto gives its baselines'), never from the row itself
     alone = gate.measures({"fp16": fp16, "fp32": decided("fp32-alone", 80)}, fast_bench(),

@@ -31,7 +31,7 @@ from pipeline.gate.verdict import Check, Verdict
 from pipeline.measure.results import (ONE, BenchResult, DecodeResult, Evaluation, Role, Speedup,
                                       Timing)
 from pipeline.metrics import detection, limits as metric_limits
-from pipeline.metrics.outputs import RTOL, agreement, kind
+from pipeline.metrics.outputs import RTOL, agreement, agreement_limit, kind, own_agreement
 
 NAN = float("nan")
 # An A/A deviation past which no timing is trusted, whatever the speedup: one model 10 % off
@@ -152,20 +152,16 @@ def _non_finite(m: Measures) -> Check:
 
 def _agreement(m: Measures, g) -> Check:
     """The share of samples whose decision (or output, within rtol) is FP16's, at least
-    ``gate.min_output_agreement``, or what FP32 itself reaches where that is less: the float
-    model is what the candidate must not fall short of. A dense detector's decision is every
-    class it finds on a sample, and one detection of a hundred crossing the score threshold
-    between FP32 and FP16 makes a sample differ: FP32 itself agreed on 92.7 % of a YOLO26s's
-    document pages, under a limit no candidate could then meet."""
+    ``gate.min_output_agreement`` or, where that is less, what FP32 itself reaches
+    (``pipeline.metrics.outputs.agreement_limit`` says why)."""
     rtol = getattr(g, "output_rtol", RTOL)
     detail = (f"{m.agreement:.2%} of outputs within {rtol:g} relative error of {m.reference}'s"
               if m.agreement_within else
               f"{m.agreement:.2%} of outputs identical to {m.reference}'s")
-    limit, own = g.min_output_agreement, m.float_agreement
-    if own is not None and math.isfinite(own) and own < limit:
-        limit = own
-        detail += (f"; the limit is FP32's own agreement with {m.reference} ({own:.2%}), under "
-                   f"gate.min_output_agreement ({g.min_output_agreement:.2%})")
+    limit = agreement_limit(g.min_output_agreement, m.float_agreement)
+    if limit < g.min_output_agreement:
+        detail += (f"; the limit is FP32's own agreement with {m.reference} ({limit:.2%}), "
+                   f"under gate.min_output_agreement ({g.min_output_agreement:.2%})")
     return Check.of("output_agreement", m.agreement, limit, lambda v: v >= limit, detail)
 
 
@@ -242,14 +238,10 @@ def measures(evals: dict, bench, gate, slo=None, candidate=None,
         agree, within = agreement(cand.artifact, ref.artifact, rtol), kind(ref.artifact) == "within"
     except FileNotFoundError:  # an evaluation without its predictions: absent, fails closed
         agree, within = NAN, False
-    own = None  # FP32's own agreement with FP16, where it was evaluated: the least a float keeps
     if float_eval is None and role != Role.fp32:
         float_eval = evals.get(Role.fp32)
-    if float_eval is not None:
-        try:
-            own = agreement(Evaluation.of(float_eval).artifact, ref.artifact, rtol)
-        except FileNotFoundError:
-            own = None
+    own = own_agreement(None if float_eval is None else Evaluation.of(float_eval).artifact,
+                        ref.artifact, rtol)  # the least a float model keeps
     result = bench if isinstance(bench, BenchResult) else BenchResult.of(bench)
     t = result.at(g.speedup_batch_size) or Timing(None, None)
     b = getattr(slo, "batch_size", 1) if slo is not None else None
@@ -274,9 +266,9 @@ def measures(evals: dict, bench, gate, slo=None, candidate=None,
     if cand.non_finite is not None:
         non_finite = (cand.non_finite, ref.non_finite or 0, cand.samples or 0)
     return Measures("FP16", ref.metrics, cand.metrics, claim, agreement=agree,
-                    agreement_within=within, float_agreement=own, timing=t, served=served, served_batch=b,
-                    environment=result.environment, model_mb=mb, problems=t.problems,
-                    non_finite=non_finite)
+                    agreement_within=within, float_agreement=own, timing=t, served=served,
+                    served_batch=b, environment=result.environment, model_mb=mb,
+                    problems=t.problems, non_finite=non_finite)
 
 
 def decode_measures(scored: dict, decode: DecodeResult, role: str, gate,

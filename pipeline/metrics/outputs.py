@@ -76,6 +76,27 @@ def agreement(a, b, rtol: float = RTOL) -> float:
     return sum(agrees(x, y, rtol) for x, y in zip(pa, pb)) / len(pa)
 
 
+def own_agreement(fp32, fp16, rtol: float = RTOL) -> float | None:
+    """FP32's own agreement with FP16 (their evaluate artifacts); None where FP32 was not
+    evaluated or its predictions are gone."""
+    if fp32 is None:
+        return None
+    try:
+        return agreement(fp32, fp16, rtol)
+    except FileNotFoundError:
+        return None
+
+
+def agreement_limit(minimum: float, own: float | None) -> float:
+    """The agreement with FP16 a candidate must reach: ``minimum`` (``gate.min_output_agreement``),
+    or FP32's ``own`` where that is less. The float model is what a candidate must not fall short
+    of: a dense detector's decision is every class it finds on a sample, and one detection of a
+    hundred crossing the score threshold between FP32 and FP16 makes a sample differ (FP32
+    itself agreed on 92.7 % of a YOLO26s's document pages, under a 95 % limit no candidate could
+    then meet). Every check of agreement (the gate, the runtime choice, quant=auto) asks this."""
+    return own if own is not None and np.isfinite(own) and own < minimum else minimum
+
+
 def kind(a) -> str:
     """How the agreement of evaluation ``a`` reads: decisions identical, or rows within a
     tolerance."""

@@ -35,6 +35,7 @@ from pipeline import gate
 from pipeline.config import QuantMode
 from pipeline.measure.results import BenchResult, Evaluation, Role, Timing
 from pipeline.measure.seat import Seats, seen_from
+from pipeline.metrics.outputs import agreement_limit, own_agreement
 from pipeline.recipes.auto_table import BatchLatency, Row, choose, why
 from pipeline.runtimes import Target, cpu_supports
 from pipeline.runtimes.plan import Plan, label
@@ -98,16 +99,17 @@ def not_timed(hw, plan, evals: dict, roles: list, contenders: tuple, accurate) -
     return list(dict.fromkeys(out))
 
 
-def _untimed_row(name, role, target, lab, ev, ref, g, metrics, metric) -> Row:
+def _untimed_row(name, role, target, lab, ev, ref, g, metrics, metric, floor: float) -> Row:
     """A table row for a candidate left untimed on a runtime where it misses the accuracy
-    budget: its accuracy checks, as the gate names them, and no latency."""
+    budget: its accuracy checks, as the gate names them, and no latency. ``floor``: the
+    agreement it must reach (``agreement_limit``)."""
     from pipeline.metrics import limits as metric_limits
 
     drop, agree = _drop_and_agreement(ev, ref, metric, g.output_rtol)
     e, r = Evaluation.of(ev), Evaluation.of(ref)
     failed = [("accuracy_drop" if i == 0 else f"{j.metric}_drop") for i, j in enumerate(
         metric_limits.judged(r.metrics, e.metrics, g.max_accuracy_drop, metrics)) if not j.passed]
-    if agree < g.min_output_agreement:
+    if agree < floor:
         failed.append("output_agreement")
     if e.non_finite:  # NaN or inf outputs (gate.judge's finite_outputs)
         failed.append("finite_outputs")
@@ -162,6 +164,9 @@ class _Auto:
                                  hardware=self.hw)
         self.evals = baselines(runner, self.plan, self.evaluate, t, exported, fp32, fp16)
         self.ref = self.evals[Role.fp16]
+        # the agreement with FP16 every candidate must reach: the gate's, or FP32's own if less
+        self.floor = agreement_limit(self.g.min_output_agreement, own_agreement(
+            self.evals.get(Role.fp32), self.ref, self.g.output_rtol))
         self.fp32, self.export = fp32, source_for_dynamic
         self.models = {Role.export: exported, Role.fp32: fp32, Role.fp16: fp16}
         self.infos, self.notes = {}, Notes()
@@ -181,7 +186,7 @@ class _Auto:
         drop, agree = _drop_and_agreement(ev, ref, self.metric, g.output_rtol)
         return (within(Evaluation.of(ref).metrics, Evaluation.of(ev).metrics,
                        g.max_accuracy_drop, self.t.metrics)
-                and agree >= g.min_output_agreement
+                and agree >= self.floor
                 and not Evaluation.of(ev).non_finite), drop, agree
 
     def _evaluated(self, role: str, label_: str):
@@ -274,7 +279,7 @@ class _Auto:
                 ev = plan.evaluation_of(self.evals, role, target)
                 if lab in untimed:  # evaluated, missed the accuracy budget there: not timed
                     table.append(_untimed_row(NAMES[role], role, target, lab, ev, self.ref, g,
-                                              t.metrics, metric))
+                                              t.metrics, metric, self.floor))
                     continue
                 if lab not in seats.timed:
                     continue  # failed to load on that runtime: recorded in failures
@@ -347,8 +352,10 @@ def float_hint(verdict, evals: dict, bench, plan, gate_cfg, metric) -> None:
 
     metrics, metric = metric, primary(metric)
     drop, agree = _drop_and_agreement(ev, evals[Role.fp16], metric, gate_cfg.output_rtol)
+    floor = agreement_limit(gate_cfg.min_output_agreement, own_agreement(
+        evals.get(Role.fp32), evals[Role.fp16], gate_cfg.output_rtol))
     ok = (within(Evaluation.of(evals[Role.fp16]).metrics, Evaluation.of(ev).metrics,
-                 gate_cfg.max_accuracy_drop, metrics) and agree >= gate_cfg.min_output_agreement)
+                 gate_cfg.max_accuracy_drop, metrics) and agree >= floor)
     title = {Role.fp32: "the optimized FP32 model", Role.fp16: "the FP16 model"}.get(role, role)
     p50 = at.latencies[lab].p50
     if ok:

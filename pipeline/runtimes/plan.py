@@ -112,7 +112,7 @@ class Plan:
         ``MetricSpec``): every metric the gate judges must hold for a target to pass on
         accuracy. The summary names the shipped model ``candidate``, as reports always have."""
         from pipeline.metrics import limits
-        from pipeline.metrics.outputs import RTOL, agreement
+        from pipeline.metrics.outputs import RTOL, agreement, agreement_limit, own_agreement
 
         metrics, metric = metric, limits.primary(metric)
         rtol = getattr(gate, "output_rtol", RTOL)
@@ -120,6 +120,8 @@ class Plan:
         self.failures.update(bench.meta.get("failures", {}))
         ref = evals["fp16"]
         ref_acc = ref.meta["metrics"][metric.name]
+        floor = agreement_limit(gate.min_output_agreement,
+                                own_agreement(evals.get("fp32"), ref, rtol))
         choice, seat = {}, {}
         for b, at in batches.items():
             rows = []
@@ -138,7 +140,7 @@ class Plan:
                                  at.get("speedup_vs_fastest_float_by_label", {}).get(lab),
                              "passes_accuracy": (limits.within(
                                  ref.meta["metrics"], ev.meta["metrics"], gate.max_accuracy_drop,
-                                 metrics) and agree >= gate.min_output_agreement)})
+                                 metrics) and agree >= floor)})
             if not rows:
                 raise StageError(f"batch {b}: no candidate target was both evaluated and timed "
                                  f"({'; '.join(self.failures.values()) or 'nothing ran'})")
