@@ -59,17 +59,18 @@ def markdown(auto, metric: str, unit: str = "%") -> list[str]:
               f"size from one side-by-side benchmark, speedup over the fastest float baseline at "
               f"batch {auto.gate_batch} (median of per-round ratios, 95 % CI) and the gate's "
               "verdict on it as if it shipped.", "",
-              f"| candidate | runtime | {metric.replace('_', ' ')} | drop | "
+              f"| candidate | runtime | {metric.replace('_', ' ')} | drop | agree fp16 | "
               + " | ".join(f"p50 b{b} ms" for b in batches)
               + f" | speedup b{auto.gate_batch} | verdict |",
-              "|---|---|---|---|" + "---|" * len(batches) + "---|---|"]
+              "|---|---|---|---|---|" + "---|" * len(batches) + "---|---|"]
     for r in auto.table:
         acc = numbers.in_unit(r.accuracy if r.metric == metric else None, unit)
         drop = numbers.drop_in_unit(r.accuracy_drop, unit)
         lat = [f"{r.latency_ms[b].p50:.2f}" if b in r.latency_ms else "–" for b in batches]
         verdict = "pass" if r.passed else "fail: " + ", ".join(r.failed)
         star = " ★" if r.label == w.label else ""
-        lines.append(f"| {r.candidate}{star} | {r.target} | {acc} | {drop} | "
+        agree = numbers.percent(r.agreement_with_fp16, fraction=True)  # output_agreement's value
+        lines.append(f"| {r.candidate}{star} | {r.target} | {acc} | {drop} | {agree} | "
                      + " | ".join(lat) + f" | {_ci(r.speedup_vs_fastest_float)} | {verdict} |")
     for k, v in to_json(auto.notes).items():
         lines.append(f"- {k}: {v}")

@@ -86,6 +86,7 @@ def test_the_auto_result_keeps_the_report_json_and_renders_the_same_from_either_
     assert md == markdown(json.loads(json.dumps(data)), "sequence_accuracy")
     text = "\n".join(md)
     assert "**Winner: dynamic on onnxruntime fp32.**" in text and "- mixed: not built" in text
-    assert "| dynamic ★ | onnxruntime fp32 | 99.50 % | 0.25 points | 1.00 | 2.00x (CI 1.50-2.50) | pass |" in text
-    assert "| mixed | openvino fp32 | 90.00 % | 9.50 points | – |" in text
+    assert ("| dynamic ★ | onnxruntime fp32 | 99.50 % | 0.25 points | 87.50 % | 1.00 | "
+            "2.00x (CI 1.50-2.50) | pass |") in text
+    assert "| mixed | openvino fp32 | 90.00 % | 9.50 points | 50.00 % | – |" in text
     assert "### Float regions" in text and "| stem.0 ★ | stem.0 | 2 |" in text

@@ -94,13 +94,15 @@ def test_the_runtimes_and_auto_tables_read_a_cosine_as_a_cosine_not_as_a_percent
     assert "| ★ 87.50 % · b1 14.09 ms |" in md and "(drop 0.25 points vs FP16)" in md
     row = {"candidate": "dynamic", "role": "dynamic", "target": "onnxruntime fp32",
            "label": "dynamic", "runtime": "onnxruntime", "precision": "fp32",
-           "failed_detail": [], "cosine_mean": 0.99037, "accuracy_drop": 0.00963, "latency_ms": {"8": {"p50": 66.8}},
+           "failed_detail": [], "cosine_mean": 0.99037, "accuracy_drop": 0.00963,
+           "agreement_with_fp16": 0.9762, "latency_ms": {"8": {"p50": 66.8}},
            "speedup_vs_fastest_float": {"median": 3.14, "ci95": [3.11, 3.17]}, "passed": True,
            "failed": []}
     auto = {"winner": row, "table": [row], "why": ["w"], "gate_batch": 8}
     md = "\n".join(auto_markdown(auto, "cosine_mean", ""))
-    assert "| candidate | runtime | cosine mean | drop |" in md
-    assert "| dynamic ★ | onnxruntime fp32 | 0.9904 | 0.0096 | 66.80 |" in md
+    assert "| candidate | runtime | cosine mean | drop | agree fp16 |" in md
+    # output agreement, which the gate judges beside the metric, as a percentage
+    assert "| dynamic ★ | onnxruntime fp32 | 0.9904 | 0.0096 | 97.62 % | 66.80 |" in md
 
 
 def test_the_report_reads_top_to_bottom_in_its_sections_order():
