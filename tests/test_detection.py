@@ -397,3 +397,21 @@ def test_an_end_to_end_run_judges_and_serves_the_rows_its_graph_selected(tmp_pat
         other = _identity(tmp_path / f"m{shape[1]}.onnx", {"x": shape})
         with pytest.raises(ConfigError, match=says):
             _task(tmp_path / f"e{shape[1]}", args[0], f"model.path={other}", *args[2:])
+
+
+def test_a_sample_agrees_when_its_detections_are_the_baselines_within_the_f1_budget():
+    """The gate's output agreement for a detector: a dense page that lost one of 140 detections
+    at the threshold agrees (its F1 99.6); a sparse one that lost one of five, or named one
+    box's class otherwise, does not; the gate says what it counted."""
+    from pipeline.metrics.outputs import agrees
+
+    def page(n, classes=None):
+        found = [{"class": (classes or [0] * n)[k], "score": 0.9,
+                  "box": [10.0 * k, 0.0, 10.0 * k + 8, 8.0]} for k in range(n)]
+        return {"decision": detection.decision(found), "detections": found}
+
+    dense, sparse = page(140), page(5)
+    assert agrees({**dense, "detections": dense["detections"][:-1]}, dense)
+    assert not agrees({**sparse, "detections": sparse["detections"][:-1]}, sparse)
+    assert not agrees(page(5, [0, 0, 0, 0, 1]), sparse)
+    assert agrees(page(0), page(0)) and not agrees(page(1), page(0))

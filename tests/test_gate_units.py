@@ -430,3 +430,27 @@ def test_output_agreement_asks_no_more_than_fp32_itself_keeps(tmp_path):
     alone = gate.measures({"fp16": fp16, "fp32": decided("fp32-alone", 80)}, fast_bench(),
                           GateConfig(), role=gate.Role.fp32)
     assert alone.float_agreement is None and alone.agreement == pytest.approx(0.8)
+
+
+def test_a_detectors_agreement_counts_samples_whose_detections_match(tmp_path):
+    """Detections compared on each sample within the F1 budget, and the detail says so."""
+    from pipeline.metrics import detection
+
+    perfect = {"cosine_mean": 1.0, "cosine_p1": 1.0, "max_abs_diff": 0.0, "mean_abs_diff": 0.0}
+
+    def pages(name, lost):  # 4 pages of 150 detections; ``lost`` of them miss their last two
+        rows = []
+        for k in range(4):
+            found = [{"class": 0, "score": 0.9, "box": [5.0 * j, 0.0, 5.0 * j + 4, 4.0]}
+                     for j in range(150 - (2 if k < lost else 0))]
+            rows.append({"decision": detection.decision(found), "detections": found,
+                         "output": [0.0]})
+        return evaluation(tmp_path / name, perfect, rows)
+
+    evals = {"fp16": pages("fp16", 0), "fp32": pages("fp32", 0), "candidate": pages("cand", 1)}
+    check = next(c for c in judge(evals, fast_bench(), GateConfig(), EMBED).checks
+                 if c.name == "output_agreement")
+    # two of 150 lost: F1 99.33 on that page, within the budget, so all four pages agree
+    assert check.passed and check.value == 1.0
+    assert "100.00% of samples with FP16's detections (detection F1 99 or more on each)" in \
+        check.detail, check.detail

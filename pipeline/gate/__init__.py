@@ -63,7 +63,7 @@ class Measures:
     speed: SpeedClaim
     primary_check: str | None = "accuracy_drop"  # the primary's check name (None: <metric>_drop)
     agreement: float | None = None  # share of identical (or close) outputs; None: not judged
-    agreement_within: bool = False  # continuous outputs: "within rtol" rather than "identical"
+    agreement_kind: str = "identical"  # "within" rtol (continuous outputs), or "detections"
     float_agreement: float | None = None  # the same share of FP32's own (None: not evaluated)
     timing: Timing | None = None    # the batch the speed gate is judged at: the A/A check
     served: Timing | None = None    # the batch a request is answered in (slo.batch_size)
@@ -155,9 +155,11 @@ def _agreement(m: Measures, g) -> Check:
     ``gate.min_output_agreement`` or, where that is less, what FP32 itself reaches
     (``pipeline.metrics.outputs.agreement_limit`` says why)."""
     rtol = getattr(g, "output_rtol", RTOL)
-    detail = (f"{m.agreement:.2%} of outputs within {rtol:g} relative error of {m.reference}'s"
-              if m.agreement_within else
-              f"{m.agreement:.2%} of outputs identical to {m.reference}'s")
+    detail = {"within": f"{m.agreement:.2%} of outputs within {rtol:g} relative error of "
+                        f"{m.reference}'s",
+              "detections": f"{m.agreement:.2%} of samples with {m.reference}'s detections "
+                            f"(detection F1 {detection.SAMPLE_F1:g} or more on each)"}.get(
+        m.agreement_kind, f"{m.agreement:.2%} of outputs identical to {m.reference}'s")
     limit = agreement_limit(g.min_output_agreement, m.float_agreement)
     if limit < g.min_output_agreement:
         detail += (f"; the limit is FP32's own agreement with {m.reference} ({limit:.2%}), "
@@ -235,9 +237,9 @@ def measures(evals: dict, bench, gate, slo=None, candidate=None,
     ref, cand = Evaluation.of(evals[Role.fp16]), Evaluation.of(evals[role])
     rtol = getattr(g, "output_rtol", RTOL)
     try:
-        agree, within = agreement(cand.artifact, ref.artifact, rtol), kind(ref.artifact) == "within"
+        agree, how = agreement(cand.artifact, ref.artifact, rtol), kind(ref.artifact)
     except FileNotFoundError:  # an evaluation without its predictions: absent, fails closed
-        agree, within = NAN, False
+        agree, how = NAN, "identical"
     if float_eval is None and role != Role.fp32:
         float_eval = evals.get(Role.fp32)
     own = own_agreement(None if float_eval is None else Evaluation.of(float_eval).artifact,
@@ -266,7 +268,7 @@ def measures(evals: dict, bench, gate, slo=None, candidate=None,
     if cand.non_finite is not None:
         non_finite = (cand.non_finite, ref.non_finite or 0, cand.samples or 0)
     return Measures("FP16", ref.metrics, cand.metrics, claim, agreement=agree,
-                    agreement_within=within, float_agreement=own, timing=t, served=served,
+                    agreement_kind=how, float_agreement=own, timing=t, served=served,
                     served_batch=b, environment=result.environment, model_mb=mb,
                     problems=t.problems, non_finite=non_finite)
 

@@ -52,6 +52,11 @@ SPECS = {"detection_f1": MetricSpec("detection_f1", True, needs_labels=False, li
                                         limit=None, scale="detections")}
 
 
+# A sample's detections agree with the baseline's (the gate's output agreement) at this F1 on
+# that sample alone: the default budget. Under 100 detections on a sample that is every one of
+# them; on a denser page, one crossing the score threshold is not a different answer.
+SAMPLE_F1 = 100.0 - SPECS["detection_f1"].limit
+
 # The channels before the class scores, by layout: the box, then (yolov5, yolox) the objectness
 BOX_CHANNELS = {"yolo": 4, "yolov5": 5, "yolox": 5}
 # YOLOX's grids: one cell per stride's step over the input; P6 models add a fourth level
