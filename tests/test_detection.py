@@ -415,3 +415,49 @@ def test_a_sample_agrees_when_its_detections_are_the_baselines_within_the_f1_bud
     assert not agrees({**sparse, "detections": sparse["detections"][:-1]}, sparse)
     assert not agrees(page(5, [0, 0, 0, 0, 1]), sparse)
     assert agrees(page(0), page(0)) and not agrees(page(1), page(0))
+
+
+def test_a_head_layout_on_rows_shaped_like_an_end_to_end_graphs_is_told_apart(tmp_path):
+    """``yolo``/``yolov5`` named for an output of [batch, up to 1000, 6]: refused where the input
+    fixes its size and the rows are not a head's cells over it (one-class YOLOv5 heads have that
+    shape: 252 rows over 64 x 64 pass), a warning where the size is open."""
+    import datasets
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from pipeline.core.errors import ConfigError
+    from tests.test_serve_user_image import _identity, _task
+
+    def model(path, rows):
+        graph = helper.make_graph(
+            [helper.make_node("Flatten", ["images"], ["flat"]),
+             helper.make_node("Slice", ["flat", "zero", "end", "one"], ["part"]),
+             helper.make_node("Reshape", ["part", "shape"], ["y"])], "g",
+            [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, 64, 64])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", rows, 6])],
+            [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             (("zero", [0]), ("end", [rows * 6]), ("one", [1]), ("shape", [-1, rows, 6]))])
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        m.ir_version = 8
+        onnx.save(m, str(path))
+        return path
+
+    datasets.Dataset.from_dict({"images": [np.zeros((3, 64, 64), np.float32)] * 4}).save_to_disk(
+        str(tmp_path / "saved"))
+    data = ("data=saved", f"data.path={tmp_path / 'saved'}", "data.calibration_samples=2",
+            "data.evaluation_samples=2", "metric=agreement")
+    with pytest.raises(ConfigError, match=r"yolov5: .* \['batch', 300, 6\] has the shape of an "
+                                          r"end-to-end graph's rows .* metric.detections=end2end "
+                                          r"reads; its 300 rows are not the cells"):
+        _task(tmp_path / "r1", "model=onnx", f"model.path={model(tmp_path / 'a.onnx', 300)}",
+              *data, "metric.detections=yolov5")
+    one_class = _task(tmp_path / "r2", "model=onnx",
+                      f"model.path={model(tmp_path / 'b.onnx', 252)}", *data,
+                      "metric.detections=yolov5")
+    assert one_class.metrics.primary == "detection_f1"
+    open_size = _identity(tmp_path / "c.onnx", {"x": ["batch", 300, 6]})
+    datasets.Dataset.from_dict({"x": [np.zeros((300, 6), np.float32)] * 4}).save_to_disk(
+        str(tmp_path / "rows"))
+    t = _task(tmp_path / "r3", "model=onnx", f"model.path={open_size}", "data=saved",
+              f"data.path={tmp_path / 'rows'}", *data[2:], "metric.detections=yolo")
+    assert any("cannot be checked against a head's grids" in w for w in t.warnings), t.warnings

@@ -91,6 +91,15 @@ def grid_strides(anchors: int, height: int, width: int) -> tuple[int, ...] | Non
     return None
 
 
+def on_some_grid(anchors: int, height: int, width: int) -> bool:
+    """Whether ``anchors`` are the cells of a YOLO head's grids over a ``height`` x ``width``
+    input: strides 8, 16, 32 (64 for P6, 4 for P2), one anchor a cell (anchor-free heads) or
+    three (YOLOv5, YOLOv7)."""
+    layouts = (*GRID_STRIDES, (4, 8, 16, 32))
+    return any(per * sum((height // s) * (width // s) for s in strides) == anchors
+               for strides in layouts for per in (1, 3))
+
+
 def on_grid(x: np.ndarray, height: int, width: int) -> np.ndarray:
     """A raw YOLOX head ``[5 + classes, anchors]`` with its boxes in the input's pixels: each
     centre its cell's offset plus the cell, times the stride; each size exp of it, times the

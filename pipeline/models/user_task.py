@@ -235,6 +235,8 @@ class UserTask:
                               f"classes, anchors] (or its last two axes swapped), with at least "
                               f"one class; {self.what}'s output {out.name} has shape "
                               f"{list(out.shape)}")
+        if m.detections in ("yolo", "yolov5") and _end2end_shaped(out.shape):
+            self._not_rows(out, m.detections, max(fixed))
         if m.detections == "yolox":
             height, width = self.detection_head().input_size
             anchors = max(fixed)
@@ -245,6 +247,21 @@ class UserTask:
                     f"strides 8, 16, 32 (and 64), where each anchor is one cell; a head "
                     f"exported with its boxes decoded is metric.detections=yolov5")
         return _detection_spec()
+
+    def _not_rows(self, out, layout: str, anchors: int) -> None:
+        """A head read from an output shaped like an end-to-end graph's rows ([batch, up to 1000,
+        6]): refused where the input fixes its size and the rows are not a head's cells over it
+        (a head's anchors are its strides' cells, one or three each), else a warning."""
+        _, size = self._image_size()
+        says = (f"metric.detections={layout}: {self.what}'s output {out.name} "
+                f"{list(out.shape)} has the shape of an end-to-end graph's rows (x1, y1, x2, y2, "
+                f"score, class), which metric.detections=end2end reads")
+        if size is None:
+            self.warnings.append(says + "; the input's size is open, so its rows cannot be "
+                                 "checked against a head's grids")
+        elif not detection.on_some_grid(anchors, *size):
+            raise ConfigError(says + f"; its {anchors} rows are not the cells of a head's "
+                              f"grids over its {size[0]}x{size[1]} input")
 
     def _check_end2end(self, out) -> None:
         """An end-to-end graph's rows, [batch, detections, 6 or more]; a count of rows no
@@ -270,10 +287,8 @@ class UserTask:
         m = self.metric_cfg
         size = None
         if m.detections == "yolox":
-            image = next((i for i in self.inputs if len(i.shape) == 4), None)
-            axes = (1, 2) if self.data_cfg.image.layout == "nhwc" else (2, 3)
-            size = image and tuple(image.shape[a] for a in axes)
-            if not size or not all(isinstance(d, int) for d in size):
+            image, size = self._image_size()
+            if not size:
                 raise ConfigError(
                     f"metric.detections=yolox: the head's boxes are on grids over the input's "
                     f"height and width, which {self.what} does not fix ("
@@ -281,6 +296,13 @@ class UserTask:
                     + "): export it at the size its inference code feeds")
         return detection.Head(m.detections, m.score_threshold, m.iou_threshold,
                               m.nms or "per_class", size)
+
+    def _image_size(self):
+        """The image input and its height and width, where the graph fixes both (else None)."""
+        image = next((i for i in self.inputs if len(i.shape) == 4), None)
+        axes = (1, 2) if self.data_cfg.image.layout == "nhwc" else (2, 3)
+        size = image and tuple(image.shape[a] for a in axes)
+        return image, (size if size and all(isinstance(d, int) for d in size) else None)
 
     def _check_classes(self, data, classes: int) -> None:
         """Labels the output cannot name: a class past the output's last is never predicted, so
