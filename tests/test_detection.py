@@ -260,14 +260,31 @@ def test_a_raw_yolox_head_is_decoded_on_its_strides_grids():
     assert len(detection.Head("yolox", 0.25, 0.45, "all", (64, 64)).decode(ruined)) == 1
 
 
+def _image_rows(path, size, rows: int, cols: int):
+    """An ONNX file: [b, 3, h, w] -> its first rows x cols values, as [b, rows, cols]."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Flatten", ["images"], ["flat"]),
+         helper.make_node("Slice", ["flat", "zero", "end", "one"], ["part"]),
+         helper.make_node("Reshape", ["part", "shape"], ["y"])], "g",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, *size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", rows, cols])],
+        [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+         (("zero", [0]), ("end", [rows * cols]), ("one", [1]), ("shape", [-1, rows, cols]))])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
 def test_a_yolox_run_reads_its_grids_from_the_models_input(tmp_path):
     """The task reads a yolox head's grid size from the model's fixed image input, decodes the
     evaluation's outputs on it, records it for the server (which answers the same boxes), and
     refuses, at task build, an input whose size the graph leaves open or an output that is not
     that input's grids."""
     import datasets
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
 
     from pipeline.core.errors import ConfigError
     from pipeline.serve import artifact
@@ -275,19 +292,7 @@ def test_a_yolox_run_reads_its_grids_from_the_models_input(tmp_path):
     from tests.test_serve_user_image import _task
 
     def model(path, size, anchors=84):
-        """[b, 3, h, w] -> its first anchors x 7 values, as [b, anchors, 7]."""
-        graph = helper.make_graph(
-            [helper.make_node("Flatten", ["images"], ["flat"]),
-             helper.make_node("Slice", ["flat", "zero", "end", "one"], ["part"]),
-             helper.make_node("Reshape", ["part", "shape"], ["y"])], "g",
-            [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, *size])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", anchors, 7])],
-            [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
-             (("zero", [0]), ("end", [anchors * 7]), ("one", [1]), ("shape", [-1, anchors, 7]))])
-        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-        m.ir_version = 8
-        onnx.save(m, str(path))
-        return path
+        return _image_rows(path, size, anchors, 7)
 
     rng = np.random.default_rng(1)
     rows = []
@@ -422,25 +427,12 @@ def test_a_head_layout_on_rows_shaped_like_an_end_to_end_graphs_is_told_apart(tm
     fixes its size and the rows are not a head's cells over it (one-class YOLOv5 heads have that
     shape: 252 rows over 64 x 64 pass), a warning where the size is open."""
     import datasets
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
 
     from pipeline.core.errors import ConfigError
     from tests.test_serve_user_image import _identity, _task
 
     def model(path, rows):
-        graph = helper.make_graph(
-            [helper.make_node("Flatten", ["images"], ["flat"]),
-             helper.make_node("Slice", ["flat", "zero", "end", "one"], ["part"]),
-             helper.make_node("Reshape", ["part", "shape"], ["y"])], "g",
-            [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, 64, 64])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", rows, 6])],
-            [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
-             (("zero", [0]), ("end", [rows * 6]), ("one", [1]), ("shape", [-1, rows, 6]))])
-        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-        m.ir_version = 8
-        onnx.save(m, str(path))
-        return path
+        return _image_rows(path, (64, 64), rows, 6)
 
     datasets.Dataset.from_dict({"images": [np.zeros((3, 64, 64), np.float32)] * 4}).save_to_disk(
         str(tmp_path / "saved"))
