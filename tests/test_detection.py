@@ -408,7 +408,8 @@ def test_a_sample_agrees_when_its_detections_are_the_baselines_within_the_f1_bud
     """The gate's output agreement for a detector: a dense page that lost one of 140 detections
     at the threshold agrees (its F1 99.6); a sparse one that lost one of five, or named one
     box's class otherwise, does not; the gate says what it counted."""
-    from pipeline.metrics.outputs import agrees
+    from pipeline.config.gate import GateConfig
+    from pipeline.metrics.outputs import Rule, agrees
 
     def page(n, classes=None):
         found = [{"class": (classes or [0] * n)[k], "score": 0.9,
@@ -420,6 +421,12 @@ def test_a_sample_agrees_when_its_detections_are_the_baselines_within_the_f1_bud
     assert not agrees({**sparse, "detections": sparse["detections"][:-1]}, sparse)
     assert not agrees(page(5, [0, 0, 0, 0, 1]), sparse)
     assert agrees(page(0), page(0)) and not agrees(page(1), page(0))
+    # the bar is the user's budget (Rule.of the gate config): losing one of five is F1 88.9
+    assert agrees({**sparse, "detections": sparse["detections"][:-1]}, sparse, Rule(sample_f1=85))
+    assert not agrees({**dense, "detections": dense["detections"][:-1]}, dense,
+                      Rule.of(GateConfig(max_accuracy_drop={"detection_f1": 0.2})))
+    assert Rule.of(GateConfig(max_accuracy_drop=4)).sample_f1 == 96.0
+    assert Rule.of(GateConfig(max_accuracy_drop={"cer": 1})).sample_f1 == detection.SAMPLE_F1
 
 
 def test_a_head_layout_on_rows_shaped_like_an_end_to_end_graphs_is_told_apart(tmp_path):

@@ -125,7 +125,7 @@ def test_continuous_outputs_agree_within_a_tolerance(tmp_path):
     """Embeddings compared exactly read 0 % agreement whatever the candidate; within the
     relative tolerance a near copy agrees and a damaged row does not. One value per row: a
     cosine would see only its sign, the relative error sees the value."""
-    from pipeline.metrics.outputs import agreement
+    from pipeline.metrics.outputs import Rule, agreement
 
     ref = vectors()
     near = ref + 0.01 * vectors(seed=1)
@@ -137,7 +137,7 @@ def test_continuous_outputs_agree_within_a_tolerance(tmp_path):
     one = evaluation(tmp_path / "one", {}, rows(np.array([[2.0], [2.0], [2.0], [0.0]])))
     other = evaluation(tmp_path / "two", {}, rows(np.array([[2.1], [3.0], [-2.0], [0.0]])))
     assert agreement(other, one) == pytest.approx(0.5)  # 2.1 and 0.0 agree; 3.0 and -2.0 not
-    assert agreement(other, one, rtol=0.6) == pytest.approx(0.75)
+    assert agreement(other, one, Rule(rtol=0.6)) == pytest.approx(0.75)
     v = judge(embed_evals(tmp_path / "g", {"cosine_mean": 0.9999, "cosine_p1": 0.999,
                                            "max_abs_diff": 0.01, "mean_abs_diff": 0.001},
                           near), fast_bench(), GateConfig(), EMBED)
@@ -436,7 +436,8 @@ def test_a_detectors_agreement_counts_samples_whose_detections_match(tmp_path):
     """Detections compared on each sample within the F1 budget, and the detail says so."""
     from pipeline.metrics import detection
 
-    perfect = {"cosine_mean": 1.0, "cosine_p1": 1.0, "max_abs_diff": 0.0, "mean_abs_diff": 0.0}
+    perfect = {"cosine_mean": 1.0, "cosine_p1": 1.0, "max_abs_diff": 0.0, "mean_abs_diff": 0.0,
+               "detection_f1": 100.0, "detections_found": 600}
 
     def pages(name, lost):  # 4 pages of 150 detections; ``lost`` of them miss their last two
         rows = []
@@ -454,3 +455,13 @@ def test_a_detectors_agreement_counts_samples_whose_detections_match(tmp_path):
     assert check.passed and check.value == 1.0
     assert "100.00% of samples with FP16's detections (detection F1 99 or more on each)" in \
         check.detail, check.detail
+    detector = MetricsSpec(tuple(detection.SPECS.values()), "detection_f1")
+    # the user's own detection budget sets the bar on each sample too: a tighter one (0.5 point)
+    # asks F1 99.5, which the page that lost two of 150 misses; a looser number is the primary
+    # metric's limit, which for a detector is its F1's
+    for drop, value in (({"detection_f1": 0.5}, 0.75), (3, 1.0), (0, 0.75)):
+        check = next(c for c in judge(evals, fast_bench(), GateConfig(max_accuracy_drop=drop),
+                                      detector).checks if c.name == "output_agreement")
+        assert check.value == value, (drop, check)
+        assert f"(detection F1 {100 - (drop if isinstance(drop, int) else 0.5):g} or more" in \
+            check.detail, check.detail

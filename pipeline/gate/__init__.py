@@ -31,7 +31,7 @@ from pipeline.gate.verdict import Check, Verdict
 from pipeline.measure.results import (ONE, BenchResult, DecodeResult, Evaluation, Role, Speedup,
                                       Timing)
 from pipeline.metrics import detection, limits as metric_limits
-from pipeline.metrics.outputs import RTOL, agreement, agreement_limit, kind, own_agreement
+from pipeline.metrics.outputs import Rule, agreement, agreement_limit, kind, own_agreement
 
 NAN = float("nan")
 # An A/A deviation past which no timing is trusted, whatever the speedup: one model 10 % off
@@ -154,11 +154,11 @@ def _agreement(m: Measures, g) -> Check:
     """The share of samples whose decision (or output, within rtol) is FP16's, at least
     ``gate.min_output_agreement`` or, where that is less, what FP32 itself reaches
     (``pipeline.metrics.outputs.agreement_limit`` says why)."""
-    rtol = getattr(g, "output_rtol", RTOL)
-    detail = {"within": f"{m.agreement:.2%} of outputs within {rtol:g} relative error of "
+    rule = Rule.of(g)
+    detail = {"within": f"{m.agreement:.2%} of outputs within {rule.rtol:g} relative error of "
                         f"{m.reference}'s",
               "detections": f"{m.agreement:.2%} of samples with {m.reference}'s detections "
-                            f"(detection F1 {detection.SAMPLE_F1:g} or more on each)"}.get(
+                            f"(detection F1 {rule.sample_f1:g} or more on each)"}.get(
         m.agreement_kind, f"{m.agreement:.2%} of outputs identical to {m.reference}'s")
     limit = agreement_limit(g.min_output_agreement, m.float_agreement)
     if limit < g.min_output_agreement:
@@ -235,15 +235,15 @@ def measures(evals: dict, bench, gate, slo=None, candidate=None,
     must keep where it is under the limit (default: ``evals``' FP32, unless FP32 is judged)."""
     g = gate
     ref, cand = Evaluation.of(evals[Role.fp16]), Evaluation.of(evals[role])
-    rtol = getattr(g, "output_rtol", RTOL)
+    rule = Rule.of(g)
     try:
-        agree, how = agreement(cand.artifact, ref.artifact, rtol), kind(ref.artifact)
+        agree, how = agreement(cand.artifact, ref.artifact, rule), kind(ref.artifact)
     except FileNotFoundError:  # an evaluation without its predictions: absent, fails closed
         agree, how = NAN, "identical"
     if float_eval is None and role != Role.fp32:
         float_eval = evals.get(Role.fp32)
     own = own_agreement(None if float_eval is None else Evaluation.of(float_eval).artifact,
-                        ref.artifact, rtol)  # the least a float model keeps
+                        ref.artifact, rule)  # the least a float model keeps
     result = bench if isinstance(bench, BenchResult) else BenchResult.of(bench)
     t = result.at(g.speedup_batch_size) or Timing(None, None)
     b = getattr(slo, "batch_size", 1) if slo is not None else None

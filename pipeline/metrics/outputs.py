@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,6 +24,26 @@ from pipeline.metrics import detection
 # row; ``gate.output_rtol``). 0.25 is, for unit-length embeddings, a cosine of 0.969: the bar the
 # 1st-percentile cosine gate sets for the worst rows. For one value per row it is 25 % of it.
 RTOL = 0.25
+
+
+@dataclass(frozen=True)
+class Rule:
+    """When one sample's output agrees with the baseline's: a continuous row within ``rtol``
+    (``gate.output_rtol``); a detector's detections at ``sample_f1`` or more on that sample,
+    100 less the detection F1 budget the user gave (``gate.max_accuracy_drop``), so that a
+    budget loosened for the whole set is not refused again sample by sample."""
+    rtol: float = RTOL
+    sample_f1: float = detection.SAMPLE_F1
+
+    @classmethod
+    def of(cls, gate) -> "Rule":
+        """The rule a gate config sets (an object without those fields: the defaults). A number
+        for ``gate.max_accuracy_drop`` is the primary metric's limit, which for a detector is
+        its detection F1's; a mapping may name ``detection_f1``."""
+        setting = getattr(gate, "max_accuracy_drop", None)
+        budget = setting.get("detection_f1") if isinstance(setting, dict) else setting
+        f1 = cls.sample_f1 if budget is None else 100.0 - float(budget)
+        return cls(float(getattr(gate, "output_rtol", RTOL)), f1)
 
 
 def output_hash(predictions: list) -> str:
@@ -61,16 +82,16 @@ def close(x, y, rtol: float = RTOL) -> bool:
     return bool(np.linalg.norm(x - y) <= rtol * np.linalg.norm(y))
 
 
-def agrees(x, y, rtol: float = RTOL) -> bool:
+def agrees(x, y, rule: Rule = Rule()) -> bool:
     """Does prediction ``x`` agree with the baseline's ``y``? A detector's sample agrees when
     its detections are the baseline's within the detection F1 budget on that sample alone
-    (``detection.SAMPLE_F1``), not when every class it finds is: on a page of 140 detections,
+    (``rule.sample_f1``), not when every class it finds is: on a page of 140 detections,
     one of them crossing the score threshold made a model that kept 99.8 % of them (FP32 on
     OpenVINO BF16) disagree on 36 % of the pages."""
     if continuous(x) and continuous(y):
-        return close(x["output"], y["output"], rtol)
+        return close(x["output"], y["output"], rule.rtol)
     if _detections(x) and _detections(y):
-        return detection.f1([y["detections"]], [x["detections"]]) >= detection.SAMPLE_F1
+        return detection.f1([y["detections"]], [x["detections"]]) >= rule.sample_f1 - 1e-9
     return decision(x) == decision(y)
 
 
@@ -78,23 +99,23 @@ def _detections(prediction) -> bool:
     return isinstance(prediction, dict) and isinstance(prediction.get("detections"), list)
 
 
-def agreement(a, b, rtol: float = RTOL) -> float:
-    """Share of samples on whose decision (continuous outputs: within ``rtol`` of the baseline
-    ``b``'s) two evaluate artifacts agree."""
+def agreement(a, b, rule: Rule = Rule()) -> float:
+    """Share of samples on whose decision (continuous outputs: within ``rule.rtol`` of the
+    baseline ``b``'s; detections: ``rule.sample_f1``) two evaluate artifacts agree."""
     pa = json.loads((a.path / "predictions.json").read_text())
     pb = json.loads((b.path / "predictions.json").read_text())
     if len(pa) != len(pb):
         return 0.0
-    return sum(agrees(x, y, rtol) for x, y in zip(pa, pb)) / len(pa)
+    return sum(agrees(x, y, rule) for x, y in zip(pa, pb)) / len(pa)
 
 
-def own_agreement(fp32, fp16, rtol: float = RTOL) -> float | None:
+def own_agreement(fp32, fp16, rule: Rule = Rule()) -> float | None:
     """FP32's own agreement with FP16 (their evaluate artifacts); None where FP32 was not
     evaluated or its predictions are gone."""
     if fp32 is None:
         return None
     try:
-        return agreement(fp32, fp16, rtol)
+        return agreement(fp32, fp16, rule)
     except FileNotFoundError:
         return None
 

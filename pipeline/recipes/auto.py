@@ -35,7 +35,7 @@ from pipeline import gate
 from pipeline.config import QuantMode
 from pipeline.measure.results import BenchResult, Evaluation, Role, Timing
 from pipeline.measure.seat import Seats, seen_from
-from pipeline.metrics.outputs import agreement_limit, own_agreement
+from pipeline.metrics.outputs import Rule, agreement_limit, own_agreement
 from pipeline.recipes.auto_table import BatchLatency, Row, choose, why
 from pipeline.runtimes import Target, cpu_supports
 from pipeline.runtimes.plan import Plan, label
@@ -44,28 +44,28 @@ from pipeline.runtimes.plan import Plan, label
 NAMES = {Role.fp32: "fp32", Role.candidate: "int8", Role.dynamic: "dynamic", Role.mixed: "mixed"}
 
 
-def _drop_and_agreement(ev, ref, metric, rtol: float | None = None) -> tuple[float, float]:
-    """``metric``: the primary ``MetricSpec``; the drop is positive when ``ev`` is worse;
-    ``rtol``: continuous outputs' tolerance (``gate.output_rtol``)."""
-    from pipeline.metrics.outputs import RTOL, agreement
+def _drop_and_agreement(ev, ref, metric, gate) -> tuple[float, float]:
+    """``metric``: the primary ``MetricSpec``; the drop is positive when ``ev`` is worse; the
+    agreement is judged by the ``gate`` config's rule (``pipeline.metrics.outputs.Rule``)."""
+    from pipeline.metrics.outputs import Rule, agreement
 
     return (metric.drop(Evaluation.of(ref).metrics[metric.name],
                         Evaluation.of(ev).metrics[metric.name]),
-            agreement(ev, ref, RTOL if rtol is None else rtol))
+            agreement(ev, ref, Rule.of(gate)))
 
 
-def _row(name, role, target, lab, ev, ref, result: BenchResult, verdict, metric, gate_batch,
-         rtol=None) -> Row:
+def _row(name, role, target, lab, ev, ref, result: BenchResult, verdict, metric, gate) -> Row:
     """A timed (candidate, target): its accuracy against FP16, its latency per batch, its
     speedup at the gate's batch (``result``: the benchmark seen from its seat,
     ``pipeline.measure.seat``) and the gate's verdict on it."""
+    gate_batch = gate.speedup_batch_size
     at = result.at(gate_batch) or Timing(None, None)
     latency = {str(b): BatchLatency(t.p50_ms, t.p99_ms)
                for b, t in result.batches.items() if t.label == lab}
     measured = {}
     if ev is not None:
         e = Evaluation.of(ev)
-        drop, agree = _drop_and_agreement(ev, ref, metric, rtol)
+        drop, agree = _drop_and_agreement(ev, ref, metric, gate)
         measured = dict(metric=metric.name, accuracy=e.metric(metric.name), accuracy_drop=drop,
                         agreement_with_fp16=agree, output_sha256=e.output_sha256)
     gated = latency.get(str(gate_batch))
@@ -105,7 +105,7 @@ def _untimed_row(name, role, target, lab, ev, ref, g, metrics, metric, floor: fl
     agreement it must reach (``agreement_limit``)."""
     from pipeline.metrics import limits as metric_limits
 
-    drop, agree = _drop_and_agreement(ev, ref, metric, g.output_rtol)
+    drop, agree = _drop_and_agreement(ev, ref, metric, g)
     e, r = Evaluation.of(ev), Evaluation.of(ref)
     failed = [("accuracy_drop" if i == 0 else f"{j.metric}_drop") for i, j in enumerate(
         metric_limits.judged(r.metrics, e.metrics, g.max_accuracy_drop, metrics)) if not j.passed]
@@ -166,7 +166,7 @@ class _Auto:
         self.ref = self.evals[Role.fp16]
         # the agreement with FP16 every candidate must reach: the gate's, or FP32's own if less
         self.floor = agreement_limit(self.g.min_output_agreement, own_agreement(
-            self.evals.get(Role.fp32), self.ref, self.g.output_rtol))
+            self.evals.get(Role.fp32), self.ref, Rule.of(self.g)))
         self.fp32, self.export = fp32, source_for_dynamic
         self.models = {Role.export: exported, Role.fp32: fp32, Role.fp16: fp16}
         self.infos, self.notes = {}, Notes()
@@ -183,7 +183,7 @@ class _Auto:
         from pipeline.metrics.limits import within
 
         g, ref = self.g, self.ref
-        drop, agree = _drop_and_agreement(ev, ref, self.metric, g.output_rtol)
+        drop, agree = _drop_and_agreement(ev, ref, self.metric, g)
         return (within(Evaluation.of(ref).metrics, Evaluation.of(ev).metrics,
                        g.max_accuracy_drop, self.t.metrics)
                 and agree >= self.floor
@@ -292,7 +292,7 @@ class _Auto:
                 verdict = self.verdicts[lab] = gate.judge(measures, g, t.metrics, self.cfg.slo,
                                                           env)
                 table.append(_row(NAMES[role], role, target, lab, ev, self.ref, seat, verdict,
-                                  metric, g.speedup_batch_size, g.output_rtol))
+                                  metric, g))
         return table
 
     def as_winner(self, bench, winner: Row):
@@ -351,9 +351,9 @@ def float_hint(verdict, evals: dict, bench, plan, gate_cfg, metric) -> None:
     from pipeline.metrics.limits import primary, within
 
     metrics, metric = metric, primary(metric)
-    drop, agree = _drop_and_agreement(ev, evals[Role.fp16], metric, gate_cfg.output_rtol)
+    drop, agree = _drop_and_agreement(ev, evals[Role.fp16], metric, gate_cfg)
     floor = agreement_limit(gate_cfg.min_output_agreement, own_agreement(
-        evals.get(Role.fp32), evals[Role.fp16], gate_cfg.output_rtol))
+        evals.get(Role.fp32), evals[Role.fp16], Rule.of(gate_cfg)))
     ok = (within(Evaluation.of(evals[Role.fp16]).metrics, Evaluation.of(ev).metrics,
                  gate_cfg.max_accuracy_drop, metrics) and agree >= floor)
     title = {Role.fp32: "the optimized FP32 model", Role.fp16: "the FP16 model"}.get(role, role)

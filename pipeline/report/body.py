@@ -21,7 +21,7 @@ from pipeline.measure.bench_record import (BatchRecord, BenchRecord, ColdStart, 
                                            SizeAxis, SizeP50)
 from pipeline.measure.fusion_record import FuseRecord, Parity
 from pipeline.measure.results import Evaluation, Role
-from pipeline.metrics.outputs import RTOL, agreement
+from pipeline.metrics.outputs import Rule, agreement
 from pipeline.prune.report import PruningSection
 from pipeline.task.serving import Serving
 
@@ -279,12 +279,13 @@ def as_json(report, end: RunEnd) -> dict:
     return {**(report if isinstance(report, dict) else to_json(report)), **to_json(end)}
 
 
-def rows(outcome, mode: str, rtol: float = RTOL) -> tuple[Row, ...]:
-    """``rtol``: how close a continuous output must be to FP16's to agree (``gate.output_rtol``)."""
+def rows(outcome, mode: str, rule: Rule = Rule()) -> tuple[Row, ...]:
+    """``rule``: when an output agrees with FP16's (``pipeline.metrics.outputs.Rule.of`` the
+    gate config)."""
     batches = outcome.timings().batches  # seen from the shipped candidate's seat (no relabelling)
     fp16 = outcome.evals[Role.fp16]
     return tuple(_row(outcome, role, _title(outcome, role, title, mode), batches,
-                      agreement(outcome.evals[role], fp16, rtol)) for role, title in ROWS)
+                      agreement(outcome.evals[role], fp16, rule)) for role, title in ROWS)
 
 
 def _title(outcome, role: Role, title: str, mode: str) -> str:

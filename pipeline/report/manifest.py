@@ -22,6 +22,7 @@ def body(cfg, out, record: list) -> RunReport:
     """report.json's body, typed, built once from the Outcome and the runner's record."""
     from pipeline.core.artifact import plain
     from pipeline.core.env import environment
+    from pipeline.metrics.outputs import Rule
     from pipeline.report import body as b
     from pipeline.report import quant as quant_report
 
@@ -41,7 +42,7 @@ def body(cfg, out, record: list) -> RunReport:
     return RunReport(
         model=cfg.model.name, quant=mode, config=plain(cfg),
         environment=b.environment(environment(cfg.hardware)), metrics=b.metric_specs(t),
-        verdict=out.verdict, rows=b.rows(out, mode, cfg.gate.output_rtol),
+        verdict=out.verdict, rows=b.rows(out, mode, Rule.of(cfg.gate)),
         aa_check=b.aa_checks(bench), timing=b.timing(bench, out), bill=_bill(out, cfg),
         stages=b.stages(record), lineage=lineage, runtimes=out.runtimes,
         # what the terminal warned about before any stage ran belongs to the evidence too

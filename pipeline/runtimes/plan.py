@@ -112,16 +112,16 @@ class Plan:
         ``MetricSpec``): every metric the gate judges must hold for a target to pass on
         accuracy. The summary names the shipped model ``candidate``, as reports always have."""
         from pipeline.metrics import limits
-        from pipeline.metrics.outputs import RTOL, agreement, agreement_limit, own_agreement
+        from pipeline.metrics.outputs import Rule, agreement, agreement_limit, own_agreement
 
         metrics, metric = metric, limits.primary(metric)
-        rtol = getattr(gate, "output_rtol", RTOL)
+        rule = Rule.of(gate)
         batches = bench.meta["batches"]
         self.failures.update(bench.meta.get("failures", {}))
         ref = evals["fp16"]
         ref_acc = ref.meta["metrics"][metric.name]
         floor = agreement_limit(gate.min_output_agreement,
-                                own_agreement(evals.get("fp32"), ref, rtol))
+                                own_agreement(evals.get("fp32"), ref, rule))
         choice, seat = {}, {}
         for b, at in batches.items():
             rows = []
@@ -131,7 +131,7 @@ class Plan:
                 if ev is None or lat is None:
                     continue
                 acc = ev.meta["metrics"][metric.name]
-                agree = agreement(ev, ref, rtol)
+                agree = agreement(ev, ref, rule)
                 drop = metric.drop(ref_acc, acc)
                 rows.append({"target": str(t), "runtime": t.runtime, "precision": t.precision,
                              "label": label(self.hw, "candidate", t), metric.name: acc, "accuracy_drop": drop,

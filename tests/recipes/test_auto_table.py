@@ -39,6 +39,7 @@ def test_rows_keep_the_json_shape_the_report_renders():
 
 
 def test_a_row_reads_the_benchmark_from_its_own_seat():
+    from pipeline.config import GateConfig
     from pipeline.gate.verdict import Check, Verdict
     from pipeline.measure.results import BenchResult, Timing
     from pipeline.recipes.auto import _row as row_of
@@ -50,7 +51,7 @@ def test_a_row_reads_the_benchmark_from_its_own_seat():
                         1: Timing(None, "fp32", p50_ms=9.0, p99_ms=9.5, label="other")}, None)
     verdict = Verdict([Check("speedup_ci_low", 1.8, 1.0, True, "ok")])
     r = row_of("int8", Role.candidate, Target("onnxruntime", "fp32"), "int8", None, None, seat,
-               verdict, MetricSpec("sequence_accuracy", True), 8)
+               verdict, MetricSpec("sequence_accuracy", True), GateConfig(speedup_batch_size=8))
     assert r.latency_ms == {"8": BatchLatency(2.0, 3.0)} and r.p50 == 2.0  # batch 1: not its
     assert r.speedup_vs_fastest_float == Speedup(2.0, 1.8, 2.2) and r.passed
     assert r.to_json()["latency_ms"] == {"8": {"p50": 2.0, "p99": 3.0}}
