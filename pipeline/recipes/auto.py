@@ -35,7 +35,7 @@ from pipeline import gate
 from pipeline.config import QuantMode
 from pipeline.measure.results import BenchResult, Evaluation, Role, Timing
 from pipeline.measure.seat import Seats, seen_from
-from pipeline.metrics.outputs import Rule, agreement_limit, own_agreement
+from pipeline.metrics.outputs import Rule, agreement, agreement_limit, own_agreement
 from pipeline.recipes.auto_table import BatchLatency, Row, choose, why
 from pipeline.runtimes import Target, cpu_supports
 from pipeline.runtimes.plan import Plan, label
@@ -47,8 +47,6 @@ NAMES = {Role.fp32: "fp32", Role.candidate: "int8", Role.dynamic: "dynamic", Rol
 def _drop_and_agreement(ev, ref, metric, gate) -> tuple[float, float]:
     """``metric``: the primary ``MetricSpec``; the drop is positive when ``ev`` is worse; the
     agreement is judged by the ``gate`` config's rule (``pipeline.metrics.outputs.Rule``)."""
-    from pipeline.metrics.outputs import Rule, agreement
-
     return (metric.drop(Evaluation.of(ref).metrics[metric.name],
                         Evaluation.of(ev).metrics[metric.name]),
             agreement(ev, ref, Rule.of(gate)))
