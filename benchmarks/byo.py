@@ -132,12 +132,24 @@ def _run(cli, args: list[str], metrics: tuple[str, ...] = ("sequence_accuracy", 
             "accuracy": {role: {m: r.get(m) for m in metrics} for role, r in rows.items()},
             "latency_ms_in_run": {role: {b: v["p50"] for b, v in r["latency"].items()}
                                   for role, r in rows.items()},
-            "quantization": {k: q.get(k) for k in ("settings", "latency_exclusions",
-                                                   "latency_trial", "float_outputs", "search",
-                                                   "versus_fp32")
-                             if k in q},
+            "quantization": quantization_record(q),
             "lineage": {k: v["path"] for k, v in rep["lineage"].items()},
             "environment": rep.get("environment")}
+
+
+def quantization_record(q: dict) -> dict:
+    """The report's quantization section as bench.json keeps it: the mixed search's trace
+    counts each step's float nodes instead of naming them (thousands of names on a detector;
+    the run's own report.json, named by the lineage, has them)."""
+    out = {k: q.get(k) for k in ("settings", "latency_exclusions", "latency_trial",
+                                 "float_outputs", "search", "versus_fp32") if k in q}
+    trace = (out.get("search") or {}).get("trace")
+    if isinstance(trace, list):
+        out["search"] = {**out["search"], "trace": [
+            {**step, "float_nodes": len(step["float_nodes"])}
+            if isinstance(step, dict) and isinstance(step.get("float_nodes"), list) else step
+            for step in trace]}
+    return out
 
 
 def section(base: list[str], cli, steps: int = STEPS) -> dict:
