@@ -131,6 +131,12 @@ def agreement_limit(minimum: float, own: float | None) -> float:
     return own if own is not None and np.isfinite(own) and own < minimum else minimum
 
 
+def required(gate, fp32, fp16) -> float:
+    """``agreement_limit`` under a gate config: its ``min_output_agreement``, or FP32's own
+    agreement with FP16 (evaluate artifacts; ``fp32`` may be None) by its ``Rule``, if less."""
+    return agreement_limit(gate.min_output_agreement, own_agreement(fp32, fp16, Rule.of(gate)))
+
+
 def kind(a) -> str:
     """How the agreement of evaluation ``a`` reads: decisions identical, rows within a
     tolerance, or a detector's detections within its F1 budget."""

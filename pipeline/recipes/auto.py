@@ -35,7 +35,7 @@ from pipeline import gate
 from pipeline.config import QuantMode
 from pipeline.measure.results import BenchResult, Evaluation, Role, Timing
 from pipeline.measure.seat import Seats, seen_from
-from pipeline.metrics.outputs import Rule, agreement, agreement_limit, own_agreement
+from pipeline.metrics.outputs import Rule, agreement, required
 from pipeline.recipes.auto_table import BatchLatency, Row, choose, why
 from pipeline.runtimes import Target, cpu_supports
 from pipeline.runtimes.plan import Plan, label
@@ -100,7 +100,7 @@ def not_timed(hw, plan, evals: dict, roles: list, contenders: tuple, accurate) -
 def _untimed_row(name, role, target, lab, ev, ref, g, metrics, metric, floor: float) -> Row:
     """A table row for a candidate left untimed on a runtime where it misses the accuracy
     budget: its accuracy checks, as the gate names them, and no latency. ``floor``: the
-    agreement it must reach (``agreement_limit``)."""
+    agreement it must reach (``pipeline.metrics.outputs.required``)."""
     from pipeline.metrics import limits as metric_limits
 
     drop, agree = _drop_and_agreement(ev, ref, metric, g)
@@ -163,8 +163,7 @@ class _Auto:
         self.evals = baselines(runner, self.plan, self.evaluate, t, exported, fp32, fp16)
         self.ref = self.evals[Role.fp16]
         # the agreement with FP16 every candidate must reach: the gate's, or FP32's own if less
-        self.floor = agreement_limit(self.g.min_output_agreement, own_agreement(
-            self.evals.get(Role.fp32), self.ref, Rule.of(self.g)))
+        self.floor = required(self.g, self.evals.get(Role.fp32), self.ref)
         self.fp32, self.export = fp32, source_for_dynamic
         self.models = {Role.export: exported, Role.fp32: fp32, Role.fp16: fp16}
         self.infos, self.notes = {}, Notes()
@@ -350,8 +349,7 @@ def float_hint(verdict, evals: dict, bench, plan, gate_cfg, metric) -> None:
 
     metrics, metric = metric, primary(metric)
     drop, agree = _drop_and_agreement(ev, evals[Role.fp16], metric, gate_cfg)
-    floor = agreement_limit(gate_cfg.min_output_agreement, own_agreement(
-        evals.get(Role.fp32), evals[Role.fp16], Rule.of(gate_cfg)))
+    floor = required(gate_cfg, evals.get(Role.fp32), evals[Role.fp16])
     ok = (within(Evaluation.of(evals[Role.fp16]).metrics, Evaluation.of(ev).metrics,
                  gate_cfg.max_accuracy_drop, metrics) and agree >= floor)
     title = {Role.fp32: "the optimized FP32 model", Role.fp16: "the FP16 model"}.get(role, role)

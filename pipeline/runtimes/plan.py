@@ -112,7 +112,7 @@ class Plan:
         ``MetricSpec``): every metric the gate judges must hold for a target to pass on
         accuracy. The summary names the shipped model ``candidate``, as reports always have."""
         from pipeline.metrics import limits
-        from pipeline.metrics.outputs import Rule, agreement, agreement_limit, own_agreement
+        from pipeline.metrics.outputs import Rule, agreement, required
 
         metrics, metric = metric, limits.primary(metric)
         rule = Rule.of(gate)
@@ -120,8 +120,7 @@ class Plan:
         self.failures.update(bench.meta.get("failures", {}))
         ref = evals["fp16"]
         ref_acc = ref.meta["metrics"][metric.name]
-        floor = agreement_limit(gate.min_output_agreement,
-                                own_agreement(evals.get("fp32"), ref, rule))
+        floor = required(gate, evals.get("fp32"), ref)
         choice, seat = {}, {}
         for b, at in batches.items():
             rows = []
