@@ -59,6 +59,8 @@ def write_photos(folder: Path, count: int, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     made, seen, k = [], set(), 0
     while len(made) < count:
+        if k > 50 * count:  # crops keep repeating: never loop for ever
+            raise RuntimeError(f"{len(made)} distinct images of {count} after {k} tries")
         img = photos[k % len(photos)]
         if k >= len(photos):  # past the whole photographs: a crop
             w, h = img.size
