@@ -273,18 +273,19 @@ def test_a_renamed_model_reuses_every_stage_and_publishes_under_its_name(tiny_ru
 def test_the_fp32_fallback_is_published_as_fp32():
     """When INT8 cannot pay and the FP32 model is the candidate, its version says so."""
     from pipeline.report.manifest import version_mode
+    from pipeline.runtimes.record import Deployed, RuntimePlan
 
     cfg = SimpleNamespace(quant=SimpleNamespace(mode=SimpleNamespace(value="int8")))
 
     def out(candidate):
         return SimpleNamespace(auto=None, quant=SimpleNamespace(versus_fp32={
             "candidate": candidate, "slower_at_batch": ["8"] if candidate == "fp32" else []}),
-            runtimes={"deployed": {"runtime": "onnxruntime", "precision": "fp32"}})
+            runtimes=RuntimePlan("fixed", Deployed("onnxruntime", "fp32")))
 
     assert version_mode(cfg, out("fp32")) == "fp32"
     assert version_mode(cfg, out("int8")) == "int8"
-    plain = SimpleNamespace(auto=None, quant=None, runtimes={
-        "deployed": {"runtime": "openvino", "precision": "bf16"}})
+    plain = SimpleNamespace(auto=None, quant=None,
+                            runtimes=RuntimePlan("fixed", Deployed("openvino", "bf16")))
     assert version_mode(cfg, plain) == "int8.openvino-bf16"
 
 

@@ -34,7 +34,7 @@ class Outcome:
     source: object      # the network export starts from: load, or prune when pruning
     load: object = None  # the loadtest artifact (bench.mode=load or soak)
     quant: object = None  # QuantInfo (encoders) or recipes.decoder_record.WeightOnlyInfo
-    runtimes: dict | None = None  # targets per artifact, failures, the choice (runtimes.plan)
+    runtimes: object = None  # runtimes.record.RuntimePlan: each artifact on each target, the pick
     pruning: PruningArtifacts | None = None  # prune=channels
     auto: object = None  # quant=auto: every candidate, the winner and why (recipes.auto_result)
     # the benchmark label the shipped candidate was timed under, per batch size (str): the

@@ -23,6 +23,7 @@ from pipeline.measure.fusion_record import FuseRecord, Parity
 from pipeline.measure.results import Evaluation, Role
 from pipeline.metrics.outputs import Rule, agreement
 from pipeline.prune.report import PruningSection
+from pipeline.runtimes.record import Deployed, RuntimePlan
 from pipeline.task.serving import Serving
 
 ROWS = ((Role.export, "export (torch -> ONNX, FP32)"), (Role.fp32, "optimize (FP32 baseline)"),
@@ -164,7 +165,7 @@ class RunReport:
     bill: dict
     stages: tuple[StageRow, ...]
     lineage: dict[str, LineageEntry]
-    runtimes: dict | None            # pipeline.runtimes.plan's record
+    runtimes: RuntimePlan | None     # what runtimes.plan measured and chose
     warnings: tuple[str, ...] = ()   # what the terminal warned about before any stage ran
     labels_outside_charset: object = omitted()
     fusion: FusionReport | None = omitted()
@@ -235,34 +236,6 @@ class RunEnd:
 
 
 @dataclass(frozen=True)
-class Deployed:
-    """The runtime the candidate was gated on and ships with (threads, kernels: ``REST``)."""
-    runtime: str
-    precision: str
-    rest: dict = rest()
-
-
-@dataclass(frozen=True)
-class RuntimeChoice:
-    """One batch size's pick among the runtimes, and every target it considered."""
-    considered: tuple = ()
-    picked: dict = rest()            # the chosen target's row, as ``runtimes.plan`` wrote it
-
-
-@dataclass(frozen=True)
-class RuntimePlan:
-    """``pipeline.runtimes.plan``'s record, as the report and the manifest read it."""
-    mode: str | None = None          # fixed or auto
-    deployed: Deployed | None = None
-    choice: dict[str, RuntimeChoice] = field(default_factory=dict)
-    rest: dict = rest()
-
-    @classmethod
-    def of(cls, plan: dict) -> RuntimePlan:
-        return from_json(cls, plan)
-
-
-@dataclass(frozen=True)
 class DataSets:
     """What a stage recorded of the data it read: an evaluate stage its evaluation set, a
     quantize stage its calibration set (absent elsewhere)."""
@@ -305,7 +278,7 @@ def _title(outcome, role: Role, title: str, mode: str) -> str:
 
 def _deployed(outcome) -> Deployed | None:
     plan = getattr(outcome, "runtimes", None)
-    return RuntimePlan.of(plan).deployed if plan else None
+    return plan.deployed if plan else None
 
 
 @dataclass(frozen=True)

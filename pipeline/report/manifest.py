@@ -15,7 +15,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.json_record import to_json
 from pipeline.measure.bench_record import BenchRecord, LoadRecord
 from pipeline.measure.results import Role
-from pipeline.report.body import DataSets, RunReport, RuntimePlan
+from pipeline.report.body import DataSets, RunReport
 
 
 def body(cfg, out, record: list) -> RunReport:
@@ -96,7 +96,7 @@ def version_mode(cfg, out) -> str:
         mode = "fp32"
     if out.auto is not None:  # quant=auto: the version says which candidate won
         mode = f"{mode}.{out.auto.winner.candidate}"
-    deployed = RuntimePlan.of(out.runtimes).deployed
+    deployed = out.runtimes.deployed
     if (deployed.runtime, deployed.precision) != ("onnxruntime", "fp32"):
         mode = f"{mode}.{deployed.runtime}-{deployed.precision}"  # the version says so
     return mode
@@ -105,7 +105,7 @@ def version_mode(cfg, out) -> str:
 def manifest(out, report: RunReport) -> dict:
     """The evidence that ships with the candidate."""
     cand = report.row(Role.candidate)
-    plan = RuntimePlan.of(out.runtimes)
+    plan = out.runtimes
     sets = DataSets.of(out.evals[Role.candidate]), DataSets.of(out.models[Role.candidate])
     return {"config": report.config, "lineage": to_json(report.lineage),
             "verdict": out.verdict.as_dict(),
@@ -123,7 +123,7 @@ def manifest(out, report: RunReport) -> dict:
             **({"pruning": to_json(report.pruning)} if report.pruning is not None else {}),
             # what was gated is what ships: engine, precision, threads, executed kernels
             "runtime": {"deployed": to_json(plan.deployed), "mode": plan.mode,
-                        "choice": {b: c.picked for b, c in plan.choice.items()}}}
+                        "choice": {b: to_json(c.picked()) for b, c in plan.choice.items()}}}
 
 
 def shipment(cfg, out, report: RunReport):

@@ -7,8 +7,9 @@ for the others), and after the benchmark a decision: per batch size the fastest 
 whose accuracy, measured on that target, passes the accuracy gate against the FP16 baseline; the
 evaluations as the gate and the report read them (``candidate``: the shipped model's on the
 chosen target), the seat its timings are read from (its benchmark label per batch size: the
-benchmark itself is not copied or renamed); and a summary for the report and manifest with one
-cell per artifact and target, and each runtime's failure on its own line.
+benchmark itself is not copied or renamed); and its record for the report and manifest
+(``runtimes.record.RuntimePlan``) with one cell per artifact and target, and each runtime's
+failure on its own line.
 
 With a fixed runtime R and precision P, the candidate runs on (R, P) and the float baselines on
 (R, fp32); the FP32 model is also timed on ONNX Runtime when R is another engine, so a runtime
@@ -22,6 +23,7 @@ import dataclasses
 
 from pipeline.core.errors import StageError
 from pipeline.runtimes import PRIMARY, Target, settings_for, targets
+from pipeline.runtimes.record import Cell, Choice, Deployed, RuntimePlan, TargetRow
 
 FLOAT_ROLES = ("fp32", "fp16")
 
@@ -104,7 +106,7 @@ class Plan:
         return evals.get(role) if t == home(self.hw, role) else self.extra.get((role, t))
 
     def decide(self, evals: dict, bench, gate, metric, gate_batch: int, role: str = "candidate"):
-        """(evals view, seat, summary, deployed settings). ``role``: the model that ships
+        """(evals view, seat, ``RuntimePlan`` record, deployed settings). ``role``: the model that ships
         (quant=auto: the winner's role), whose targets are weighed; the evals view holds its
         evaluation on the chosen target as the candidate's, and the seat is the benchmark
         label it was timed under per batch size (``pipeline.measure.seat``): the benchmark
@@ -131,31 +133,31 @@ class Plan:
                     continue
                 acc = ev.meta["metrics"][metric.name]
                 agree = agreement(ev, ref, rule)
-                drop = metric.drop(ref_acc, acc)
-                rows.append({"target": str(t), "runtime": t.runtime, "precision": t.precision,
-                             "label": label(self.hw, "candidate", t), metric.name: acc, "accuracy_drop": drop,
-                             "agreement_with_fp16": agree, "p50": lat["p50"], "p99": lat["p99"],
-                             "speedup_vs_fastest_float":
-                                 at.get("speedup_vs_fastest_float_by_label", {}).get(lab),
-                             "passes_accuracy": (limits.within(
-                                 ref.meta["metrics"], ev.meta["metrics"], gate.max_accuracy_drop,
-                                 metrics) and agree >= floor)})
+                rows.append(TargetRow(
+                    target=str(t), runtime=t.runtime, precision=t.precision,
+                    label=label(self.hw, "candidate", t), accuracy_drop=metric.drop(ref_acc, acc),
+                    agreement_with_fp16=agree, p50=lat["p50"], p99=lat["p99"],
+                    passes_accuracy=(limits.within(ref.meta["metrics"], ev.meta["metrics"],
+                                                   gate.max_accuracy_drop, metrics)
+                                     and agree >= floor),
+                    speedup_vs_fastest_float=at.get("speedup_vs_fastest_float_by_label",
+                                                    {}).get(lab),
+                    metrics={metric.name: acc}))
             if not rows:
                 raise StageError(f"batch {b}: no candidate target was both evaluated and timed "
                                  f"({'; '.join(self.failures.values()) or 'nothing ran'})")
-            passing = [r for r in rows if r["passes_accuracy"]]
+            passing = [r for r in rows if r.passes_accuracy]
             # None passes: the most accurate ships to the gate, which then fails it visibly.
-            pick = min(passing, key=lambda r: r["p50"]) if passing else \
-                min(rows, key=lambda r: (r["accuracy_drop"], r["p50"]))
-            choice[b] = {**pick, "considered": rows}
-            seat[b] = label(self.hw, role, Target(pick["runtime"], pick["precision"]))
-        deployed_row = choice.get(str(gate_batch)) or next(iter(choice.values()))
-        deployed = Target(deployed_row["runtime"], deployed_row["precision"])
+            pick = min(passing, key=lambda r: r.p50) if passing else \
+                min(rows, key=lambda r: (r.accuracy_drop, r.p50))
+            choice[b] = Choice.of(pick, rows)
+            seat[b] = label(self.hw, role, pick.target_of())
+        deployed = (choice.get(str(gate_batch)) or next(iter(choice.values()))).target_of()
         summary = self._summary(evals, bench, choice, deployed, role)
         view = {**evals, "candidate": self.evaluation_of(evals, role, deployed)}
         return view, seat, summary, settings_for(self.hw, deployed)
 
-    def _summary(self, evals, bench, choice, deployed: Target, shipped: str) -> dict:
+    def _summary(self, evals, bench, choice: dict, deployed: Target, shipped: str) -> RuntimePlan:
         columns = list(self.options) if self.auto else sorted(
             {t for _, t in timed(self.hw, (), ("export", "fp32", "fp16", "candidate"), "").values()})
         cells: dict = {}
@@ -165,28 +167,25 @@ class Plan:
             for t in columns:
                 lab = label(self.hw, role, t)
                 ev = self.evaluation_of(evals, role, t)
-                cell = {}
-                if ev is not None:
-                    cell.update(ev.meta["metrics"],
-                                output_sha256=ev.meta.get("output_sha256"),
-                                executed=(ev.meta.get("runtime") or {}).get("executed"))
                 lat = {b: {k: at["latency_ms"][lab][k] for k in ("p50", "p99")}
                        for b, at in raw.items() if lab in at.get("latency_ms", {})}
-                if lat:
-                    cell["latency_ms"] = lat
-                for key in (f"{role} @ {t}", lab):
-                    if key in self.failures:
-                        cell["error"] = self.failures[key]
-                if cell:
-                    cells.setdefault(name, {})[str(t)] = cell
+                error = next((self.failures[k] for k in (lab, f"{role} @ {t}")
+                              if k in self.failures), None)
+                if ev is None and not lat and error is None:
+                    continue
+                cells.setdefault(name, {})[str(t)] = Cell(
+                    output_sha256=ev.meta.get("output_sha256") if ev else None,
+                    executed=(ev.meta.get("runtime") or {}).get("executed") if ev else None,
+                    latency_ms=lat or None, error=error,
+                    metrics=dict(ev.meta["metrics"]) if ev else {})
         dev = self.evaluation_of(evals, shipped, deployed).meta.get("runtime") or {}
-        return {"mode": "auto" if self.auto else "fixed",
-                "targets": [str(t) for t in columns], "unavailable": self.unavailable,
-                "failures": self.failures, "cells": cells,
-                "choice": choice,
-                "deployed": {"runtime": deployed.runtime, "precision": deployed.precision,
-                             "performance_hint": self.hw.performance_hint,
-                             "intra_op_threads": self.hw.intra_op_threads,
-                             "inter_op_threads": self.hw.inter_op_threads,
-                             "version": dev.get("version"), "settings": dev.get("settings"),
-                             "compiled": dev.get("compiled"), "executed": dev.get("executed")}}
+        return RuntimePlan(
+            mode="auto" if self.auto else "fixed", targets=tuple(str(t) for t in columns),
+            unavailable=dict(self.unavailable), failures=dict(self.failures), cells=cells,
+            choice=choice,
+            deployed=Deployed(runtime=deployed.runtime, precision=deployed.precision,
+                              performance_hint=self.hw.performance_hint,
+                              intra_op_threads=self.hw.intra_op_threads,
+                              inter_op_threads=self.hw.inter_op_threads,
+                              version=dev.get("version"), settings=dev.get("settings"),
+                              compiled=dev.get("compiled"), executed=dev.get("executed")))

@@ -138,7 +138,7 @@ def served_folder(cfg, out, dest: Path) -> Path:
         os.symlink(Path(path).resolve(), dest / name)
     (dest / "manifest.json").write_text(json.dumps({
         "config": plain(cfg), "serving": to_json(t.serving_spec()), "metrics": {},
-        "runtime": {"deployed": (out.runtimes or {}).get("deployed") or {}}}))
+        "runtime": {"deployed": to_json(out.runtimes.deployed) if out.runtimes else {}}}))
     return dest
 
 

@@ -68,15 +68,39 @@ def test_each_gate_check_reads_in_the_unit_of_what_it_checks():
     assert "| export | built | 12.35 s |" in md
 
 
-def _runtimes(metric: str, value: float, drop: float) -> dict:
-    cell = {metric: value, "latency_ms": {"1": {"p50": 14.09}}}
-    return {"mode": "fixed", "targets": ["onnxruntime fp32"],
-            "cells": {"candidate": {"onnxruntime fp32": cell}},
-            "choice": {"1": {"target": "onnxruntime fp32", metric: value, "accuracy_drop": drop,
-                             "p50": 14.09, "p99": 19.87, "passes_accuracy": True,
-                             "considered": ["onnxruntime fp32"]}},
-            "deployed": {"runtime": "onnxruntime", "precision": "fp32", "intra_op_threads": 2,
-                         "performance_hint": "latency"}}
+def _runtimes(metric: str, value: float, drop: float):
+    from pipeline.runtimes.record import Cell, Choice, Deployed, RuntimePlan, TargetRow
+
+    row = TargetRow(target="onnxruntime fp32", runtime="onnxruntime", precision="fp32",
+                    label="candidate", accuracy_drop=drop, agreement_with_fp16=100.0, p50=14.09,
+                    p99=19.87, passes_accuracy=True, metrics={metric: value})
+    return RuntimePlan(mode="fixed", targets=("onnxruntime fp32",),
+                       cells={"candidate": {"onnxruntime fp32": Cell(
+                           latency_ms={"1": {"p50": 14.09}}, metrics={metric: value})}},
+                       choice={"1": Choice.of(row, [row])},
+                       deployed=Deployed("onnxruntime", "fp32", performance_hint="latency",
+                                         intra_op_threads=2))
+
+
+def test_the_runtimes_record_is_written_with_each_metric_under_its_name_and_reads_back():
+    """report.json's ``runtimes``: a row's and a cell's metrics sit under their own names beside
+    the record's fields (as reports always had them), the manifest's pick carries no list of
+    the others, and the JSON reads back into equal records."""
+    import json
+
+    from pipeline.core.json_record import to_json
+    from pipeline.runtimes.record import RuntimePlan
+
+    plan = _runtimes("cosine_mean", 0.99, 0.01)
+    data = json.loads(json.dumps(to_json(plan)))
+    pick = data["choice"]["1"]
+    assert pick["cosine_mean"] == 0.99 and "metrics" not in pick
+    assert [c["target"] for c in pick["considered"]] == ["onnxruntime fp32"]
+    assert data["cells"]["candidate"]["onnxruntime fp32"] == {
+        "cosine_mean": 0.99, "latency_ms": {"1": {"p50": 14.09}}}  # no null keys
+    back = RuntimePlan.of(data)
+    assert back == plan and back.choice["1"].accuracy("cosine_mean") == 0.99
+    assert "considered" not in to_json(back.choice["1"].picked())
 
 
 def test_the_runtimes_and_auto_tables_read_a_cosine_as_a_cosine_not_as_a_percentage():
