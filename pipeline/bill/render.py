@@ -1,11 +1,13 @@
 """Bills as people read them: aligned text tables for the terminal, Markdown for the run report.
 
-In: the plain dicts made by ``pipeline.bill.llm``, ``pipeline.bill.artifact`` and
-``pipeline.bill.capacity``. Out: strings (or lists of Markdown lines). Only formatting lives here:
+In: the plain dicts made by ``pipeline.bill.llm`` and ``pipeline.bill.artifact``, and
+``pipeline.bill.capacity``'s plan. Out: strings (or lists of Markdown lines). Only formatting lives here:
 every number is computed elsewhere, so the JSON output and the tables always agree.
 Side-by-side comparisons share one row layout per kind of bill; each column is one bill.
 """
 from __future__ import annotations
+
+from pipeline.bill.capacity import CapacityPlan
 
 MB = 1e6
 
@@ -156,8 +158,8 @@ def markdown(bill: dict) -> list[str]:
                       "understates it): the bounds here are not floors. Remove the cached probe "
                       "named above to measure the machine again."]
     cap = bill.get("capacity")
-    if cap:
-        lines += ["", *capacity_markdown(cap)]
+    if cap:  # a plan (a run's bill in memory) or its JSON (a report's, read back)
+        lines += ["", *capacity_markdown(CapacityPlan.of(cap))]
     return lines
 
 
@@ -167,36 +169,36 @@ CAPACITY_HEADER = ["batch", "measured p99 ms", "throughput /s", "planned /s", "i
                    "batch fill ms", "p99 estimate ms", "meets p99"]
 
 
-def capacity_rows(cap: dict) -> list[list[str]]:
-    return [[str(r["batch"]), f"{r['measured_p99_ms']:.2f}", f"{r['throughput']:,.1f}",
-             f"{r['planned_throughput']:,.1f}", str(r["instances"]), f"{r['batch_fill_ms']:.1f}",
-             f"{r['p99_estimate_ms']:.1f}", "yes" if r["meets_p99"] else "no"]
-            for r in cap["options"]]
+def capacity_rows(cap: CapacityPlan) -> list[list[str]]:
+    return [[str(r.batch), f"{r.measured_p99_ms:.2f}", f"{r.throughput:,.1f}",
+             f"{r.planned_throughput:,.1f}", str(r.instances), f"{r.batch_fill_ms:.1f}",
+             f"{r.p99_estimate_ms:.1f}", "yes" if r.meets_p99 else "no"]
+            for r in cap.options]
 
 
-def capacity_summary(cap: dict) -> list[str]:
-    s = cap["slo"]
-    lines = [f"Capacity for p99 <= {s['p99_ms']:g} ms at {s['peak_qps']:g} QPS peak, "
-             f"{s['requests_per_day']:,} requests/day, instances planned at "
-             f"{100 * s['utilization']:.0f} % of measured throughput: {cap['verdict']}."]
-    if "cost_per_million" in cap:
-        lines.append(f"Cost: {cap['cost_per_million']:.4f} USD per million requests with the fleet "
-                     f"sized for the peak all day ({cap['cost_per_day']:.2f} USD/day at "
-                     f"{cap['price_per_hour']:g} USD/instance-hour); "
-                     f"{cap['cost_per_million_autoscaled_floor']:.4f} with perfect autoscaling.")
-    elif cap.get("choice"):
+def capacity_summary(cap: CapacityPlan) -> list[str]:
+    s = cap.slo
+    lines = [f"Capacity for p99 <= {s.p99_ms:g} ms at {s.peak_qps:g} QPS peak, "
+             f"{s.requests_per_day:,} requests/day, instances planned at "
+             f"{100 * s.utilization:.0f} % of measured throughput: {cap.verdict}."]
+    if cap.cost_per_million is not None:
+        lines.append(f"Cost: {cap.cost_per_million:.4f} USD per million requests with the fleet "
+                     f"sized for the peak all day ({cap.cost_per_day:.2f} USD/day at "
+                     f"{cap.price_per_hour:g} USD/instance-hour); "
+                     f"{cap.cost_per_million_autoscaled_floor:.4f} with perfect autoscaling.")
+    elif cap.choice is not None:
         lines.append("Cost: no price for this hardware profile (set hardware.price_per_hour).")
-    if cap.get("warning"):
-        lines.append(f"Warning: {cap['warning']}.")
+    if cap.warning:
+        lines.append(f"Warning: {cap.warning}.")
     return lines
 
 
-def capacity_markdown(cap: dict) -> list[str]:
+def capacity_markdown(cap: CapacityPlan) -> list[str]:
     return ["### Capacity", "", *md_table(CAPACITY_HEADER, capacity_rows(cap)), "",
             *capacity_summary(cap)]
 
 
-def capacity_text(cap: dict, source: str) -> str:
+def capacity_text(cap: CapacityPlan, source: str) -> str:
     return "\n".join([f"Capacity plan from {source}", "",
                       table(CAPACITY_HEADER, capacity_rows(cap)), "", *capacity_summary(cap)])
 

@@ -59,7 +59,9 @@ def _run(argv: list[str]) -> int:
 
 
 def _emit(args, obj, text: str) -> int:
-    print(json.dumps(obj, indent=2, default=str) if args.json else text)
+    from pipeline.core.json_record import to_json
+
+    print(json.dumps(to_json(obj), indent=2, default=str) if args.json else text)
     return 0
 
 
