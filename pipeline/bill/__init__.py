@@ -14,15 +14,16 @@ number that was not either computed from a formula here or measured.
 from __future__ import annotations
 
 
-def artifact_bill(model_path, batch, input_shape, hardware) -> dict:
+def artifact_bill(model_path, batch, input_shape, hardware):
     """See ``pipeline.bill.artifact.artifact_bill`` (imported lazily: onnx is heavy)."""
     from pipeline.bill.artifact import artifact_bill as bill
 
     return bill(model_path, batch, input_shape, hardware)
 
 
-def markdown(bill: dict) -> str:
-    """The '## Bill' section of a run report, as Markdown text."""
+def markdown(bill) -> str:
+    """The '## Bill' section of a run report, as Markdown text (``bill``: a ``RunBill``, or
+    report.json's bill read back)."""
     from pipeline.bill.render import markdown as lines
 
     return "\n".join(lines(bill))

@@ -2,40 +2,42 @@
 
 In: a ``model.onnx``, a batch size, one sample's input shape and a ``HardwareConfig``
 (``artifact_bill``); or the recipe's ``Outcome`` and the run's ``Config`` (``run_bill``). Out:
-JSON-ready dicts: the artifact's cost (``pipeline.bill.onnx_cost``), its roofline on the hardware
-profile (``pipeline.bill.roofline``) and whether weights plus peak activations fit the device
-memory; for a run, one entry per report row with the measured p50 beside the roofline, the source
-network's parameter count, and a capacity plan for the candidate (``pipeline.bill.capacity``).
-The run's bill is priced at the gate's batch size on the padded sizes (of the input's dynamic axis)
-the benchmark really timed,
-so the roofline and the measured latency describe the same work.
+records (``pipeline.bill.record``): the artifact's cost (``pipeline.bill.onnx_cost``), its
+roofline on the hardware profile (``pipeline.bill.roofline``) and whether weights plus peak
+activations fit the device memory; for a run, one bill per report row with the measured p50
+beside the roofline, the source network's parameter count, and a capacity plan for the candidate
+(``pipeline.bill.capacity``). The run's bill is priced at the gate's batch size on the padded
+sizes (of the input's dynamic axis) the benchmark really timed, so the roofline and the measured
+latency describe the same work.
 Deliberately not handled: models with several inputs of dynamic size (only the first input's
 shape can be given).
 """
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 from pipeline.bill import capacity, onnx_cost, roofline
+from pipeline.bill.record import Activations, ArtifactBill, RunBill
 from pipeline.core.errors import ConfigError
 
 
 def artifact_bill(model_path: str | Path, batch: int, input_shape, hardware,
-                  size=None) -> dict:
+                  size=None) -> ArtifactBill:
     """Cost, memory and roofline of one inference of ``model_path`` at ``batch``; ``input_shape``
     is one sample's shape without the batch (None: the model's static sizes, with ``size``'s
     dynamic axis at the size the benchmark fed it: ``onnx_cost.input_shapes``)."""
     cost = onnx_cost.analyse(model_path, batch, input_shape, size)
     ops = cost.pop("ops")
-    out = {**cost, "batch": batch, "hardware": hardware.name,
-           "roofline": roofline.estimate(ops, cost["compulsory_bytes"], hardware)}
+    activations = Activations(**cost.pop("activations"))
     # What must be resident: weights and other constants, plus the activations alive at once.
-    out["memory_bytes"] = (cost["parameter_bytes"] + cost["other_constant_bytes"]
-                           + cost["activations"]["peak_bytes"])
-    if hardware.memory_gb is not None:
-        out["fits"] = out["memory_bytes"] <= hardware.memory_gb * 1e9
-    return out
+    memory = cost["parameter_bytes"] + cost["other_constant_bytes"] + activations.peak_bytes
+    return ArtifactBill(
+        **{**cost, "unknown_shapes": tuple(cost["unknown_shapes"])}, batch=batch,
+        hardware=hardware.name, activations=activations,
+        roofline=roofline.estimate(ops, cost["compulsory_bytes"], hardware), memory_bytes=memory,
+        fits=memory <= hardware.memory_gb * 1e9 if hardware.memory_gb is not None else None)
 
 
 def sample_shape(key, sizes: list[int] | None = None) -> list[int] | None:
@@ -57,7 +59,7 @@ def sample_shape(key, sizes: list[int] | None = None) -> list[int] | None:
     return shape
 
 
-def run_bill(outcome, cfg, constant_axes=()) -> dict:
+def run_bill(outcome, cfg, constant_axes=()) -> RunBill:
     """The bill section of a pipeline report: every report row's model at the gate's batch.
     ``constant_axes``: (input, axis, size) of the axes every benchmarked sample had at one size
     (``pipeline.measure.bench_record.InputContract.constant_axes``)."""
@@ -82,26 +84,30 @@ def run_bill(outcome, cfg, constant_axes=()) -> dict:
                              [size, *same] if size and same else size)
         lab = outcome.label_at(batch) if role == "candidate" else role  # the shipped one's seat
         p50 = timed["latency_ms"].get(lab, {}).get("p50")
-        bound = bill["roofline"]["bound_ms"]
-        bill["measured_p50_ms"] = p50
-        bill["measured_over_bound"] = p50 / bound if p50 and bound else None
-        models[role] = bill
+        models[role] = measured_beside(bill, p50)
     measured = {int(b): {"p99_ms": at["latency_ms"][outcome.label_at(b)]["p99"],
                          "throughput": at["latency_ms"][outcome.label_at(b)]["throughput"]}
                 for b, at in batches.items()}
     largest = max((w for b, at in batches.items() for w in _sizes(at, outcome.label_at(b))),
                   default=None) if by_size else None
-    first = next(iter(models.values()), {}).get("inputs") or {}
-    return {"batch": batch, "input_shape": [batch, *shape] if shape else
-            (next(iter(first.values())) if first else None),
-            "size_from": ("median padded size of the benchmarked batches' dynamic axis" if sizes
-                          else "the task's representative sample" if shape
-                          else "the model's own shape (only its batch axis is dynamic)"),
-            "size_axis": {"input": size[0], "axis": size[1], "size": size[2]} if size else None,
-            "hardware": _hardware_summary(cfg.hardware),
-            "source_parameters": outcome.source.meta.get("parameters"),
-            "models": models,
-            "capacity": capacity.plan(measured, cfg.slo, cfg.hardware.price_per_hour, largest)}
+    first = next(iter(models.values()), None)
+    return RunBill(
+        batch=batch, input_shape=[batch, *shape] if shape else
+        (next(iter(first.inputs.values()), None) if first else None),
+        size_from=("median padded size of the benchmarked batches' dynamic axis" if sizes
+                   else "the task's representative sample" if shape
+                   else "the model's own shape (only its batch axis is dynamic)"),
+        size_axis={"input": size[0], "axis": size[1], "size": size[2]} if size else None,
+        hardware=_hardware_summary(cfg.hardware),
+        source_parameters=outcome.source.meta.get("parameters"), models=models,
+        capacity=capacity.plan(measured, cfg.slo, cfg.hardware.price_per_hour, largest))
+
+
+def measured_beside(bill: ArtifactBill, p50_ms: float | None) -> ArtifactBill:
+    """The bill with the p50 measured on its hardware, and how far above the floor that is."""
+    bound = bill.roofline.bound_ms
+    return replace(bill, measured_p50_ms=p50_ms,
+                   measured_over_bound=p50_ms / bound if p50_ms and bound else None)
 
 
 def _sizes(timed: dict, label: str = "candidate") -> list[int]:

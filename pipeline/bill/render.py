@@ -1,13 +1,14 @@
 """Bills as people read them: aligned text tables for the terminal, Markdown for the run report.
 
-In: the plain dicts made by ``pipeline.bill.llm`` and ``pipeline.bill.artifact``, and
-``pipeline.bill.capacity``'s plan. Out: strings (or lists of Markdown lines). Only formatting lives here:
-every number is computed elsewhere, so the JSON output and the tables always agree.
+In: the plain dicts made by ``pipeline.bill.llm``, and the records of ``pipeline.bill.artifact``
+and ``pipeline.bill.capacity``. Out: strings (or lists of Markdown lines). Only formatting
+lives here: every number is computed elsewhere, so the JSON output and the tables always agree.
 Side-by-side comparisons share one row layout per kind of bill; each column is one bill.
 """
 from __future__ import annotations
 
 from pipeline.bill.capacity import CapacityPlan
+from pipeline.bill.record import ArtifactBill, BillError, RunBill
 
 MB = 1e6
 
@@ -101,66 +102,65 @@ ARTIFACT_HEADER = ["model", "parameters", "weights MB (by type)", "GFLOPs", "GMA
                    "measured p50 ms", "measured / roofline"]
 
 
-def artifact_row(name: str, b: dict) -> list[str]:
-    by_type = ", ".join(f"{t} {v / MB:.2f}" for t, v in b["parameter_bytes_by_dtype"].items())
-    r, a = b["roofline"], b["activations"]
-    p50, ratio = b.get("measured_p50_ms"), b.get("measured_over_bound")
-    return [name, f"{b['parameters']:,}", by_type or "0", f"{b['flops'] / 1e9:.3f}",
-            f"{b['macs'] / 1e9:.3f}", f"{a['peak_bytes'] / MB:.2f} / {a['total_bytes'] / MB:.2f}",
-            _n(r["intensity_flop_per_byte"], 1), f"{fmt_ms(r['bound_ms'])} ({r['bound_by']})",
-            _n(p50, 2), "—" if ratio is None else f"{ratio:.1f}x"]
+def artifact_row(name: str, b: ArtifactBill) -> list[str]:
+    by_type = ", ".join(f"{t} {v / MB:.2f}" for t, v in b.parameter_bytes_by_dtype.items())
+    r, a, ratio = b.roofline, b.activations, b.measured_over_bound
+    return [name, f"{b.parameters:,}", by_type or "0", f"{b.flops / 1e9:.3f}",
+            f"{b.macs / 1e9:.3f}", f"{a.peak_bytes / MB:.2f} / {a.total_bytes / MB:.2f}",
+            _n(r.intensity_flop_per_byte, 1), f"{fmt_ms(r.bound_ms)} ({r.bound_by})",
+            _n(b.measured_p50_ms, 2), "—" if ratio is None else f"{ratio:.1f}x"]
 
 
-def artifact_text(bills: dict[str, dict]) -> str:
+def artifact_text(bills: dict[str, ArtifactBill]) -> str:
     first = next(iter(bills.values()))
-    shape = next(iter(first["inputs"].values()))
-    lines = [f"ONNX bill at input {shape} on {first['hardware']}", "",
+    shape = next(iter(first.inputs.values()))
+    lines = [f"ONNX bill at input {shape} on {first.hardware}", "",
              table(ARTIFACT_HEADER, [artifact_row(n, b) for n, b in bills.items()])]
     shown = "candidate" if "candidate" in bills else next(iter(bills))
     lines += ["", f"FLOPs by op type ({shown}): " + op_shares(bills[shown])]
     return "\n".join(lines)
 
 
-def op_shares(b: dict, top: int = 5) -> str:
-    total = b["flops"] or 1.0
-    parts = [f"{op} {100 * v['flops'] / total:.1f} %" for op, v in b["by_op"].items() if v["flops"]]
+def op_shares(b: ArtifactBill, top: int = 5) -> str:
+    total = b.flops or 1.0
+    parts = [f"{op} {100 * v['flops'] / total:.1f} %" for op, v in b.by_op.items() if v["flops"]]
     return ", ".join(parts[:top]) or "none"
 
 
-def markdown(bill: dict) -> list[str]:
-    """The '## Bill' section of a run report (``pipeline.bill.artifact.run_bill``)."""
-    if "error" in bill:
-        return ["## Bill", "", f"Not computed: {bill['error']}"]
-    hw, models = bill["hardware"], bill["models"]
+def markdown(bill: RunBill | BillError | dict) -> list[str]:
+    """The '## Bill' section of a run report (``pipeline.bill.artifact.run_bill``); ``bill``: the
+    record, or report.json's bill read back."""
+    if isinstance(bill, dict):
+        bill = BillError(bill["error"]) if "error" in bill else RunBill.of(bill)
+    if isinstance(bill, BillError):
+        return ["## Bill", "", f"Not computed: {bill.error}"]
+    hw, models = bill.hardware, bill.models
     peaks = ", ".join(f"{k} {v:g}" for k, v in hw["peak_tflops"].items())
     lines = ["## Bill", "",
-             f"One inference at batch {bill['batch']}, input {bill['input_shape']} (dynamic "
-             f"axis: {bill.get('size_from') or bill.get('width_from')}), on hardware "
+             f"One inference at batch {bill.batch}, input {bill.input_shape} (dynamic "
+             f"axis: {bill.size_from}), on hardware "
              f"`{hw['name']}`: memory bandwidth "
              f"{_n(hw['memory_bandwidth_gbs'], 1)} GB/s, dense peak TFLOP/s {peaks or '—'} "
              f"({hw['source'] or 'no source given'}).", ""]
-    src, export = bill.get("source_parameters"), models.get("export")
+    src, export = bill.source_parameters, models.get("export")
     if src is not None and export is not None:
-        lines += [_parameters_line(src, export["parameters"],
-                                   models.get("fp32", export)["parameters"]), ""]
+        lines += [_parameters_line(src, export.parameters,
+                                   models.get("fp32", export).parameters), ""]
     lines += md_table(ARTIFACT_HEADER, [artifact_row(role, b) for role, b in models.items()])
     cand = models.get("candidate") or next(iter(models.values()))
     lines += ["", f"FLOPs by op type (candidate): {op_shares(cand)}. The roofline is a floor: "
               "max(compute at the dense peak of each op's precision, weights and I/O at full "
               "memory bandwidth); measured / roofline says how far from that limit the runtime "
               "runs. Activation peak: buffers freed after their last reader."]
-    under = [f"{role} ({b['measured_over_bound']:.2f}x)" for role, b in models.items()
-             if (b.get("measured_over_bound") or 1.0) < 1.0]
+    under = [f"{role} ({b.measured_over_bound:.2f}x)" for role, b in models.items()
+             if (b.measured_over_bound or 1.0) < 1.0]
     if under:  # a floor the runtime beat: the peak figures, not the model, are wrong
         lines += ["", f"**Measured faster than the roofline:** {', '.join(under)}. The "
                       "hardware's peak figures are below what this machine reaches (a probe "
                       "taken while other processes kept it busy, or a datasheet that "
                       "understates it): the bounds here are not floors. Remove the cached probe "
                       "named above to measure the machine again."]
-    cap = bill.get("capacity")
-    if cap:  # a plan (a run's bill in memory) or its JSON (a report's, read back)
-        lines += ["", *capacity_markdown(CapacityPlan.of(cap))]
-    return lines
+    return [*lines, *(["", *capacity_markdown(bill.capacity)] if bill.capacity else [])]
 
 
 # --- capacity ----------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ operations, and multi-device splits.
 """
 from __future__ import annotations
 
+from pipeline.bill.record import Roofline
+
 GB = 1e9
 # When a device lists no peak for a precision, the next one that can do the work: INT4 and INT8
 # widened to FP16, FP16 and BF16 converted to FP32 (what a CPU without half-precision arithmetic
@@ -30,7 +32,7 @@ def peak_flops(hardware, precision: str) -> tuple[float | None, str | None]:
     return None, None
 
 
-def estimate(ops: list[dict], compulsory_bytes: float, hardware) -> dict:
+def estimate(ops: list[dict], compulsory_bytes: float, hardware) -> Roofline:
     """Roofline of a whole graph: ``ops`` carry flops, bytes and precision; the compulsory bytes
     (weights, inputs and outputs, each moved once) are the least any execution must move."""
     bw = hardware.memory_bandwidth_gbs
@@ -48,17 +50,15 @@ def estimate(ops: list[dict], compulsory_bytes: float, hardware) -> dict:
         compute_s += t_c
         unfused_s += max(t_c, t_m)
     flops = sum(op["flops"] for op in ops)
-    memory_s = compulsory_bytes / (bw * GB) if bw else None
-    out = {"hardware": hardware.name, "compute_ms": 1e3 * compute_s,
-           "memory_ms": None if memory_s is None else 1e3 * memory_s,
-           "intensity_flop_per_byte": flops / compulsory_bytes if compulsory_bytes else None,
-           "unfused_ms": 1e3 * unfused_s if bw else None,
-           "peaks_used": sorted(used)}
-    if missing:
-        out["peaks_missing"] = sorted(missing)
-    out["bound_ms"] = max(out["compute_ms"], out["memory_ms"] or 0.0)
-    out["bound_by"] = "compute" if out["compute_ms"] >= (out["memory_ms"] or 0.0) else "memory"
+    compute_ms = 1e3 * compute_s
+    memory_ms = 1e3 * (compulsory_bytes / (bw * GB)) if bw else None
     fp32, _ = peak_flops(hardware, "fp32")
-    if fp32 and bw:
-        out["ridge_flop_per_byte"] = fp32 / (bw * GB)  # intensity above which FP32 is compute-bound
-    return out
+    return Roofline(
+        hardware=hardware.name, compute_ms=compute_ms, memory_ms=memory_ms,
+        intensity_flop_per_byte=flops / compulsory_bytes if compulsory_bytes else None,
+        unfused_ms=1e3 * unfused_s if bw else None, peaks_used=tuple(sorted(used)),
+        peaks_missing=tuple(sorted(missing)) or None,
+        bound_ms=max(compute_ms, memory_ms or 0.0),
+        bound_by="compute" if compute_ms >= (memory_ms or 0.0) else "memory",
+        # the intensity above which FP32 is compute-bound
+        ridge_flop_per_byte=fp32 / (bw * GB) if fp32 and bw else None)

@@ -147,7 +147,7 @@ def _option_of(model: dict) -> str:
 
 
 def _artifact(cfg, args, overrides) -> int:
-    from pipeline.bill.artifact import artifact_bill, sample_shape
+    from pipeline.bill.artifact import artifact_bill, measured_beside, sample_shape
     from pipeline.bill.render import artifact_text, fmt_ms, table
 
     batch = cfg.bill.batch
@@ -186,14 +186,13 @@ def _artifact(cfg, args, overrides) -> int:
         for name, model in models.items():
             b = artifact_bill(model, batch, shape, hw)
             if hw.name == ran_on and name in measured:  # comparable only on its own machine
-                b["measured_p50_ms"] = measured[name]
-                b["measured_over_bound"] = measured[name] / b["roofline"]["bound_ms"]
+                b = measured_beside(b, measured[name])
             bills[(hw.name, name)] = b
     if args.compare != "hardware":
         by_name = {name: b for (_, name), b in bills.items()}
         return _emit(args, by_name, artifact_text(by_name))
     names = list(models)
-    rows = [[name, *(fmt_ms(bills[(hw.name, name)]["roofline"]["bound_ms"]) for hw in profiles),
+    rows = [[name, *(fmt_ms(bills[(hw.name, name)].roofline.bound_ms) for hw in profiles),
              "—" if name not in measured else f"{measured[name]:.2f} ({ran_on})"]
             for name in names]
     text = (f"Roofline ms per inference at batch {batch}, input {shape}, by hardware profile\n\n"

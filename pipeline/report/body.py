@@ -162,7 +162,7 @@ class RunReport:
     rows: tuple[Row, ...]
     aa_check: dict[str, Ratio]
     timing: TimingReport
-    bill: dict
+    bill: object                     # bill.record.RunBill (BillError: could not be computed)
     stages: tuple[StageRow, ...]
     lineage: dict[str, LineageEntry]
     runtimes: RuntimePlan | None     # what runtimes.plan measured and chose

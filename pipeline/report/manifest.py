@@ -56,9 +56,10 @@ def body(cfg, out, record: list) -> RunReport:
         auto=out.auto)
 
 
-def _bill(out, cfg) -> dict:
+def _bill(out, cfg):
     """The report's bill section: informational, so a model it cannot read is noted, not fatal."""
     from pipeline.bill.artifact import run_bill
+    from pipeline.bill.record import BillError
 
     contract = BenchRecord.of(out.bench).input_contract
     try:
@@ -68,7 +69,7 @@ def _bill(out, cfg) -> dict:
         if "bill.input_shape" in line:  # a key of the bill's own command, not of this one
             line += ": python -m pipeline.bill with this run's overrides and that key"
         print(f"bill: not computed ({line})")
-        return {"error": line}
+        return BillError(line)
 
 
 def figures(cfg, out, report: RunReport) -> dict:
