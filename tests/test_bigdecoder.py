@@ -368,11 +368,11 @@ def test_the_bill_says_a_7b_int4_compile_streams_within_the_budget_at_a_third_of
     llm = compose(["model=llm_7b"], config_name="bill").model.llm
     budget_gb = DecoderQuant().memory_budget * 24
     c = compile_peaks(llm, Precision.int4)
-    assert c["fp32_path_peak_gb"] > 3 * c["streaming_peak_gb"]
-    assert c["streaming_peak_gb"] < budget_gb
+    assert c.fp32_path_peak_gb > 3 * c.streaming_peak_gb
+    assert c.streaming_peak_gb < budget_gb
     # the INT8 reference alone (1 byte and a 4-byte scale per 32 weights) with the measured
     # factor for the rest, not the INT4 candidate beside it, nor the checkpoint
-    assert c["streaming_peak_gb"] == pytest.approx(1.4 * 1.125 * llm.params_b)
+    assert c.streaming_peak_gb == pytest.approx(1.4 * 1.125 * llm.params_b)
 
 
 def test_the_streaming_estimate_counts_the_largest_model_the_run_holds_not_two_together():

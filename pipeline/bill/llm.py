@@ -1,10 +1,10 @@
 """The bill of a decoder-only LLM: memory, compute and speed limits from its shape alone.
 
 In: an ``LlmConfig`` (parameters, layers, heads, KV heads, head dim), a ``BillConfig`` (batch,
-sequence length, weight and KV precision, margin) and a ``HardwareConfig``. Out: a plain dict:
-weights, KV cache, margin and total in GB; whether it fits the device and by how much; the largest
-batch that fits; FLOPs per token; the decode ceiling from memory bandwidth and the prefill time
-bound from compute. Plain arithmetic, the usual estimator:
+sequence length, weight and KV precision, margin) and a ``HardwareConfig``. Out: an ``LlmBill``
+(``pipeline.bill.record``): weights, KV cache, margin and total in GB; whether it fits the
+device and by how much; the largest batch that fits; FLOPs per token; the decode ceiling from
+memory bandwidth and the prefill time bound from compute. Plain arithmetic, the usual estimator:
 ``weights = params * bits / 8`` (plus one scale per ``bill.weight_block`` weights for weight-only
 INT8/INT4, as the kernels read them: ``pipeline.bill.token_bytes`` counts them from a graph),
 ``kv = batch * seq * layers * kv_heads * head_dim * 2 * bytes``,
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 
+from pipeline.bill.record import (CompilePeaks, Decode, Fit, Gqa, LlmBill, LlmCompute,
+                                  LlmMemory, LlmSetting, LlmShape, Prefill)
 from pipeline.config import Precision
 
 GB, GIB = 1e9, 2 ** 30
@@ -70,7 +72,8 @@ def max_batch(llm, bill, hardware, weights_precision: Precision | None = None) -
     return max(0, math.floor(free / per_seq + 1e-9))
 
 
-def compile_peaks(llm, precision: Precision, checkpoint_bytes_per_param: float = 2.0) -> dict:
+def compile_peaks(llm, precision: Precision,
+                  checkpoint_bytes_per_param: float = 2.0) -> CompilePeaks:
     """This pipeline's compile of the model, on the host, at its peak (``bill.compile_memory``):
     the FP32 path and the streaming one (whose peak does not depend on the checkpoint's dtype:
     it reads one layer at a time), from a bf16 checkpoint by default. Weight-only widths
@@ -80,12 +83,11 @@ def compile_peaks(llm, precision: Precision, checkpoint_bytes_per_param: float =
     params = llm.params_b * 1e9
     bits = 4 if precision == Precision.int4 else 8
     dtype = "fp32" if checkpoint_bytes_per_param >= 4 else "bf16"
-    return {"fp32_path_peak_gb": fp32_path_peak(params, dtype) / GB,
-            "streaming_peak_gb": streaming_peak(params, bits, 32) / GB,
-            "checkpoint_bytes_per_param": checkpoint_bytes_per_param, "candidate_bits": bits}
+    return CompilePeaks(fp32_path_peak(params, dtype) / GB, streaming_peak(params, bits, 32) / GB,
+                        checkpoint_bytes_per_param, bits)
 
 
-def llm_bill(llm, bill, hardware, precision: Precision | None = None) -> dict:
+def llm_bill(llm, bill, hardware, precision: Precision | None = None) -> LlmBill:
     from pipeline.bill.roofline import peak_flops
 
     p = precision or bill.precision
@@ -94,62 +96,55 @@ def llm_bill(llm, bill, hardware, precision: Precision | None = None) -> dict:
     kv = kv_bytes(llm, bill.batch, bill.seq, kvp)
     mha_kv = kv * llm.attention_heads / llm.kv_heads
     total = w + kv + bill.margin_gb * GB
-    out = {
-        "model": {"params_b": llm.params_b, "layers": llm.layers,
-                  "attention_heads": llm.attention_heads, "kv_heads": llm.kv_heads,
-                  "head_dim": llm.head_dim, "hidden": llm.attention_heads * llm.head_dim,
-                  "vocab": llm.vocab, "max_context": llm.max_context},
-        "setting": {"batch": bill.batch, "seq": bill.seq, "precision": p.value,
-                    "kv_precision": kvp.value, "margin_gb": bill.margin_gb,
-                    "keep_free": bill.keep_free},
-        "memory": {"weights_gb": w / GB, "kv_cache_gb": kv / GB, "kv_cache_gib": kv / GIB,
-                   "kv_bytes_per_token": kv / (bill.batch * bill.seq),
-                   "margin_gb": bill.margin_gb, "total_gb": total / GB,
-                   "weights_gib": w / GIB, "total_gib": total / GIB},
-        "gqa": {"kv_heads": llm.kv_heads, "attention_heads": llm.attention_heads,
-                "kv_cache_if_mha_gb": mha_kv / GB, "kv_saving_gb": (mha_kv - kv) / GB,
-                "kv_saving_factor": llm.attention_heads / llm.kv_heads},
-        "compute": {"flops_per_token": flops_per_token(llm.params_b),
-                    "target_tokens_per_s": bill.tokens_per_s,
-                    "tflops_for_target": flops_per_token(llm.params_b) * bill.tokens_per_s / 1e12},
-        "hardware": hardware.name,
-        "compile": compile_peaks(llm, p),
-    }
+    fit = None
     if hardware.memory_gb is not None:
         usable = usable_bytes(hardware, bill)
-        out["fit"] = {"device_gb": hardware.memory_gb, "usable_gb": usable / GB,
-                      "fits": total <= usable, "headroom_gb": (usable - total) / GB,
-                      "max_batch": max_batch(llm, bill, hardware, p),
-                      # Split across devices (tensor parallel) it needs at least this many; the
-                      # traffic between them is not billed (see hardware.interconnect).
-                      "devices_needed": math.ceil(total / usable - 1e-9),
-                      "max_seq_at_batch": min(llm.max_context, max(0, math.floor(
-                          (usable - w - bill.margin_gb * GB)
-                          / kv_bytes(llm, bill.batch, 1, kvp) + 1e-9)))}
+        fit = Fit(device_gb=hardware.memory_gb, usable_gb=usable / GB, fits=total <= usable,
+                  headroom_gb=(usable - total) / GB, max_batch=max_batch(llm, bill, hardware, p),
+                  # Split across devices (tensor parallel) it needs at least this many; the
+                  # traffic between them is not billed (see hardware.interconnect).
+                  devices_needed=math.ceil(total / usable - 1e-9),
+                  max_seq_at_batch=min(llm.max_context, max(0, math.floor(
+                      (usable - w - bill.margin_gb * GB) / kv_bytes(llm, bill.batch, 1, kvp)
+                      + 1e-9))))
     bw = hardware.memory_bandwidth_gbs
     peak, peak_dtype = peak_flops(hardware, COMPUTE[p])
-    decode: dict = {}
-    if bw is not None:
-        # Every decode step streams all weights once (shared by the batch) and each sequence's
-        # KV cache; the single-stream ceiling is the article's bandwidth / weight bytes.
-        decode["tokens_per_s_single_stream"] = bw * GB / w
-        step_bytes = w + kv
-        decode["tokens_per_s_at_batch"] = bill.batch * bw * GB / step_bytes
-    if peak is not None:
-        decode["compute_tokens_per_s"] = peak / flops_per_token(llm.params_b)
-        if "tokens_per_s_at_batch" in decode:
-            decode["tokens_per_s_at_batch"] = min(decode["tokens_per_s_at_batch"],
-                                                  decode["compute_tokens_per_s"])
-    if decode:
-        decode["bound_by"] = ("memory bandwidth" if peak is None or bw is None or
-                              bill.batch * flops_per_token(llm.params_b) / peak
-                              < (w + kv) / (bw * GB) else "compute")
-        out["decode"] = decode
+    prefill = None
     if peak is not None:
         fl = prefill_flops(llm, bill.batch, bill.seq)
         seconds = fl / peak
         if bw is not None:
             seconds = max(seconds, w / (bw * GB))
-        out["prefill"] = {"tokens": bill.batch * bill.seq, "flops": fl, "seconds_bound": seconds,
-                          "peak_tflops": peak / 1e12, "peak_precision": peak_dtype}
-    return out
+        prefill = Prefill(bill.batch * bill.seq, fl, seconds, peak / 1e12, peak_dtype)
+    return LlmBill(
+        model=LlmShape(llm.params_b, llm.layers, llm.attention_heads, llm.kv_heads,
+                       llm.head_dim, llm.attention_heads * llm.head_dim, llm.vocab,
+                       llm.max_context),
+        setting=LlmSetting(bill.batch, bill.seq, p.value, kvp.value, bill.margin_gb,
+                           bill.keep_free),
+        memory=LlmMemory(weights_gb=w / GB, kv_cache_gb=kv / GB, kv_cache_gib=kv / GIB,
+                         kv_bytes_per_token=kv / (bill.batch * bill.seq),
+                         margin_gb=bill.margin_gb, total_gb=total / GB, weights_gib=w / GIB,
+                         total_gib=total / GIB),
+        gqa=Gqa(llm.kv_heads, llm.attention_heads, mha_kv / GB, (mha_kv - kv) / GB,
+                llm.attention_heads / llm.kv_heads),
+        compute=LlmCompute(flops_per_token(llm.params_b), bill.tokens_per_s,
+                           flops_per_token(llm.params_b) * bill.tokens_per_s / 1e12),
+        hardware=hardware.name, compile=compile_peaks(llm, p), fit=fit,
+        decode=_decode(llm, bill, w, kv, bw, peak), prefill=prefill)
+
+
+def _decode(llm, bill, w: float, kv: float, bw, peak) -> Decode | None:
+    """Every decode step streams all weights once (shared by the batch) and each sequence's KV
+    cache; the single-stream ceiling is the bandwidth over the weight bytes."""
+    if bw is None and peak is None:
+        return None
+    single = bw * GB / w if bw is not None else None
+    at_batch = bill.batch * bw * GB / (w + kv) if bw is not None else None
+    compute = peak / flops_per_token(llm.params_b) if peak is not None else None
+    if at_batch is not None and compute is not None:
+        at_batch = min(at_batch, compute)
+    bound = ("memory bandwidth" if peak is None or bw is None or
+             bill.batch * flops_per_token(llm.params_b) / peak < (w + kv) / (bw * GB)
+             else "compute")
+    return Decode(bound, single, at_batch, compute)

@@ -1,8 +1,10 @@
-"""An ONNX artifact's bill and a run's, as records: what ``pipeline.bill.artifact`` computes,
-``pipeline.bill.render`` prints and report.json's ``bill`` (and ``pipeline.bill --json``)
-carries, read by field.
+"""Bills as records: an ONNX artifact's and a run's (what ``pipeline.bill.artifact`` computes and
+report.json's ``bill`` carries) and a decoder-only LLM's (``pipeline.bill.llm``), as
+``pipeline.bill.render`` prints them and ``python -m pipeline.bill --json`` writes them, read by
+field.
 
-In: ``onnx_cost.analyse``'s cost, ``roofline.estimate``'s floor, the run's measurements. Out:
+In: ``onnx_cost.analyse``'s cost, ``roofline.estimate``'s floor, the run's measurements, an LLM's
+shape and setting. Out:
 frozen records whose JSON is the keys the bill has always had. A few fields stay plain payloads
 because their keys are the model's own (input and output names, op types, data types).
 """
@@ -94,3 +96,114 @@ class RunBill:
 class BillError:
     """A run's bill that could not be computed (the bill is informational: the run goes on)."""
     error: str
+
+
+# --- a decoder-only LLM, from its shape alone (pipeline.bill.llm) ----------------------------
+
+
+@dataclass(frozen=True)
+class LlmShape:
+    params_b: float
+    layers: int
+    attention_heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    vocab: int
+    max_context: int
+
+
+@dataclass(frozen=True)
+class LlmSetting:
+    """What the bill is for: sequences, tokens each, the weights' and the KV cache's precision."""
+    batch: int
+    seq: int
+    precision: str
+    kv_precision: str
+    margin_gb: float
+    keep_free: float
+
+
+@dataclass(frozen=True)
+class LlmMemory:
+    """Decimal GB (as datasheets print them), and GiB beside them."""
+    weights_gb: float
+    kv_cache_gb: float
+    kv_cache_gib: float
+    kv_bytes_per_token: float
+    margin_gb: float
+    total_gb: float
+    weights_gib: float
+    total_gib: float
+
+
+@dataclass(frozen=True)
+class Gqa:
+    """What grouped-query attention saves against a cache with a KV head per query head."""
+    kv_heads: int
+    attention_heads: int
+    kv_cache_if_mha_gb: float
+    kv_saving_gb: float
+    kv_saving_factor: float
+
+
+@dataclass(frozen=True)
+class LlmCompute:
+    flops_per_token: float
+    target_tokens_per_s: float
+    tflops_for_target: float
+
+
+@dataclass(frozen=True)
+class CompilePeaks:
+    """The host memory this pipeline's compile of the model peaks at, both ways."""
+    fp32_path_peak_gb: float
+    streaming_peak_gb: float
+    checkpoint_bytes_per_param: float
+    candidate_bits: int
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The device's memory against the bill's total."""
+    device_gb: float
+    usable_gb: float
+    fits: bool
+    headroom_gb: float                # negative: short by that much
+    max_batch: int                    # sequences of ``seq`` tokens that fit
+    devices_needed: int               # split across devices, at least
+    max_seq_at_batch: int             # the longest context at ``batch``
+
+
+@dataclass(frozen=True)
+class Decode:
+    """Generation ceilings: bandwidth (every step streams the weights and the KV cache) and
+    compute; ``bound_by`` names the nearer."""
+    bound_by: str
+    tokens_per_s_single_stream: float | None = omitted()
+    tokens_per_s_at_batch: float | None = omitted()
+    compute_tokens_per_s: float | None = omitted()
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """The prompt's floor: its FLOPs at the peak, or the weights read once if that is longer."""
+    tokens: int
+    flops: float
+    seconds_bound: float
+    peak_tflops: float
+    peak_precision: str
+
+
+@dataclass(frozen=True)
+class LlmBill:
+    model: LlmShape
+    setting: LlmSetting
+    memory: LlmMemory
+    gqa: Gqa
+    compute: LlmCompute
+    hardware: str                     # the profile's name
+    compile: CompilePeaks
+    fit: Fit | None = omitted()       # None: the profile gives no memory
+    decode: Decode | None = omitted()  # None: neither bandwidth nor a peak
+    prefill: Prefill | None = omitted()  # None: no peak for its precision

@@ -1,14 +1,14 @@
 """Bills as people read them: aligned text tables for the terminal, Markdown for the run report.
 
-In: the plain dicts made by ``pipeline.bill.llm``, and the records of ``pipeline.bill.artifact``
-and ``pipeline.bill.capacity``. Out: strings (or lists of Markdown lines). Only formatting
+In: the records of ``pipeline.bill.llm``, ``pipeline.bill.artifact`` and
+``pipeline.bill.capacity``. Out: strings (or lists of Markdown lines). Only formatting
 lives here: every number is computed elsewhere, so the JSON output and the tables always agree.
 Side-by-side comparisons share one row layout per kind of bill; each column is one bill.
 """
 from __future__ import annotations
 
 from pipeline.bill.capacity import CapacityPlan
-from pipeline.bill.record import ArtifactBill, BillError, RunBill
+from pipeline.bill.record import ArtifactBill, BillError, LlmBill, RunBill
 
 MB = 1e6
 
@@ -37,58 +37,54 @@ def fmt_ms(x) -> str:
 
 # --- LLM ---------------------------------------------------------------------------------------
 
-def llm_rows(b: dict) -> list[tuple[str, str]]:
-    m, s, g = b["memory"], b["setting"], b["gqa"]
-    rows = [("weights GB", f"{m['weights_gb']:.2f}"),
-            ("KV cache GB (GiB)", f"{m['kv_cache_gb']:.2f} ({m['kv_cache_gib']:.2f})"),
-            ("KV heads of query heads", f"{g['kv_heads']} of {g['attention_heads']}"),
-            ("KV saving vs multi-head", "none (multi-head)" if g["kv_saving_factor"] == 1 else
-             f"{g['kv_saving_factor']:.1f}x, {g['kv_saving_gb']:.2f} GB"),
-            ("margin GB", f"{m['margin_gb']:.2f}"),
-            ("total GB", f"{m['total_gb']:.2f}")]
-    fit = b.get("fit")
+def llm_rows(b: LlmBill) -> list[tuple[str, str]]:
+    m, s, g = b.memory, b.setting, b.gqa
+    rows = [("weights GB", f"{m.weights_gb:.2f}"),
+            ("KV cache GB (GiB)", f"{m.kv_cache_gb:.2f} ({m.kv_cache_gib:.2f})"),
+            ("KV heads of query heads", f"{g.kv_heads} of {g.attention_heads}"),
+            ("KV saving vs multi-head", "none (multi-head)" if g.kv_saving_factor == 1 else
+             f"{g.kv_saving_factor:.1f}x, {g.kv_saving_gb:.2f} GB"),
+            ("margin GB", f"{m.margin_gb:.2f}"),
+            ("total GB", f"{m.total_gb:.2f}")]
+    fit = b.fit
     if fit:
-        kept = b["setting"]["keep_free"]
-        rows += [("device GB", f"{fit['device_gb']:.4g}" + (f" ({fit['usable_gb']:.2f} usable)"
-                                                          if kept else "")),
-                 ("fits", f"yes, {fit['headroom_gb']:.2f} GB free" if fit["fits"]
-                  else f"NO, {-fit['headroom_gb']:.2f} GB short"),
-                 ("devices to hold it (split)", str(fit["devices_needed"])),
-                 (f"largest batch at {s['seq']} tokens", str(fit["max_batch"])),
-                 (f"longest context at batch {s['batch']}", f"{fit['max_seq_at_batch']:,}")]
-    cp = b.get("compile")
-    if cp:  # the host's memory to compile it here (docs/llm.md, "Models larger than memory")
-        rows.append(("compile peak GB, FP32 path / streaming",
-                     f"{cp['fp32_path_peak_gb']:.1f} / {cp['streaming_peak_gb']:.1f}"))
-    c = b["compute"]
-    rows += [("GFLOPs per token", f"{c['flops_per_token'] / 1e9:.1f}"),
-             (f"TFLOP/s for {c['target_tokens_per_s']:g} tokens/s",
-              f"{c['tflops_for_target']:.2f}")]
-    d = b.get("decode", {})
-    if "tokens_per_s_single_stream" in d:
+        rows += [("device GB", f"{fit.device_gb:.4g}" + (f" ({fit.usable_gb:.2f} usable)"
+                                                       if s.keep_free else "")),
+                 ("fits", f"yes, {fit.headroom_gb:.2f} GB free" if fit.fits
+                  else f"NO, {-fit.headroom_gb:.2f} GB short"),
+                 ("devices to hold it (split)", str(fit.devices_needed)),
+                 (f"largest batch at {s.seq} tokens", str(fit.max_batch)),
+                 (f"longest context at batch {s.batch}", f"{fit.max_seq_at_batch:,}")]
+    cp = b.compile  # the host's memory to compile it here (docs/llm.md: larger than memory)
+    rows.append(("compile peak GB, FP32 path / streaming",
+                 f"{cp.fp32_path_peak_gb:.1f} / {cp.streaming_peak_gb:.1f}"))
+    c = b.compute
+    rows += [("GFLOPs per token", f"{c.flops_per_token / 1e9:.1f}"),
+             (f"TFLOP/s for {c.target_tokens_per_s:g} tokens/s", f"{c.tflops_for_target:.2f}")]
+    d = b.decode
+    if d is not None and d.tokens_per_s_single_stream is not None:
         rows.append(("decode tokens/s, 1 stream (bandwidth)",
-                     f"{d['tokens_per_s_single_stream']:.1f}"))
-    if "tokens_per_s_at_batch" in d:
-        rows.append((f"decode tokens/s, batch {s['batch']} (all)",
-                     f"{d['tokens_per_s_at_batch']:.1f}"))
-        rows.append(("decode bound by", d["bound_by"]))
-    p = b.get("prefill")
+                     f"{d.tokens_per_s_single_stream:.1f}"))
+    if d is not None and d.tokens_per_s_at_batch is not None:
+        rows.append((f"decode tokens/s, batch {s.batch} (all)", f"{d.tokens_per_s_at_batch:.1f}"))
+        rows.append(("decode bound by", d.bound_by))
+    p = b.prefill
     if p:
-        rows.append((f"prefill floor ms, {s['batch']} x {s['seq']} tokens",
-                     f"{1e3 * p['seconds_bound']:,.0f}"))
-        rows.append(("prefill peak used", f"{p['peak_precision']} {p['peak_tflops']:g} TFLOP/s"))
+        rows.append((f"prefill floor ms, {s.batch} x {s.seq} tokens",
+                     f"{1e3 * p.seconds_bound:,.0f}"))
+        rows.append(("prefill peak used", f"{p.peak_precision} {p.peak_tflops:g} TFLOP/s"))
     return rows
 
 
-def llm_text(bills: dict[str, dict], title: str) -> str:
+def llm_text(bills: dict[str, LlmBill], title: str) -> str:
     """One bill, or several side by side (columns: precisions or hardware profiles)."""
     first = next(iter(bills.values()))
-    m, s = first["model"], first["setting"]
-    head = (f"{title}\n{m['params_b']:g} B parameters, {m['layers']} layers, "
-            f"{m['attention_heads']} query / {m['kv_heads']} KV heads x {m['head_dim']}, "
-            f"context {m['max_context']:,}; "
-            f"batch {s['batch']} x {s['seq']} tokens, KV cache {s['kv_precision']}, "
-            f"margin {s['margin_gb']:g} GB")
+    m, s = first.model, first.setting
+    head = (f"{title}\n{m.params_b:g} B parameters, {m.layers} layers, "
+            f"{m.attention_heads} query / {m.kv_heads} KV heads x {m.head_dim}, "
+            f"context {m.max_context:,}; "
+            f"batch {s.batch} x {s.seq} tokens, KV cache {s.kv_precision}, "
+            f"margin {s.margin_gb:g} GB")
     columns = {name: dict(llm_rows(b)) for name, b in bills.items()}
     labels = list(dict.fromkeys(label for b in bills.values() for label, _ in llm_rows(b)))
     rows = [[label, *(columns[n].get(label, "—") for n in bills)] for label in labels]
