@@ -106,13 +106,13 @@ class Plan:
         return evals.get(role) if t == home(self.hw, role) else self.extra.get((role, t))
 
     def decide(self, evals: dict, bench, gate, metric, gate_batch: int, role: str = "candidate"):
-        """(evals view, seat, ``RuntimePlan`` record, deployed settings). ``role``: the model that ships
-        (quant=auto: the winner's role), whose targets are weighed; the evals view holds its
-        evaluation on the chosen target as the candidate's, and the seat is the benchmark
-        label it was timed under per batch size (``pipeline.measure.seat``): the benchmark
-        itself is not copied or renamed. ``metric``: the task's ``MetricsSpec`` (or its primary
-        ``MetricSpec``): every metric the gate judges must hold for a target to pass on
-        accuracy. The summary names the shipped model ``candidate``, as reports always have."""
+        """(evals view, seat, ``RuntimePlan`` record, deployed settings). ``role``: the model
+        that ships (quant=auto: the winner's role), whose targets are weighed; the evals view
+        holds its evaluation on the chosen target as the candidate's, and the seat is the
+        benchmark label it was timed under per batch size (``pipeline.measure.seat``): the
+        benchmark itself is not copied or renamed. ``metric``: the task's ``MetricsSpec`` (or its
+        primary ``MetricSpec``): every metric the gate judges must hold for a target to pass on
+        accuracy. The record names the shipped model ``candidate``, as reports always have."""
         from pipeline.metrics import limits
         from pipeline.metrics.outputs import Rule, agreement, required
 
