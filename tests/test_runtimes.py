@@ -263,3 +263,22 @@ def test_triton_export_follows_the_gated_runtime():
     text = config_pbtxt("ocr", *io, 8, 1, "KIND_CPU", evidence, "ocr:x@sha256:y")
     assert 'platform: "onnxruntime_onnx"' in text and 'key: "intra_op_thread_count"' in text
     assert text.count("{") == text.count("}")
+    assert "# gated on: onnxruntime, precision fp32, 2 threads" in text
+
+
+def test_a_recorded_deployed_runtime_is_read_with_its_runs_settings_where_it_lacks_them():
+    """What the server and the Triton export run: the record where it says, the run's own
+    hardware settings where it is silent or null (evidence from before runtimes were
+    recorded), ONNX Runtime in fp32 where nothing says."""
+    from pipeline.runtimes.record import Deployed
+
+    hw = {"intra_op_threads": 4, "inter_op_threads": 1, "performance_hint": "throughput"}
+    old = Deployed.read(None, hw)
+    assert (old.runtime, old.precision, old.performance_hint, old.intra_op_threads) == (
+        "onnxruntime", "fp32", "throughput", 4)
+    assert Deployed.read({}).performance_hint == "latency" and Deployed.read({}).version is None
+    rec = Deployed.read({"runtime": "openvino", "precision": "bf16", "intra_op_threads": None,
+                         "performance_hint": "latency", "settings": {"disabled_optimizers":
+                                                                     ["GeluFusion"]}}, hw)
+    assert (rec.runtime, rec.precision, rec.performance_hint) == ("openvino", "bf16", "latency")
+    assert rec.intra_op_threads == 4 and rec.disabled_optimizers == ["GeluFusion"]

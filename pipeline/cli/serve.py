@@ -256,7 +256,7 @@ def _costs(cfg, served, text: bool) -> tuple[float, float, int] | None:
     from pipeline.serve.readers import prepare_ms
 
     prep = prepare_ms(served.reader_key, Limits.of(cfg))
-    threads = served.runtime.get("intra_op_threads")
+    threads = served.runtime.intra_op_threads
     if prep is None or not isinstance(threads, int) or threads < 1:
         return None
     return prep, served.latency_ms, threads

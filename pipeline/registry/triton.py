@@ -27,6 +27,7 @@ from pipeline.core.errors import RegistryError
 from pipeline.registry import atomic
 from pipeline.registry.names import check_name
 from pipeline.registry.package import EVIDENCE_FILE, MODEL_FILE
+from pipeline.runtimes.record import Deployed
 
 TYPES = {"FLOAT": "TYPE_FP32", "FLOAT16": "TYPE_FP16", "BFLOAT16": "TYPE_BF16",
          "DOUBLE": "TYPE_FP64", "INT8": "TYPE_INT8", "UINT8": "TYPE_UINT8", "INT16": "TYPE_INT16",
@@ -88,22 +89,23 @@ def export(pulled: Path, name: str, repository: Path, ref: str, digest: str,
 def config_pbtxt(name, inputs, outputs, max_batch_size, instances, kind, evidence, origin) -> str:
     batched = max_batch_size > 0
     target = deployed(evidence)
-    openvino = target["runtime"] == "openvino"
+    openvino = target.runtime == "openvino"
+    threads = target.intra_op_threads if target.intra_op_threads is not None else "?"
     lines = [f"# {origin}, written by python -m pipeline.registry export-triton",
-             f"# gated on: {target['runtime']} {target.get('version') or ''}, precision "
-             f"{target['precision']}, {target.get('intra_op_threads', '?')} threads"
-             + (f", hint {target['performance_hint']}" if openvino else ""),
+             f"# gated on: {' '.join(filter(None, (target.runtime, target.version)))}, precision "
+             f"{target.precision}, {threads} threads"
+             + (f", hint {target.performance_hint}" if openvino else ""),
              f'name: "{name}"']
     if openvino:  # Triton's openvino backend reads ONNX files too
         lines += ['backend: "openvino"', 'default_model_filename: "model.onnx"']
-        if target["precision"] == "fp32":
+        if target.precision == "fp32":
             lines.append("# INFERENCE_PRECISION_HINT f32 was gated, and this backend has no key "
                          "for it (only HINT_BF16): on a CPU with AVX512-BF16 or AMX OpenVINO's "
                          "default is bf16, so serve this where it computes f32 or re-gate in bf16")
     else:
         lines += ['platform: "onnxruntime_onnx"', 'backend: "onnxruntime"']
-        if target["disabled_optimizers"]:
-            lines.append(f"# gated with ONNX Runtime's {', '.join(target['disabled_optimizers'])} "
+        if target.disabled_optimizers:
+            lines.append(f"# gated with ONNX Runtime's {', '.join(target.disabled_optimizers)} "
                          "off (named in the model's metadata), which this config cannot set: serve "
                          "where the session honours it, or re-gate with it on")
     lines.append(f"max_batch_size: {max_batch_size}")
@@ -130,8 +132,8 @@ def config_pbtxt(name, inputs, outputs, max_batch_size, instances, kind, evidenc
     threads = ((evidence.get("config") or {}).get("hardware") or {})
     if openvino:  # the compile settings the accuracy and latency were measured with
         params = {"INFERENCE_NUM_THREADS": threads.get("intra_op_threads"), "NUM_STREAMS": 1,
-                  "PERFORMANCE_HINT": str(target["performance_hint"]).upper()}
-        if target["precision"] == "bf16":
+                  "PERFORMANCE_HINT": str(target.performance_hint).upper()}
+        if target.precision == "bf16":
             params["HINT_BF16"] = "YES"
         for key, value in params.items():
             if value is not None:
@@ -146,18 +148,11 @@ def config_pbtxt(name, inputs, outputs, max_batch_size, instances, kind, evidenc
     return "\n".join(lines) + "\n"
 
 
-def deployed(evidence: dict) -> dict:
-    """The runtime the version was gated on (``runtime.deployed`` in its evidence); evidence
-    from before runtimes were recorded was ONNX Runtime in fp32."""
-    hw = (evidence.get("config") or {}).get("hardware") or {}
-    target = ((evidence.get("runtime") or {}).get("deployed") or {})
-    return {"runtime": target.get("runtime", "onnxruntime"),
-            "precision": target.get("precision", "fp32"),
-            "performance_hint": target.get("performance_hint", hw.get("performance_hint",
-                                                                       "latency")),
-            "intra_op_threads": target.get("intra_op_threads", hw.get("intra_op_threads")),
-            "version": target.get("version"),
-            "disabled_optimizers": (target.get("settings") or {}).get("disabled_optimizers", [])}
+def deployed(evidence: dict) -> Deployed:
+    """The runtime the version was gated on (``runtime.deployed`` in its evidence, filled from
+    its config's ``hardware`` where evidence from before runtimes were recorded lacks it)."""
+    return Deployed.read((evidence.get("runtime") or {}).get("deployed"),
+                         (evidence.get("config") or {}).get("hardware"))
 
 
 def _signature(model: Path):

@@ -80,6 +80,25 @@ class Deployed:
     compiled: dict | None = None      # what it compiled the model to
     executed: dict | None = None      # the kernels it ran: the proof INT8 ran as INT8
 
+    @classmethod
+    def read(cls, recorded: dict | None, hardware: dict | None = None) -> Deployed:
+        """What a published version's manifest (``runtime.deployed``) or a run's report
+        (``runtimes.deployed``) recorded. Evidence from before runtimes were recorded (or a
+        decoder's, which records none) ran ONNX Runtime in fp32 with its run's own ``hardware``
+        settings (the config's ``hardware`` group), which fill what the record lacks."""
+        hw = hardware or {}
+        given = {k: v for k, v in (recorded or {}).items() if v is not None}
+        return from_json(cls, {"runtime": "onnxruntime", "precision": "fp32",
+                               "performance_hint": hw.get("performance_hint") or "latency",
+                               "intra_op_threads": hw.get("intra_op_threads"),
+                               "inter_op_threads": hw.get("inter_op_threads"), **given},
+                         known_only=True)
+
+    @property
+    def disabled_optimizers(self) -> list[str]:
+        """ONNX Runtime's graph optimizers the gate ran with off (named in the model)."""
+        return list((self.settings or {}).get("disabled_optimizers") or [])
+
 
 @dataclass(frozen=True)
 class RuntimePlan:

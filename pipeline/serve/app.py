@@ -103,9 +103,8 @@ class Server:
         deployed = self.served.runtime
         threads = self.cfg.intra_op_threads
         settings = HardwareRuntime("cpu", "CPUExecutionProvider", threads, 1, None,
-                                   deployed.get("runtime", "onnxruntime"),
-                                   deployed.get("precision", "fp32"),
-                                   deployed.get("performance_hint", "latency"))
+                                   deployed.runtime, deployed.precision,
+                                   deployed.performance_hint)
         return runtimes.load(self.served.model, settings)
 
     async def _warm_up(self) -> None:

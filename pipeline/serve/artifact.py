@@ -24,6 +24,7 @@ from functools import cached_property
 from pathlib import Path
 
 from pipeline.core.errors import ConfigError, StageError
+from pipeline.runtimes.record import Deployed
 from pipeline.task import serving
 from pipeline.task.serving import BuiltinImage, ImageInput, ArrayInputs, Serving, TextInput
 
@@ -37,11 +38,11 @@ class Served:
     spec: Serving | None       # what the evaluation fed the model (task.serving_spec())
     output_sha256: str | None  # the evaluation's output-hash ledger
     evaluation_set: str | None # the digest of the split it was computed on
-    runtime: dict              # the deployed runtime and precision the gate judged
+    runtime: Deployed          # the runtime, precision and hint the gate judged
     kind: str = "predict"      # predict: one answer per request; generate: a decoder's stream
     target_ms: float | None = None  # the p99 target its gate judged (slo.p99_ms), if it did
     # the model's time per request as its gate's benchmark measured it: the p50 at the smallest
-    # batch timed, per sample, on runtime["intra_op_threads"] threads (None: not recorded)
+    # batch timed, per sample, on runtime.intra_op_threads threads (None: not recorded)
     latency_ms: float | None = None
 
     @cached_property
@@ -131,7 +132,8 @@ def _from_manifest(ref: str, model: Path, manifest: dict) -> Served:
     metrics = manifest.get("metrics") or {}
     return replace(_served(ref, model, manifest["config"], manifest.get("serving"),
                            metrics.get("output_sha256"), manifest.get("evaluation_set"),
-                           ((manifest.get("runtime") or {}).get("deployed")) or {},
+                           Deployed.read((manifest.get("runtime") or {}).get("deployed"),
+                                         manifest["config"].get("hardware")),
                            model.parent), latency_ms=per_sample(manifest.get("latency")))
 
 
@@ -158,7 +160,8 @@ def _from_report(ref: str, report: dict) -> Served:
     model_path = report["config"]["model"].get("path")
     return replace(_served(ref, model, report["config"], report.get("serving"),
                            cand.get("output_sha256"), None,
-                           (report.get("runtimes") or {}).get("deployed") or {},
+                           Deployed.read((report.get("runtimes") or {}).get("deployed"),
+                                         report["config"].get("hardware")),
                            Path(model_path) if model_path else None),
                    latency_ms=per_sample(cand.get("latency")))
 

@@ -53,8 +53,7 @@ def application(served, cfg: ServeConfig, replicas: int = 1, num_cpus: float = 1
             deployed = served.runtime
             self.model = runtimes.load(served.model, HardwareRuntime(
                 "cpu", "CPUExecutionProvider", cfg.intra_op_threads, 1, None,
-                deployed.get("runtime", "onnxruntime"), deployed.get("precision", "fp32"),
-                deployed.get("performance_hint", "latency")))
+                deployed.runtime, deployed.precision, deployed.performance_hint))
             self.model.run(self.reader.example())  # warm: the first run allocates
 
         def _run(self, group: list) -> list:
