@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pipeline.core.json_record import from_json, omitted
+from pipeline.core.json_record import omitted
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,6 @@ class CapacityPlan:
     cost_per_million: float | None = omitted()
     cost_per_million_autoscaled_floor: float | None = omitted()
     warning: str | None = omitted()
-
-    @classmethod
-    def of(cls, plan) -> CapacityPlan:
-        """A plan, or one read back from a report's bill (``report.json``)."""
-        return plan if isinstance(plan, cls) else from_json(cls, plan)
 
 
 def plan(measured: dict[int, dict], slo, price_per_hour: float | None = None,
