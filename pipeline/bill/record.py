@@ -4,8 +4,8 @@ report.json's ``bill`` carries) and a decoder-only LLM's (``pipeline.bill.llm``)
 field.
 
 In: ``onnx_cost.analyse``'s cost, ``roofline.estimate``'s floor, the run's measurements, an LLM's
-shape and setting. Out:
-frozen records whose JSON is the keys the bill has always had. A few fields stay plain payloads
+shape and setting. Out: frozen records whose JSON is the keys the bill has always had (the
+capacity plan's records are ``pipeline.bill.capacity``'s). A few fields stay plain payloads
 because their keys are the model's own (input and output names, op types, data types).
 """
 from __future__ import annotations
