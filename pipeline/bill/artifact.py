@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pipeline.bill import capacity, onnx_cost, roofline
-from pipeline.bill.record import Activations, ArtifactBill, RunBill
+from pipeline.bill.record import Activations, ArtifactBill, HardwareProfile, RunBill, SizeAxis
 from pipeline.core.errors import ConfigError
 
 
@@ -97,7 +97,7 @@ def run_bill(outcome, cfg, constant_axes=()) -> RunBill:
         size_from=("median padded size of the benchmarked batches' dynamic axis" if sizes
                    else "the task's representative sample" if shape
                    else "the model's own shape (only its batch axis is dynamic)"),
-        size_axis={"input": size[0], "axis": size[1], "size": size[2]} if size else None,
+        size_axis=SizeAxis(*size) if size else None,
         hardware=_hardware_summary(cfg.hardware),
         source_parameters=outcome.source.meta.get("parameters"), models=models,
         capacity=capacity.plan(measured, cfg.slo, cfg.hardware.price_per_hour, largest))
@@ -118,8 +118,7 @@ def _sizes(timed: dict, label: str = "candidate") -> list[int]:
     return [r["size"] for r in timed.get("per_size", {}).get(label, [])]
 
 
-def _hardware_summary(hw) -> dict:
-    return {"name": hw.name, "kind": hw.kind.value, "memory_gb": hw.memory_gb,
-            "memory_bandwidth_gbs": hw.memory_bandwidth_gbs,
-            "peak_tflops": {k: v for k, v in vars(hw.peak_tflops).items() if v is not None},
-            "price_per_hour": hw.price_per_hour, "source": hw.source}
+def _hardware_summary(hw) -> HardwareProfile:
+    return HardwareProfile(hw.name, hw.kind.value, hw.memory_gb, hw.memory_bandwidth_gbs,
+                           {k: v for k, v in vars(hw.peak_tflops).items() if v is not None},
+                           hw.price_per_hour, hw.source)

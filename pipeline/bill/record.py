@@ -74,14 +74,34 @@ class ArtifactBill:
 
 
 @dataclass(frozen=True)
+class HardwareProfile:
+    """The hardware profile a run's bill is priced on (``hardware.*``)."""
+    name: str
+    kind: str                          # cpu or gpu
+    memory_gb: float | None
+    memory_bandwidth_gbs: float | None
+    peak_tflops: dict[str, float]      # precision -> dense peak, only those the profile gives
+    price_per_hour: float | None
+    source: str | None                 # where the figures come from (a datasheet, a probe)
+
+
+@dataclass(frozen=True)
+class SizeAxis:
+    """The dynamic axis a run's bill was priced at the size the benchmark fed there."""
+    input: str
+    axis: int
+    size: int
+
+
+@dataclass(frozen=True)
 class RunBill:
     """A run report's bill: every report row's model at the gate's batch size, the hardware
     profile, the source network's parameter count and the capacity plan."""
     batch: int
     input_shape: list | None
     size_from: str                     # where the dynamic axis' size came from
-    size_axis: dict | None             # input, axis and size the benchmark fed there
-    hardware: dict                     # the profile: bandwidth, peaks, price, source
+    size_axis: SizeAxis | None
+    hardware: HardwareProfile
     source_parameters: int | None
     models: dict[str, ArtifactBill]    # role -> its bill
     capacity: CapacityPlan

@@ -131,13 +131,13 @@ def markdown(bill: RunBill | BillError | dict) -> list[str]:
     if isinstance(bill, BillError):
         return ["## Bill", "", f"Not computed: {bill.error}"]
     hw, models = bill.hardware, bill.models
-    peaks = ", ".join(f"{k} {v:g}" for k, v in hw["peak_tflops"].items())
+    peaks = ", ".join(f"{k} {v:g}" for k, v in hw.peak_tflops.items())
     lines = ["## Bill", "",
              f"One inference at batch {bill.batch}, input {bill.input_shape} (dynamic "
              f"axis: {bill.size_from}), on hardware "
-             f"`{hw['name']}`: memory bandwidth "
-             f"{_n(hw['memory_bandwidth_gbs'], 1)} GB/s, dense peak TFLOP/s {peaks or '—'} "
-             f"({hw['source'] or 'no source given'}).", ""]
+             f"`{hw.name}`: memory bandwidth "
+             f"{_n(hw.memory_bandwidth_gbs, 1)} GB/s, dense peak TFLOP/s {peaks or '—'} "
+             f"({hw.source or 'no source given'}).", ""]
     src, export = bill.source_parameters, models.get("export")
     if src is not None and export is not None:
         lines += [_parameters_line(src, export.parameters,
