@@ -200,5 +200,6 @@ class Runner:
         self.record.append({"label": label, "stage": stage, "reused": reused,
                             "seconds": seconds, "digest": art.digest, "path": str(art.path),
                             **({"slot": slot} if slot else {})})
-        self.log(f"  {'reused' if reused else 'built '} {label:<22} {seconds:7.1f} s  "
+        # 26: the longest label of a default run ("compare[int8 vs fp32, b8]") and one more
+        self.log(f"  {'reused' if reused else 'built '} {label:<26} {seconds:7.1f} s  "
                  f"{art.digest[:12]}")
