@@ -147,7 +147,9 @@ def compare(report: dict, cfg, workdir: Path) -> dict:
     from pipeline.core import isolate
     from pipeline.core.artifact import Artifact
 
-    lineage, rt = report["lineage"], report["runtimes"]
+    from pipeline.runtimes.record import RuntimePlan
+
+    lineage, plan = report["lineage"], RuntimePlan.of(report["runtimes"])
     fp32 = Artifact.read(Path(lineage["fp32"]["path"])).model
     cand = Artifact.read(Path(lineage["candidate"]["path"])).model
     workdir.mkdir(parents=True, exist_ok=True)
@@ -156,8 +158,7 @@ def compare(report: dict, cfg, workdir: Path) -> dict:
                          cfg.quant.calibration_batch_size, cfg.data_dir)
     metric = "sequence_accuracy"
     reference = next(r for r in report["rows"] if r["role"] == "fp16")[metric]
-    choice = {b: {"runtime": c["runtime"], "precision": c["precision"]}
-              for b, c in rt["choice"].items()}
+    choice = {b: {"runtime": c.runtime, "precision": c.precision} for b, c in plan.choice.items()}
     paths = {"pipeline": cand, "a": workdir / "ort_static.onnx", "b": workdir / "nncf_int8.xml",
              "c": fp32}
     measured = isolate.call("peers: measure", measure, paths, choice, cfg.hardware.target(),
@@ -168,18 +169,21 @@ def compare(report: dict, cfg, workdir: Path) -> dict:
 def section(base: list[str], cli) -> dict:
     """``make bench``'s ``runtimes`` section: the pipeline with ``hardware.runtime=auto``, then
     its choice against the peers at batch 1 and 8. ``cli`` runs ``python -m pipeline``."""
+    from pipeline.core.json_record import to_json
     from pipeline.engine.compose import compose
+    from pipeline.runtimes.record import RuntimePlan
 
     args = [*base, "hardware.runtime=auto"]
     code, seconds, rep = cli(args)
     if not rep or rep.get("runtimes", {}).get("mode") != "auto":
         raise RuntimeError(f"the auto pipeline wrote no runtime choice (exit {code})")
     cfg = compose(args)
+    plan = RuntimePlan.of(rep["runtimes"])
     out = {"command": "python -m pipeline " + " ".join(args), "exit_code": code,
            "seconds": round(seconds, 1), "pipeline_runtimes": {
-               k: rep["runtimes"][k] for k in ("targets", "unavailable", "failures", "deployed")},
-           "pipeline_choice": {b: {k: v for k, v in c.items() if k != "considered"}
-                               for b, c in rep["runtimes"]["choice"].items()},
+               "targets": list(plan.targets), "unavailable": plan.unavailable,
+               "failures": plan.failures, "deployed": to_json(plan.deployed)},
+           "pipeline_choice": {b: to_json(c.picked()) for b, c in plan.choice.items()},
            **compare(rep, cfg, Path(cfg.workdir) / "bench-peers")}
     from pipeline.metrics import SPECS
     from pipeline.metrics.limits import limits
