@@ -79,6 +79,19 @@ def test_predicts_from_png_and_jpeg_bytes_of_any_size(server):
     assert f"serve: ready on {server.url}" in server.log.read_text()
 
 
+def test_every_answer_names_the_exact_version_it_came_from(server, published, tiny_run):
+    """The ref served names no digest (an alias would not either, and moves): each answer,
+    /readyz and /metrics name the version pulled, NAME:VERSION@sha256:..., as publishing did."""
+    report = json.loads((run_folder(tiny_run[1]) / "report.json").read_text())
+    exact = report["published"].split(" ")[0]  # ocr:int8-...@sha256:... (local ...)
+    ref = published[0]
+    assert exact.startswith(ref + "@sha256:") and len(exact) == len(ref) + 8 + 64
+    assert post(server.url, line_png()).json()["version"] == exact
+    assert requests.get(f"{server.url}/readyz", timeout=30).json()["version"] == exact
+    assert metrics(server.url)[("serve_model_info", ("ref", ref), ("version", exact))] == 1
+    assert f"serving {ref} = {exact} (" in server.log.read_text()
+
+
 def _bad_inputs():
     good = line_png()
     truncated = good[:len(good) // 2]

@@ -26,6 +26,15 @@ def server(tiny_run, tmp_path_factory):
     assert running.stop() == 0, running.log.read_text()
 
 
+def test_a_runs_folder_is_served_as_the_version_it_published(server, tiny_run):
+    import requests
+
+    report = json.loads((run_folder(tiny_run[1]) / "report.json").read_text())
+    exact = report["published"].split(" ")[0]
+    assert "@sha256:" in exact
+    assert requests.get(f"{server.url}/readyz", timeout=30).json()["version"] == exact
+
+
 def test_open_loop_and_concurrency_report_counts_what_was_sent(server, tmp_path):
     folder = tmp_path / "files"
     folder.mkdir()

@@ -307,7 +307,7 @@ def _serve(argv: list[str]) -> int:
                 how += (f" (cores shared as a request's CPU time: preprocessing {costs[0]:.2f} "
                         f"ms, the model {costs[1]:.2f} ms on {costs[2]} thread(s) as "
                         "benchmarked)")
-        print(f"serving {served.ref} ({served.model_name}, {what}) on "
+        print(f"serving {served.named} ({served.model_name}, {what}) on "
               f"http://{cfg.host}:{cfg.port or '(a free port)'} {how}", flush=True)
         _announce(userver, server, cfg.host, Path(ns.ready_file) if ns.ready_file else None)
         userver.run()
@@ -354,7 +354,7 @@ def _serve_ray(ns, cfg, served) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         what = served.what
-        print(f"serving {served.ref} ({served.model_name}, {what}) on Ray Serve "
+        print(f"serving {served.named} ({served.model_name}, {what}) on Ray Serve "
               f"at http://{cfg.host}:{cfg.port}: {ns.replicas} replica(s) of "
               f"{ns.replica_cpus:g} CPU, cluster {ns.ray_address or 'local'}", flush=True)
         if ns.ready_file:  # serve.run returns once every replica is up: ready

@@ -51,7 +51,7 @@ class Server:
         self.served, self.cfg = served, cfg
         self.reader = reader(served.reader_key)
         self.limits = Limits.of(cfg)
-        self.metrics = ServerMetrics(cfg.max_batch)
+        self.metrics = ServerMetrics(cfg.max_batch, served)
         self.ready = False
         self.stopping = False  # set on SIGTERM: new requests are refused, admitted ones answered
         self.failed: str | None = None  # why start-up failed (one line); the CLI exits non-zero
@@ -226,11 +226,13 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
         m.observe(timings)
         m.requests.labels("ok").inc()
         return JSONResponse({"prediction": answer, "model": server.served.ref,
+                             "version": server.served.version,
                              "timing_ms": {k: round(v, 4) if isinstance(v, float) else v
                                            for k, v in timings.items()}})
 
-    ready = {"model": server.served.ref, "mode": cfg.mode, "workers": cfg.workers,
-             "consumers": cfg.consumers, "intra_op_threads": cfg.intra_op_threads,
+    ready = {"model": server.served.ref, "version": server.served.version, "mode": cfg.mode,
+             "workers": cfg.workers, "consumers": cfg.consumers,
+             "intra_op_threads": cfg.intra_op_threads,
              "max_batch": cfg.max_batch, "queue_limit": cfg.queue_limit,
              "max_queue_ms": cfg.max_queue_ms}
     routes = [Route("/predict", predict, methods=["POST"]), *service_routes(server, m, ready)]

@@ -44,6 +44,10 @@ class Served:
     # the model's time per request as its gate's benchmark measured it: the p50 at the smallest
     # batch timed, per sample, on runtime.intra_op_threads threads (None: not recorded)
     latency_ms: float | None = None
+    # the exact version served, NAME:VERSION@sha256:... (what an alias such as ocr:production
+    # pointed at when the server pulled it; an alias moves, this does not), named in every
+    # answer; None: a run that published nothing, or a folder with no manifest digest
+    version: str | None = None
 
     @cached_property
     def max_batch(self) -> int | None:
@@ -61,6 +65,12 @@ class Served:
                     and dims[0].dim_value == 1:
                 return 1
         return None
+
+    @property
+    def named(self) -> str:
+        """The ref as the user gave it, then the exact version where that says more (the start-up
+        line): ``ocr:production = ocr:int8-...@sha256:...``."""
+        return self.ref if self.version in (None, self.ref) else f"{self.ref} = {self.version}"
 
     @property
     def what(self) -> str:
@@ -134,7 +144,22 @@ def _from_manifest(ref: str, model: Path, manifest: dict) -> Served:
                            metrics.get("output_sha256"), manifest.get("evaluation_set"),
                            Deployed.read((manifest.get("runtime") or {}).get("deployed"),
                                          manifest["config"].get("hardware")),
-                           model.parent), latency_ms=per_sample(manifest.get("latency")))
+                           model.parent), latency_ms=per_sample(manifest.get("latency")),
+                   version=pulled_version(model.parent, manifest))
+
+
+def pulled_version(folder: Path, manifest: dict) -> str | None:
+    """NAME:VERSION@sha256:... of a pulled folder: the version's name from its manifest, and its
+    digest, the sha256 of the OCI manifest every backend's pull writes beside it (the bytes the
+    registry names the version by); the name alone where that file is absent."""
+    from pipeline.core.artifact import sha256_file
+    from pipeline.registry.transfer import OCI_MANIFEST
+
+    name, version = manifest.get("name"), manifest.get("version")
+    if not (isinstance(name, str) and isinstance(version, str)):
+        return None
+    oci = folder / OCI_MANIFEST
+    return f"{name}:{version}" + (f"@sha256:{sha256_file(oci)}" if oci.is_file() else "")
 
 
 def _from_report(ref: str, report: dict) -> Served:
@@ -163,7 +188,16 @@ def _from_report(ref: str, report: dict) -> Served:
                            Deployed.read((report.get("runtimes") or {}).get("deployed"),
                                          report["config"].get("hardware")),
                            Path(model_path) if model_path else None),
-                   latency_ms=per_sample(cand.get("latency")))
+                   latency_ms=per_sample(cand.get("latency")), version=published_as(report))
+
+
+def published_as(report: dict) -> str | None:
+    """NAME:VERSION@sha256:... the run published its candidate as; None when it published
+    nothing (no registry, or publishing failed). The report records the ref followed by where
+    it went (``ocr:int8-...@sha256:... (local artifacts/registry)``)."""
+    publish = report.get("publish") or {}
+    ref = publish.get("ref") if publish.get("status") == "published" else None
+    return ref.split(" ", 1)[0] if isinstance(ref, str) and ref.strip() else None
 
 
 def per_sample(latency) -> float | None:

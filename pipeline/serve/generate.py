@@ -136,7 +136,7 @@ class Generating:
         self.engine = None  # --decode-batch: the EngineLoop, started with the model
         self.limits = Limits(cfg.max_body_bytes, 1, 1)
         self.receiving = 0  # bodies streaming in (app.receive)
-        self.metrics = ServerMetrics(1)
+        self.metrics = ServerMetrics(1, served)
         r = self.metrics.registry
         self.active = Gauge("serve_sequences_active", "Sequences generating", registry=r)
         self.kv_reserved = Gauge("serve_kv_reserved_bytes", "KV cache reserved by admitted "
@@ -284,6 +284,7 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Generating]:
                 yield _event("done", {
                     "tokens": tokens, "text": server.tokenizer.decode(tokens),
                     "prompt_tokens": len(prompt), "model": served.ref,
+                    "version": served.version,
                     "seconds": round(took, 6),
                     "tokens_per_s": round(len(tokens) / took, 3) if took > 0 else None})
             finally:  # finished, or the client went away: the reservation is returned
@@ -295,8 +296,9 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Generating]:
                                  headers={"Cache-Control": "no-cache"})
 
     a = server.admission
-    ready = {"model": served.ref, "mode": "generate", "max_sequences": a.max_sequences,
-             "max_seq_len": server.max_seq_len, "kv_budget_mb": round(a.budget / MB, 3),
+    ready = {"model": served.ref, "version": served.version, "mode": "generate",
+             "max_sequences": a.max_sequences, "max_seq_len": server.max_seq_len,
+             "kv_budget_mb": round(a.budget / MB, 3),
              "kv_bytes_per_token": server.kv.bytes_per_token,
              "intra_op_threads": cfg.intra_op_threads, "decode_batch": cfg.decode_batch}
     routes = [Route("/generate", generate, methods=["POST"]), *service_routes(server, m, ready)]

@@ -3,12 +3,13 @@
 Requests by outcome (``OUTCOMES``), errors by HTTP status, a latency
 histogram per stage (decode, preprocess, queue, inference, postprocess, and the whole request as
 the server saw it), the queue's depth (requests admitted and not yet answered), the batch sizes
-the batcher formed and the seconds the model's thread was busy. Buckets span 0.1 ms to 10 s: a
+the batcher formed and the seconds the model's thread was busy; ``serve_model_info`` names
+the ref as the user gave it and the exact version it resolved to. Buckets span 0.1 ms to 10 s: a
 tiny model's stages take well under a millisecond, a request past its SLO takes seconds.
 """
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
 # ok: answered; bad_input: refused for what was sent (4xx); overloaded: 503 for load;
 # unavailable: 503 while warming up or shutting down; disconnected: the client left before its
@@ -20,9 +21,12 @@ SECONDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
 
 
 class ServerMetrics:
-    def __init__(self, max_batch: int):
+    def __init__(self, max_batch: int, served=None):
         self.registry = CollectorRegistry()
         r = self.registry
+        if served is not None:  # which version answered, beside what it answered (an alias moves)
+            Info("serve_model", "What is served: the ref as given and the exact version",
+                 registry=r).info({"ref": served.ref, "version": served.version or ""})
         self.requests = Counter("serve_requests", "Requests answered, by outcome", ["outcome"],
                                 registry=r)
         self.errors = Counter("serve_errors", "Requests answered with an error, by HTTP status",

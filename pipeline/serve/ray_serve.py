@@ -82,6 +82,7 @@ def application(served, cfg: ServeConfig, replicas: int = 1, num_cpus: float = 1
             prediction, batch = await self.infer(p)
             prediction = in_image(prediction, p.geometry)
             return JSONResponse({"prediction": prediction, "model": self.served.ref,
+                                 "version": self.served.version,
                                  "timing_ms": {"decode": p.decode_ms,
                                                "preprocess": p.preprocess_ms, "batch": batch}})
 
