@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+import requests
 
 from tests.conftest import ROOT, one_line, run_folder
 from tests.serve_helpers import line_png, metrics, start
@@ -27,8 +28,6 @@ def server(tiny_run, tmp_path_factory):
 
 
 def test_a_runs_folder_is_served_as_the_version_it_published(server, tiny_run):
-    import requests
-
     report = json.loads((run_folder(tiny_run[1]) / "report.json").read_text())
     exact = report["published"].split(" ")[0]
     assert "@sha256:" in exact
@@ -54,6 +53,9 @@ def test_open_loop_and_concurrency_report_counts_what_was_sent(server, tmp_path)
     after = metrics(server.url)
     report = json.loads(out.read_text())
     assert report["url"] == server.url and report["bodies"] == 4
+    # what the numbers belong to: the server's /readyz (its version and settings) as it was
+    assert report["server"] == requests.get(f"{server.url}/readyz", timeout=30).json()
+    assert f"load: {server.url} serves {report['server']['version']}" in proc.stdout
     (step,) = report["steps"]
     assert step["offered_qps"] == 6 and step["sent"] > 0
     assert step["ok"] + sum(step["errors"].values()) == step["sent"]

@@ -98,6 +98,9 @@ class LoadReport:
     steps: list = field(default_factory=list)
     max_qps_within_slo: float = 0.0
     concurrency: list = field(default_factory=list)
+    # the server's /readyz before the first step: which version (NAME:VERSION@sha256:...) and
+    # settings the numbers belong to; None when it has no such route or was not ready
+    server: dict | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -422,7 +425,10 @@ def run(url: str, bodies: list[bytes], cfg: LoadConfig, rates: list[float] | Non
     step (the bench's: its processes' CPU seconds), their differences kept in ``Step.server``."""
     if not bodies:
         raise ValueError("no request bodies")
-    report = LoadReport(url, cfg.slo_p99_ms, len(bodies))
+    report = LoadReport(url, cfg.slo_p99_ms, len(bodies), server=ready(url))
+    if report.server:
+        print(f"load: {url} serves {report.server.get('version') or report.server.get('model')}",
+              flush=True)
     sweep = rates is None
     plan = list(rates or [start_qps * growth ** k for k in range(max_steps)])
 
@@ -454,6 +460,20 @@ def run(url: str, bodies: list[bytes], cfg: LoadConfig, rates: list[float] | Non
         print(f"concurrency {c:>3}: {cs.throughput_qps:8.1f} req/s  p50 {cs.p50_ms:7.2f} ms  "
               f"p99 {cs.p99_ms:7.2f} ms  errors {cs.errors or 0}", flush=True)
     return report
+
+
+def ready(url: str) -> dict | None:
+    """The server's /readyz answer (a JSON object), or None: no such route, not ready, or not
+    this project's server (the load test measures any HTTP endpoint that takes the bodies)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/readyz", timeout=10) as r:
+            body = json.loads(r.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return body if isinstance(body, dict) else None
 
 
 def lower(steps: list[Step], start_qps: float, growth: float, count: int):
