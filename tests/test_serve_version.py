@@ -23,11 +23,28 @@ def test_a_run_names_what_it_published_and_nothing_else():
         assert published_as(unpublished) is None, unpublished
 
 
-def test_a_pulled_folder_is_named_by_its_oci_manifests_digest(tmp_path):
+def test_a_pulled_folder_is_named_by_its_digest_only_while_it_is_what_was_pulled(tmp_path,
+                                                                                capsys):
+    model, evidence = b"model bytes", json.dumps({"name": "ocr"}).encode()
+    (tmp_path / "model.onnx").write_bytes(model)
+    (tmp_path / "manifest.json").write_bytes(evidence)
     manifest = {"name": "ocr", "version": "int8-0123456789abcdef"}
-    assert pulled_version(tmp_path, manifest) == "ocr:int8-0123456789abcdef"
-    oci = json.dumps({"schemaVersion": 2, "layers": []}).encode()
+    assert pulled_version(tmp_path, manifest) == "ocr:int8-0123456789abcdef"  # no OCI manifest
+    assert "holds no oci-manifest.json" in capsys.readouterr().out
+
+    def blob(title, data):
+        return {"mediaType": "application/octet-stream", "size": len(data),
+                "digest": f"sha256:{hashlib.sha256(data).hexdigest()}",
+                "annotations": {"org.opencontainers.image.title": title}}
+
+    oci = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                      "config": blob("manifest.json", evidence),
+                      "layers": [blob("model.onnx", model)],
+                      "annotations": {"io.pipeline.name": "ocr"}}).encode()
     (tmp_path / "oci-manifest.json").write_bytes(oci)
-    assert pulled_version(tmp_path, manifest) == \
-        f"ocr:int8-0123456789abcdef@sha256:{hashlib.sha256(oci).hexdigest()}"
+    exact = f"ocr:int8-0123456789abcdef@sha256:{hashlib.sha256(oci).hexdigest()}"
+    assert pulled_version(tmp_path, manifest) == exact
+    (tmp_path / "model.onnx").write_bytes(b"edited since the pull")
+    assert pulled_version(tmp_path, manifest) == "ocr:int8-0123456789abcdef"
+    assert "model.onnx was changed" in capsys.readouterr().out
     assert pulled_version(tmp_path, {"name": "ocr"}) is None  # not a manifest the pipeline wrote

@@ -92,7 +92,7 @@ def check_destination(dest: Path, manifest: dict, force: bool, protect: Path | N
     if not dest.is_dir() or not any(dest.iterdir()):
         return True
     name = (manifest.get("annotations") or {}).get(f"{P}name")
-    why = _not_a_pull_of(dest, name)
+    why = not_a_pull_of(dest, name)
     if why is None:
         return True
     if force:
@@ -102,13 +102,13 @@ def check_destination(dest: Path, manifest: dict, force: bool, protect: Path | N
                       "aside)")
 
 
-def _not_a_pull_of(dest: Path, name: str | None) -> str | None:
+def not_a_pull_of(dest: Path, name: str | None) -> str | None:
     """None if ``dest`` holds exactly an unmodified pull of model ``name``, else the reason."""
     try:
         old = json.loads((dest / OCI_MANIFEST).read_bytes())
         old_name = (old.get("annotations") or {}).get(f"{P}name")
         blobs = blobs_of(old)
-    except FileNotFoundError:
+    except OSError:  # absent, or not a file (a folder, a dangling link)
         return f"holds no {OCI_MANIFEST} of an earlier pull"
     except (ValueError, KeyError, TypeError, AttributeError, RegistryError):
         return f"its {OCI_MANIFEST} is not a pull's"

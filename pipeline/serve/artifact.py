@@ -100,11 +100,11 @@ def open_ref(ref: str, pulled_into: Path, overrides: list[str] | None = None) ->
     if ":" not in ref and "@" not in ref:
         raise ConfigError(f"{ref}: neither a folder nor a registry ref (NAME:REF, e.g. "
                           "ocr:production)")
-    model, manifest = _pull(ref, pulled_into, overrides or [])
-    return _record(manifest, lambda record: _from_manifest(ref, model, record))
+    model, manifest, version = _pull(ref, pulled_into, overrides or [])
+    return _record(manifest, lambda record: _from_manifest(ref, model, record, version))
 
 
-def _pull(ref: str, dest: Path, overrides: list[str]) -> tuple[Path, Path]:
+def _pull(ref: str, dest: Path, overrides: list[str]) -> tuple[Path, Path, str]:
     from pipeline.engine.compose import compose
     from pipeline.registry import open_backend
     from pipeline.registry.names import parse_ref
@@ -114,8 +114,9 @@ def _pull(ref: str, dest: Path, overrides: list[str]) -> tuple[Path, Path]:
         raise ConfigError("registry=null: there is no registry to pull from")
     name, version = parse_ref(ref)
     entry, path = open_backend(cfg).pull(name, version, dest)  # every blob re-hashed
-    print(f"pulled {entry.name}:{entry.version}@{entry.digest} into {path}")
-    return Path(path) / "model.onnx", Path(path) / "manifest.json"
+    exact = f"{entry.name}:{entry.version}@{entry.digest}"
+    print(f"pulled {exact} into {path}")
+    return Path(path) / "model.onnx", Path(path) / "manifest.json", exact
 
 
 def _record(path: Path, read):
@@ -136,7 +137,8 @@ def _record(path: Path, read):
                          f"{e}); was it edited, or written by another version?") from None
 
 
-def _from_manifest(ref: str, model: Path, manifest: dict) -> Served:
+def _from_manifest(ref: str, model: Path, manifest: dict, version: str | None = None) -> Served:
+    """``version``: what a pull just verified it to be; else the folder's own (``pulled_version``)."""
     if not model.is_file():
         raise StageError(f"{ref}: no model.onnx beside its manifest")
     metrics = manifest.get("metrics") or {}
@@ -145,21 +147,25 @@ def _from_manifest(ref: str, model: Path, manifest: dict) -> Served:
                            Deployed.read((manifest.get("runtime") or {}).get("deployed"),
                                          manifest["config"].get("hardware")),
                            model.parent), latency_ms=per_sample(manifest.get("latency")),
-                   version=pulled_version(model.parent, manifest))
+                   version=version or pulled_version(model.parent, manifest))
 
 
 def pulled_version(folder: Path, manifest: dict) -> str | None:
     """NAME:VERSION@sha256:... of a pulled folder: the version's name from its manifest, and its
     digest, the sha256 of the OCI manifest every backend's pull writes beside it (the bytes the
-    registry names the version by); the name alone where that file is absent."""
+    registry names the version by), once every file that manifest lists still has its digest;
+    the name alone, and why, where the folder is no longer what was pulled (or never was one)."""
     from pipeline.core.artifact import sha256_file
-    from pipeline.registry.transfer import OCI_MANIFEST
+    from pipeline.registry.transfer import OCI_MANIFEST, not_a_pull_of
 
     name, version = manifest.get("name"), manifest.get("version")
     if not (isinstance(name, str) and isinstance(version, str)):
         return None
-    oci = folder / OCI_MANIFEST
-    return f"{name}:{version}" + (f"@sha256:{sha256_file(oci)}" if oci.is_file() else "")
+    why = not_a_pull_of(folder, name)
+    if why is not None:
+        print(f"serve: {folder} {why}: its answers name {name}:{version} without a digest")
+        return f"{name}:{version}"
+    return f"{name}:{version}@sha256:{sha256_file(folder / OCI_MANIFEST)}"
 
 
 def _from_report(ref: str, report: dict) -> Served:
