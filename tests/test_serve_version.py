@@ -16,6 +16,8 @@ def test_a_run_names_what_it_published_and_nothing_else():
                                       "ref": f"{REF} (local artifacts/registry)"}}) == REF
     assert published_as({"publish": {"status": "published", "ref": f"{REF} (oci "
                                       "127.0.0.1:5000, already published)"}}) == REF
+    # a report from before the publish record: its "published" line alone
+    assert published_as({"published": f"{REF} (local artifacts/registry)"}) == REF
     for unpublished in ({}, {"publish": None}, {"publish": {"status": "pending"}},
                         {"publish": {"status": "failed", "error": "disk full"}},
                         {"publish": {"status": "interrupted", "ref": REF}},

@@ -46,7 +46,8 @@ class Served:
     latency_ms: float | None = None
     # the exact version served, NAME:VERSION@sha256:... (what an alias such as ocr:production
     # pointed at when the server pulled it; an alias moves, this does not), named in every
-    # answer; None: a run that published nothing, or a folder with no manifest digest
+    # answer; NAME:VERSION alone for a folder that is no longer what was pulled; None for a run
+    # that published nothing or a manifest that names no version
     version: str | None = None
 
     @cached_property
@@ -138,7 +139,7 @@ def _record(path: Path, read):
 
 
 def _from_manifest(ref: str, model: Path, manifest: dict, version: str | None = None) -> Served:
-    """``version``: what a pull just verified it to be; else the folder's own (``pulled_version``)."""
+    """``version``: what a pull just verified; else the folder's own (``pulled_version``)."""
     if not model.is_file():
         raise StageError(f"{ref}: no model.onnx beside its manifest")
     metrics = manifest.get("metrics") or {}
@@ -200,9 +201,13 @@ def _from_report(ref: str, report: dict) -> Served:
 def published_as(report: dict) -> str | None:
     """NAME:VERSION@sha256:... the run published its candidate as; None when it published
     nothing (no registry, or publishing failed). The report records the ref followed by where
-    it went (``ocr:int8-...@sha256:... (local artifacts/registry)``)."""
-    publish = report.get("publish") or {}
-    ref = publish.get("ref") if publish.get("status") == "published" else None
+    it went (``ocr:int8-...@sha256:... (local artifacts/registry)``); one written before the
+    ``publish`` record has only ``published``, set once publishing succeeded."""
+    publish = report.get("publish")
+    if isinstance(publish, dict):
+        ref = publish.get("ref") if publish.get("status") == "published" else None
+    else:
+        ref = report.get("published")
     return ref.split(" ", 1)[0] if isinstance(ref, str) and ref.strip() else None
 
 
