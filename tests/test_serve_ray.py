@@ -80,6 +80,9 @@ def test_replicas_answer_raw_bytes_and_bad_input(ray_app):
 
     assert [a.json()["prediction"] for a in answers] == isolate.call(
         "direct", _direct, served.model, served.reader_key, bodies)
+    # each replica names the version it answers with: what the run published
+    assert "@sha256:" in served.version
+    assert {a.json()["version"] for a in answers} == {served.version}
     bad = requests.post(url, data=b"not an image", timeout=60)
     assert bad.status_code == 415 and "not a PNG or JPEG" in bad.json()["error"]
     status = serve.status().applications["recognizer"].deployments["Recognizer"]
