@@ -468,8 +468,10 @@ def ready(url: str) -> dict | None:
     import urllib.error
     import urllib.request
 
+    # no proxy from the environment, as the requests themselves (aiohttp) take none
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with urllib.request.urlopen(f"{url}/readyz", timeout=10) as r:
+        with opener.open(f"{url}/readyz", timeout=10) as r:
             body = json.loads(r.read())
     except (urllib.error.URLError, OSError, ValueError):
         return None
