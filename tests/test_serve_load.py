@@ -27,11 +27,20 @@ def server(tiny_run, tmp_path_factory):
     assert running.stop() == 0, running.log.read_text()
 
 
-def test_a_runs_folder_is_served_as_the_version_it_published(server, tiny_run):
+def test_a_runs_folder_is_served_as_the_version_it_published(server, tiny_run, monkeypatch):
+    from pipeline.serve import load
+
     report = json.loads((run_folder(tiny_run[1]) / "report.json").read_text())
     exact = report["published"].split(" ")[0]
     assert "@sha256:" in exact
     assert requests.get(f"{server.url}/readyz", timeout=30).json()["version"] == exact
+    # what the load report records, read as the load's own requests go: past any proxy the
+    # environment names (nothing listens at this one)
+    for name in ("http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    assert load.ready(server.url)["version"] == exact
 
 
 def test_open_loop_and_concurrency_report_counts_what_was_sent(server, tmp_path):
