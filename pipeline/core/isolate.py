@@ -36,7 +36,7 @@ STAGE_IMPORTS = ["torch", "sympy", "onnxscript"]
 # Asked for by a task whose every stage imports more than these (model=hf: transformers' model
 # and tokenizer code, seconds per child): ``preload``.
 ASKED: list[str] = []
-# Set in a child. A child that isolates work of its own (the fp16 stage probes each op type)
+# Set in a child. A child that isolates work of its own (the fp16 stage tries its converted graphs)
 # starts a forkserver of its own (multiprocessing does not hand the parent's to a forkserver's
 # children), which then preloads only the runtime.
 _IN_CHILD = False

@@ -2,6 +2,8 @@
 caller sees no difference) and the op types named to stay FP32 do."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from tests.stages.support import artifact, linear_graph, outputs, run, split
@@ -108,3 +110,61 @@ def test_where_control_flow_defeats_the_converter_fp32_stands_in(tmp_path):
     with pytest.raises(StageError, match="TypeInferenceError"):
         isolate.call("fp16", _with_a_failing_converter, plain, tmp_path / "out2",
                      split(tmp_path / "p", mlp, rows))
+
+
+def _bisect_against(culprits: dict, ops: set, configured: dict, together=(), always=None):
+    """``_culprits`` on ``ops`` with the conversions recorded, not done, and a graph that fails
+    when an op type of ``culprits`` (op type: why) is converted, or all of ``together`` are, or
+    ``always``; returns what it found and how many graphs were tried, the whole one included."""
+    from pipeline.stages import fp16
+
+    tried = []
+
+    def convert(_src, _dst, block):
+        tried.append(ops - set(block))
+
+    def fails(_path):
+        bad = sorted(tried[-1] & set(culprits))
+        if always or bad:
+            return always or culprits[bad[0]]
+        return "together" if together and set(together) <= tried[-1] else None
+
+    real, fp16._convert = fp16._convert, convert
+    try:
+        convert(None, None, list(configured))  # the whole graph, as the stage tries it first
+        whole = fails(None)
+        assert whole, "the cases here all fail whole"
+        return fp16._culprits(Path("m"), Path("p"), ops, configured, whole, fails), len(tried)
+    finally:
+        fp16._convert = real
+
+
+OPS = {"Add", "Cast", "Concat", "Conv", "Expand", "Gather", "LSTM", "MatMul", "MaxPool", "Mul",
+       "Relu", "Reshape", "Shape", "Slice", "Squeeze", "Transpose"}
+
+
+def test_the_op_type_that_fails_in_fp16_is_found_in_a_few_tries():
+    """The OCR network's op types, its LSTM configured and its Transpose crashing: found by
+    halving, in far fewer tries than one per op type, with the reason its try gave."""
+    found, tries = _bisect_against({"Transpose": "crashed (SIGSEGV)"}, OPS, {"LSTM": "configured"})
+    assert found == {"Transpose": "crashed (SIGSEGV)"}
+    assert tries <= 7 < len(OPS)  # the whole graph, nothing converted, 4 halvings, the rest
+
+
+def test_every_culprit_is_kept_and_a_failing_pair_loses_one_member():
+    found, _ = _bisect_against({"Conv": "a", "Slice": "b", "Add": "c"}, OPS, {})
+    assert found == {"Add": "c", "Conv": "a", "Slice": "b"}
+    # two op types that fail only together: one stays FP32, and the other converts
+    found, _ = _bisect_against({}, OPS, {}, together=("Gather", "Mul"))
+    assert len(found) == 1 and set(found) <= {"Gather", "Mul"}
+
+
+def test_a_graph_that_fails_with_nothing_converted_blames_no_op_type():
+    """The converter itself breaks it (control flow): no op type is kept for it, and the stage
+    is told (it stands the FP32 model in where the graph has control flow)."""
+    import pytest
+
+    from pipeline.core.errors import StageError
+
+    with pytest.raises(StageError, match="every op type kept in FP32: broken"):
+        _bisect_against({}, OPS, {}, always="broken")
