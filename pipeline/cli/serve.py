@@ -20,6 +20,9 @@ over HTTP (``pipeline.serve``).
                               32 tall and 8192 wide); past it 413, the model not run
     --body-timeout-s S        a body not received whole within S is 408 (30)
     --ready-file PATH         written (the port) once warm: how a script learns the port
+    --follow S                a registry alias (ocr:production): every S seconds, look up the
+                              version it names, and when it moved, pull, warm up and serve that
+                              one in its place, no request refused for it (0: off, the default)
     --replicas N              serve on Ray Serve instead (pipeline.serve.ray_serve): N replicas
                               behind Ray Serve's proxy on --host:--port (a port other than 0)
     --ray-address ADDR        a running Ray cluster to deploy to (default: a local one of its
@@ -78,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-input-values", type=int, default=MAX_INPUT_VALUES)
     p.add_argument("--body-timeout-s", type=float, default=30.0)
     p.add_argument("--ready-file", default=None)
+    p.add_argument("--follow", type=float, default=0.0)
     p.add_argument("--max-sequences", type=int, default=4)
     p.add_argument("--max-seq-len", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -113,6 +117,7 @@ def parse(argv: list[str]):
                           "and cannot say which one it drew; name a free port")
     if ns.ray_address and not ns.replicas:
         raise ConfigError("--ray-address without --replicas: say how many replicas to deploy")
+    _check_follow(ns)
     if ns.ray_address:  # before anything is pulled
         _check_reachable(ns.ray_address)
     _check_host(ns.host)
@@ -128,6 +133,25 @@ def parse(argv: list[str]):
                       max_new_tokens=ns.max_new_tokens, kv_budget_mb=ns.kv_budget_mb,
                       decode_batch=ns.decode_batch)
     return ns, cfg, overrides
+
+
+def _check_follow(ns) -> None:
+    """``--follow`` follows an alias of a registry, on this server (not Ray Serve's)."""
+    import math
+
+    from pipeline.registry.names import ALIASES, parse_ref
+
+    if not ns.follow:
+        return
+    if not 0 < ns.follow < math.inf:
+        raise ConfigError(f"--follow={ns.follow}: seconds between looks, > 0 (0: off)")
+    if ns.replicas:
+        raise ConfigError("--follow with --replicas: Ray Serve's replicas keep the version they "
+                          "were deployed with; deploy again to serve another")
+    alias = None if Path(ns.ref).is_dir() or ":" not in ns.ref else parse_ref(ns.ref)[1]
+    if alias not in ALIASES:
+        raise ConfigError(f"--follow: {ns.ref} is not a registry alias ({', '.join(ALIASES)}, "
+                          "e.g. ocr:production): nothing it names ever moves")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,9 +308,18 @@ def _serve(argv: list[str]) -> int:
         if served.kind == "generate":  # a decoder: streamed generation, KV-cache admission
             from pipeline.serve.generate import build as build_generate
 
+            if ns.follow:
+                raise ConfigError(f"--follow: {ns.ref} is a decoder, whose server keeps the "
+                                  "version it started with; restart it to serve another")
             app, server = build_generate(served, cfg)
         else:
             app, server = build(served, cfg)
+            if ns.follow:
+                from pipeline.serve.artifact import registry
+                from pipeline.serve.follow import Follower
+
+                server.follower = Follower(ns.ref, registry(overrides), ns.follow, Path(tmp),
+                                           server)
         config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
                                 access_log=False, lifespan="on", timeout_graceful_shutdown=60)
         userver = Draining(config, server)
@@ -308,7 +341,8 @@ def _serve(argv: list[str]) -> int:
                         f"ms, the model {costs[1]:.2f} ms on {costs[2]} thread(s) as "
                         "benchmarked)")
         print(f"serving {served.named} ({served.model_name}, {what}) on "
-              f"http://{cfg.host}:{cfg.port or '(a free port)'} {how}", flush=True)
+              f"http://{cfg.host}:{cfg.port or '(a free port)'} {how}"
+              + (f", following {ns.ref} every {ns.follow:g} s" if ns.follow else ""), flush=True)
         _announce(userver, server, cfg.host, Path(ns.ready_file) if ns.ready_file else None)
         userver.run()
     if server.failed:

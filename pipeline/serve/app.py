@@ -24,6 +24,7 @@ import contextlib
 import os
 import signal
 import time
+from typing import NamedTuple
 
 import uvicorn
 from starlette.applications import Starlette
@@ -42,13 +43,20 @@ from pipeline.serve.metrics import ServerMetrics
 from pipeline.serve.workers import WorkerError, WorkerLost, Workers
 
 
+class Current(NamedTuple):
+    """The version served and its loaded model, swapped as one (``Server.swap``): a batch reads
+    both once, so it runs whole on one version and its answers name that version."""
+    served: object
+    model: object
+
+
 class Server:
     """One served model: its runtime, workers, batcher and metrics."""
 
     def __init__(self, served, cfg: ServeConfig):
         from pipeline.serve.readers import reader
 
-        self.served, self.cfg = served, cfg
+        self.current, self.cfg = Current(served, None), cfg
         self.reader = reader(served.reader_key)
         self.limits = Limits.of(cfg)
         self.metrics = ServerMetrics(cfg.max_batch, served)
@@ -61,7 +69,12 @@ class Server:
         self.backlog = Backlog()  # the wait a request admitted now would have
         self.workers: Workers | None = None
         self.batcher: Batcher | None = None
-        self.model = None
+        self.follower = None  # pipeline.serve.follow.Follower, with --follow
+        self.following: asyncio.Task | None = None
+
+    @property
+    def served(self):
+        return self.current.served
 
     @property
     def in_flight(self) -> str:
@@ -73,7 +86,7 @@ class Server:
             self.workers = Workers(self.cfg.workers, self.served.reader_key,
                                    on_restart=self.metrics.worker_restarts.inc)
             await self.workers.start()
-        self.model = await run_in_threadpool(self._load)
+        self.current = Current(self.served, await run_in_threadpool(self._load, self.served))
         if self.cfg.mode == "pipeline":
             self.batcher = Batcher(self._run_batch, self.cfg.max_batch, self.cfg.max_wait_ms,
                                    self.cfg.shape_bucket,
@@ -83,6 +96,8 @@ class Server:
             self.batcher.start()
         await self._warm_up()
         self.ready = True
+        if self.follower is not None:
+            self.following = asyncio.create_task(self.follower.run())
 
     def _batch_formed(self, size: int) -> None:
         """A batch the model ran, counted once serving: warm-up's batches answer no client."""
@@ -91,21 +106,42 @@ class Server:
 
     async def stop(self) -> None:
         self.ready = False
+        if self.following is not None:
+            self.following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.following
         if self.batcher is not None:
             await run_in_threadpool(self.batcher.stop)
         if self.workers is not None:
             await self.workers.stop()
 
-    def _load(self):
+    def _load(self, served):
         from pipeline import runtimes
         from pipeline.config import HardwareRuntime
 
-        deployed = self.served.runtime
+        deployed = served.runtime
         threads = self.cfg.intra_op_threads
         settings = HardwareRuntime("cpu", "CPUExecutionProvider", threads, 1, None,
                                    deployed.runtime, deployed.precision,
                                    deployed.performance_hint)
-        return runtimes.load(self.served.model, settings)
+        return runtimes.load(served.model, settings)
+
+    def load_warm(self, served):
+        """``served``'s model loaded on this server's threads and run on the warm-up request a
+        few times (its first runs allocate), off the serving path: what ``swap`` takes. In a
+        thread of its own, while the current version answers."""
+        model = self._load(served)
+        body, content_type = self.reader.warm_request()
+        feeds = prepare(body, content_type, self.limits, served.reader_key).feeds
+        for _ in range(max(1, self.cfg.warmup_runs)):
+            self.reader.answers(model.run(self.reader.stack([feeds])))
+        return model
+
+    def swap(self, served, model) -> None:
+        """Serve ``served`` (loaded and warmed by ``load_warm``) from the next batch on; a batch
+        already running finishes on the version it started with, and says so."""
+        self.current = Current(served, model)
+        self.metrics.serving(served)
 
     async def _warm_up(self) -> None:
         """The whole path, a few times: workers, batcher, runtime (its first runs allocate)."""
@@ -121,35 +157,39 @@ class Server:
 
     # -- the data path -----------------------------------------------------------------------
     async def answer(self, body: bytes, content_type: str,
-                     hold: bool = True) -> tuple[object, dict]:
-        """(prediction, stage timings in ms) for one request's bytes; raises ``BadInput``.
-        ``hold=False``: the batcher runs it without waiting for company (warm-up)."""
+                     hold: bool = True) -> tuple[object, str | None, dict]:
+        """(prediction, the version that computed it, stage timings in ms) for one request's
+        bytes; raises ``BadInput``. ``hold=False``: the batcher runs it without waiting for
+        company (warm-up)."""
         if self.cfg.mode == "inline":
             return await run_in_threadpool(self._inline, body, content_type)
         # A worker that dies with this request (killed, out of memory, a decoder that crashed on
         # these bytes) fails it with WorkerLost and is replaced; not retried: bytes that crash a
         # decoder would crash the next worker too.
         prepared: Prepared = await self.workers.prepare(body, content_type, self.limits)
-        answer, timings = await self.batcher.submit(prepared.feeds, prepared.size, hold)
-        return in_image(answer, prepared.geometry), {
+        (answer, version), timings = await self.batcher.submit(prepared.feeds, prepared.size,
+                                                               hold)
+        return in_image(answer, prepared.geometry), version, {
             "decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms, **timings}
 
     def _run_batch(self, jobs: list[Job]) -> list:
+        """One answer per job: ((prediction, version), timings)."""
         start = time.perf_counter()
-        outputs = self.model.run(self.reader.stack([j.feeds for j in jobs]))
+        served, model = self.current  # once: a swap meanwhile takes the next batch
+        outputs = model.run(self.reader.stack([j.feeds for j in jobs]))
         ran = time.perf_counter()
         predictions = self.reader.answers(outputs)
         done = time.perf_counter()
         self.metrics.busy.inc(done - start)
         timings = {"inference": (ran - start) * 1000.0, "postprocess": (done - ran) * 1000.0,
                    "batch": len(jobs)}
-        return [(p, dict(timings)) for p in predictions]
+        return [((p, served.version), dict(timings)) for p in predictions]
 
     def _inline(self, body: bytes, content_type: str):
         prepared = prepare(body, content_type, self.limits, self.served.reader_key)
         self._batch_formed(1)
-        (answer, timings), = self._run_batch([Job(prepared.feeds, prepared.size)])
-        return in_image(answer, prepared.geometry), {
+        ((answer, version), timings), = self._run_batch([Job(prepared.feeds, prepared.size)])
+        return in_image(answer, prepared.geometry), version, {
             "decode": prepared.decode_ms, "preprocess": prepared.preprocess_ms, "queue": 0.0,
             **timings}
 
@@ -210,7 +250,8 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
         server.admitted += 1
         m.queue_depth.set(server.admitted)
         try:
-            answer, timings = await server.answer(body, request.headers.get("content-type", ""))
+            answer, version, timings = await server.answer(body,
+                                                           request.headers.get("content-type", ""))
         except BadInput as e:
             return m.refused("bad_input", e.status, _error(e.status, e.line))
         except (WorkerLost, WorkerError) as e:
@@ -226,11 +267,12 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
         m.observe(timings)
         m.requests.labels("ok").inc()
         return JSONResponse({"prediction": answer, "model": server.served.ref,
-                             "version": server.served.version,
+                             "version": version,
                              "timing_ms": {k: round(v, 4) if isinstance(v, float) else v
                                            for k, v in timings.items()}})
 
-    ready = {"model": server.served.ref, "version": server.served.version, "mode": cfg.mode,
+    ready = {"model": server.served.ref, "version": lambda: server.served.version,
+             "mode": cfg.mode,
              "workers": cfg.workers, "consumers": cfg.consumers,
              "intra_op_threads": cfg.intra_op_threads,
              "max_batch": cfg.max_batch, "queue_limit": cfg.queue_limit,
@@ -326,8 +368,9 @@ def service_routes(server, m, ready: dict) -> list:
         return JSONResponse({"status": "alive"})
 
     async def readyz(request: Request) -> Response:
-        if server.ready:
-            return JSONResponse({"status": "ready", **ready})
+        if server.ready:  # a value that is a function is read now (the version: --follow)
+            return JSONResponse({"status": "ready", **{k: v() if callable(v) else v
+                                                      for k, v in ready.items()}})
         return JSONResponse({"status": server.failed or "warming up"}, status_code=503)
 
     async def metrics(request: Request) -> Response:

@@ -101,23 +101,32 @@ def open_ref(ref: str, pulled_into: Path, overrides: list[str] | None = None) ->
     if ":" not in ref and "@" not in ref:
         raise ConfigError(f"{ref}: neither a folder nor a registry ref (NAME:REF, e.g. "
                           "ocr:production)")
-    model, manifest, version = _pull(ref, pulled_into, overrides or [])
-    return _record(manifest, lambda record: _from_manifest(ref, model, record, version))
+    return pulled(ref, pulled_into, registry(overrides or []))
 
 
-def _pull(ref: str, dest: Path, overrides: list[str]) -> tuple[Path, Path, str]:
+def registry(overrides: list[str]):
+    """The registry backend the overrides name (``registry=oci registry.url=...``)."""
     from pipeline.engine.compose import compose
     from pipeline.registry import open_backend
-    from pipeline.registry.names import parse_ref
 
     cfg = compose(overrides).registry
     if cfg is None:
         raise ConfigError("registry=null: there is no registry to pull from")
+    return open_backend(cfg)
+
+
+def pulled(ref: str, dest: Path, backend, digest: str | None = None) -> Served:
+    """The registry ref ``ref`` pulled into ``dest`` (a new folder), every blob re-hashed, and
+    read; ``digest``: the version to pull, what ``ref`` resolved to when it was looked up (an
+    alias that moves meanwhile does not change what is pulled)."""
+    from pipeline.registry.names import parse_ref
+
     name, version = parse_ref(ref)
-    entry, path = open_backend(cfg).pull(name, version, dest)  # every blob re-hashed
+    entry, path = backend.pull(name, digest or version, dest)
     exact = f"{entry.name}:{entry.version}@{entry.digest}"
-    print(f"pulled {exact} into {path}")
-    return Path(path) / "model.onnx", Path(path) / "manifest.json", exact
+    print(f"pulled {exact} into {path}", flush=True)
+    model, manifest = Path(path) / "model.onnx", Path(path) / "manifest.json"
+    return _record(manifest, lambda record: _from_manifest(ref, model, record, exact))
 
 
 def _record(path: Path, read):

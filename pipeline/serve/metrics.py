@@ -4,7 +4,8 @@ Requests by outcome (``OUTCOMES``), errors by HTTP status, a latency
 histogram per stage (decode, preprocess, queue, inference, postprocess, and the whole request as
 the server saw it), the queue's depth (requests admitted and not yet answered), the batch sizes
 the batcher formed and the seconds the model's thread was busy; ``serve_model_info`` names
-the ref as the user gave it and the exact version it resolved to. Buckets span 0.1 ms to 10 s: a
+the ref as the user gave it and the exact version it resolved to (the one serving now, with
+``--follow``), and ``serve_model_updates_total`` counts the versions a followed alias moved to. Buckets span 0.1 ms to 10 s: a
 tiny model's stages take well under a millisecond, a request past its SLO takes seconds.
 """
 from __future__ import annotations
@@ -15,6 +16,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 # unavailable: 503 while warming up or shutting down; disconnected: the client left before its
 # body was whole (answered to no one); error: the server failed it (500)
 OUTCOMES = ("ok", "bad_input", "overloaded", "unavailable", "disconnected", "error")
+# swapped: now served; refused: a version this server cannot serve (not tried again); failed:
+# the registry did not answer or the pull failed on the way (tried again at the next look)
+UPDATES = ("swapped", "refused", "failed")
 STAGES = ("decode", "preprocess", "queue", "inference", "postprocess", "total")
 SECONDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
            1.0, 2.5, 5.0, 10.0)
@@ -24,9 +28,15 @@ class ServerMetrics:
     def __init__(self, max_batch: int, served=None):
         self.registry = CollectorRegistry()
         r = self.registry
-        if served is not None:  # which version answered, beside what it answered (an alias moves)
-            Info("serve_model", "What is served: the ref as given and the exact version",
-                 registry=r).info({"ref": served.ref, "version": served.version or ""})
+        # which version answers, beside what it answered (an alias moves; --follow follows it)
+        self.model_info = Info("serve_model", "What is served: the ref as given and the exact "
+                               "version", registry=r)
+        if served is not None:
+            self.serving(served)
+        self.updates = Counter("serve_model_updates", "Versions the followed alias moved to "
+                               "(--follow), by outcome", ["outcome"], registry=r)
+        for outcome in UPDATES:
+            self.updates.labels(outcome)
         self.requests = Counter("serve_requests", "Requests answered, by outcome", ["outcome"],
                                 registry=r)
         self.errors = Counter("serve_errors", "Requests answered with an error, by HTTP status",
@@ -50,6 +60,9 @@ class ServerMetrics:
         # each stage's child looked up once: ``labels()`` per observation is a locked lookup,
         # six of them on every request
         self.stages = {stage: self.stage.labels(stage) for stage in STAGES}
+
+    def serving(self, served) -> None:
+        self.model_info.info({"ref": served.ref, "version": served.version or ""})
 
     def refused(self, outcome: str, status: int, response):
         """``response`` (a request refused with HTTP ``status``), counted under ``outcome``."""
