@@ -73,15 +73,16 @@ def test_a_followed_alias_is_served_as_it_moves_and_no_request_is_refused(tiny_r
     asking.start()
     try:
         assert serving() == v["int8"]
+        _wait(lambda: answers)  # (each move below waits for an answer of the version before it)
         assert promote(v["fp32"]).returncode == 0
-        _wait(lambda: serving() == v["fp32"])
+        _wait(lambda: serving() == v["fp32"] and answers[-1][1] == v["fp32"])
         # a version whose inputs this code cannot read as recorded: refused, the FP32 one stays
         assert promote(v["odd"]).returncode == 0
         _wait(lambda: metrics(running.url)[("serve_model_updates_total",
                                              ("outcome", "refused"))] == 1)
         assert serving() == v["fp32"]
         assert promote(v["int8"]).returncode == 0  # a rollback is a move like any other
-        _wait(lambda: serving() == v["int8"])
+        _wait(lambda: serving() == v["int8"] and answers[-1][1] == v["int8"])
         # the FP32 version's folder went with it, as did the refused one's; the first pull's
         # stays (a text model's workers read their tokenizer files there)
         pulled = [Path(ln.rsplit(" into ", 1)[1]) for ln in running.log.read_text().splitlines()
