@@ -65,7 +65,10 @@ class Follower:
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.every_s)
-            await self.look()
+            try:
+                await self.look()
+            except Exception as e:  # noqa: BLE001 - a look that failed here must not end them
+                self._failed(f"a look failed ({_line(e)})")
 
     async def look(self) -> str | None:
         """Ask the registry once and act on it; the outcome (``UPDATES``), None when nothing
