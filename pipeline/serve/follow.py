@@ -61,6 +61,10 @@ class Follower:
     refused: dict = field(default_factory=dict)  # version -> why it is not served
     said: str | None = None                      # the last failure said (not said again)
     pulls: int = 0
+    # the folder of the version this follower swapped in, removed when another replaces it
+    # (the first version's, pulled at start-up, stays: a text model's workers read their
+    # tokenizer files there)
+    folder: Path | None = None
 
     async def run(self) -> None:
         while True:
@@ -108,10 +112,9 @@ class Follower:
         self.server.metrics.updates.labels("swapped").inc()
         print(f"serve: {self.ref} moved to {exact}: now serving it (was {was.version})",
               flush=True)
-        if was.model.parent.parent == self.root and was.model.parent.name.startswith("follow-"):
-            # a version this follower pulled, now replaced (the first one's folder stays: a
-            # text model's workers read its tokenizer files)
-            shutil.rmtree(was.model.parent, ignore_errors=True)
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder = folder
         self.said = None
         return "swapped"
 

@@ -5,8 +5,9 @@ histogram per stage (decode, preprocess, queue, inference, postprocess, and the 
 the server saw it), the queue's depth (requests admitted and not yet answered), the batch sizes
 the batcher formed and the seconds the model's thread was busy; ``serve_model_info`` names
 the ref as the user gave it and the exact version it resolved to (the one serving now, with
-``--follow``), and ``serve_model_updates_total`` counts the versions a followed alias moved to. Buckets span 0.1 ms to 10 s: a
-tiny model's stages take well under a millisecond, a request past its SLO takes seconds.
+``--follow``), and ``serve_model_updates_total`` counts the versions a followed alias moved to.
+Buckets span 0.1 ms to 10 s: a tiny model's stages take well under a millisecond, a request
+past its SLO takes seconds.
 """
 from __future__ import annotations
 
