@@ -10,8 +10,10 @@ AVX2-only EPYC that turned the suite red, while the 7-bit weights resolved for A
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import shutil
 import subprocess
 import tempfile
@@ -67,21 +69,42 @@ def test_the_isa_tests_pass_on_an_emulated_avx2_cpu():
         assert not os.environ.get("CI"), "CI has no emulated AVX2 CPU: .ci/run installs " \
             "qemu-user and `make setup` copies tests/python-avx2 into the venv"
         pytest.skip("no emulated AVX2 CPU here (qemu-x86_64 or the venv's python-avx2 missing)")
-    env = {**os.environ, **AVX2_CAPS, ENV: "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **AVX2_CAPS, ENV: "1", "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     base = tempfile.mkdtemp(prefix="pytest-avx2-")  # see conftest: not this session's basetemp
     try:
-        proc = subprocess.run(
-            [str(python), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-             f"--basetemp={base}/t", "-m", f"avx2 or {ENV.lower()}", *EMULATED,
-             Path(__file__).relative_to(ROOT).as_posix()],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        code, out = _emulated_pytest(python, env, base)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"on an emulated AVX2 CPU (QEMU, Haswell):\n{out[-6000:]}"
+    assert code == 0, f"on an emulated AVX2 CPU (QEMU, Haswell):\n{out[-6000:]}"
     # every AVX2 run, and the check of the CPU itself, ran there: none skipped, none left out
     summary = out.strip().splitlines()[-1]
     assert "skipped" not in summary and "deselected" in summary, out[-3000:]
+
+
+def _emulated_pytest(python: Path, env: dict, base: str, limit=600) -> tuple[int, str]:
+    """The child pytest's exit code and output. Its output goes to a file, not a pipe, and it
+    leads a process group of its own: a run that hangs (one CI run's did, silently, for its
+    whole 900 s) is killed with every process it started, the emulated forkserver included, and
+    the failure shows what it printed up to then (``-v``: each test's name as it starts), with
+    every thread's stack from the faulthandler dump of a test still running after 240 s."""
+    log = Path(base) / "emulated.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [str(python), "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider",
+             "-o", "faulthandler_timeout=240", f"--basetemp={base}/t",
+             "-m", f"avx2 or {ENV.lower()}", *EMULATED, Path(__file__).relative_to(ROOT).as_posix()],
+            cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail(f"the emulated AVX2 CPU's pytest still ran after {limit} s (a few dozen "
+                        f"seconds as a rule); what it printed:\n{log.read_text()[-8000:]}")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # what outlived it: its forkserver, say
+    return code, log.read_text()
 
 
 @pytest.mark.pipeline_test_emulated_avx2

@@ -3,7 +3,6 @@ read back from each engine, the precision checks, per-runtime failures, and cach
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -80,10 +79,9 @@ def images(n=4, seed=2):
 
 def on(model, target: Target, x) -> dict:
     """Load, run and describe in a child process: runtimes set process-global thread pools,
-    which must not leak into the test process. On the emulated AVX2 CPU the children's
-    forkserver imports OpenVINO once: each child imported it again under the emulator (seconds)."""
-    if os.environ.get("PIPELINE_TEST_EMULATED_AVX2"):
-        isolate.preload(["openvino"])  # before its first child; afterwards it changes nothing
+    which must not leak into the test process. Each child imports OpenVINO itself: a forkserver
+    that had imported it forked while OpenVINO's start-up thread could still be running, which
+    risks a child that inherits a lock no thread will release."""
     return isolate.call(f"probe {target}", runtimes.probe, model,
                         runtimes.settings_for(HW, target), x)
 
