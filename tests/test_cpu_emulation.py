@@ -25,14 +25,13 @@ from tests.conftest import AVX2_CAPS, ROOT, avx2_is_native, avx2_python
 
 # The files whose isa tests check what a cpuid-dispatched kernel computes, run emulated; each
 # emulated file costs seconds of CPU (the emulator is 5 to 15 times slower than the host, and
-# each import of a large library in a new process is translated again). In this order: the
-# runtimes' children start the forkserver before the stages' tests import ``datasets``, which
-# the forkserver would then import too (5 s); the stages' tests run in the test's own process
-# there (tests/stages/support.py: ``run``).
+# each import of a large library in a new process is translated again). Their stages and probes
+# run in children there as everywhere: one CI run of a faster arrangement (the stages in the
+# test's own process, OpenVINO imported by the forkserver) hung, silently, for its whole limit.
 EMULATED = {
-    "tests/test_runtimes.py": "OpenVINO's CPU plugin and ONNX Runtime",
-    "tests/stages/test_quantize.py": "ONNX Runtime's INT8 MatMul (MLAS)",
     "tests/stages/test_sqnr.py": "ONNX Runtime's INT8 MatMul (MLAS)",
+    "tests/stages/test_quantize.py": "ONNX Runtime's INT8 MatMul (MLAS)",
+    "tests/test_runtimes.py": "OpenVINO's CPU plugin and ONNX Runtime",
 }
 # Those whose isa tests check what the pipeline decides from the flags, which the caps alone
 # show (their capped runs in tests/conftest.py).

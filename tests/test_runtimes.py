@@ -79,9 +79,9 @@ def images(n=4, seed=2):
 
 def on(model, target: Target, x) -> dict:
     """Load, run and describe in a child process: runtimes set process-global thread pools,
-    which must not leak into the test process. Each child imports OpenVINO itself: a forkserver
-    that had imported it forked while OpenVINO's start-up thread could still be running, which
-    risks a child that inherits a lock no thread will release."""
+    which must not leak into the test process. Each child imports OpenVINO itself: its import
+    starts a thread (gone a moment later), and a forkserver that had imported it could fork
+    while that thread held a lock no thread of the child would release."""
     return isolate.call(f"probe {target}", runtimes.probe, model,
                         runtimes.settings_for(HW, target), x)
 

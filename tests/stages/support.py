@@ -4,7 +4,6 @@ the runner would hand it to a stage."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -140,15 +139,10 @@ def _run(stage, parent, out_dir: Path, refs: dict) -> dict:
 
 def run(stage, parent, out_dir: Path, **refs) -> dict:
     """``stage.run`` in a child process, as the runner runs it: a stage may set process-wide
-    state (onnxruntime's global thread pool) that later tests must not inherit. On the emulated
-    AVX2 CPU (tests/test_cpu_emulation.py) in the test's own process: there each child imported
-    its libraries again under the emulator (``datasets`` alone 5 s), and that pytest runs only
-    a handful of tests, each on kernels a stage's process state does not change."""
+    state (onnxruntime's global thread pool) that later tests must not inherit."""
     from pipeline.core import isolate
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    if os.environ.get("PIPELINE_TEST_EMULATED_AVX2"):
-        return _run(stage, parent, out_dir, refs)
     return isolate.call(f"stage {stage.name}", _run, stage, parent, out_dir, refs)
 
 
