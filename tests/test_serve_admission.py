@@ -76,6 +76,24 @@ def test_the_longest_wait_is_the_target_the_gate_judged_unless_given():
         ServeConfig(max_queue_ms=-1.0)
 
 
+def test_a_swap_takes_the_new_versions_target_only_where_the_limit_was_a_target():
+    """``Server.swap`` (a server following its alias): the longest wait the first version's p99
+    target gave becomes the new version's; one given with --max-queue-ms stays."""
+    from pipeline.serve.app import Server
+
+    def swapped(cfg: ServeConfig, target_ms):
+        here = SimpleNamespace(cfg=cfg, current=None, metrics=SimpleNamespace(serving=lambda served: None))
+        Server.swap(here, SimpleNamespace(target_ms=target_ms), model=None)
+        return here.cfg.max_queue_ms
+
+    derived = ServeConfig().resolved(target_ms=250.0)
+    assert swapped(derived, 80.0) == 80.0
+    assert swapped(derived, None) == 0.0                    # judged none: no such limit
+    assert swapped(ServeConfig().resolved(), 80.0) == 80.0  # none at first, one now
+    assert swapped(ServeConfig(max_queue_ms=40.0).resolved(target_ms=250.0), 80.0) == 40.0
+    assert swapped(ServeConfig(max_queue_ms=0.0).resolved(target_ms=250.0), 80.0) == 0.0
+
+
 def test_an_artifact_gives_its_server_the_target_its_gate_judged_and_no_other(tmp_path):
     from pipeline.models import task
     from pipeline.serve.artifact import _served

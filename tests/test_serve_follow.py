@@ -22,7 +22,8 @@ from tests.serve_helpers import line_png, metrics, start
 def _versions(root: Path, report: dict, tmp: Path) -> dict:
     """The tiny run's published INT8 version in a copy of its registry, its FP32 model published
     beside it with the same evidence (another version of the same task, as a later run would
-    publish), and one whose evidence records a preprocessing this code cannot rebuild."""
+    publish) but for a p99 target its gate judged (the tiny run's judged none), and one whose
+    evidence records a preprocessing this code cannot rebuild."""
     from pipeline.config import RegistryConfig
     from pipeline.registry import open_backend, publish
 
@@ -31,10 +32,16 @@ def _versions(root: Path, report: dict, tmp: Path) -> dict:
     entry, folder = open_backend(cfg).pull("ocr", int8.split("@")[1], tmp / "first")
     evidence = json.loads((Path(folder) / "manifest.json").read_text())
     fp32 = Path(report["lineage"]["fp32"]["path"]) / "model.onnx"
-    other = publish(cfg, "ocr", "fp32", candidate(fp32), evidence)
+    config = evidence["config"]
+    judged = {**config, "gate": {**config["gate"], "check_slo_p99": True},
+              "slo": {**config["slo"], "p99_ms": TARGET_MS}}
+    other = publish(cfg, "ocr", "fp32", candidate(fp32), {**evidence, "config": judged})
     odd = publish(cfg, "ocr", "odd", candidate(fp32),
                   {**evidence, "serving": {**evidence["serving"], "height": 48}})
     return {"int8": int8, "fp32": other.ref, "odd": odd.ref}
+
+
+TARGET_MS = 5000.0  # the FP32 version's p99 target: far above any wait this test's client makes
 
 
 def _wait(what, deadline_s: float = 60):
@@ -66,16 +73,21 @@ def test_a_followed_alias_is_served_as_it_moves_and_no_request_is_refused(tiny_r
                                 headers={"Content-Type": "image/png"}, timeout=60)
             answers.append((got.status_code, got.json().get("version")))
 
+    def ready() -> dict:
+        return requests.get(f"{running.url}/readyz", timeout=30).json()
+
     def serving():
-        return requests.get(f"{running.url}/readyz", timeout=30).json()["version"]
+        return ready()["version"]
 
     asking = threading.Thread(target=ask)
     asking.start()
     try:
         assert serving() == v["int8"]
+        assert ready()["max_queue_ms"] == 0  # its gate judged no p99 target: no such limit
         _wait(lambda: answers)  # (each move below waits for an answer of the version before it)
         assert promote(v["fp32"]).returncode == 0
         _wait(lambda: serving() == v["fp32"] and answers[-1][1] == v["fp32"])
+        assert ready()["max_queue_ms"] == TARGET_MS  # the longest wait: the new version's target
         # a version whose inputs this code cannot read as recorded: refused, the FP32 one stays
         assert promote(v["odd"]).returncode == 0
         _wait(lambda: metrics(running.url)[("serve_model_updates_total",
@@ -83,6 +95,7 @@ def test_a_followed_alias_is_served_as_it_moves_and_no_request_is_refused(tiny_r
         assert serving() == v["fp32"]
         assert promote(v["int8"]).returncode == 0  # a rollback is a move like any other
         _wait(lambda: serving() == v["int8"] and answers[-1][1] == v["int8"])
+        assert ready()["max_queue_ms"] == 0
         # the FP32 version's folder went with it, as did the refused one's; the first pull's
         # stays (a text model's workers read their tokenizer files there)
         pulled = [Path(ln.rsplit(" into ", 1)[1]) for ln in running.log.read_text().splitlines()
@@ -111,6 +124,9 @@ def test_a_followed_alias_is_served_as_it_moves_and_no_request_is_refused(tiny_r
     assert order == [v["int8"], v["fp32"], v["int8"]], order
     log = running.log.read_text()
     assert log.count(": now serving it (was ") == 2
+    assert f"longest queue wait admitted: {TARGET_MS:g} ms, its p99 target (was none)" in log
+    assert "longest queue wait admitted: none (its gate judged no p99 target) " \
+        f"(was {TARGET_MS:g} ms)" in log
     assert f"moved to {v['odd']}, which this server does not serve" in log
     assert "preprocessing cannot be rebuilt" in log
     assert log.count("looking it up in the registry failed") == 1, log  # said once

@@ -14,7 +14,8 @@ over HTTP (``pipeline.serve``).
     --queue-limit N           requests admitted at once; past it 503 + Retry-After (256)
     --max-queue-ms MS         503 + Retry-After for a request that would wait longer than MS
                               behind those admitted (default: the p99 target the artifact's gate
-                              judged, slo.p99_ms, none if it judged none; 0: off)
+                              judged, slo.p99_ms, none if it judged none, and with --follow
+                              each new version's; 0: off)
     --max-body-bytes N --max-pixels N --max-side N     input limits (10 MiB, 16 Mpx, 16384)
     --max-input-values N      the preprocessed input's limit, all feeds (262144: an OCR line
                               32 tall and 8192 wide); past it 413, the model not run

@@ -24,6 +24,7 @@ import contextlib
 import os
 import signal
 import time
+from dataclasses import replace
 from typing import NamedTuple
 
 import uvicorn
@@ -139,7 +140,11 @@ class Server:
 
     def swap(self, served, model) -> None:
         """Serve ``served`` (loaded and warmed by ``load_warm``) from the next batch on; a batch
-        already running finishes on the version it started with, and says so."""
+        already running finishes on the version it started with, and says so. The longest wait
+        admitted, where it was the first version's p99 target (no --max-queue-ms), becomes the
+        new version's: the target its own gate judged."""
+        if self.cfg.max_queue_from_target:
+            self.cfg = replace(self.cfg, max_queue_ms=served.target_ms or 0.0)
         self.current = Current(served, model)
         self.metrics.serving(served)
 
@@ -236,7 +241,7 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
 
     async def predict(request: Request) -> Response:
         start = time.perf_counter()
-        refused = refusal(server, cfg)
+        refused = refusal(server, server.cfg)
         if refused is not None:
             return refused
         # The body is read before the request is admitted: a client that sends its headers and
@@ -244,7 +249,7 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
         body = await receive(request, server, cfg)
         if isinstance(body, Response):
             return body
-        refused = refusal(server, cfg)  # again: the queue may have filled while it streamed
+        refused = refusal(server, server.cfg)  # again: the queue may have filled meanwhile
         if refused is not None:
             return refused
         server.admitted += 1
@@ -276,7 +281,7 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
              "workers": cfg.workers, "consumers": cfg.consumers,
              "intra_op_threads": cfg.intra_op_threads,
              "max_batch": cfg.max_batch, "queue_limit": cfg.queue_limit,
-             "max_queue_ms": cfg.max_queue_ms}
+             "max_queue_ms": lambda: server.cfg.max_queue_ms}
     routes = [Route("/predict", predict, methods=["POST"]), *service_routes(server, m, ready)]
     return Starlette(routes=routes, lifespan=lifespan(server),
                      exception_handlers=ERRORS_AS_JSON), server

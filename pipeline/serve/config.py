@@ -83,6 +83,9 @@ class ServeConfig:
     max_queue_ms: float | None = None  # a request that would wait longer (admission.Backlog):
                                     # 503; None = the p99 target the artifact's gate judged
                                     # (none if it judged none), 0 = no such limit
+    max_queue_from_target: bool = False  # set by ``resolved``: max_queue_ms is that target, not
+                                    # given, so a server following its alias takes each new
+                                    # version's (``Server.swap``)
     retry_after_s: int = 1          # the Retry-After a 503 carries
     max_body_bytes: int = 10 * 1024 * 1024   # a larger body is 413 before it is read whole
     max_pixels: int = 16 * 1024 * 1024       # an image header claiming more is 413, not decoded
@@ -146,7 +149,8 @@ class ServeConfig:
         if max_batch is not None and self.max_batch > max_batch:
             return replace(self, max_batch=max_batch).resolved(text, target_ms, costs=costs)
         if self.max_queue_ms is None:
-            return replace(self, max_queue_ms=target_ms or 0.0).resolved(text, costs=costs)
+            return replace(self, max_queue_ms=target_ms or 0.0,
+                           max_queue_from_target=True).resolved(text, costs=costs)
         cores = usable_cores()
         if self.mode == "inline":  # no workers: the model's threads may have every core
             return replace(self, workers=0, consumers=0,

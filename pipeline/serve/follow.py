@@ -107,11 +107,11 @@ class Follower:
             return self._refuse(exact, why)
         if self.server.stopping:  # the swap would answer no one
             return None
-        was = self.server.served
+        was, waited = self.server.served, self.server.cfg.max_queue_ms
         self.server.swap(served, model)
         self.server.metrics.updates.labels("swapped").inc()
-        print(f"serve: {self.ref} moved to {exact}: now serving it (was {was.version})",
-              flush=True)
+        print(f"serve: {self.ref} moved to {exact}: now serving it (was {was.version})"
+              + _wait_line(waited, self.server.cfg.max_queue_ms), flush=True)
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
         self.folder = folder
@@ -147,6 +147,16 @@ def _its_own(e: BaseException) -> bool:
 
     return isinstance(e, CorruptBlob) or (isinstance(e, PipelineError)
                                           and not isinstance(e, RegistryError))
+
+
+def _wait_line(was: float | None, now: float | None) -> str:
+    """What the swap did to the longest queue wait admitted (the version's p99 target where no
+    --max-queue-ms was given); nothing when it stayed the same."""
+    if was == now:
+        return ""
+    before = f"{was:g} ms" if was else "none"
+    after = f"{now:g} ms, its p99 target" if now else "none (its gate judged no p99 target)"
+    return f"; longest queue wait admitted: {after} (was {before})"
 
 
 def _line(e: BaseException) -> str:
