@@ -62,7 +62,7 @@ run: setup  ## compile, gate and publish the OCR model as INT8
 # process would rewrite every test module's asserts again. 8 % of the suite's time on 2 cores.
 TESTPY := env -u PYTHONDONTWRITEBYTECODE $(PY)
 
-test: setup  ## the test suite (7.2 to 9.2 minutes on 2 Zen 4 EPYC cores, 9.3 to 12.3 on 2 Xeon cores with AMX, as busy as the host was: docs/installing.md)
+test: setup  ## the test suite (7.2 to 9.2 minutes on 2 Zen 4 EPYC cores, 9.3 to 13.1 on 2 Xeon cores with AMX, as busy as the host was: docs/installing.md)
 	$(TESTPY) -m pytest -q -n 2 --dist loadscope
 
 test-fast: setup  ## the unit tests for the edit loop: no whole-CLI run (marked cli by tests/conftest.py), nothing marked slow
