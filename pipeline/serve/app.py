@@ -241,7 +241,7 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
 
     async def predict(request: Request) -> Response:
         start = time.perf_counter()
-        refused = refusal(server, server.cfg)
+        refused = refusal(server)
         if refused is not None:
             return refused
         # The body is read before the request is admitted: a client that sends its headers and
@@ -249,7 +249,7 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
         body = await receive(request, server, cfg)
         if isinstance(body, Response):
             return body
-        refused = refusal(server, server.cfg)  # again: the queue may have filled meanwhile
+        refused = refusal(server)  # again: the queue may have filled while it streamed
         if refused is not None:
             return refused
         server.admitted += 1
@@ -287,10 +287,11 @@ def build(served, cfg: ServeConfig) -> tuple[Starlette, Server]:
                      exception_handlers=ERRORS_AS_JSON), server
 
 
-def refusal(server, cfg: ServeConfig) -> Response | None:
+def refusal(server) -> Response | None:
     """The 503 a request gets before any work (warming up, shutting down, overloaded), counted;
-    None: it may go on."""
-    m = server.metrics
+    None: it may go on. By the server's config as it is now: a swap may have changed the
+    longest wait admitted (``Server.swap``)."""
+    m, cfg = server.metrics, server.cfg
     headers = {"Retry-After": str(cfg.retry_after_s)}
     if not server.ready or server.stopping:
         if server.stopping:  # this connection is not kept: the listening socket is closing
