@@ -20,6 +20,7 @@ from pipeline.bill import artifact_bill, markdown
 from pipeline.bill.onnx_cost import analyse
 from pipeline.engine.compose import compose
 from pipeline.core.errors import ConfigError
+from tests.conftest import session_run
 
 SAMPLE = [1, 32, 164]
 BATCH = 8
@@ -200,8 +201,7 @@ def test_gemm_and_attention(tmp_path):
 @pytest.mark.slow
 def test_every_pipeline_report_has_a_bill(tiny_run):
     """The real pipeline's artifacts (dynamo export, optimized, FP16, INT8) at the gate's batch."""
-    workdir, _ = tiny_run
-    report = json.loads((workdir / "runs" / "latest" / "report.json").read_text())
+    report = json.loads((session_run(tiny_run) / "report.json").read_text())
     bill = report["bill"]
     load = json.loads((Path(report["lineage"]["source"]["path"]) / "artifact.json").read_text())
     assert bill["source_parameters"] == load["meta"]["parameters"]
@@ -214,7 +214,7 @@ def test_every_pipeline_report_has_a_bill(tiny_run):
     assert cand["measured_over_bound"] == pytest.approx(
         cand["measured_p50_ms"] / cand["roofline"]["bound_ms"])
     assert bill["capacity"]["options"]
-    md = (workdir / "runs" / "latest" / "report.md").read_text()
+    md = (session_run(tiny_run) / "report.md").read_text()
     assert "## Bill" in md and "roofline ms" in md and "measured p50 ms" in md
     assert markdown(bill).startswith("## Bill")
     # a runtime that beat the floor: the peak figures are wrong, and the page says so

@@ -11,15 +11,20 @@ import onnx
 import pytest
 
 from pipeline.core.artifact import Artifact, sha256_file
-from tests.conftest import run_cli, tiny_args
+from tests.conftest import run_cli, session_run, tiny_args
 
 
 def report(workdir: Path) -> dict:
     return json.loads((workdir / "runs" / "latest" / "report.json").read_text())
 
 
-def artifact(workdir: Path, role: str) -> Artifact:
-    return Artifact.read(Path(report(workdir)["lineage"][role]["path"]))
+def session_report(tiny_run) -> dict:
+    return json.loads((session_run(tiny_run) / "report.json").read_text())
+
+
+def artifact(tiny_run, role: str) -> Artifact:
+    """An artifact of the session run's lineage."""
+    return Artifact.read(Path(session_report(tiny_run)["lineage"][role]["path"]))
 
 
 def test_first_run_builds_every_stage_and_publishes(tiny_run, tmp_path):
@@ -27,11 +32,11 @@ def test_first_run_builds_every_stage_and_publishes(tiny_run, tmp_path):
     from pipeline.registry.names import parse_ref
 
     workdir, proc = tiny_run
-    rep = report(workdir)
+    rep = session_report(tiny_run)
     assert [s["reused"] for s in rep["stages"]] == [False] * len(rep["stages"])
     assert [r["role"] for r in rep["rows"]] == ["export", "fp32", "fp16", "candidate"]
     assert rep["verdict"]["passed"] and "published" in rep
-    assert (workdir / "runs" / "latest" / "report.md").read_text().count("\n|") >= 5
+    assert (session_run(tiny_run) / "report.md").read_text().count("\n|") >= 5
     name, ref = parse_ref(rep["published"].split()[0])  # name:version@sha256:...
     _, published = LocalStore(workdir / "registry").pull(name, ref, tmp_path / "pulled")
     manifest = json.loads((published / "manifest.json").read_text())
@@ -46,7 +51,7 @@ def test_first_run_builds_every_stage_and_publishes(tiny_run, tmp_path):
 def test_export_is_dynamic_and_matches_torch(tiny_run):
     import onnxruntime as ort
 
-    exp = artifact(tiny_run[0], "export")
+    exp = artifact(tiny_run, "export")
     model = onnx.load(str(exp.model))
     assert model.opset_import[0].version >= 17
     dims = model.graph.input[0].type.tensor_type.shape.dim
@@ -60,7 +65,7 @@ def test_export_is_dynamic_and_matches_torch(tiny_run):
 
 
 def test_optimize_folds_batchnorm_and_keeps_parity(tiny_run):
-    opt = artifact(tiny_run[0], "fp32")
+    opt = artifact(tiny_run, "fp32")
     assert opt.meta["nodes_before"].get("BatchNormalization", 0) > 0
     assert "BatchNormalization" not in opt.meta["nodes"]
     assert sum(opt.meta["nodes"].values()) < sum(opt.meta["nodes_before"].values())
@@ -68,7 +73,7 @@ def test_optimize_folds_batchnorm_and_keeps_parity(tiny_run):
 
 
 def test_fp16_keeps_float32_io_and_lstm(tiny_run):
-    fp16 = artifact(tiny_run[0], "fp16")
+    fp16 = artifact(tiny_run, "fp16")
     model = onnx.load(str(fp16.model))
     assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
     assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
@@ -79,7 +84,7 @@ def test_fp16_keeps_float32_io_and_lstm(tiny_run):
 
 
 def test_quantize_writes_per_channel_qdq(tiny_run):
-    q = artifact(tiny_run[0], "candidate")
+    q = artifact(tiny_run, "candidate")
     model = onnx.load(str(q.model))
     ops = [n.op_type for n in model.graph.node]
     assert ops.count("QuantizeLinear") > 0 and ops.count("DequantizeLinear") > 0
@@ -91,7 +96,7 @@ def test_quantize_writes_per_channel_qdq(tiny_run):
 
 
 def test_evaluate_records_metrics_and_output_hash(tiny_run):
-    ev = Artifact.read(Path(next(s["path"] for s in report(tiny_run[0])["stages"]
+    ev = Artifact.read(Path(next(s["path"] for s in session_report(tiny_run)["stages"]
                                  if s["label"] == "evaluate[candidate]")))
     preds = json.loads((ev.path / "predictions.json").read_text())
     assert len(preds) == ev.meta["samples"] == 64
@@ -100,7 +105,7 @@ def test_evaluate_records_metrics_and_output_hash(tiny_run):
 
 
 def test_benchmark_reports_percentiles_and_aa_check(tiny_run):
-    rep = report(tiny_run[0])
+    rep = session_report(tiny_run)
     bench = Artifact.read(Path(next(s["path"] for s in rep["stages"] if s["label"] == "benchmark")))
     for b in ("1", "8"):
         at = bench.meta["batches"][b]

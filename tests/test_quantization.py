@@ -14,7 +14,7 @@ from pipeline.config import QuantConfig
 from pipeline.models import task
 from pipeline.recipes.mixed import search
 from pipeline.quant.defaults import Int8Settings, resolve
-from tests.conftest import run_cli, tiny_args
+from tests.conftest import run_cli, session_run, tiny_args
 
 
 def test_hardware_defaults_follow_vnni():
@@ -54,7 +54,7 @@ def stage_meta(rep: dict, label: str) -> dict:
 
 
 def test_int8_plan_explanation_and_names(tiny_run):
-    rep = report(tiny_run[0])
+    rep = json.loads((session_run(tiny_run) / "report.json").read_text())
     labels = [s["label"] for s in rep["stages"]]
     assert {"prepare", "calibrate[minmax]", "quantize", "explain", "sqnr"} <= set(labels)
     q = rep["quantization"]
@@ -78,7 +78,7 @@ def test_int8_plan_explanation_and_names(tiny_run):
     assert all(final[n] == "float" for n in q["latency_exclusions"])
     trial = q.get("latency_trial") or {"float_nodes": [], "stayed_int8": []}
     assert not set(trial["float_nodes"]) & set(trial["stayed_int8"])
-    assert "## Quantization" in (tiny_run[0] / "runs" / "latest" / "report.md").read_text()
+    assert "## Quantization" in (session_run(tiny_run) / "report.md").read_text()
 
 
 def test_model_outputs_are_not_rounded_to_8_bits(tiny_run):

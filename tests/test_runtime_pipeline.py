@@ -13,7 +13,7 @@ from onnx import helper, numpy_helper
 
 from pipeline import runtimes
 from pipeline.core.artifact import Artifact, content_digest, digest_files
-from tests.conftest import run_cli, seeded, seeded_args
+from tests.conftest import run_cli, seeded, seeded_args, session_run
 
 needs_openvino = pytest.mark.skipif(not runtimes.installed("openvino"),
                                     reason="openvino is not installed")
@@ -93,9 +93,8 @@ def test_a_failing_runtime_is_recorded_while_the_others_run(tiny_run, tmp_path):
     from pipeline.stages.benchmark import Benchmark
     from pipeline.stages.evaluate import Evaluate
 
-    tiny = tiny_run[0]
     cfg = compose(seeded_args(tiny_run, tmp_path, "hardware.runtime=auto"))
-    lineage = json.loads((tiny / "runs" / "latest" / "report.json").read_text())["lineage"]
+    lineage = json.loads((session_run(tiny_run) / "report.json").read_text())["lineage"]
     fp32 = Artifact.read(Path(lineage["fp32"]["path"]))
     bad = _poisoned(fp32.model, tmp_path / "poisoned")
     hw = cfg.hardware.target()
@@ -129,9 +128,8 @@ def test_the_latency_aware_comparison_runs_on_the_target_runtime(tiny_run, tmp_p
     from pipeline.runtimes import RuntimeFailure, cpu_supports
     from pipeline.stages.compare import Compare
 
-    tiny = tiny_run[0]
     cfg = compose(seeded_args(tiny_run, tmp_path))
-    lineage = json.loads((tiny / "runs" / "latest" / "report.json").read_text())["lineage"]
+    lineage = json.loads((session_run(tiny_run) / "report.json").read_text())["lineage"]
     fp32, cand = (Artifact.read(Path(lineage[r]["path"])) for r in ("fp32", "candidate"))
     m = cfg.model
     split = task(m.name).split("evaluation", m.eval_samples, cfg.data_dir)

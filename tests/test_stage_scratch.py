@@ -14,7 +14,7 @@ from pathlib import Path
 from pipeline.core.artifact import Artifact
 from pipeline.config import HardwareConfig
 from pipeline.engine.runner import Runner
-from tests.conftest import tiny_args
+from tests.conftest import session_run, tiny_args
 from tests.faults import tmpfs
 
 
@@ -49,7 +49,7 @@ def test_explain_writes_nothing_beside_its_parent(tiny_run, tmp_path):
 
     workdir = tiny_run[0]
     cfg = compose(tiny_args(workdir))
-    report = json.loads((workdir / "runs" / "latest" / "report.json").read_text())
+    report = json.loads((session_run(tiny_run) / "report.json").read_text())
     lineage, stages = report["lineage"], report["stages"]
     quantized = Path(next(s["path"] for s in stages if s["label"] == "quantize"))
     with tmpfs(tmp_path / "ro", size="16m") as ro:
