@@ -429,10 +429,22 @@ def _hand_a_forkserver(conn: socket.socket, request: dict) -> None:
     reduction.sendfds(conn, [server.alive_w])
 
 
+# What a stage child imports beyond its forkserver's preload, where many children of one shared
+# forkserver do: torch's exporter (torch.export's tracer, onnxscript's aten functions: 0.7 s in
+# every export child, more on busy cores). A run's own forkserver does not preload them: a run
+# exports once, if at all (its export may be cached). Not onnxruntime-genai's model builder: it
+# imports onnxruntime.transformers, whose __init__ puts its own folder on sys.path, and a child
+# starts from its run's sys.path, so the fuse stage's import of that package's optimizer failed.
+AFTER = {"torch": ["torch.export._trace", "torch.onnx._internal.exporter._core",
+                   "onnxscript.function_libs.torch_lib.ops"]}
+
+
 def forkserver_main(listener_fd: int, alive_r: int, preload: list, **data) -> None:
     """multiprocessing's forkserver, whose every child first takes the stdout and stderr its
     run passed last among the child's fds (``connect_to_new_process`` above)."""
     from multiprocessing import forkserver
+
+    preload = preload + [m for after, ms in AFTER.items() if after in preload for m in ms]
 
     serve_one = forkserver._serve_one
 
