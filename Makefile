@@ -31,7 +31,7 @@ OPTIMUM_VENV := .venv-optimum
 ULTRALYTICS_VENV := .venv-ultralytics
 SAME_AS_VENV = $(shell $(PY) -c 'from importlib.metadata import version as v; print(*(p + "==" + v(p) for p in ("onnxruntime", "onnx")))')
 
-.PHONY: run test test-fast bench train-ocr train-ocr-mobile clean-cache setup push pull sweep serve
+.PHONY: run test test-fast test-durations bench train-ocr train-ocr-mobile clean-cache setup push pull sweep serve
 
 # uv installs what pip would, from the same index, but downloads and unpacks in parallel. It
 # compiles the bytecode at install time as pip does (--compile-bytecode): where
@@ -62,11 +62,18 @@ run: setup  ## compile, gate and publish the OCR model as INT8
 # process would rewrite every test module's asserts again. 8 % of the suite's time on 2 cores.
 TESTPY := env -u PYTHONDONTWRITEBYTECODE $(PY)
 
+# Each test file to one worker (its module fixtures built once), the longest files first
+# (tests/durations.json, tests/conftest.py), not xdist's order by number of tests.
+XDIST := -n 2 --dist loadscope --no-loadscope-reorder
+
 test: setup  ## the test suite (7.2 to 9.2 minutes on 2 Zen 4 EPYC cores, 9.3 to 13.1 on 2 Xeon cores with AMX, as busy as the host was: docs/installing.md)
-	$(TESTPY) -m pytest -q -n 2 --dist loadscope
+	$(TESTPY) -m pytest -q $(XDIST)
 
 test-fast: setup  ## the unit tests for the edit loop: no whole-CLI run (marked cli by tests/conftest.py), nothing marked slow
-	$(TESTPY) -m pytest -q -n 2 --dist loadscope -m "not cli and not slow"
+	$(TESTPY) -m pytest -q $(XDIST) -m "not cli and not slow"
+
+test-durations: setup  ## the whole suite, rewriting tests/durations.json (each file's seconds: the order make test hands them out)
+	PIPELINE_TEST_DURATIONS=1 $(TESTPY) -m pytest -q $(XDIST)
 
 $(OPTIMUM_VENV)/.installed: $(VENV)/.installed
 	test -x $(OPTIMUM_VENV)/bin/python || $(PYTHON) -m venv $(OPTIMUM_VENV)

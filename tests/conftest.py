@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import inspect
+import json
 import os
 import re
 import subprocess
@@ -72,6 +73,13 @@ def run_folder(proc: subprocess.CompletedProcess) -> Path:
     run itself, where ``runs/latest`` may meanwhile name a later run in the same workdir."""
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("report: "))
     return Path(line.split("report: ", 1)[1].strip()).parent
+
+
+def session_run(tiny_run) -> Path:
+    """The shared tiny run's own run folder. Tests of several files run more runs in its
+    workdir, in whatever order the files reach a worker, so ``runs/latest`` there names
+    whichever ran last; a test about the session run reads it here."""
+    return run_folder(tiny_run[1])
 
 
 def seeded(tiny_run, work: Path) -> Path:
@@ -176,13 +184,80 @@ def pytest_pyfunc_call(pyfuncitem):
 # while the other idles), every other file as a unit of its own (its module fixtures, e.g. a
 # registry server or the quant=auto run, start once). xdist's own ``--dist loadgroup`` marks do
 # not take effect with pytest 9, hence a scheduler of our own.
+#
+# Units are handed out longest first (``--no-loadscope-reorder`` keeps the collection's order,
+# which ``_longest_units_first`` sets), and the tiny run's files are split into units of equal
+# time, not alternately by name. A worker asks for its next unit when it is down to its last two
+# tests, so a long unit handed out near the end kept one worker busy while the other had nothing
+# left: xdist's own order (by number of tests) put the emulated AVX2 CPU's file (one test, a
+# minute) last, and the alternate split made one tiny-run unit twice the other. A unit's time is
+# its files' seconds (setup, call and teardown summed) from the last ``make test-durations``
+# (tests/durations.json; a file's tests share its seconds equally); a file not in it counts 0
+# and goes after the others, as collected. A stale file changes the order only, never what runs.
+DURATIONS = Path(__file__).with_name("durations.json")
+try:
+    SECONDS: dict[str, float] = json.loads(DURATIONS.read_text())["seconds"]
+except (OSError, ValueError, KeyError):
+    SECONDS = {}
 TINY_RUN_FILES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py")
                         if "tiny_run" in p.read_text())  # subfolders too (tests/stages/, ...)
 TINY_RUN_UNITS = 2
-TINY_RUN_UNIT = {f: f"tiny_run/{i % TINY_RUN_UNITS}" for i, f in enumerate(TINY_RUN_FILES)}
+
+
+def _balanced(files: list[str], units: int) -> dict[str, str]:
+    """Each file to the unit with the least time so far, the longest files first."""
+    load = [0.0] * units
+    out = {}
+    for f in sorted(files, key=lambda f: -SECONDS.get(f, 0.0)):
+        i = load.index(min(load))
+        out[f], load[i] = f"tiny_run/{i}", load[i] + SECONDS.get(f, 0.0)
+    return out
+
+
+TINY_RUN_UNIT = _balanced(TINY_RUN_FILES, TINY_RUN_UNITS)
 # Files whose tests are long but whose fixtures are cheap (seconds): each test is a unit of its
 # own, so the two workers share them (the fixture is then built on both).
 PER_TEST_FILES = {"tests/test_byo.py"}
+
+
+def unit(nodeid: str) -> str:
+    """The scheduling unit of a test: what one worker runs as a whole."""
+    file = nodeid.split("::", 1)[0]
+    return nodeid if file in PER_TEST_FILES else TINY_RUN_UNIT.get(file, file)
+
+
+def _longest_units_first(items) -> None:
+    per_file: dict[str, int] = {}
+    for i in items:
+        file = i.nodeid.split("::", 1)[0]
+        per_file[file] = per_file.get(file, 0) + 1
+    weight: dict[str, float] = {}
+    for i in items:
+        file = i.nodeid.split("::", 1)[0]
+        u = unit(i.nodeid)
+        weight[u] = weight.get(u, 0.0) + SECONDS.get(file, 0.0) / per_file[file]
+    items.sort(key=lambda i: -weight[unit(i.nodeid)])  # stable: a unit's tests as collected
+
+
+_durations: dict[str, float] = {}  # make test-durations: each file's seconds so far
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get("PIPELINE_TEST_DURATIONS"):  # make test-durations
+        path = report.nodeid.split("::", 1)[0]
+        _durations[path] = _durations.get(path, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    # the controller's (or a serial run's) tally; xdist's workers pass their reports to it
+    if not os.environ.get("PIPELINE_TEST_DURATIONS") or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    from pipeline.core.env import cpu_info
+
+    rounded = {k: round(v, 1) for k, v in sorted(_durations.items(), key=lambda kv: -kv[1])}
+    DURATIONS.write_text(json.dumps({"cpu": cpu_info()["model"], "cores": os.cpu_count(),
+                                     "seconds": rounded}, indent=1) + "\n")
+
 
 if importlib.util.find_spec("xdist") is not None:
     def pytest_xdist_make_scheduler(config, log):
@@ -190,10 +265,7 @@ if importlib.util.find_spec("xdist") is not None:
 
         class ByFixture(LoadScopeScheduling):
             def _split_scope(self, nodeid: str) -> str:
-                file = nodeid.split("::", 1)[0]
-                if file in PER_TEST_FILES:
-                    return nodeid
-                return TINY_RUN_UNIT.get(file, file)
+                return unit(nodeid)
 
         return ByFixture(config, log)
 
@@ -233,6 +305,7 @@ def _starts_cli(fn, module, seen: set) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     _leave_emulated_avx2_runs_to_the_emulator(config, items)
+    _longest_units_first(items)
     for item in items:
         fn = getattr(item, "function", None)
         if fn is None:
