@@ -226,13 +226,14 @@ def unit(nodeid: str) -> str:
     return nodeid if file in PER_TEST_FILES else TINY_RUN_UNIT.get(file, file)
 
 
-def _longest_units_first(items) -> None:
-    # Only an xdist worker's order is handed out; a run in one process keeps the order it was
-    # given. The emulated AVX2 CPU's child pytest relies on that (tests/test_cpu_emulation.py):
-    # run with its CPU probe first (which imports OpenVINO in the test process), then the
-    # quantize and runtimes files, it hung once, its test process waiting on an OpenVINO probe's
-    # child (the stack its faulthandler printed).
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
+def _longest_units_first(config, items) -> None:
+    # Only an xdist worker's order is handed out; any other session keeps the order it was
+    # given, a child pytest a worker started too (it inherits PYTEST_XDIST_WORKER, not
+    # ``workerinput``). The emulated AVX2 CPU's child pytest relies on that
+    # (tests/test_cpu_emulation.py): sorted, its CPU probe first, it hung in two whole-suite runs
+    # of three, its test process waiting on an OpenVINO probe's child (the stack its
+    # faulthandler printed).
+    if not hasattr(config, "workerinput"):
         return
     per_file: dict[str, int] = {}
     for i in items:
@@ -312,7 +313,7 @@ def _starts_cli(fn, module, seen: set) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     _leave_emulated_avx2_runs_to_the_emulator(config, items)
-    _longest_units_first(items)
+    _longest_units_first(config, items)
     for item in items:
         fn = getattr(item, "function", None)
         if fn is None:

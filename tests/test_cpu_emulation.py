@@ -29,9 +29,9 @@ from tests.conftest import AVX2_CAPS, ROOT, avx2_is_native, avx2_python
 # run in children there as everywhere: one CI run of a faster arrangement (the stages in the
 # test's own process, OpenVINO imported by the forkserver) hung, silently, for its whole limit.
 # They run in this order, this file's own test last (its CPU probe imports OpenVINO in the
-# test process): one whole-suite run that had sorted them (the probe first, then quantize and
-# runtimes) hung, its test process waiting on an OpenVINO probe's child; tests/conftest.py
-# sorts only xdist workers' tests now.
+# test process): two whole-suite runs of three that had sorted them (the probe first) hung,
+# the test process waiting on an OpenVINO probe's child; tests/conftest.py sorts only xdist
+# workers' tests.
 EMULATED = {
     "tests/stages/test_sqnr.py": "ONNX Runtime's INT8 MatMul (MLAS)",
     "tests/stages/test_quantize.py": "ONNX Runtime's INT8 MatMul (MLAS)",
