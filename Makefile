@@ -62,8 +62,8 @@ run: setup  ## compile, gate and publish the OCR model as INT8
 # process would rewrite every test module's asserts again. 8 % of the suite's time on 2 cores.
 TESTPY := env -u PYTHONDONTWRITEBYTECODE $(PY)
 
-# Each test file to one worker (its module fixtures built once), the longest files first
-# (tests/durations.json, tests/conftest.py), not xdist's order by number of tests.
+# Each scheduling unit (a file, the tiny run's two halves, test_byo's tests: tests/conftest.py)
+# to one worker, the longest first by tests/durations.json, not xdist's order by number of tests.
 XDIST := -n 2 --dist loadscope --no-loadscope-reorder
 
 test: setup  ## the test suite (7.2 to 9.2 minutes on 2 Zen 4 EPYC cores, 9.3 to 13.1 on 2 Xeon cores with AMX, as busy as the host was: docs/installing.md)
