@@ -205,12 +205,13 @@ TINY_RUN_UNITS = 2
 
 
 def _balanced(files: list[str], units: int) -> dict[str, str]:
-    """Each file to the unit with the least time so far, the longest files first."""
-    load = [0.0] * units
+    """Each file to the unit with the least time so far (then the fewest files: files without a
+    time, or no durations file at all, still spread over the units), the longest files first."""
+    load = [(0.0, 0)] * units
     out = {}
     for f in sorted(files, key=lambda f: -SECONDS.get(f, 0.0)):
         i = load.index(min(load))
-        out[f], load[i] = f"tiny_run/{i}", load[i] + SECONDS.get(f, 0.0)
+        out[f], load[i] = f"tiny_run/{i}", (load[i][0] + SECONDS.get(f, 0.0), load[i][1] + 1)
     return out
 
 
