@@ -5,6 +5,7 @@ import functools
 import importlib.util
 import inspect
 import json
+import linecache
 import os
 import re
 import subprocess
@@ -43,6 +44,14 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, env: dict | None =
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
+
+
+def skip_without(module: str) -> None:
+    """Skip the calling test module where ``module`` (an optional extra) is not installed. Not
+    ``pytest.importorskip``: that imports it while collecting, in every xdist worker, whether or
+    not the worker runs the module's tests (transformers alone is 2 s of a collection)."""
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed", allow_module_level=True)
 
 
 def one_line(proc, code: int, *words: str) -> None:
@@ -231,9 +240,9 @@ def _longest_units_first(config, items) -> None:
     # Only an xdist worker's order is handed out; any other session keeps the order it was
     # given, a child pytest a worker started too (it inherits PYTEST_XDIST_WORKER, not
     # ``workerinput``). The emulated AVX2 CPU's child pytest relies on that
-    # (tests/test_cpu_emulation.py): sorted, its CPU probe first, it hung in two whole-suite runs
-    # of three, its test process waiting on an OpenVINO probe's child (the stack its
-    # faulthandler printed).
+    # (tests/test_cpu_emulation.py): sorted, its CPU probe first (which then imported OpenVINO
+    # in the test process), it hung in two whole-suite runs of three, its test process waiting
+    # on an OpenVINO probe's child (the stack its faulthandler printed).
     if not hasattr(config, "workerinput"):
         return
     per_file: dict[str, int] = {}
@@ -287,12 +296,22 @@ _STARTS_CLI = re.compile(r'run_cli\(|tiny_args\(|"-m", "pipeline|from pipeline\.
 
 @functools.cache
 def _source(fn) -> str | None:
-    """A function's source, read once a session: the same fixtures and helpers are asked for by
-    every test that uses them (tokenizing them again for each was 1 s of every collection)."""
-    try:
-        return inspect.getsource(fn)
-    except (OSError, TypeError):
+    """A function's source lines, read once a session (the same fixtures and helpers are asked
+    for by every test that uses them). Its lines come from its code object, from its first line
+    to the last that any of its instructions (or a nested function's) stands on: what
+    ``inspect.getsource`` reads, without tokenizing the file to find the function's end (that was
+    2 s of each worker's collection)."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    lines = linecache.getlines(code.co_filename) if code is not None else []
+    if not lines:
         return None
+    return "".join(lines[code.co_firstlineno - 1:_last_line(code)])
+
+
+def _last_line(code) -> int:
+    ends = [end for _, end, _, _ in code.co_positions() if end is not None]
+    ends += [_last_line(c) for c in code.co_consts if inspect.iscode(c)]
+    return max(ends, default=code.co_firstlineno)
 
 
 def _starts_cli(fn, module, seen: set) -> bool:

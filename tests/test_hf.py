@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import one_line, run_cli
+from tests.conftest import one_line, run_cli, skip_without
 
-pytest.importorskip("transformers")
+skip_without("transformers")
 
 FAST = ["registry=null", "bench.min_rounds=20", "bench.min_seconds=0", "bench.max_seconds=0.3",
         "bench.warmup_max_runs=20", "bench.size_buckets=2", "bench.cold_start_repeats=0",

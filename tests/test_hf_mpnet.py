@@ -9,10 +9,10 @@ from pathlib import Path
 import onnx
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, skip_without
 from tests.test_hf import DATA, FAST
 
-pytest.importorskip("transformers")
+skip_without("transformers")
 LAYERS = 2
 
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 
 import onnx
-import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, skip_without
 
-pytest.importorskip("transformers")
+skip_without("transformers")
 
 CHANNEL, FACTOR = 7, 40.0
 
