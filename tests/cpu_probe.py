@@ -3,6 +3,7 @@ MatMul makes of full-range and 7-bit weights there: asked by ``tests/test_cpu_em
 inside the emulated AVX2 CPU (``tests/python-avx2``)."""
 from __future__ import annotations
 
+import importlib.util
 import tempfile
 from pathlib import Path
 
@@ -19,13 +20,26 @@ def features() -> dict:
 
     out = {"numpy": {k: bool(numpy_cpu.get(k)) for k in
                      ("AVX2", "FMA3", "AVX512F", "AVX512_VNNI", "AVX512_BF16", "AVX_VNNI")}}
-    try:
-        import openvino as ov
-
-        out["openvino"] = list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
-    except ImportError:
-        out["openvino"] = None
+    out["openvino"] = openvino_capabilities()
     return out
+
+
+def openvino_capabilities() -> list[str] | None:
+    """OpenVINO's CPU plugin's ``OPTIMIZATION_CAPABILITIES`` (None where OpenVINO is not
+    installed), asked in a child as every OpenVINO session of the tests is: the test process
+    never holds OpenVINO or the threads its import starts. Two whole-suite runs whose emulated
+    AVX2 child asked here first, in the test process, hung waiting on a later OpenVINO child."""
+    if importlib.util.find_spec("openvino") is None:
+        return None
+    from pipeline.core import isolate
+
+    return isolate.call("OpenVINO's CPU capabilities", _capabilities)
+
+
+def _capabilities() -> list[str]:
+    import openvino as ov
+
+    return list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
 
 
 def u8s8_error(reduce_range: bool) -> float:

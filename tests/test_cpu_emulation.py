@@ -28,10 +28,10 @@ from tests.conftest import AVX2_CAPS, ROOT, avx2_is_native, avx2_python
 # each import of a large library in a new process is translated again). Their stages and probes
 # run in children there as everywhere: one CI run of a faster arrangement (the stages in the
 # test's own process, OpenVINO imported by the forkserver) hung, silently, for its whole limit.
-# They run in this order, this file's own test last (its CPU probe imports OpenVINO in the
-# test process): two whole-suite runs of three that had sorted them (the probe first) hung,
-# the test process waiting on an OpenVINO probe's child; tests/conftest.py sorts only xdist
-# workers' tests.
+# They run in this order, this file's own test last: two whole-suite runs of three that had
+# sorted them (its CPU probe first, which then imported OpenVINO in the test process) hung, the
+# test process waiting on a later OpenVINO probe's child. tests/conftest.py sorts only xdist
+# workers' tests, and the probe asks OpenVINO in a child now (tests/cpu_probe.py).
 EMULATED = {
     "tests/stages/test_sqnr.py": "ONNX Runtime's INT8 MatMul (MLAS)",
     "tests/stages/test_quantize.py": "ONNX Runtime's INT8 MatMul (MLAS)",

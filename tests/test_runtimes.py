@@ -18,6 +18,7 @@ from pipeline.config import HardwareConfig
 from pipeline.core.errors import ConfigError, StageError
 from pipeline.runtimes import Target
 from tests.conftest import run_cli
+from tests.cpu_probe import openvino_capabilities
 
 HW = HardwareConfig().target()
 needs_openvino = pytest.mark.skipif(not runtimes.installed("openvino"),
@@ -108,9 +109,7 @@ def test_openvino_runs_onnx_like_onnxruntime(tmp_path, isa):
 
 @needs_openvino
 def test_qdq_model_is_read_back_as_int8_on_both_runtimes(tmp_path, isa):
-    import openvino as ov
-
-    if "INT8" not in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+    if "INT8" not in openvino_capabilities():
         pytest.skip("this CPU plugin reports no INT8 capability (no VNNI/AMX-INT8 kernels)")
     model = qdq(conv_net(tmp_path / "m.onnx"), tmp_path / "int8.onnx")
     x = images()
