@@ -26,9 +26,10 @@ def features() -> dict:
 
 def openvino_capabilities() -> list[str] | None:
     """OpenVINO's CPU plugin's ``OPTIMIZATION_CAPABILITIES`` (None where OpenVINO is not
-    installed), asked in a child as every OpenVINO session of the emulated files is: their
-    test process never holds OpenVINO or the threads its import starts. Two whole-suite runs whose emulated
-    AVX2 child asked here first, in the test process, hung waiting on a later OpenVINO child."""
+    installed), asked in a child as every OpenVINO session of the emulated files is: their test
+    process never holds OpenVINO or the threads its import starts. Two whole-suite runs whose
+    emulated AVX2 child asked here first, in the test process, hung waiting on a later OpenVINO
+    child."""
     if importlib.util.find_spec("openvino") is None:
         return None
     from pipeline.core import isolate
