@@ -230,9 +230,14 @@ TINY_RUN_UNIT = _balanced(TINY_RUN_FILES, TINY_RUN_UNITS)
 PER_TEST_FILES = {"tests/test_byo.py"}
 
 
+def file_of(nodeid: str) -> str:
+    """The file a test's node id names (``tests/test_x.py::test_y[p]`` -> ``tests/test_x.py``)."""
+    return nodeid.split("::", 1)[0]
+
+
 def unit(nodeid: str) -> str:
     """The scheduling unit of a test: what one worker runs as a whole."""
-    file = nodeid.split("::", 1)[0]
+    file = file_of(nodeid)
     return nodeid if file in PER_TEST_FILES else TINY_RUN_UNIT.get(file, file)
 
 
@@ -247,11 +252,11 @@ def _longest_units_first(config, items) -> None:
         return
     per_file: dict[str, int] = {}
     for i in items:
-        file = i.nodeid.split("::", 1)[0]
+        file = file_of(i.nodeid)
         per_file[file] = per_file.get(file, 0) + 1
     weight: dict[str, float] = {}
     for i in items:
-        file = i.nodeid.split("::", 1)[0]
+        file = file_of(i.nodeid)
         u = unit(i.nodeid)
         weight[u] = weight.get(u, 0.0) + SECONDS.get(file, 0.0) / per_file[file]
     items.sort(key=lambda i: -weight[unit(i.nodeid)])  # stable: a unit's tests as collected
@@ -262,7 +267,7 @@ _durations: dict[str, float] = {}  # make test-durations: each file's seconds so
 
 def pytest_runtest_logreport(report):
     if os.environ.get("PIPELINE_TEST_DURATIONS"):  # make test-durations
-        path = report.nodeid.split("::", 1)[0]
+        path = file_of(report.nodeid)
         _durations[path] = _durations.get(path, 0.0) + report.duration
 
 
@@ -360,7 +365,7 @@ def _leave_emulated_avx2_runs_to_the_emulator(config, items) -> None:
     if not any(i.nodeid.startswith("tests/test_cpu_emulation.py::test_the_isa_tests_pass")
                for i in items):
         return
-    dropped = [i for i in items if i.nodeid.split("::", 1)[0] in EMULATED
+    dropped = [i for i in items if file_of(i.nodeid) in EMULATED
                and getattr(getattr(i, "callspec", None), "params", {}).get("isa") == "avx2"]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
