@@ -93,6 +93,55 @@ def test_the_resolved_weight_range_multiplies_exactly(tmp_path, isa):
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), (INT8, np.abs(got - want).max())
 
 
+def test_a_decoders_8_bit_weights_multiply_exactly_at_the_resolved_accuracy_level(tmp_path, isa):
+    """A decoder's INT8 (``quant.decoder.bits=8``: MatMulNBits, block 32, symmetric) at the
+    accuracy level resolved for the CPU: 4 (int8 activations) wherever AVX2 is, the level an
+    AVX2 machine's saturating u8 x s8 pair sums would break if its kernels used them. The
+    weights are quantized by the pipeline's own ``quantize_folder``; the worst case is every
+    weight near the top of its block's range (codes near 255 or 1) and every activation at the
+    top of its own (all of magnitude 1, so their int8 codes are exact) with signs that make every
+    product positive. Compared with the exact product of the dequantized weights; ``isa`` runs it
+    on the emulated AVX2 CPU too (tests/test_cpu_emulation.py), where MLAS takes an AVX2
+    machine's kernels."""
+    from onnx import numpy_helper
+
+    from pipeline.config.quant import DecoderQuant
+    from pipeline.core.env import effective_flags
+    from pipeline.quant.stream_nbits import quantize_folder
+    from pipeline.recipes.decoder import accuracy_level
+
+    q = DecoderQuant()
+    level, why = accuracy_level(q, effective_flags())
+    k, n = 4 * q.block_size, 16
+    rng = np.random.default_rng(0)
+    sign = np.where(np.arange(k) % 2, -1.0, 1.0)
+    w = sign[:, None] * rng.uniform(0.9, 1.0, size=(k, n))
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], "mm")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", n])],
+                          [onnx.numpy_helper.from_array(w.astype(np.float32), "w")])
+    src, out = tmp_path / "f", tmp_path / "q"
+    src.mkdir(), out.mkdir()
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+              str(src / "model.onnx"), save_as_external_data=True, location="model.onnx.data",
+              size_threshold=0)
+    done = quantize_folder(src, out, {"mm": q.bits}, q.block_size, q.symmetric, level)
+    assert done["matmul_bits"] == {"4": 0, str(q.bits): 1}
+    model = onnx.load(str(out / "model.onnx"))
+    node = next(nd for nd in model.graph.node if nd.op_type == "MatMulNBits")
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    codes = inits[node.input[1]].reshape(n, k).astype(np.int64)
+    scales = np.repeat(inits[node.input[2]].reshape(n, -1), q.block_size, axis=1)
+    assert len(node.input) < 4 and codes.max() >= 250  # symmetric: zero point 128; full range
+    dequantized = (codes - 128) * scales  # [n, k]
+    x = np.stack([sign, -sign, np.ones(k)]).astype(np.float32)
+    want = x.astype(np.float64) @ dequantized.T
+    got = outputs(out / "model.onnx", {"x": x})[0]
+    # exact up to float32 scaling; a saturated pair sum loses about half of the product
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max(), (level, why,
+                                                                     np.abs(got - want).max())
+
+
 def test_gather_in_the_dynamic_op_types_stores_an_embedding_table_in_8_bits(tmp_path):
     """``quant.dynamic_op_types`` with Gather (docs/transformers.md): the token embedding table (a
     Gather of an initializer) is stored in 8 bits and only the looked-up rows are dequantized, so
