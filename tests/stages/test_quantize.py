@@ -94,15 +94,17 @@ def test_the_resolved_weight_range_multiplies_exactly(tmp_path, isa):
 
 
 def test_a_decoders_8_bit_weights_multiply_exactly_at_the_resolved_accuracy_level(tmp_path, isa):
-    """A decoder's INT8 (``quant.decoder.bits=8``: MatMulNBits, block 32, symmetric) at the
+    """A decoder's INT8 (MatMulNBits at 8 bits, the decoder defaults' block and symmetry) at the
     accuracy level resolved for the CPU: 4 (int8 activations) wherever AVX2 is, the level an
     AVX2 machine's saturating u8 x s8 pair sums would break if its kernels used them. The
-    weights are quantized by the pipeline's own ``quantize_folder``; the worst case is every
-    weight near the top of its block's range (codes near 255 or 1) and every activation at the
-    top of its own (all of magnitude 1, so their int8 codes are exact) with signs that make every
-    product positive. Compared with the exact product of the dequantized weights; ``isa`` runs it
-    on the emulated AVX2 CPU too (tests/test_cpu_emulation.py), where MLAS takes an AVX2
-    machine's kernels."""
+    weights are quantized by the pipeline's own ``quantize_folder``. The worst case: every
+    weight near the top of its block's range, all positive in half the columns (codes near 255)
+    and of alternating sign in the other half (near 255 and 1), against activations all of
+    magnitude 1 (exact int8 codes) whose signs make every product of a half positive, so that
+    pair sums reach the top of a 16-bit sum whether a kernel pairs the codes unsigned (255 x 127
+    twice overflows it) or signed. Compared with the exact product of the dequantized weights;
+    ``isa`` runs it on the emulated AVX2 CPU too (tests/test_cpu_emulation.py), where MLAS takes
+    an AVX2 machine's kernels."""
     from onnx import numpy_helper
 
     from pipeline.config.quant import DecoderQuant
@@ -110,30 +112,34 @@ def test_a_decoders_8_bit_weights_multiply_exactly_at_the_resolved_accuracy_leve
     from pipeline.quant.stream_nbits import quantize_folder
     from pipeline.recipes.decoder import accuracy_level
 
-    q = DecoderQuant()
+    q, bits = DecoderQuant(), 8  # quant=int8 on a decoder: every MatMul at 8 bits
     level, why = accuracy_level(q, effective_flags())
     k, n = 4 * q.block_size, 16
     rng = np.random.default_rng(0)
     sign = np.where(np.arange(k) % 2, -1.0, 1.0)
-    w = sign[:, None] * rng.uniform(0.9, 1.0, size=(k, n))
+    w = rng.uniform(0.9, 1.0, size=(k, n))
+    w[:, n // 2:] *= sign[:, None]
     g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], "mm")], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", k])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", n])],
-                          [onnx.numpy_helper.from_array(w.astype(np.float32), "w")])
+                          [numpy_helper.from_array(w.astype(np.float32), "w")])
     src, out = tmp_path / "f", tmp_path / "q"
-    src.mkdir(), out.mkdir()
+    src.mkdir()
+    out.mkdir()
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
               str(src / "model.onnx"), save_as_external_data=True, location="model.onnx.data",
               size_threshold=0)
-    done = quantize_folder(src, out, {"mm": q.bits}, q.block_size, q.symmetric, level)
-    assert done["matmul_bits"] == {"4": 0, str(q.bits): 1}
+    done = quantize_folder(src, out, {"mm": bits}, q.block_size, q.symmetric, level)
+    assert done["matmul_bits"] == {"4": 0, "8": 1}
     model = onnx.load(str(out / "model.onnx"))
     node = next(nd for nd in model.graph.node if nd.op_type == "MatMulNBits")
     inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    codes = inits[node.input[1]].reshape(n, k).astype(np.int64)
+    codes = inits[node.input[1]].reshape(n, k).astype(np.int64)  # one byte a weight at 8 bits
     scales = np.repeat(inits[node.input[2]].reshape(n, -1), q.block_size, axis=1)
     assert len(node.input) < 4 and codes.max() >= 250  # symmetric: zero point 128; full range
     dequantized = (codes - 128) * scales  # [n, k]
+    # the premise: against the all-ones row (activation code 127), unsigned codes overflow
+    assert 127 * (codes[:, 0::2] + codes[:, 1::2]).max() > 32767
     x = np.stack([sign, -sign, np.ones(k)]).astype(np.float32)
     want = x.astype(np.float64) @ dequantized.T
     got = outputs(out / "model.onnx", {"x": x})[0]
