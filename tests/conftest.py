@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny OCR-shaped pipeline run once per test session and reused."""
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib.util
 import inspect
@@ -8,6 +9,7 @@ import json
 import linecache
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,6 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if os.environ.get("PYTEST_XDIST_WORKER") and "PIPELINE_LOCK_DIR" not in os.environ:
     os.environ["PIPELINE_LOCK_DIR"] = tempfile.mkdtemp(
         prefix=f"pipeline-locks-{os.environ['PYTEST_XDIST_WORKER']}-")
+    # Removed when the worker ends, not by a process forked from it (those inherit atexit).
+    atexit.register(lambda folder=os.environ["PIPELINE_LOCK_DIR"], pid=os.getpid():
+                    os.getpid() == pid and shutil.rmtree(folder, ignore_errors=True))
 
 
 def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, env: dict | None = None,

@@ -127,8 +127,12 @@ def test_sigkill_during_push_never_leaves_a_visible_version(oci, tmp_path):
                    capture_output=True)
     full = time.monotonic() - t0
     backend = open_backend(cfg(url, "killed"))
+    # A killed push cannot remove its scratch folder: keep it in this test's folder, not /tmp.
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
     for _ in range(3):
-        child = subprocess.Popen(publish_cmd(model, **fields), env=env(),
+        child = subprocess.Popen(publish_cmd(model, **fields),
+                                 env={**env(), "TMPDIR": str(scratch)},
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.4, 0.95) * full)
         child.send_signal(signal.SIGKILL)
