@@ -159,6 +159,15 @@ def ray_cluster():
         except ProcessLookupError:
             pass
         proc.wait()
+        # The group's other processes die in their own time and write logs as they go: remove
+        # the folder once none is left (a killed group is gone within a second or two).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
         shutil.rmtree(temp, ignore_errors=True)
 
 
