@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
 import signal
 import struct
 import subprocess
@@ -111,9 +112,9 @@ def local_ray(num_cpus: int = 2):
     # a cluster of its own, on the loopback address (traffic stays on 127.0.0.1) and in a temp
     # folder of its own (short: Ray's socket paths must fit 107 bytes), so that nothing of another
     # cluster on this machine (a sweep test's, Ray's default /tmp/ray) is found or reused
+    temp = tempfile.mkdtemp(prefix="ray-")
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, logging_level="ERROR",
-             log_to_driver=False, _node_ip_address="127.0.0.1",
-             _temp_dir=tempfile.mkdtemp(prefix="ray-"))
+             log_to_driver=False, _node_ip_address="127.0.0.1", _temp_dir=temp)
     # Ray Serve gives its HTTP proxy a fixed 60 s to come up (a constant, no setting); on two
     # cores busy with the other half of the suite, or a benchmark beside it, a fresh worker
     # process has missed that and the whole module errored at setup. The wait is a test's
@@ -129,6 +130,7 @@ def local_ray(num_cpus: int = 2):
     finally:
         serve.shutdown()
         ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
         if mode is None:
             os.environ.pop("RAY_AUTH_MODE", None)
         else:
