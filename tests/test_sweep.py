@@ -134,7 +134,10 @@ def ray_cluster():
     pytest.importorskip("ray")
     port = _free_port()
     temp = Path(tempfile.mkdtemp(prefix="ray-"))  # short: Ray's socket paths must fit 107 bytes
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
+    # TMPDIR: the runs' forkservers in Ray's workers die with the cluster (SIGKILL, below), and
+    # their scratch folders go with this folder
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0",
+           "TMPDIR": str(temp)}
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
          "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=4",
@@ -190,8 +193,11 @@ def test_ray_sweep_on_a_local_cluster(tiny_run, tmp_path, ray_cluster):
 
 
 def _slow(work: Path, seconds: float, tag: str) -> subprocess.Popen:
+    scratch = work / "tmp"  # a killed job's scratch folders (its forkserver's) stay in the test's
+    scratch.mkdir(exist_ok=True)
     return subprocess.Popen([sys.executable, "-m", "tests.slow_stage", str(work), str(seconds), tag],
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                           "TMPDIR": str(scratch)},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
 
