@@ -193,7 +193,8 @@ def test_ray_sweep_on_a_local_cluster(tiny_run, tmp_path, ray_cluster):
 
 
 def _slow(work: Path, seconds: float, tag: str) -> subprocess.Popen:
-    scratch = work / "tmp"  # a killed job's scratch folders (its forkserver's) stay in the test's
+    # a killed job's scratch folders (its forkserver's) stay in the test's folder, not in /tmp
+    scratch = work / "tmp"
     scratch.mkdir(exist_ok=True)
     return subprocess.Popen([sys.executable, "-m", "tests.slow_stage", str(work), str(seconds), tag],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT),
