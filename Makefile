@@ -66,7 +66,7 @@ TESTPY := env -u PYTHONDONTWRITEBYTECODE $(PY)
 # to one worker, the longest first by tests/durations.json, not xdist's order by number of tests.
 XDIST := -n 2 --dist loadscope --no-loadscope-reorder
 
-test: setup  ## the test suite (7.2 to 9.2 minutes on 2 Zen 4 EPYC cores, 8.9 to 13.1 on 2 Xeon cores with AMX, as busy as the host was: docs/installing.md)
+test: setup  ## the test suite (7.2 to 9.2 minutes on 2 Zen 4 EPYC cores, 8.5 to 13.1 on 2 Xeon cores with AMX, as busy as the host was: docs/installing.md)
 	$(TESTPY) -m pytest -q $(XDIST)
 
 test-fast: setup  ## the unit tests for the edit loop: no whole-CLI run (marked cli by tests/conftest.py), nothing marked slow
